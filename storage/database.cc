@@ -1,0 +1,387 @@
+// The engine and its commit pipeline.
+//
+// Commit pipeline (one thread, `committer_`):
+//   1. take up to commit_batch_txns_max pending requests (bounded by commit_batch_bytes_max);
+//   2. expire the resolver window by the injected clock;
+//   3. for each request in arrival order: reject if too old (1007) or if a read-conflict range was
+//      written after its read version (1020), else accept it at this batch's version with order
+//      0, 1, 2... (its versionstamp), record its write-conflict ranges in the resolver (so later
+//      requests of the same batch see them), and append its mutations to the batch's WriteBatch.
+//      Atomic ops read their base from the batch so far (`overlay`), then from the latest RocksDB
+//      state;
+//   4. write the WriteBatch plus the new version (meta CF) with one WAL sync;
+//   5. publish the version, fire watches, run the `done` callbacks.
+// Version = previous version + 1 per batch that accepted anything.
+#include "storage/database.h"
+
+#include <rocksdb/cache.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <random>
+
+#include "storage/engine.h"
+
+namespace chaise::storage {
+
+namespace {
+
+constexpr char kVersionKey[] = "version";
+
+std::string encode_be64(std::uint64_t v) {
+  std::string out(8, '\0');
+  for (int i = 7; i >= 0; --i, v >>= 8) out[i] = static_cast<char>(v & 0xff);
+  return out;
+}
+
+std::uint64_t decode_be64(std::string_view s) {
+  std::uint64_t v = 0;
+  for (char c : s) v = (v << 8) | static_cast<std::uint8_t>(c);
+  return v;
+}
+
+std::string make_versionstamp(std::int64_t version, std::uint16_t order) {
+  std::string vs = encode_be64(static_cast<std::uint64_t>(version));
+  vs.push_back(static_cast<char>(order >> 8));
+  vs.push_back(static_cast<char>(order & 0xff));
+  return vs;
+}
+
+// Replaces the 10 placeholder bytes named by the template's 4-byte little-endian offset suffix.
+// Transaction validated the offset when the mutation was made.
+std::string fill_versionstamp(std::string_view tmpl, const std::string& vs) {
+  assert(tmpl.size() >= 4);
+  std::uint32_t off = 0;
+  for (int i = 3; i >= 0; --i)
+    off = (off << 8) | static_cast<std::uint8_t>(tmpl[tmpl.size() - 4 + i]);
+  std::string out(tmpl.substr(0, tmpl.size() - 4));
+  assert(off + kVersionstampSize <= out.size());
+  std::memcpy(out.data() + off, vs.data(), kVersionstampSize);
+  return out;
+}
+
+}  // namespace
+
+std::int64_t SteadyClock::now_us() const {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+ReadView::~ReadView() {
+  if (snapshot) engine->db()->ReleaseSnapshot(snapshot);
+}
+
+Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options options) {
+  if (options.commit_batch_txns_max == 0 || options.commit_batch_txns_max > 65535)
+    return Error::invalid_option_value;
+  if (!options.clock) options.clock = std::make_shared<SteadyClock>();
+  std::unique_ptr<Engine> e(new Engine());
+  e->options_ = options;
+  e->resolver_ = Resolver(options.resolver_keys_max);
+
+  rocksdb::Options ro;
+  ro.create_if_missing = options.create_if_missing;
+  ro.create_missing_column_families = true;
+  ro.IncreaseParallelism(2);
+  ro.OptimizeLevelStyleCompaction();
+  ro.write_buffer_size = 64u << 20;
+  ro.max_total_wal_size = 512u << 20;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table.whole_key_filtering = true;
+  rocksdb::ColumnFamilyOptions cfo(ro);
+  cfo.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {{rocksdb::kDefaultColumnFamilyName, cfo},
+                                                      {"meta", rocksdb::ColumnFamilyOptions()}};
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(rocksdb::DBOptions(ro), path, cfs, &e->handles_, &raw);
+  if (!s.ok()) return Error::io_error;
+  e->db_.reset(raw);
+  e->data_cf_ = e->handles_[0];
+  e->meta_cf_ = e->handles_[1];
+
+  std::string v;
+  s = e->db_->Get(rocksdb::ReadOptions(), e->meta_cf_, kVersionKey, &v);
+  if (s.ok() && v.size() == 8) {
+    e->last_version_ = static_cast<std::int64_t>(decode_be64(v));
+  } else if (!s.IsNotFound()) {
+    return Error::io_error;
+  }
+  e->committed_version_.store(e->last_version_);
+  e->committer_ = std::thread([eng = e.get()] { eng->commit_loop(); });
+  return e;
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (committer_.joinable()) committer_.join();
+  std::multimap<std::string, std::shared_ptr<WatchState>, std::less<>> watches;
+  {
+    std::lock_guard lock(watch_mu_);
+    watches.swap(watches_);
+  }
+  for (auto& [k, w] : watches) w->fire(Error::transaction_cancelled);
+  for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
+  db_.reset();
+}
+
+std::shared_ptr<ReadView> Engine::acquire_view() {
+  auto view = std::make_shared<ReadView>();
+  view->engine = this;
+  // Version first, then the snapshot: the snapshot then contains every batch <= version.
+  view->version = committed_version();
+  view->snapshot = db_->GetSnapshot();
+  view->acquired_us = now_us();
+  return view;
+}
+
+void Engine::submit(std::unique_ptr<CommitRequest> req) {
+  {
+    std::lock_guard lock(mu_);
+    pending_.push_back(std::move(req));
+  }
+  cv_.notify_one();
+}
+
+void Engine::set_fault_hook(std::function<CommitFault()> hook) {
+  std::lock_guard lock(mu_);
+  fault_hook_ = std::move(hook);
+}
+
+void Engine::commit_loop() {
+  std::vector<std::unique_ptr<CommitRequest>> batch;
+  std::vector<std::unique_ptr<CommitRequest>> rest;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+      if (pending_.empty()) return;  // stopping, and drained
+      // Take a bounded batch; the remainder stays queued in arrival order.
+      std::size_t n = 0, bytes = 0;
+      while (n < pending_.size() && n < options_.commit_batch_txns_max &&
+             (n == 0 || bytes + pending_[n]->bytes <= options_.commit_batch_bytes_max)) {
+        bytes += pending_[n]->bytes;
+        ++n;
+      }
+      if (n == pending_.size()) {
+        batch.swap(pending_);
+      } else {
+        batch.assign(std::make_move_iterator(pending_.begin()),
+                     std::make_move_iterator(pending_.begin() + n));
+        pending_.erase(pending_.begin(), pending_.begin() + n);
+      }
+    }
+    process_batch(batch);
+    batch.clear();
+  }
+}
+
+std::optional<std::string> Engine::latest_value(std::string_view key, const WriteMap* overlay) {
+  if (overlay) {
+    WriteMap::Lookup l = overlay->lookup(key);
+    if (l.known == WriteMap::Known::absent) return std::nullopt;
+    if (l.known == WriteMap::Known::value) return l.write->value;
+    assert(l.known == WriteMap::Known::unknown);  // the overlay holds only sets and clears
+  }
+  std::string v;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), data_cf_, rocksdb::Slice(key.data(), key.size()), &v);
+  if (s.ok()) return v;
+  return std::nullopt;  // not found (or an I/O error, which the batch write will report)
+}
+
+Result<CommitResult> Engine::commit_one(CommitRequest& req, std::int64_t version,
+                                        std::uint16_t order, rocksdb::WriteBatch& wb,
+                                        WriteMap& overlay) {
+  const std::string vs = make_versionstamp(version, order);
+  for (const auto& [b, e] : req.writes.cleared().ranges()) {
+    wb.DeleteRange(data_cf_, b, e);
+    overlay.clear_range(b, e);
+  }
+  for (const auto& [key, w] : req.writes.points()) {
+    switch (w.kind) {
+      case PointWrite::Kind::set:
+        wb.Put(data_cf_, key, w.value);
+        overlay.set(key, w.value);
+        break;
+      case PointWrite::Kind::clear:
+        wb.Delete(data_cf_, key);
+        overlay.clear(key);
+        break;
+      case PointWrite::Kind::atomic: {
+        std::optional<std::string> base = latest_value(key, &overlay);
+        std::string v = base ? std::move(*base) : std::string();
+        bool present = base.has_value();
+        for (const AtomicOp& op : w.ops) {
+          v = apply_atomic(present ? std::optional<std::string_view>(v) : std::nullopt, op);
+          present = true;
+        }
+        wb.Put(data_cf_, key, v);
+        overlay.set(key, v);
+        break;
+      }
+      case PointWrite::Kind::versionstamped_value: {
+        std::string v = fill_versionstamp(w.value, vs);
+        wb.Put(data_cf_, key, v);
+        overlay.set(key, v);
+        break;
+      }
+    }
+  }
+  for (const VersionstampedKey& vk : req.versionstamped_keys) {
+    std::string key = fill_versionstamp(vk.key_template, vs);
+    wb.Put(data_cf_, key, vk.value);
+    overlay.set(key, vk.value);
+    req.write_conflicts.push_back({key, key_after(key)});
+  }
+  resolver_.add_writes(req.write_conflicts);
+  return CommitResult{version, vs};
+}
+
+void Engine::process_batch(std::vector<std::unique_ptr<CommitRequest>>& batch) {
+  std::function<CommitFault()> hook;
+  {
+    std::lock_guard lock(mu_);
+    hook = fault_hook_;
+  }
+  const std::int64_t now = now_us();
+  resolver_.expire(now, options_.transaction_lifetime_us);
+  const std::int64_t version = last_version_ + 1;
+
+  rocksdb::WriteBatch wb;
+  WriteMap overlay;  // this batch's writes so far, for atomic-op bases
+  std::vector<Result<CommitResult>> outcomes;
+  outcomes.reserve(batch.size());
+  std::vector<CommitRequest*> accepted;
+  std::uint16_t order = 0;
+  for (auto& req : batch) {
+    CommitFault fault = hook ? hook() : CommitFault::none;
+    if (failed_) {
+      outcomes.emplace_back(Error::io_error);
+    } else if (req->read_version >= 0 && resolver_.too_old(req->read_version)) {
+      outcomes.emplace_back(Error::transaction_too_old);
+    } else if (fault == CommitFault::not_committed ||
+               (req->read_version >= 0 &&
+                resolver_.conflicts(req->read_version, req->read_conflicts))) {
+      outcomes.emplace_back(Error::not_committed);
+    } else if (fault == CommitFault::unknown_result_not_applied) {
+      outcomes.emplace_back(Error::commit_unknown_result);
+    } else {
+      if (accepted.empty()) resolver_.begin_version(version, now);
+      auto r = commit_one(*req, version, order++, wb, overlay);
+      outcomes.push_back(fault == CommitFault::unknown_result_applied
+                             ? Result<CommitResult>(Error::commit_unknown_result)
+                             : std::move(r));
+      accepted.push_back(req.get());
+    }
+  }
+
+  if (!accepted.empty()) {
+    last_version_ = version;
+    wb.Put(meta_cf_, kVersionKey, encode_be64(static_cast<std::uint64_t>(version)));
+    rocksdb::WriteOptions wo;
+    wo.sync = options_.fsync;
+    rocksdb::Status s = db_->Write(wo, &wb);
+    if (!s.ok()) {
+      failed_ = true;
+      for (std::size_t i = 0; i < batch.size(); ++i)
+        if (outcomes[i].ok() || outcomes[i].error() == Error::commit_unknown_result)
+          outcomes[i] = Error::io_error;
+    } else {
+      committed_version_.store(version, std::memory_order_release);
+      if (watch_count_.load() > 0) fire_watches(accepted);
+    }
+  }
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    CommitRequest& req = *batch[i];
+    if (outcomes[i].ok()) {
+      register_watches(req.watches);
+    } else {
+      for (auto& w : req.watches) w->fire(outcomes[i].error());
+    }
+    if (req.done) req.done(std::move(outcomes[i]));
+  }
+}
+
+void Engine::fire_watches(const std::vector<CommitRequest*>& committed) {
+  std::vector<std::shared_ptr<WatchState>> hit;
+  {
+    std::lock_guard lock(watch_mu_);
+    for (const CommitRequest* req : committed) {
+      for (const KeyRange& r : req->write_conflicts) {
+        for (auto it = watches_.lower_bound(r.begin); it != watches_.end() && it->first < r.end;) {
+          auto& w = it->second;
+          if (w->fired() || latest_value(w->key(), nullptr) != w->baseline) {
+            hit.push_back(std::move(w));
+            it = watches_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+      }
+    }
+    watch_count_.store(watches_.size());
+  }
+  for (auto& w : hit) w->fire(Error::success);
+}
+
+void Engine::register_watches(std::vector<std::shared_ptr<WatchState>>& watches) {
+  if (watches.empty()) return;
+  std::vector<std::shared_ptr<WatchState>> now_fired;
+  {
+    std::lock_guard lock(watch_mu_);
+    // Drop cancelled watches now and then so they do not pile up on keys nobody writes.
+    if (watches_.size() >= watch_sweep_at_) {
+      for (auto it = watches_.begin(); it != watches_.end();)
+        it = it->second->fired() ? watches_.erase(it) : std::next(it);
+      watch_sweep_at_ = std::max<std::size_t>(1024, 2 * watches_.size());
+    }
+    for (auto& w : watches) {
+      if (w->fired()) continue;
+      std::optional<std::string> current = latest_value(w->key(), nullptr);
+      if (!w->baseline_known) {
+        w->baseline = current;
+        w->baseline_known = true;
+      }
+      if (current != w->baseline) {
+        now_fired.push_back(w);
+      } else {
+        watches_.emplace(w->key(), w);
+      }
+    }
+    watch_count_.store(watches_.size());
+  }
+  for (auto& w : now_fired) w->fire(Error::success);
+}
+
+// ---- Database ----
+
+Result<std::unique_ptr<Database>> Database::open(const std::string& path, Options options) {
+  auto e = Engine::open(path, std::move(options));
+  if (!e.ok()) return e.error();
+  return std::unique_ptr<Database>(new Database(std::move(*e)));
+}
+
+Database::Database(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {}
+Database::~Database() = default;
+
+Transaction Database::create_transaction() { return Transaction(engine_.get()); }
+std::int64_t Database::committed_version() const { return engine_->committed_version(); }
+const Options& Database::options() const { return engine_->options(); }
+int Database::run_attempts_max() const { return engine_->options().run_attempts_max; }
+void Database::set_commit_fault_hook(std::function<CommitFault()> hook) {
+  engine_->set_fault_hook(std::move(hook));
+}
+
+}  // namespace chaise::storage

@@ -1,0 +1,141 @@
+// storage/database.h — the embedded FoundationDB-semantics store (see transaction.h for the
+// transaction contract, DESIGN.md for why).
+//
+//   auto db = Database::open("/var/lib/chaise/store", {});       //
+//   Result<std::unique_ptr<Database>> Status s = (*db)->run([&](Transaction& tr) -> Status {     //
+//   retried on 1007/1020/1021
+//     auto v = tr.get(key);
+//     if (!v) return v.error();
+//     tr.set(key, "x");
+//     return {};
+//   });
+//
+// Commits from all threads flow into one commit pipeline: a batch of transactions is resolved
+// (conflict checked) in arrival order, written as one RocksDB WriteBatch with one WAL sync, and
+// acknowledged together (group commit). Every batch gets the next commit version; versions are
+// persisted with the data, so versionstamps keep increasing across restarts.
+//
+// Threading: all methods are thread-safe. The Database must outlive its transactions and watches.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <type_traits>
+
+#include "storage/error.h"
+#include "storage/transaction.h"
+
+namespace chaise::storage {
+
+// Time source for transaction lifetimes and the resolver window; tests inject a ManualClock.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual std::int64_t now_us() const = 0;
+};
+
+class SteadyClock final : public Clock {
+ public:
+  std::int64_t now_us() const override;
+};
+
+class ManualClock final : public Clock {
+ public:
+  std::int64_t now_us() const override { return now_us_.load(); }
+  void advance_us(std::int64_t us) { now_us_.fetch_add(us); }
+
+ private:
+  std::atomic<std::int64_t> now_us_{1'000'000};
+};
+
+// Test hook: decides the fate of each write transaction that reaches the commit pipeline.
+enum class CommitFault : std::uint8_t {
+  none,
+  not_committed,               // reject as if it conflicted (1020)
+  unknown_result_not_applied,  // report 1021, and do not apply it
+  unknown_result_applied,      // apply it durably, but report 1021
+};
+
+struct Options {
+  // Sync the WAL before acknowledging each commit batch. Default true: an acknowledged commit
+  // survives kill -9 and power loss. false: survives kill -9 (the OS has the data), not power loss.
+  bool fsync = true;
+  bool create_if_missing = true;
+  // Transactions per commit batch (<= 65535, the 2-byte order in a versionstamp). Default 4096.
+  std::size_t commit_batch_txns_max = 4096;
+  // Mutation bytes per commit batch; a single larger transaction still commits alone. Default 32
+  // MiB.
+  std::size_t commit_batch_bytes_max = 32u << 20;
+  // Transaction lifetime from its read version, and the resolver's window. Default 5 s (FDB's).
+  std::int64_t transaction_lifetime_us = 5'000'000;
+  // Keys the resolver may remember; past this the window shrinks early. Default 4 Mi.
+  std::size_t resolver_keys_max = 4u << 20;
+  // RocksDB block cache, bytes. Default 256 MiB.
+  std::size_t block_cache_bytes = 256u << 20;
+  // Retry backoff of on_error(): starts at initial, doubles up to max, jittered. Defaults 1 ms / 1
+  // s.
+  std::int64_t retry_backoff_initial_us = 1'000;
+  std::int64_t retry_backoff_max_us = 1'000'000;
+  // Attempts Database::run() makes before giving up with the last error. Default 100,000.
+  int run_attempts_max = 100'000;
+  // Time source; nullptr = SteadyClock.
+  std::shared_ptr<Clock> clock;
+};
+
+class Engine;
+
+class Database {
+ public:
+  // Opens (creating if allowed) the store at `path`. Error::io_error if RocksDB cannot open it.
+  static Result<std::unique_ptr<Database>> open(const std::string& path, Options options = {});
+  ~Database();  // drains pending commits, stops the commit thread, cancels watches
+  Database(const Database&) = delete;
+  Database& operator=(const Database&) = delete;
+
+  Transaction create_transaction();
+
+  // Runs fn(Transaction&) -> Status or Result<T>, commits, and retries retryable errors (with
+  // on_error's backoff) up to Options::run_attempts_max times. Returns fn's result once committed,
+  // or the first non-retryable error (from fn or from commit). fn must be safe to run more than
+  // once, and must itself handle commit_unknown_result idempotently if it is not idempotent.
+  template <typename F>
+  auto run(F&& fn) -> std::invoke_result_t<F&, Transaction&>;
+
+  // The newest committed (durable and visible) version.
+  std::int64_t committed_version() const;
+  const Options& options() const;
+
+  // Test hooks.
+  void set_commit_fault_hook(std::function<CommitFault()> hook);
+
+ private:
+  explicit Database(std::unique_ptr<Engine> engine);
+  int run_attempts_max() const;
+  std::unique_ptr<Engine> engine_;
+};
+
+template <typename F>
+auto Database::run(F&& fn) -> std::invoke_result_t<F&, Transaction&> {
+  using R = std::invoke_result_t<F&, Transaction&>;
+  Transaction tr = create_transaction();
+  Error last = Error::success;
+  for (int attempt = 0; attempt < run_attempts_max(); ++attempt) {
+    R r = fn(tr);
+    Error e = r.error();
+    if (e == Error::success) {
+      auto c = tr.commit();
+      if (c.ok()) return r;
+      e = c.error();
+    }
+    last = e;
+    if (!tr.on_error(e).ok()) return R(e);
+  }
+  return R(last);
+}
+
+}  // namespace chaise::storage

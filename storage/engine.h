@@ -1,0 +1,132 @@
+// storage/engine.h — internal to storage/: the RocksDB engine behind Database and Transaction, and
+// the commit pipeline. Nothing outside storage/ includes this header (it pulls in RocksDB).
+//
+// On-disk layout (RocksDB column families):
+//   default  user keys -> values, exactly as the transactions wrote them
+//   meta     "version" -> 8-byte big-endian last committed version (written in every commit batch)
+#pragma once
+
+#include <rocksdb/db.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "storage/database.h"
+#include "storage/resolver.h"
+#include "storage/transaction.h"
+#include "storage/write_map.h"
+
+namespace chaise::storage {
+
+// A consistent view for reads: the committed version and a RocksDB snapshot that contains every
+// batch up to that version (the version is published only after its batch is written, and a view
+// reads the version before taking the snapshot, so the snapshot may hold more, never less; more
+// only makes the resolver stricter).
+struct ReadView {
+  Engine* engine = nullptr;
+  std::int64_t version = 0;
+  const rocksdb::Snapshot* snapshot = nullptr;
+  std::int64_t acquired_us = 0;
+  ~ReadView();
+};
+
+class WatchState final : public Watch {
+ public:
+  WatchState(std::string key, WatchCallback cb) : key_(std::move(key)), cb_(std::move(cb)) {}
+  void cancel() override { fire(Error::transaction_cancelled); }
+  // Runs the callback unless it already ran. Returns whether this call ran it.
+  bool fire(Error e) {
+    if (fired_.exchange(true)) return false;
+    cb_(e);
+    return true;
+  }
+  bool fired() const { return fired_.load(); }
+  const std::string& key() const { return key_; }
+
+  // The value the watching transaction saw; nullopt baseline_known = read it at registration.
+  bool baseline_known = false;
+  std::optional<std::string> baseline;
+
+ private:
+  std::string key_;
+  WatchCallback cb_;
+  std::atomic<bool> fired_{false};
+};
+
+struct CommitRequest {
+  std::int64_t read_version = -1;  // -1: no reads (blind writes), nothing to check
+  std::vector<KeyRange> read_conflicts;
+  std::vector<KeyRange> write_conflicts;
+  WriteMap writes;
+  std::vector<VersionstampedKey> versionstamped_keys;
+  std::vector<std::shared_ptr<WatchState>> watches;
+  std::size_t bytes = 0;
+  std::function<void(Result<CommitResult>)> done;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> open(const std::string& path, Options options);
+  ~Engine();
+
+  std::shared_ptr<ReadView> acquire_view();
+  rocksdb::DB* db() { return db_.get(); }
+  rocksdb::ColumnFamilyHandle* data_cf() { return data_cf_; }
+  const Options& options() const { return options_; }
+  std::int64_t now_us() const { return options_.clock->now_us(); }
+  std::int64_t committed_version() const {
+    return committed_version_.load(std::memory_order_acquire);
+  }
+
+  // Queues a write transaction for the commit pipeline; req->done runs on the commit thread.
+  void submit(std::unique_ptr<CommitRequest> req);
+  // Activates watches (after their transaction committed). Fires at once if the value already
+  // moved.
+  void register_watches(std::vector<std::shared_ptr<WatchState>>& watches);
+  void set_fault_hook(std::function<CommitFault()> hook);
+
+ private:
+  Engine() = default;
+  void commit_loop();
+  void process_batch(std::vector<std::unique_ptr<CommitRequest>>& batch);
+  Result<CommitResult> commit_one(CommitRequest& req, std::int64_t version, std::uint16_t order,
+                                  rocksdb::WriteBatch& wb, WriteMap& overlay);
+  std::optional<std::string> latest_value(std::string_view key, const WriteMap* overlay);
+  void fire_watches(const std::vector<CommitRequest*>& committed);
+
+  Options options_;
+  std::unique_ptr<rocksdb::DB> db_;
+  rocksdb::ColumnFamilyHandle* data_cf_ = nullptr;
+  rocksdb::ColumnFamilyHandle* meta_cf_ = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+
+  // Commit pipeline. pending_ is guarded by mu_; everything below `Resolver` belongs to the commit
+  // thread alone.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<CommitRequest>> pending_;
+  bool stopping_ = false;
+  std::thread committer_;
+  std::function<CommitFault()> fault_hook_;  // guarded by mu_; copied per batch
+  Resolver resolver_{0};
+  std::int64_t last_version_ = 0;
+  bool failed_ = false;  // a RocksDB write failed: every later commit fails with io_error
+  std::atomic<std::int64_t> committed_version_{0};
+
+  // Watches by key, guarded by watch_mu_.
+  std::mutex watch_mu_;
+  std::multimap<std::string, std::shared_ptr<WatchState>, std::less<>> watches_;
+  std::atomic<std::size_t> watch_count_{0};  // watches_.size(), readable without the lock
+  std::size_t watch_sweep_at_ = 1024;        // drop cancelled watches when the map reaches this
+};
+
+}  // namespace chaise::storage

@@ -1,0 +1,493 @@
+// Transaction: read-your-writes over a RocksDB snapshot, conflict-range bookkeeping, limits, and
+// the hand-off of buffered writes to the commit pipeline (engine.h).
+//
+// Read-conflict ranges recorded per non-snapshot read:
+//   get(k)                       [k, k+'\0')   unless the value is known from this transaction's
+//   writes get_range(b, e) unlimited    [b, e)
+//   ... limited, forward         [b, last+'\0')   (only the keys actually returned were observed)
+//   ... limited, reverse         [last, e)
+//   get_key                      the range its internal range read covered
+#include "storage/transaction.h"
+
+#include <rocksdb/iterator.h>
+
+#include <cassert>
+#include <future>
+#include <random>
+#include <thread>
+
+#include "storage/engine.h"
+
+namespace chaise::storage {
+
+namespace {
+
+std::string_view to_sv(const rocksdb::Slice& s) { return {s.data(), s.size()}; }
+rocksdb::Slice to_slice(std::string_view s) { return {s.data(), s.size()}; }
+
+const std::string kKeyspaceEnd("\xff", 1);
+
+std::string apply_ops(std::optional<std::string_view> base, const std::vector<AtomicOp>& ops) {
+  std::string v;
+  bool present = base.has_value();
+  if (present) v.assign(*base);
+  for (const AtomicOp& op : ops) {
+    v = apply_atomic(present ? std::optional<std::string_view>(v) : std::nullopt, op);
+    present = true;
+  }
+  return v;
+}
+
+// Valid template: 4-byte little-endian offset suffix pointing at 10 bytes inside the rest.
+bool versionstamp_offset_ok(std::string_view tmpl) {
+  if (tmpl.size() < 4 + kVersionstampSize) return false;
+  std::uint32_t off = 0;
+  for (int i = 3; i >= 0; --i)
+    off = (off << 8) | static_cast<std::uint8_t>(tmpl[tmpl.size() - 4 + i]);
+  return static_cast<std::size_t>(off) + kVersionstampSize <= tmpl.size() - 4;
+}
+
+}  // namespace
+
+Transaction::Transaction(Engine* engine) : engine_(engine) {}
+Transaction::Transaction(Transaction&&) noexcept = default;
+Transaction& Transaction::operator=(Transaction&&) noexcept = default;
+
+Transaction::~Transaction() {
+  for (auto& w : watches_) w->fire(Error::transaction_cancelled);
+}
+
+void Transaction::defer(Error e) {
+  if (deferred_ == Error::success) deferred_ = e;
+}
+
+Status Transaction::check_usable() {
+  if (committing_) return Error::used_during_commit;
+  return {};
+}
+
+Status Transaction::ensure_read_view() {
+  if (!view_) view_ = engine_->acquire_view();
+  if (engine_->now_us() - view_->acquired_us > engine_->options().transaction_lifetime_us)
+    return Error::transaction_too_old;
+  return {};
+}
+
+Result<std::int64_t> Transaction::get_read_version() {
+  if (auto s = check_usable(); !s) return s.error();
+  if (auto s = ensure_read_view(); !s) return s.error();
+  return view_->version;
+}
+
+bool Transaction::check_key(std::string_view key) {
+  if (committing_) {
+    defer(Error::used_during_commit);
+    return false;
+  }
+  if (key.size() > kKeySizeMax) {
+    defer(Error::key_too_large);
+    return false;
+  }
+  if (!key.empty() && static_cast<std::uint8_t>(key[0]) == 0xff) {
+    defer(Error::key_outside_legal_range);
+    return false;
+  }
+  return true;
+}
+
+void Transaction::add_conflict(std::vector<KeyRange>& ranges, std::string_view begin,
+                               std::string_view end) {
+  if (begin >= end) return;
+  size_bytes_ += begin.size() + end.size();
+  ranges.push_back({std::string(begin), std::string(end)});
+}
+
+Result<std::optional<std::string>> Transaction::read_storage(std::string_view key) {
+  if (auto s = ensure_read_view(); !s) return s.error();
+  rocksdb::ReadOptions ro;
+  ro.snapshot = view_->snapshot;
+  rocksdb::PinnableSlice v;
+  rocksdb::Status s = engine_->db()->Get(ro, engine_->data_cf(), to_slice(key), &v);
+  if (s.IsNotFound()) return std::optional<std::string>();
+  if (!s.ok()) return Error::io_error;
+  return std::optional<std::string>(v.ToString());
+}
+
+Result<std::optional<std::string>> Transaction::get(std::string_view key, Snapshot snapshot) {
+  if (auto s = check_usable(); !s) return s.error();
+  if (key.size() > kKeySizeMax) return Error::key_too_large;
+  WriteMap::Lookup l = writes_.lookup(key);
+  switch (l.known) {
+    case WriteMap::Known::value:
+      return std::optional<std::string>(l.write->value);
+    case WriteMap::Known::absent:
+      return std::optional<std::string>();
+    case WriteMap::Known::unreadable:
+      return Error::accessed_unreadable;
+    case WriteMap::Known::atomic:
+    case WriteMap::Known::unknown:
+      break;
+  }
+  auto base = read_storage(key);
+  if (!base.ok()) return base;
+  if (snapshot == Snapshot::no) add_conflict(read_conflicts_, key, key_after(key));
+  if (l.known == WriteMap::Known::unknown) return base;
+  const auto& b = *base;
+  return std::optional<std::string>(
+      apply_ops(b ? std::optional<std::string_view>(*b) : std::nullopt, l.write->ops));
+}
+
+Status Transaction::read_range(std::string_view begin, std::string_view end, int limit,
+                               Reverse reverse, std::vector<KeyValue>& out, bool& limited) {
+  limited = false;
+  if (auto s = ensure_read_view(); !s) return s;
+  rocksdb::ReadOptions ro;
+  ro.snapshot = view_->snapshot;
+  rocksdb::Slice lo = to_slice(begin), hi = to_slice(end);
+  ro.iterate_lower_bound = &lo;
+  ro.iterate_upper_bound = &hi;
+  std::unique_ptr<rocksdb::Iterator> it(engine_->db()->NewIterator(ro, engine_->data_cf()));
+  const WriteMap::Points& points = writes_.points();
+  const RangeSet& cleared = writes_.cleared();
+  const std::size_t n_max = limit > 0 ? static_cast<std::size_t>(limit) : SIZE_MAX;
+
+  // Emits the merged entry for an overlay point `p` whose storage value (if the iterator is on the
+  // same key) is `stored`. Returns false on an unreadable key.
+  auto emit_point = [&](const std::string& key, const PointWrite& w,
+                        std::optional<std::string_view> stored) {
+    switch (w.kind) {
+      case PointWrite::Kind::set:
+        out.push_back({key, w.value});
+        return true;
+      case PointWrite::Kind::clear:
+        return true;
+      case PointWrite::Kind::atomic:
+        out.push_back({key, apply_ops(stored, w.ops)});
+        return true;
+      case PointWrite::Kind::versionstamped_value:
+        return false;
+    }
+    return true;
+  };
+
+  if (reverse == Reverse::no) {
+    auto skip_cleared = [&] {
+      while (it->Valid()) {
+        const auto* r = cleared.find(to_sv(it->key()));
+        if (!r) break;
+        it->Seek(r->second);
+      }
+    };
+    it->Seek(lo);
+    skip_cleared();
+    auto p = points.lower_bound(begin);
+    for (;;) {
+      if (out.size() >= n_max) {
+        limited = true;
+        break;
+      }
+      const bool has_s = it->Valid();
+      const bool has_p = p != points.end() && p->first < end;
+      if (!has_s && !has_p) break;
+      if (has_p && (!has_s || to_sv(it->key()) >= p->first)) {
+        const bool same = has_s && to_sv(it->key()) == p->first;
+        std::optional<std::string_view> stored;
+        if (same) stored = to_sv(it->value());
+        if (!emit_point(p->first, p->second, stored)) return Error::accessed_unreadable;
+        if (same) {
+          it->Next();
+          skip_cleared();
+        }
+        ++p;
+      } else {
+        out.push_back({it->key().ToString(), it->value().ToString()});
+        it->Next();
+        skip_cleared();
+      }
+    }
+  } else {
+    auto skip_cleared = [&] {
+      while (it->Valid()) {
+        const auto* r = cleared.find(to_sv(it->key()));
+        if (!r) break;
+        it->SeekForPrev(r->first);
+        if (it->Valid() && to_sv(it->key()) == r->first) it->Prev();
+      }
+    };
+    it->SeekToLast();
+    skip_cleared();
+    auto p = std::make_reverse_iterator(points.lower_bound(end));
+    for (;;) {
+      if (out.size() >= n_max) {
+        limited = true;
+        break;
+      }
+      const bool has_s = it->Valid();
+      const bool has_p = p != points.rend() && p->first >= begin;
+      if (!has_s && !has_p) break;
+      if (has_p && (!has_s || to_sv(it->key()) <= p->first)) {
+        const bool same = has_s && to_sv(it->key()) == p->first;
+        std::optional<std::string_view> stored;
+        if (same) stored = to_sv(it->value());
+        if (!emit_point(p->first, p->second, stored)) return Error::accessed_unreadable;
+        if (same) {
+          it->Prev();
+          skip_cleared();
+        }
+        ++p;
+      } else {
+        out.push_back({it->key().ToString(), it->value().ToString()});
+        it->Prev();
+        skip_cleared();
+      }
+    }
+  }
+  if (!it->status().ok()) return Error::io_error;
+  return {};
+}
+
+Result<std::vector<KeyValue>> Transaction::get_range(std::string_view begin, std::string_view end,
+                                                     int limit, Reverse reverse,
+                                                     Snapshot snapshot) {
+  if (auto s = check_usable(); !s) return s.error();
+  if (begin > end) return Error::inverted_range;
+  if (limit < 0) return Error::invalid_option_value;
+  std::vector<KeyValue> out;
+  if (begin == end) return out;
+  bool limited = false;
+  if (auto s = read_range(begin, end, limit, reverse, out, limited); !s) return s.error();
+  if (snapshot == Snapshot::no) {
+    if (!limited) {
+      add_conflict(read_conflicts_, begin, end);
+    } else if (reverse == Reverse::no) {
+      add_conflict(read_conflicts_, begin, key_after(out.back().key));
+    } else {
+      add_conflict(read_conflicts_, out.back().key, end);
+    }
+  }
+  return out;
+}
+
+Result<std::string> Transaction::get_key(const KeySelector& sel, Snapshot snapshot) {
+  if (auto s = check_usable(); !s) return s.error();
+  std::vector<KeyValue> out;
+  bool limited = false;
+  if (sel.offset >= 1) {
+    // The offset-th key after "last key < key" (or <=): the offset-th key >= key (or > key).
+    std::string start = sel.or_equal ? key_after(sel.key) : sel.key;
+    if (start >= kKeyspaceEnd) return kKeyspaceEnd;
+    if (auto s = read_range(start, kKeyspaceEnd, sel.offset, Reverse::no, out, limited); !s)
+      return s.error();
+    const bool found = out.size() == static_cast<std::size_t>(sel.offset);
+    std::string result = found ? out.back().key : kKeyspaceEnd;
+    if (snapshot == Snapshot::no)
+      add_conflict(read_conflicts_, start, found ? key_after(result) : kKeyspaceEnd);
+    return result;
+  }
+  // offset <= 0: walk back 1 - offset keys among those < key (or <= key).
+  std::string end = sel.or_equal ? key_after(sel.key) : sel.key;
+  if (end > kKeyspaceEnd) end = kKeyspaceEnd;
+  const int n = 1 - sel.offset;
+  if (auto s = read_range("", end, n, Reverse::yes, out, limited); !s) return s.error();
+  const bool found = out.size() == static_cast<std::size_t>(n);
+  std::string result = found ? out.back().key : std::string();
+  if (snapshot == Snapshot::no) add_conflict(read_conflicts_, result, end);
+  return result;
+}
+
+void Transaction::set(std::string_view key, std::string_view value) {
+  if (!check_key(key)) return;
+  if (value.size() > kValueSizeMax) return defer(Error::value_too_large);
+  size_bytes_ += key.size() + value.size();
+  writes_.set(key, value);
+}
+
+void Transaction::clear(std::string_view key) {
+  if (!check_key(key)) return;
+  size_bytes_ += key.size();
+  writes_.clear(key);
+}
+
+void Transaction::clear_range(std::string_view begin, std::string_view end) {
+  if (committing_) return defer(Error::used_during_commit);
+  if (begin > end) return defer(Error::inverted_range);
+  if (begin.size() > kKeySizeMax || end.size() > kKeySizeMax) return defer(Error::key_too_large);
+  if (begin >= kKeyspaceEnd || end > kKeyspaceEnd) return defer(Error::key_outside_legal_range);
+  size_bytes_ += begin.size() + end.size();
+  writes_.clear_range(begin, end);
+}
+
+void Transaction::add(std::string_view key, std::string_view operand) {
+  if (!check_key(key)) return;
+  if (operand.size() > kValueSizeMax) return defer(Error::value_too_large);
+  if (writes_.lookup(key).known == WriteMap::Known::unreadable)
+    return defer(Error::accessed_unreadable);
+  size_bytes_ += key.size() + operand.size();
+  writes_.atomic(key, AtomicOp{MutationType::add, std::string(operand)});
+}
+
+void Transaction::add(std::string_view key, std::int64_t delta) {
+  std::string le(8, '\0');
+  auto u = static_cast<std::uint64_t>(delta);
+  for (int i = 0; i < 8; ++i, u >>= 8) le[i] = static_cast<char>(u & 0xff);
+  add(key, le);
+}
+
+void Transaction::max(std::string_view key, std::string_view operand) {
+  if (!check_key(key)) return;
+  if (operand.size() > kValueSizeMax) return defer(Error::value_too_large);
+  if (writes_.lookup(key).known == WriteMap::Known::unreadable)
+    return defer(Error::accessed_unreadable);
+  size_bytes_ += key.size() + operand.size();
+  writes_.atomic(key, AtomicOp{MutationType::max, std::string(operand)});
+}
+
+void Transaction::min(std::string_view key, std::string_view operand) {
+  if (!check_key(key)) return;
+  if (operand.size() > kValueSizeMax) return defer(Error::value_too_large);
+  if (writes_.lookup(key).known == WriteMap::Known::unreadable)
+    return defer(Error::accessed_unreadable);
+  size_bytes_ += key.size() + operand.size();
+  writes_.atomic(key, AtomicOp{MutationType::min, std::string(operand)});
+}
+
+void Transaction::set_versionstamped_key(std::string_view key_template, std::string_view value) {
+  if (committing_) return defer(Error::used_during_commit);
+  if (!versionstamp_offset_ok(key_template)) return defer(Error::invalid_option_value);
+  if (!check_key(key_template.substr(0, key_template.size() - 4))) return;
+  if (value.size() > kValueSizeMax) return defer(Error::value_too_large);
+  size_bytes_ += key_template.size() + value.size();
+  versionstamped_keys_.push_back({std::string(key_template), std::string(value)});
+}
+
+void Transaction::set_versionstamped_value(std::string_view key, std::string_view value_template) {
+  if (!check_key(key)) return;
+  if (!versionstamp_offset_ok(value_template)) return defer(Error::invalid_option_value);
+  if (value_template.size() - 4 > kValueSizeMax) return defer(Error::value_too_large);
+  size_bytes_ += key.size() + value_template.size();
+  writes_.set_versionstamped_value(key, value_template);
+}
+
+void Transaction::add_read_conflict_range(std::string_view begin, std::string_view end) {
+  if (committing_) return defer(Error::used_during_commit);
+  if (begin > end) return defer(Error::inverted_range);
+  if (auto s = ensure_read_view(); !s) return defer(s.error());
+  add_conflict(read_conflicts_, begin, end);
+}
+
+void Transaction::add_read_conflict_key(std::string_view key) {
+  add_read_conflict_range(key, key_after(key));
+}
+
+void Transaction::add_write_conflict_range(std::string_view begin, std::string_view end) {
+  if (committing_) return defer(Error::used_during_commit);
+  if (begin > end) return defer(Error::inverted_range);
+  add_conflict(write_conflicts_, begin, end);
+}
+
+void Transaction::add_write_conflict_key(std::string_view key) {
+  add_write_conflict_range(key, key_after(key));
+}
+
+std::shared_ptr<Watch> Transaction::watch(std::string_view key, WatchCallback callback) {
+  auto w = std::make_shared<WatchState>(std::string(key), std::move(callback));
+  if (committing_) {
+    w->fire(Error::used_during_commit);
+    return w;
+  }
+  watches_.push_back(w);
+  return w;
+}
+
+std::unique_ptr<CommitRequest> Transaction::take_commit_request() {
+  auto req = std::make_unique<CommitRequest>();
+  if (!read_conflicts_.empty()) req->read_version = view_->version;
+  req->read_conflicts = std::move(read_conflicts_);
+  req->write_conflicts = std::move(write_conflicts_);
+  for (const auto& [b, e] : writes_.cleared().ranges()) req->write_conflicts.push_back({b, e});
+  for (const auto& [k, w] : writes_.points()) req->write_conflicts.push_back({k, key_after(k)});
+  req->writes = std::move(writes_);
+  req->versionstamped_keys = std::move(versionstamped_keys_);
+  req->bytes = size_bytes_;
+  req->watches = std::move(watches_);
+  return req;
+}
+
+void Transaction::commit_async(std::function<void(Result<CommitResult>)> done) {
+  if (committing_) return done(Error::used_during_commit);
+  committing_ = true;
+  Error e = deferred_;
+  if (e == Error::success && view_ && !read_conflicts_.empty() &&
+      engine_->now_us() - view_->acquired_us > engine_->options().transaction_lifetime_us)
+    e = Error::transaction_too_old;
+  if (e == Error::success && size_bytes_ > kTransactionSizeMax) e = Error::transaction_too_large;
+
+  // Baselines for watches: this transaction's view of each key (its own writes included).
+  for (auto& w : watches_) {
+    if (e != Error::success) break;
+    committing_ = false;  // get() is allowed here
+    auto v = get(w->key(), Snapshot::yes);
+    committing_ = true;
+    if (v.ok()) {
+      w->baseline = std::move(*v);
+      w->baseline_known = true;
+    }
+  }
+  if (e != Error::success) {
+    for (auto& w : watches_) w->fire(e);
+    watches_.clear();
+    return done(e);
+  }
+  const bool read_only =
+      writes_.empty() && versionstamped_keys_.empty() && write_conflicts_.empty();
+  if (read_only) {
+    engine_->register_watches(watches_);
+    watches_.clear();
+    return done(CommitResult{view_ ? view_->version : engine_->committed_version(), {}});
+  }
+  auto req = take_commit_request();
+  req->done = std::move(done);
+  engine_->submit(std::move(req));
+}
+
+Result<CommitResult> Transaction::commit() {
+  std::promise<Result<CommitResult>> p;
+  auto f = p.get_future();
+  commit_async([&p](Result<CommitResult> r) { p.set_value(std::move(r)); });
+  return f.get();
+}
+
+void Transaction::reset() {
+  for (auto& w : watches_) w->fire(Error::transaction_cancelled);
+  watches_.clear();
+  view_.reset();
+  writes_.reset();
+  versionstamped_keys_.clear();
+  read_conflicts_.clear();
+  write_conflicts_.clear();
+  size_bytes_ = 0;
+  deferred_ = Error::success;
+  committing_ = false;
+}
+
+Result<std::chrono::microseconds> Transaction::prepare_retry(Error e) {
+  if (!is_retryable(e)) return e;
+  reset();
+  const Options& o = engine_->options();
+  backoff_ = backoff_.count() == 0
+                 ? std::chrono::microseconds(o.retry_backoff_initial_us)
+                 : std::min(backoff_ * 2, std::chrono::microseconds(o.retry_backoff_max_us));
+  thread_local std::minstd_rand rng(std::random_device{}());
+  // Full jitter: concurrent losers of one conflict should not retry in lockstep.
+  std::uniform_int_distribution<std::int64_t> jitter(0, backoff_.count());
+  return std::chrono::microseconds(jitter(rng));
+}
+
+Status Transaction::on_error(Error e) {
+  auto d = prepare_retry(e);
+  if (!d.ok()) return d.error();
+  if (d->count() > 0) std::this_thread::sleep_for(*d);
+  return {};
+}
+
+}  // namespace chaise::storage

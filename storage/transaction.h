@@ -1,0 +1,173 @@
+// storage/transaction.h — a FoundationDB-shaped transaction over the embedded engine.
+//
+// Semantics (FoundationDB's, see DESIGN.md):
+// - Reads see a consistent snapshot taken at the read version (acquired lazily at the first read),
+//   overlaid with this transaction's own uncommitted writes (read-your-writes).
+// - Non-snapshot reads add read-conflict ranges; at commit the resolver fails the transaction with
+//   not_committed (1020) if a transaction committed after the read version wrote into any of them.
+//   Range reads conflict on the range actually read (narrowed to the last key returned when `limit`
+//   stopped the read), so an empty range read conflicts with a later insert into that range.
+// - Writes are buffered and applied atomically at commit. Atomic ops (add/max/min) take no read
+//   conflict and are evaluated against the latest committed value at commit time.
+// - A transaction is valid for Options::transaction_lifetime_us (5 s) after its read version; reads
+// or a
+//   commit after that fail with transaction_too_old (1007).
+// - Errors from mutation calls (set/clear/...) are deferred: the call records the first one and
+//   commit() returns it, as in FoundationDB.
+//
+// Threading: a Transaction is used by one thread at a time. Its Database must outlive it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "storage/error.h"
+#include "storage/write_map.h"
+
+namespace chaise::storage {
+
+// FoundationDB's hard limits.
+inline constexpr std::size_t kKeySizeMax = 10'000;
+inline constexpr std::size_t kValueSizeMax = 100'000;
+inline constexpr std::size_t kTransactionSizeMax = 10'000'000;
+// Versionstamps: 8-byte commit version + 2-byte order within the commit batch (+ 2 user bytes in
+// the tuple layer). A versionstamped key or value carries a 4-byte little-endian offset suffix (API
+// >= 520).
+inline constexpr std::size_t kVersionstampSize = 10;
+
+enum class Snapshot : bool { no = false, yes = true };
+enum class Reverse : bool { no = false, yes = true };
+
+struct KeyValue {
+  std::string key;
+  std::string value;
+  bool operator==(const KeyValue&) const = default;
+};
+
+// FoundationDB key selectors. resolve: take the last key < key (<= if or_equal), then move `offset`
+// keys forward (offset 1 = the key after it). Keys outside the database resolve to "" or "\xff".
+struct KeySelector {
+  std::string key;
+  bool or_equal = false;
+  int offset = 1;
+  static KeySelector last_less_than(std::string k) { return {std::move(k), false, 0}; }
+  static KeySelector last_less_or_equal(std::string k) { return {std::move(k), true, 0}; }
+  static KeySelector first_greater_than(std::string k) { return {std::move(k), true, 1}; }
+  static KeySelector first_greater_or_equal(std::string k) { return {std::move(k), false, 1}; }
+};
+
+struct CommitResult {
+  // The version at which the transaction committed; the read version for a read-only transaction.
+  std::int64_t version = 0;
+  // The transaction's 10-byte versionstamp (version big-endian + order in batch big-endian); empty
+  // for a read-only transaction.
+  std::string versionstamp;
+};
+
+// A registered watch. The callback runs exactly once: with success after a commit changes the key's
+// value from the one the watching transaction saw, with transaction_cancelled after cancel(), or
+// with the commit's error if the watching transaction failed. It runs on the commit thread (or the
+// cancelling/committing caller's thread) and must not block.
+class Watch {
+ public:
+  virtual ~Watch() = default;
+  virtual void cancel() = 0;
+};
+using WatchCallback = std::function<void(Error)>;
+
+class Engine;
+struct ReadView;
+struct CommitRequest;
+class WatchState;
+
+class Transaction {
+ public:
+  Transaction(Transaction&&) noexcept;
+  Transaction& operator=(Transaction&&) noexcept;
+  ~Transaction();
+
+  // Reads. get: the value, or nullopt if absent. get_range: keys in [begin, end) in order (reverse:
+  // descending), at most `limit` (0 = no limit). get_key: the key a selector resolves to.
+  Result<std::optional<std::string>> get(std::string_view key, Snapshot snapshot = Snapshot::no);
+  Result<std::vector<KeyValue>> get_range(std::string_view begin, std::string_view end,
+                                          int limit = 0, Reverse reverse = Reverse::no,
+                                          Snapshot snapshot = Snapshot::no);
+  Result<std::string> get_key(const KeySelector& selector, Snapshot snapshot = Snapshot::no);
+
+  // The read version, acquiring it if not yet done.
+  Result<std::int64_t> get_read_version();
+
+  // Writes (buffered until commit; errors deferred to commit()).
+  void set(std::string_view key, std::string_view value);
+  void clear(std::string_view key);
+  void clear_range(std::string_view begin, std::string_view end);
+  // Atomic ops on little-endian unsigned/two's-complement integers of the operand's width.
+  void add(std::string_view key, std::string_view operand);
+  void add(std::string_view key, std::int64_t delta);  // 8-byte little-endian int64
+  void max(std::string_view key, std::string_view operand);
+  void min(std::string_view key, std::string_view operand);
+  // `key_template`/`value_template` end with a 4-byte little-endian offset of 10 placeholder bytes
+  // that the commit fills with the versionstamp (Tuple::pack_with_versionstamp produces this form).
+  void set_versionstamped_key(std::string_view key_template, std::string_view value);
+  void set_versionstamped_value(std::string_view key, std::string_view value_template);
+
+  void add_read_conflict_range(std::string_view begin, std::string_view end);
+  void add_read_conflict_key(std::string_view key);
+  void add_write_conflict_range(std::string_view begin, std::string_view end);
+  void add_write_conflict_key(std::string_view key);
+
+  // Registers a watch on `key`, active once this transaction commits (read-only commits included).
+  std::shared_ptr<Watch> watch(std::string_view key, WatchCallback callback);
+
+  // Commits and blocks until durable (per Options::fsync). On success the transaction may not be
+  // used again except through reset().
+  Result<CommitResult> commit();
+  // Asynchronous commit: `done` runs once, on the commit thread (must not block), or inline when
+  // the outcome is known without the commit pipeline (read-only, deferred error).
+  void commit_async(std::function<void(Result<CommitResult>)> done);
+
+  // If `e` is retryable, resets the transaction and returns the backoff to wait before retrying;
+  // otherwise returns `e`. on_error() does the same and sleeps the backoff (FDB's on_error).
+  Result<std::chrono::microseconds> prepare_retry(Error e);
+  Status on_error(Error e);
+  // Drops all reads, writes and the read version; keeps the retry backoff state.
+  void reset();
+
+  // Approximate size in bytes counted against kTransactionSizeMax.
+  std::size_t approximate_size() const { return size_bytes_; }
+
+ private:
+  friend class Database;
+  explicit Transaction(Engine* engine);
+
+  Status ensure_read_view();
+  Status check_usable();
+  void defer(Error e);
+  bool check_key(std::string_view key);
+  void add_conflict(std::vector<KeyRange>& ranges, std::string_view begin, std::string_view end);
+  // Range read through the write overlay; `limited` tells whether `limit` cut it short.
+  Status read_range(std::string_view begin, std::string_view end, int limit, Reverse reverse,
+                    std::vector<KeyValue>& out, bool& limited);
+  Result<std::optional<std::string>> read_storage(std::string_view key);
+  std::unique_ptr<CommitRequest> take_commit_request();
+
+  Engine* engine_ = nullptr;
+  std::shared_ptr<ReadView> view_;
+  WriteMap writes_;
+  std::vector<VersionstampedKey> versionstamped_keys_;
+  std::vector<KeyRange> read_conflicts_;
+  std::vector<KeyRange> write_conflicts_;
+  std::vector<std::shared_ptr<WatchState>> watches_;
+  std::size_t size_bytes_ = 0;
+  Error deferred_ = Error::success;
+  bool committing_ = false;
+  std::chrono::microseconds backoff_{0};
+};
+
+}  // namespace chaise::storage

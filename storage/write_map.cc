@@ -1,0 +1,153 @@
+#include "storage/write_map.h"
+
+#include <cassert>
+
+namespace chaise::storage {
+
+std::string key_after(std::string_view key) {
+  std::string k(key);
+  k.push_back('\0');
+  return k;
+}
+
+// Atomic operands and bases are little-endian integers of the operand's width (FoundationDB's
+// rule):
+//   add: (base + operand) mod 2^(8*width), two's complement, so negative deltas work;
+//   max/min: compared as unsigned little-endian integers of that width.
+std::string apply_atomic(const std::optional<std::string_view>& base, const AtomicOp& op) {
+  const std::string& operand = op.operand;
+  const std::size_t width = operand.size();
+  if (!base) return operand;  // absent: zero + operand for add; the operand itself for max/min
+  std::string b(width, '\0');
+  for (std::size_t i = 0; i < width && i < base->size(); ++i) b[i] = (*base)[i];
+  switch (op.type) {
+    case MutationType::add: {
+      unsigned carry = 0;
+      for (std::size_t i = 0; i < width; ++i) {
+        unsigned sum =
+            static_cast<std::uint8_t>(b[i]) + static_cast<std::uint8_t>(operand[i]) + carry;
+        b[i] = static_cast<char>(sum & 0xff);
+        carry = sum >> 8;
+      }
+      return b;
+    }
+    case MutationType::max:
+    case MutationType::min: {
+      int cmp = 0;  // compare from the most significant byte (the last one)
+      for (std::size_t i = width; i-- > 0 && cmp == 0;) {
+        auto x = static_cast<std::uint8_t>(b[i]), y = static_cast<std::uint8_t>(operand[i]);
+        cmp = x < y ? -1 : (x > y ? 1 : 0);
+      }
+      bool keep_base = op.type == MutationType::max ? cmp >= 0 : cmp <= 0;
+      return keep_base ? b : operand;
+    }
+  }
+  assert(false);
+  return operand;
+}
+
+void RangeSet::add(std::string_view begin, std::string_view end) {
+  if (begin >= end) return;
+  std::string b(begin), e(end);
+  // Merge with every range that overlaps or touches [b, e).
+  auto it = ranges_.upper_bound(b);
+  if (it != ranges_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->second >= b) it = prev;
+  }
+  while (it != ranges_.end() && it->first <= e) {
+    if (it->first < b) b = it->first;
+    if (it->second > e) e = it->second;
+    it = ranges_.erase(it);
+  }
+  ranges_.emplace(std::move(b), std::move(e));
+}
+
+const std::pair<const std::string, std::string>* RangeSet::find(std::string_view key) const {
+  auto it = ranges_.upper_bound(key);
+  if (it == ranges_.begin()) return nullptr;
+  --it;
+  return key < it->second ? &*it : nullptr;
+}
+
+void WriteMap::set(std::string_view key, std::string_view value) {
+  auto& w = points_[std::string(key)];
+  w.kind = PointWrite::Kind::set;
+  w.value.assign(value);
+  w.ops.clear();
+}
+
+void WriteMap::clear(std::string_view key) {
+  auto& w = points_[std::string(key)];
+  w.kind = PointWrite::Kind::clear;
+  w.value.clear();
+  w.ops.clear();
+}
+
+void WriteMap::clear_range(std::string_view begin, std::string_view end) {
+  if (begin >= end) return;
+  points_.erase(points_.lower_bound(begin), points_.lower_bound(end));
+  cleared_.add(begin, end);
+}
+
+void WriteMap::atomic(std::string_view key, AtomicOp op) {
+  auto it = points_.find(key);
+  if (it == points_.end()) {
+    PointWrite w;
+    if (cleared_.find(key)) {  // base known absent
+      w.kind = PointWrite::Kind::set;
+      w.value = apply_atomic(std::nullopt, op);
+    } else {
+      w.kind = PointWrite::Kind::atomic;
+      w.ops.push_back(std::move(op));
+    }
+    points_.emplace(std::string(key), std::move(w));
+    return;
+  }
+  PointWrite& w = it->second;
+  switch (w.kind) {
+    case PointWrite::Kind::set:
+      w.value = apply_atomic(std::string_view(w.value), op);
+      break;
+    case PointWrite::Kind::clear:
+      w.kind = PointWrite::Kind::set;
+      w.value = apply_atomic(std::nullopt, op);
+      break;
+    case PointWrite::Kind::atomic:
+      w.ops.push_back(std::move(op));
+      break;
+    case PointWrite::Kind::versionstamped_value:
+      // The base is a value not known until commit. Transaction rejects this combination before it
+      // reaches the map (accessed_unreadable), so this is unreachable.
+      assert(false);
+      break;
+  }
+}
+
+void WriteMap::set_versionstamped_value(std::string_view key, std::string_view value_template) {
+  auto& w = points_[std::string(key)];
+  w.kind = PointWrite::Kind::versionstamped_value;
+  w.value.assign(value_template);
+  w.ops.clear();
+}
+
+WriteMap::Lookup WriteMap::lookup(std::string_view key) const {
+  auto it = points_.find(key);
+  if (it != points_.end()) {
+    const PointWrite& w = it->second;
+    switch (w.kind) {
+      case PointWrite::Kind::set:
+        return {Known::value, &w};
+      case PointWrite::Kind::clear:
+        return {Known::absent, nullptr};
+      case PointWrite::Kind::atomic:
+        return {Known::atomic, &w};
+      case PointWrite::Kind::versionstamped_value:
+        return {Known::unreadable, &w};
+    }
+  }
+  if (cleared_.find(key)) return {Known::absent, nullptr};
+  return {Known::unknown, nullptr};
+}
+
+}  // namespace chaise::storage

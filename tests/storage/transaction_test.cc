@@ -1,0 +1,615 @@
+// Transaction semantics: read-your-writes, snapshot reads, conflicts (point and range), atomic ops,
+// versionstamps, limits, transaction_too_old, watches, commit_unknown_result injection.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "storage/database.h"
+
+namespace chaise::storage {
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "chaise-txn-XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::int64_t decode_le64(const std::string& s) {
+  std::uint64_t v = 0;
+  for (std::size_t i = s.size(); i-- > 0;) v = (v << 8) | static_cast<std::uint8_t>(s[i]);
+  return static_cast<std::int64_t>(v);
+}
+
+std::string le64(std::int64_t x) {
+  std::string s(8, '\0');
+  auto u = static_cast<std::uint64_t>(x);
+  for (int i = 0; i < 8; ++i, u >>= 8) s[i] = static_cast<char>(u & 0xff);
+  return s;
+}
+
+// A versionstamped key template: prefix + 10 placeholder bytes + suffix + 4-byte LE offset.
+std::string vs_template(std::string_view prefix, std::string_view suffix = {}) {
+  std::string k(prefix);
+  std::uint32_t off = static_cast<std::uint32_t>(k.size());
+  k.append(10, '\xff');
+  k.append(suffix);
+  for (int i = 0; i < 4; ++i) k.push_back(static_cast<char>((off >> (8 * i)) & 0xff));
+  return k;
+}
+
+class TransactionTest : public ::testing::Test {
+ protected:
+  void SetUp() override { reopen(); }
+  void reopen() {
+    db_.reset();
+    Options o;
+    o.fsync = false;  // semantics, not durability, are under test here
+    o.clock = clock_;
+    auto r = Database::open(dir_.path(), o);
+    ASSERT_TRUE(r.ok()) << error_name(r.error());
+    db_ = std::move(*r);
+  }
+  void put(std::string_view k, std::string_view v) {
+    auto tr = db_->create_transaction();
+    tr.set(k, v);
+    ASSERT_TRUE(tr.commit().ok());
+  }
+  std::optional<std::string> read(std::string_view k) {
+    auto tr = db_->create_transaction();
+    auto v = tr.get(k);
+    EXPECT_TRUE(v.ok());
+    return v.ok() ? *v : std::nullopt;
+  }
+  std::vector<std::string> keys(const std::vector<KeyValue>& kvs) {
+    std::vector<std::string> out;
+    for (auto& kv : kvs) out.push_back(kv.key);
+    return out;
+  }
+
+  TempDir dir_;
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
+  std::unique_ptr<Database> db_;
+};
+
+TEST_F(TransactionTest, CommittedWritesAreVisibleAndDurableAcrossReopen) {
+  put("a", "1");
+  put("b", "2");
+  EXPECT_EQ(read("a"), "1");
+  EXPECT_EQ(read("missing"), std::nullopt);
+  std::int64_t v = db_->committed_version();
+  reopen();
+  EXPECT_EQ(read("b"), "2");
+  EXPECT_EQ(db_->committed_version(), v);
+}
+
+TEST_F(TransactionTest, ReadYourWritesPointReads) {
+  put("k1", "old");
+  put("k2", "old");
+  auto tr = db_->create_transaction();
+  tr.set("k1", "new");
+  tr.clear("k2");
+  tr.set("k3", "fresh");
+  EXPECT_EQ(*tr.get("k1"), "new");
+  EXPECT_EQ(*tr.get("k2"), std::nullopt);
+  EXPECT_EQ(*tr.get("k3"), "fresh");
+  // Nothing is visible to others before commit.
+  EXPECT_EQ(read("k1"), "old");
+  EXPECT_EQ(read("k3"), std::nullopt);
+  ASSERT_TRUE(tr.commit().ok());
+  EXPECT_EQ(read("k1"), "new");
+  EXPECT_EQ(read("k2"), std::nullopt);
+}
+
+TEST_F(TransactionTest, ReadYourWritesRangeReadsOverPendingSetsAndClears) {
+  for (char c = 'a'; c <= 'j'; ++c) put(std::string("r/") + c, "s");
+  auto tr = db_->create_transaction();
+  tr.clear_range("r/c", "r/f");  // clears c d e
+  tr.set("r/d", "w");            // then d is rewritten
+  tr.set("r/c0", "w");           // a key storage never had
+  tr.clear("r/h");
+  tr.add("r/i", le64(1));  // atomic on a stored value: shows base + 1
+
+  auto all = tr.get_range("r/", "r0");
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(keys(*all),
+            (std::vector<std::string>{"r/a", "r/b", "r/c0", "r/d", "r/f", "r/g", "r/i", "r/j"}));
+  EXPECT_EQ((*all)[3].value, "w");
+  EXPECT_EQ((*all)[6].value.size(), 8u);  // "s" zero-extended to 8 bytes, plus 1
+  EXPECT_EQ(decode_le64((*all)[6].value), 's' + 1);
+
+  auto rev = tr.get_range("r/", "r0", 0, Reverse::yes);
+  ASSERT_TRUE(rev.ok());
+  auto expect_rev = keys(*all);
+  std::reverse(expect_rev.begin(), expect_rev.end());
+  EXPECT_EQ(keys(*rev), expect_rev);
+
+  auto lim = tr.get_range("r/", "r0", 3);
+  EXPECT_EQ(keys(*lim), (std::vector<std::string>{"r/a", "r/b", "r/c0"}));
+  auto lim_rev = tr.get_range("r/", "r0", 3, Reverse::yes);
+  EXPECT_EQ(keys(*lim_rev), (std::vector<std::string>{"r/j", "r/i", "r/g"}));
+  auto inner = tr.get_range("r/c", "r/g");
+  EXPECT_EQ(keys(*inner), (std::vector<std::string>{"r/c0", "r/d", "r/f"}));
+
+  ASSERT_TRUE(tr.commit().ok());
+  auto tr2 = db_->create_transaction();
+  EXPECT_EQ(keys(*tr2.get_range("r/", "r0")), keys(*all));
+}
+
+TEST_F(TransactionTest, RangeReadBoundsAndErrors) {
+  put("x", "1");
+  auto tr = db_->create_transaction();
+  EXPECT_TRUE(tr.get_range("x", "x")->empty());
+  EXPECT_EQ(tr.get_range("y", "x").error(), Error::inverted_range);
+  EXPECT_EQ(tr.get_range("a", "z", -1).error(), Error::invalid_option_value);
+}
+
+TEST_F(TransactionTest, GetKeySelectors) {
+  for (auto k : {"b", "d", "f"}) put(k, "v");
+  auto tr = db_->create_transaction();
+  EXPECT_EQ(*tr.get_key(KeySelector::first_greater_or_equal("d")), "d");
+  EXPECT_EQ(*tr.get_key(KeySelector::first_greater_than("d")), "f");
+  EXPECT_EQ(*tr.get_key(KeySelector::last_less_than("d")), "b");
+  EXPECT_EQ(*tr.get_key(KeySelector::last_less_or_equal("d")), "d");
+  EXPECT_EQ(*tr.get_key(KeySelector::last_less_or_equal("e")), "d");
+  EXPECT_EQ(*tr.get_key(KeySelector::first_greater_or_equal("e")), "f");
+  EXPECT_EQ(*tr.get_key(KeySelector{"b", false, 3}), "f");  // third key >= b
+  EXPECT_EQ(*tr.get_key(KeySelector::last_less_than("b")), "");
+  EXPECT_EQ(*tr.get_key(KeySelector::first_greater_than("f")), "\xff");
+  tr.set("c", "pending");
+  tr.clear("d");
+  EXPECT_EQ(*tr.get_key(KeySelector::first_greater_than("b")), "c");
+  EXPECT_EQ(*tr.get_key(KeySelector::last_less_than("f")), "c");
+}
+
+TEST_F(TransactionTest, PointReadConflictsWithLaterWrite) {
+  put("k", "0");
+  auto t1 = db_->create_transaction();
+  ASSERT_TRUE(t1.get("k").ok());
+  put("k", "1");  // committed after t1's read version
+  t1.set("other", "x");
+  auto r = t1.commit();
+  EXPECT_EQ(r.error(), Error::not_committed);
+  EXPECT_EQ(read("other"), std::nullopt);  // nothing of a rejected transaction is applied
+}
+
+TEST_F(TransactionTest, SnapshotReadsAddNoConflict) {
+  put("k", "0");
+  auto t1 = db_->create_transaction();
+  ASSERT_TRUE(t1.get("k", Snapshot::yes).ok());
+  ASSERT_TRUE(t1.get_range("a", "z", 0, Reverse::no, Snapshot::yes).ok());
+  ASSERT_TRUE(t1.get_key(KeySelector::last_less_than("z"), Snapshot::yes).ok());
+  put("k", "1");
+  t1.set("other", "x");
+  EXPECT_TRUE(t1.commit().ok());
+}
+
+TEST_F(TransactionTest, WriteOnlyTransactionsDoNotConflict) {
+  auto t1 = db_->create_transaction();
+  auto t2 = db_->create_transaction();
+  t1.set("k", "1");
+  t2.set("k", "2");
+  EXPECT_TRUE(t2.commit().ok());
+  EXPECT_TRUE(t1.commit().ok());  // blind writes: last writer wins, no conflict
+  EXPECT_EQ(read("k"), "1");
+}
+
+// RFC 003's insert path: a reverse range read with limit 1 over (revisions, DocID) that finds
+// nothing must conflict with a concurrent insert into that range, and only into that range.
+TEST_F(TransactionTest, EmptyRangeReadConflictsWithConcurrentInsert) {
+  put("rev/docA/1", "x");  // a neighbour outside the range
+  auto t1 = db_->create_transaction();
+  auto r = t1.get_range("rev/docB/", "rev/docB0", 1, Reverse::yes);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->empty());
+  put("rev/docB/1", "concurrent");
+  t1.set("rev/docB/1", "mine");
+  EXPECT_EQ(t1.commit().error(), Error::not_committed);
+  EXPECT_EQ(read("rev/docB/1"), "concurrent");
+
+  // The same race on a different document does not conflict.
+  auto t2 = db_->create_transaction();
+  ASSERT_TRUE(t2.get_range("rev/docC/", "rev/docC0", 1, Reverse::yes)->empty());
+  put("rev/docD/1", "elsewhere");
+  t2.set("rev/docC/1", "mine");
+  EXPECT_TRUE(t2.commit().ok());
+}
+
+TEST_F(TransactionTest, LimitedRangeReadConflictsOnlyOnObservedPart) {
+  for (auto k : {"p/1", "p/2", "p/3"}) put(k, "v");
+  auto t1 = db_->create_transaction();
+  ASSERT_EQ(t1.get_range("p/", "p0", 2)->size(), 2u);  // observed p/1 p/2
+  put("p/4", "beyond");                                // after the last returned key
+  t1.set("q", "x");
+  EXPECT_TRUE(t1.commit().ok());
+
+  auto t2 = db_->create_transaction();
+  ASSERT_EQ(t2.get_range("p/", "p0", 2)->size(), 2u);
+  put("p/15", "inside");  // between p/1 and p/2: changes what t2 saw
+  t2.set("q", "y");
+  EXPECT_EQ(t2.commit().error(), Error::not_committed);
+
+  auto t3 = db_->create_transaction();
+  ASSERT_EQ(t3.get_range("p/", "p0", 1, Reverse::yes)->size(), 1u);  // observed p/4 only
+  put("p/0", "below");
+  t3.set("q", "z");
+  EXPECT_TRUE(t3.commit().ok());
+}
+
+TEST_F(TransactionTest, ExplicitConflictRanges) {
+  auto t1 = db_->create_transaction();
+  t1.add_read_conflict_range("m/", "m0");
+  auto t2 = db_->create_transaction();
+  t2.add_write_conflict_key("m/x");  // writes nothing, but claims m/x
+  t2.set("unrelated", "1");
+  ASSERT_TRUE(t2.commit().ok());
+  t1.set("n", "1");
+  EXPECT_EQ(t1.commit().error(), Error::not_committed);
+}
+
+TEST_F(TransactionTest, ClearRangeConflictsWithPointRead) {
+  put("c/1", "v");
+  auto t1 = db_->create_transaction();
+  ASSERT_TRUE(t1.get("c/1").ok());
+  {
+    auto t2 = db_->create_transaction();
+    t2.clear_range("c/", "c0");
+    ASSERT_TRUE(t2.commit().ok());
+  }
+  t1.set("d", "1");
+  EXPECT_EQ(t1.commit().error(), Error::not_committed);
+  EXPECT_EQ(read("c/1"), std::nullopt);
+}
+
+TEST_F(TransactionTest, LostUpdateIsPreventedUnderContention) {
+  put("counter", le64(0));
+  constexpr int kThreads = 8, kIncrements = 2000;
+  std::atomic<int> retries{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kIncrements; ++i) {
+        bool first = true;
+        Status s = db_->run([&](Transaction& tr) -> Status {
+          if (!first) retries.fetch_add(1);
+          first = false;
+          auto v = tr.get("counter");
+          if (!v.ok()) return v.error();
+          tr.set("counter", le64(decode_le64(v->value_or(le64(0))) + 1));
+          return {};
+        });
+        ASSERT_TRUE(s.ok()) << error_name(s.error());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(decode_le64(*read("counter")), kThreads * kIncrements);
+  EXPECT_GT(retries.load(), 0) << "8 threads on one key should have conflicted at least once";
+}
+
+TEST_F(TransactionTest, AtomicAddNeverConflicts) {
+  constexpr int kThreads = 8, kIncrements = 2000;
+  std::atomic<int> attempts{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kIncrements; ++i) {
+        Status s = db_->run([&](Transaction& tr) -> Status {
+          attempts.fetch_add(1);
+          tr.add("counter", 1);
+          return {};
+        });
+        ASSERT_TRUE(s.ok());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(decode_le64(*read("counter")), kThreads * kIncrements);
+  EXPECT_EQ(attempts.load(), kThreads * kIncrements);  // zero retries
+}
+
+TEST_F(TransactionTest, AtomicOpsSemantics) {
+  auto tr = db_->create_transaction();
+  tr.add("a", 5);
+  tr.add("a", -7);
+  tr.max("mx", le64(3));
+  tr.max("mx", le64(9));
+  tr.max("mx", le64(4));
+  tr.min("mn", le64(3));
+  tr.min("mn", le64(9));
+  EXPECT_EQ(decode_le64(**tr.get("a")), -2);  // RYW over atomic ops on an absent key
+  ASSERT_TRUE(tr.commit().ok());
+  EXPECT_EQ(decode_le64(*read("a")), -2);
+  EXPECT_EQ(decode_le64(*read("mx")), 9);
+  EXPECT_EQ(decode_le64(*read("mn")), 3);
+
+  // Two transactions' adds land in one commit batch and both count.
+  auto t1 = db_->create_transaction();
+  auto t2 = db_->create_transaction();
+  t1.add("a", 10);
+  t2.add("a", 100);
+  std::atomic<int> done{0};
+  t1.commit_async([&](Result<CommitResult> r) {
+    EXPECT_TRUE(r.ok());
+    done++;
+  });
+  t2.commit_async([&](Result<CommitResult> r) {
+    EXPECT_TRUE(r.ok());
+    done++;
+  });
+  while (done.load() < 2) std::this_thread::yield();
+  EXPECT_EQ(decode_le64(*read("a")), 108);
+}
+
+TEST_F(TransactionTest, AtomicAddReadsBaseWithConflict) {
+  put("a", le64(1));
+  auto t1 = db_->create_transaction();
+  t1.add("a", 1);
+  EXPECT_EQ(decode_le64(**t1.get("a")), 2);  // reading the result reads the base
+  put("a", le64(50));
+  EXPECT_EQ(t1.commit().error(), Error::not_committed);
+}
+
+TEST_F(TransactionTest, VersionstampsAreUniqueAndIncreaseInCommitOrder) {
+  constexpr int kThreads = 8, kPerThread = 300;
+  std::mutex mu;
+  std::vector<std::string> all;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::string prev;
+      for (int i = 0; i < kPerThread; ++i) {
+        auto tr = db_->create_transaction();
+        tr.set_versionstamped_key(vs_template("vs/"), std::to_string(t));
+        tr.set_versionstamped_value("vv/" + std::to_string(t), vs_template(""));
+        auto r = tr.commit();
+        ASSERT_TRUE(r.ok());
+        ASSERT_EQ(r->versionstamp.size(), 10u);
+        ASSERT_GT(r->versionstamp, prev);  // each thread's later commit has a later stamp
+        prev = r->versionstamp;
+        std::lock_guard lock(mu);
+        all.push_back(r->versionstamp);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<std::string> unique(all.begin(), all.end());
+  EXPECT_EQ(unique.size(), all.size());
+  // The stored keys carry exactly the reported stamps, in key order.
+  {
+    auto tr = db_->create_transaction();
+    auto kvs = tr.get_range("vs/", "vs0");
+    ASSERT_EQ(kvs->size(), all.size());
+    auto it = unique.begin();
+    for (auto& kv : *kvs) EXPECT_EQ(kv.key, "vs/" + *it++);
+    // Versionstamped values hold the stamp of the transaction that wrote them.
+    auto vv = tr.get("vv/0");
+    ASSERT_TRUE(vv.ok() && vv->has_value());
+    EXPECT_EQ((*vv)->size(), 10u);
+    EXPECT_TRUE(unique.count(**vv));
+  }  // transactions must not outlive their Database
+
+  // Across a restart, stamps keep increasing.
+  std::string last = *unique.rbegin();
+  reopen();
+  auto t2 = db_->create_transaction();
+  t2.set_versionstamped_key(vs_template("vs/"), "after");
+  auto r = t2.commit();
+  ASSERT_TRUE(r.ok());
+  EXPECT_GT(r->versionstamp, last);
+}
+
+TEST_F(TransactionTest, VersionstampedValueIsUnreadableBeforeCommit) {
+  auto tr = db_->create_transaction();
+  tr.set_versionstamped_value("k", vs_template("pre"));
+  EXPECT_EQ(tr.get("k").error(), Error::accessed_unreadable);
+  auto bad = db_->create_transaction();
+  bad.set_versionstamped_key("short", "v");  // no valid offset suffix
+  EXPECT_EQ(bad.commit().error(), Error::invalid_option_value);
+}
+
+TEST_F(TransactionTest, LimitsReturnFoundationDbErrorCodes) {
+  {
+    auto tr = db_->create_transaction();
+    tr.set(std::string(kKeySizeMax + 1, 'k'), "v");
+    EXPECT_EQ(tr.commit().error(), Error::key_too_large);
+    EXPECT_EQ(static_cast<int>(Error::key_too_large), 2102);
+  }
+  {
+    auto tr = db_->create_transaction();
+    tr.set(std::string(kKeySizeMax, 'k'), "v");  // exactly at the limit is fine
+    EXPECT_TRUE(tr.commit().ok());
+  }
+  {
+    auto tr = db_->create_transaction();
+    tr.set("k", std::string(kValueSizeMax + 1, 'v'));
+    EXPECT_EQ(tr.commit().error(), Error::value_too_large);
+    EXPECT_EQ(static_cast<int>(Error::value_too_large), 2103);
+  }
+  {
+    auto tr = db_->create_transaction();
+    tr.set("k", std::string(kValueSizeMax, 'v'));
+    EXPECT_TRUE(tr.commit().ok());
+  }
+  {
+    auto tr = db_->create_transaction();
+    std::string v(kValueSizeMax, 'v');
+    for (int i = 0; i < 101; ++i) tr.set("big/" + std::to_string(i), v);
+    EXPECT_EQ(tr.commit().error(), Error::transaction_too_large);
+    EXPECT_EQ(static_cast<int>(Error::transaction_too_large), 2101);
+    EXPECT_EQ(read("big/0"), std::nullopt);
+  }
+  {
+    auto tr = db_->create_transaction();
+    tr.set("\xff/system", "v");
+    EXPECT_EQ(tr.commit().error(), Error::key_outside_legal_range);
+  }
+  {
+    auto tr = db_->create_transaction();
+    EXPECT_EQ(tr.get(std::string(kKeySizeMax + 1, 'k')).error(), Error::key_too_large);
+  }
+}
+
+TEST_F(TransactionTest, TransactionTooOldViaInjectedClock) {
+  put("k", "v");
+  auto tr = db_->create_transaction();
+  ASSERT_TRUE(tr.get("k").ok());
+  clock_->advance_us(5'000'001);
+  EXPECT_EQ(tr.get("k").error(), Error::transaction_too_old);
+  tr.set("k", "w");
+  EXPECT_EQ(tr.commit().error(), Error::transaction_too_old);
+  EXPECT_EQ(static_cast<int>(Error::transaction_too_old), 1007);
+  // on_error retries it with a fresh read version.
+  ASSERT_TRUE(tr.on_error(Error::transaction_too_old).ok());
+  ASSERT_TRUE(tr.get("k").ok());
+  tr.set("k", "w");
+  EXPECT_TRUE(tr.commit().ok());
+  EXPECT_EQ(read("k"), "w");
+}
+
+TEST_F(TransactionTest, ResolverRejectsReadVersionsItForgot) {
+  // A resolver allowed to remember only 2 keys forgets old versions early; a transaction whose read
+  // version predates what it remembers cannot be checked and must get 1007, not a silent commit.
+  db_.reset();
+  Options o;
+  o.fsync = false;
+  o.clock = clock_;
+  o.resolver_keys_max = 2;
+  db_ = std::move(Database::open(dir_.path(), o).value());
+  put("k", "v");
+  auto tr = db_->create_transaction();
+  ASSERT_TRUE(tr.get("k").ok());
+  for (int i = 0; i < 5; ++i) put("x" + std::to_string(i), "1");
+  tr.set("z", "1");
+  EXPECT_EQ(tr.commit().error(), Error::transaction_too_old);
+  EXPECT_EQ(read("z"), std::nullopt);
+}
+
+TEST_F(TransactionTest, NonRetryableErrorsAreReturnedByOnError) {
+  auto tr = db_->create_transaction();
+  EXPECT_EQ(tr.on_error(Error::key_too_large).error(), Error::key_too_large);
+  EXPECT_TRUE(tr.on_error(Error::not_committed).ok());
+  EXPECT_TRUE(tr.on_error(Error::commit_unknown_result).ok());
+}
+
+TEST_F(TransactionTest, CommitUnknownResultInjection) {
+  std::atomic<int> n{0};
+  db_->set_commit_fault_hook([&] {
+    int i = n++;
+    return i == 0 ? CommitFault::unknown_result_applied
+                  : (i == 1 ? CommitFault::unknown_result_not_applied : CommitFault::none);
+  });
+  auto t1 = db_->create_transaction();
+  t1.set("applied", "1");
+  EXPECT_EQ(t1.commit().error(), Error::commit_unknown_result);
+  EXPECT_EQ(read("applied"), "1");
+  auto t2 = db_->create_transaction();
+  t2.set("dropped", "1");
+  EXPECT_EQ(t2.commit().error(), Error::commit_unknown_result);
+  EXPECT_EQ(read("dropped"), std::nullopt);
+  db_->set_commit_fault_hook(nullptr);
+  EXPECT_TRUE(is_retryable(Error::commit_unknown_result));
+  EXPECT_TRUE(is_maybe_committed(Error::commit_unknown_result));
+}
+
+TEST_F(TransactionTest, UsedAfterCommitIsAnError) {
+  auto tr = db_->create_transaction();
+  tr.set("k", "v");
+  ASSERT_TRUE(tr.commit().ok());
+  EXPECT_EQ(tr.get("k").error(), Error::used_during_commit);
+  EXPECT_EQ(tr.commit().error(), Error::used_during_commit);
+  tr.reset();
+  EXPECT_EQ(*tr.get("k"), "v");
+}
+
+class WatchWaiter {
+ public:
+  WatchCallback callback() {
+    return [this](Error e) {
+      std::lock_guard lock(mu_);
+      result_ = e;
+      cv_.notify_all();
+    };
+  }
+  std::optional<Error> wait_ms(int ms) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return result_.has_value(); });
+    return result_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Error> result_;
+};
+
+TEST_F(TransactionTest, WatchFiresAfterACommitChangesTheKey) {
+  put("w", "1");
+  WatchWaiter waiter;
+  auto tr = db_->create_transaction();
+  ASSERT_TRUE(tr.get("w").ok());
+  auto watch = tr.watch("w", waiter.callback());
+  ASSERT_TRUE(tr.commit().ok());
+  put("w", "1");  // same value: not a change
+  put("other", "x");
+  EXPECT_EQ(waiter.wait_ms(50), std::nullopt);
+  put("w", "2");
+  EXPECT_EQ(waiter.wait_ms(5000), Error::success);
+}
+
+TEST_F(TransactionTest, WatchFiresAtOnceIfTheKeyChangedBeforeRegistration) {
+  put("w", "1");
+  WatchWaiter waiter;
+  auto tr = db_->create_transaction();
+  ASSERT_TRUE(tr.get("w").ok());
+  auto watch = tr.watch("w", waiter.callback());
+  put("w", "2");  // after tr's read version, before tr commits
+  ASSERT_TRUE(tr.commit().ok());
+  EXPECT_EQ(waiter.wait_ms(5000), Error::success);
+}
+
+TEST_F(TransactionTest, WatchOnClearedRangeAndAtomicAndCancel) {
+  put("w/1", "1");
+  WatchWaiter cleared, atomic, cancelled;
+  auto tr = db_->create_transaction();
+  auto w1 = tr.watch("w/1", cleared.callback());
+  auto w2 = tr.watch("cnt", atomic.callback());
+  auto w3 = tr.watch("never", cancelled.callback());
+  ASSERT_TRUE(tr.commit().ok());
+  auto t2 = db_->create_transaction();
+  t2.clear_range("w/", "w0");
+  t2.add("cnt", 1);
+  ASSERT_TRUE(t2.commit().ok());
+  EXPECT_EQ(cleared.wait_ms(5000), Error::success);
+  EXPECT_EQ(atomic.wait_ms(5000), Error::success);
+  w3->cancel();
+  EXPECT_EQ(cancelled.wait_ms(5000), Error::transaction_cancelled);
+}
+
+TEST_F(TransactionTest, WatchOfAFailedTransactionReportsItsError) {
+  put("k", "1");
+  WatchWaiter waiter;
+  auto tr = db_->create_transaction();
+  ASSERT_TRUE(tr.get("k").ok());
+  auto w = tr.watch("k", waiter.callback());
+  put("k", "2");
+  tr.set("z", "1");
+  EXPECT_EQ(tr.commit().error(), Error::not_committed);
+  EXPECT_EQ(waiter.wait_ms(5000), Error::not_committed);
+}
+
+}  // namespace
+}  // namespace chaise::storage
