@@ -1,0 +1,645 @@
+// Document storage (RFC 003 revisions, RFC 002 by_id and counters, RFC 000 changes + txids).
+//
+// Value layouts (tuples; see core/keyspace.h for the keys):
+//   revision, winner  (kRevFormat, (Incarnation, Versionstamp), BranchCount, (ParentHash...), BodySize)
+//   revision, other   (kRevFormat, null, null, (ParentHash...), BodySize)
+//   by_id             (kByIdFormat, RevPos, RevHash)
+//   changes           (kSeqFormat, DocId, RevPos, RevHash, BranchCount, NotDeleted)
+//   local             (kLocalFormat, RevCounter, Body)
+// The winner's Sequence is the committing transaction's versionstamp, so it is written with
+// set_versionstamped_value; the changes key with set_versionstamped_key. Both use the same 2-byte
+// user version, so a document's revision and its changes entry name the same sequence.
+#include "core/documents.h"
+
+#include <algorithm>
+#include <cassert>
+#include <random>
+
+namespace chaise::core {
+
+using storage::KeyValue;
+using storage::Reverse;
+using storage::Snapshot;
+using storage::Tuple;
+using storage::Versionstamp;
+
+namespace {
+
+std::optional<StoredBranch> decode_branch(const keyspace::DbSpace& space, const KeyValue& kv) {
+  auto k = space.revisions().unpack(kv.key);
+  auto v = Tuple::unpack(kv.value);
+  if (!k || !v || k->size() != 4 || v->size() != 5) return std::nullopt;
+  auto not_deleted = k->get_bool(1);
+  auto pos = k->get_int(2);
+  const std::string* hash = k->get_bytes(3);
+  const Tuple* parents = v->get_tuple(3);
+  auto size = v->get_int(4);
+  if (!not_deleted || !pos || !hash || !parents || !size) return std::nullopt;
+  StoredBranch b;
+  b.key = kv.key;
+  b.branch.leaf = RevId{*pos, *hash};
+  b.branch.deleted = !*not_deleted;
+  for (std::size_t i = 0; i < parents->size(); ++i) {
+    const std::string* p = parents->get_bytes(i);
+    if (!p) return std::nullopt;
+    b.branch.ancestors.push_back(*p);
+  }
+  b.body_size = *size;
+  if (const Tuple* seq = v->get_tuple(1)) {
+    b.seq = Sequence::from_tuple(*seq);
+    auto count = v->get_int(2);
+    if (!b.seq || !count) return std::nullopt;
+    b.is_winner = true;
+    b.branch_count = *count;
+  }
+  return b;
+}
+
+Tuple parents_tuple(const Branch& b) {
+  Tuple t;
+  for (const std::string& h : b.ancestors) t.add_bytes(h);
+  return t;
+}
+
+std::string revision_key(const DbRef& db, std::string_view id, const Branch& b) {
+  return db.space.revision_key(id, !b.deleted, b.leaf.pos, b.leaf.hash);
+}
+
+// A non-winner branch value.
+std::string loser_value(const Branch& b, std::int64_t body_size) {
+  return Tuple()
+      .add(keyspace::kRevFormat)
+      .add(nullptr)
+      .add(nullptr)
+      .add(parents_tuple(b))
+      .add(body_size)
+      .pack();
+}
+
+// The winner's value, with this transaction's sequence (versionstamped; offset suffix included).
+std::string winner_value_template(const Branch& b, std::int64_t branch_count,
+                                  std::int64_t body_size, std::uint16_t vs_user) {
+  Tuple seq = Tuple().add(keyspace::kIncarnation).add(Versionstamp::incomplete(vs_user));
+  auto packed = Tuple()
+                    .add(keyspace::kRevFormat)
+                    .add(seq)
+                    .add(branch_count)
+                    .add(parents_tuple(b))
+                    .add(body_size)
+                    .pack_with_versionstamp();
+  assert(packed.ok());
+  return std::move(*packed);
+}
+
+std::string changes_key(const DbRef& db, const Sequence& s) {
+  return db.space.changes().pack(
+      Tuple().add(keyspace::kDefaultShard).add(s.incarnation).add(s.versionstamp));
+}
+
+void write_body(Transaction& tr, const DbRef& db, std::string_view id, const RevId& rev,
+                std::string_view body) {
+  std::int64_t chunk = 0;
+  std::size_t off = 0;
+  do {
+    std::size_t n = std::min(keyspace::kBodyChunkBytes, body.size() - off);
+    tr.set(db.space.body_chunk_key(id, rev.pos, rev.hash, chunk++), body.substr(off, n));
+    off += n;
+  } while (off < body.size());
+}
+
+void clear_body(Transaction& tr, const DbRef& db, std::string_view id, const RevId& rev) {
+  auto [b, e] = db.space.body_range(id, rev.pos, rev.hash);
+  tr.clear_range(b, e);
+}
+
+// One edit of a document, whatever the path that produced it.
+struct EditPlan {
+  std::optional<StoredBranch> old_winner;   // before the edit (nullopt: new document)
+  std::optional<StoredBranch> removed;      // the leaf the new revision replaces
+  std::optional<StoredBranch> best_other;   // the best remaining existing branch
+  Branch added;
+  std::string_view body;
+  std::int64_t branch_count = 1;            // after the edit
+};
+
+// Writes the plan: revisions, body, changes, by_id, counters.
+void apply_edit(Transaction& tr, const DbRef& db, std::string_view id, const EditPlan& p,
+                std::uint16_t vs_user) {
+  const auto body_size = static_cast<std::int64_t>(p.body.size());
+  std::int64_t active_delta = body_size;
+  if (p.removed) {
+    tr.clear(p.removed->key);
+    clear_body(tr, db, id, p.removed->branch.leaf);
+    active_delta -= p.removed->body_size;
+  }
+  const bool added_wins = !p.best_other || winner_less(p.best_other->branch, p.added);
+  const std::string added_key = revision_key(db, id, p.added);
+  if (added_wins) {
+    tr.set_versionstamped_value(added_key,
+                                winner_value_template(p.added, p.branch_count, body_size, vs_user));
+  } else {
+    tr.set(added_key, loser_value(p.added, body_size));
+    tr.set_versionstamped_value(
+        p.best_other->key, winner_value_template(p.best_other->branch, p.branch_count,
+                                                 p.best_other->body_size, vs_user));
+  }
+  write_body(tr, db, id, p.added.leaf, p.body);
+  const std::string& new_winner_key = added_wins ? added_key : p.best_other->key;
+  if (p.old_winner && (!p.removed || p.old_winner->key != p.removed->key) &&
+      p.old_winner->key != new_winner_key) {
+    tr.set(p.old_winner->key, loser_value(p.old_winner->branch, p.old_winner->body_size));
+  }
+
+  const Branch& winner = added_wins ? p.added : p.best_other->branch;
+  const std::int64_t winner_size = added_wins ? body_size : p.best_other->body_size;
+  // changes: clear the old entry (its key is the old winner's Sequence), add the new one.
+  if (p.old_winner && p.old_winner->seq) tr.clear(changes_key(db, *p.old_winner->seq));
+  auto ck = db.space.changes().pack_with_versionstamp(Tuple()
+                                                          .add(keyspace::kDefaultShard)
+                                                          .add(keyspace::kIncarnation)
+                                                          .add(Versionstamp::incomplete(vs_user)));
+  assert(ck.ok());
+  tr.set_versionstamped_key(*ck, Tuple()
+                                     .add(keyspace::kSeqFormat)
+                                     .add(id)
+                                     .add(winner.leaf.pos)
+                                     .add_bytes(winner.leaf.hash)
+                                     .add(p.branch_count)
+                                     .add(!winner.deleted)
+                                     .pack());
+  // by_id: live documents only.
+  if (!winner.deleted) {
+    tr.set(db.space.by_id_key(id),
+           Tuple().add(keyspace::kByIdFormat).add(winner.leaf.pos).add_bytes(winner.leaf.hash).pack());
+  } else {
+    tr.clear(db.space.by_id_key(id));
+  }
+  // Counters by transition of the winner's state.
+  const bool was_live = p.old_winner && !p.old_winner->branch.deleted;
+  const bool was_deleted = p.old_winner && p.old_winner->branch.deleted;
+  const bool is_live = !winner.deleted;
+  std::int64_t dc = 0, ddc = 0;
+  if (is_live && !was_live) dc = 1;
+  if (!is_live && was_live) dc = -1;
+  if (!is_live && !was_deleted) ddc = 1;
+  if (is_live && was_deleted) ddc = -1;
+  if (dc) tr.add(db.space.counter_key(keyspace::kDocCount), dc);
+  if (ddc) tr.add(db.space.counter_key(keyspace::kDocDelCount), ddc);
+  const std::int64_t ext_delta = winner_size - (p.old_winner ? p.old_winner->body_size : 0);
+  if (ext_delta) tr.add(db.space.counter_key(keyspace::kSizeExternal), ext_delta);
+  if (active_delta) tr.add(db.space.counter_key(keyspace::kSizeActive), active_delta);
+}
+
+// Appends members before the closing brace of a serialized JSON object.
+std::string append_members(std::string obj, const std::vector<std::string>& members) {
+  if (members.empty()) return obj;
+  assert(!obj.empty() && obj.back() == '}');
+  obj.pop_back();
+  bool empty = obj.size() == 1 || obj.find_first_not_of(" \t\r\n", 1) == std::string::npos;
+  for (const std::string& m : members) {
+    if (!empty) obj.push_back(',');
+    obj += m;
+    empty = false;
+  }
+  obj.push_back('}');
+  return obj;
+}
+
+std::string rev_array(const std::vector<std::string>& revs) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < revs.size(); ++i) {
+    if (i) out.push_back(',');
+    out += json_string(revs[i]);
+  }
+  return out + "]";
+}
+
+StoredBranch* find_leaf(std::vector<StoredBranch>& all, const RevId& rev) {
+  for (auto& b : all)
+    if (b.branch.leaf == rev) return &b;
+  return nullptr;
+}
+
+}  // namespace
+
+StorageResult<std::vector<StoredBranch>> read_branches(Transaction& tr, const DbRef& db,
+                                                       std::string_view id, Snapshot snapshot) {
+  auto [b, e] = db.space.doc_revisions_range(id);
+  auto kvs = tr.get_range(b, e, 0, Reverse::no, snapshot);
+  if (!kvs.ok()) return kvs.error();
+  std::vector<StoredBranch> out;
+  for (const KeyValue& kv : *kvs) {
+    auto sb = decode_branch(db.space, kv);
+    if (!sb) return storage::Error::io_error;
+    out.push_back(std::move(*sb));
+  }
+  return out;
+}
+
+StorageResult<std::optional<StoredBranch>> read_winner(Transaction& tr, const DbRef& db,
+                                                       std::string_view id, Snapshot snapshot) {
+  auto [b, e] = db.space.doc_revisions_range(id);
+  auto kvs = tr.get_range(b, e, 1, Reverse::yes, snapshot);
+  if (!kvs.ok()) return kvs.error();
+  if (kvs->empty()) return std::optional<StoredBranch>();
+  auto sb = decode_branch(db.space, kvs->front());
+  if (!sb) return storage::Error::io_error;
+  return std::optional<StoredBranch>(std::move(*sb));
+}
+
+StorageResult<std::optional<std::string>> read_body(Transaction& tr, const DbRef& db,
+                                                    std::string_view id, const RevId& rev) {
+  auto [b, e] = db.space.body_range(id, rev.pos, rev.hash);
+  auto kvs = tr.get_range(b, e, 0, Reverse::no, Snapshot::yes);
+  if (!kvs.ok()) return kvs.error();
+  if (kvs->empty()) return std::optional<std::string>();
+  std::string body;
+  for (const KeyValue& kv : *kvs) body += kv.value;
+  return std::optional<std::string>(std::move(body));
+}
+
+StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db,
+                                                const DocUpdate& u, int revs_limit,
+                                                std::uint16_t vs_user) {
+  using R = Outcome<UpdateResult>;
+  std::optional<StoredBranch> target, winner, prev;
+  bool resolved = false;
+  if (u.base_rev && u.deleted) {
+    // Deleting the winner: the winner and the branch before it, in one read (RFC 003).
+    auto [b, e] = db.space.doc_revisions_range(u.id);
+    auto kvs = tr.get_range(b, e, 2, Reverse::yes);
+    if (!kvs.ok()) return kvs.error();
+    if (!kvs->empty()) {
+      auto w = decode_branch(db.space, (*kvs)[0]);
+      if (!w) return storage::Error::io_error;
+      if (!w->branch.deleted && w->branch.leaf == *u.base_rev) {
+        target = winner = std::move(*w);
+        if (kvs->size() > 1) {
+          prev = decode_branch(db.space, (*kvs)[1]);
+          if (!prev) return storage::Error::io_error;
+        }
+        resolved = true;
+      }
+    }
+  }
+  if (!resolved && u.base_rev) {
+    // The named revision must be a live leaf: 1 point read.
+    const std::string key = db.space.revision_key(u.id, true, u.base_rev->pos, u.base_rev->hash);
+    auto v = tr.get(key);
+    if (!v.ok()) return v.error();
+    if (!v->has_value()) return R(conflict());
+    target = decode_branch(db.space, KeyValue{key, **v});
+    if (!target) return storage::Error::io_error;
+    if (target->is_winner) {
+      winner = target;
+    } else {
+      auto w = read_winner(tr, db, u.id, Snapshot::no);  // extending a losing branch: 2nd read
+      if (!w.ok()) return w.error();
+      winner = std::move(*w);
+      if (!winner) return storage::Error::io_error;
+    }
+  } else if (!resolved) {
+    // No base revision: an insert (reverse range read, limit 1), or a re-creation on a tombstone.
+    auto w = read_winner(tr, db, u.id, Snapshot::no);
+    if (!w.ok()) return w.error();
+    winner = std::move(*w);
+    if (winner && !winner->branch.deleted) return R(conflict());
+    target = winner;
+  }
+
+  EditPlan plan;
+  plan.old_winner = winner;
+  plan.removed = target;
+  plan.body = u.body;
+  std::optional<RevId> parent;
+  if (target) parent = target->branch.leaf;
+  plan.added.leaf = RevId{parent ? parent->pos + 1 : 1, compute_rev_hash(u.deleted, parent, u.body, {})};
+  plan.added.deleted = u.deleted;
+  if (target) {
+    plan.added.ancestors.reserve(target->branch.ancestors.size() + 1);
+    plan.added.ancestors.push_back(target->branch.leaf.hash);
+    plan.added.ancestors.insert(plan.added.ancestors.end(), target->branch.ancestors.begin(),
+                                target->branch.ancestors.end());
+  }
+  stem(plan.added, revs_limit);
+  if (winner && target && winner->key != target->key) {
+    plan.best_other = winner;  // extending or deleting a losing branch
+  } else if (prev) {
+    plan.best_other = prev;    // deleting the winner: the next in line may take over
+  }
+  plan.branch_count = winner ? winner->branch_count : 1;
+  apply_edit(tr, db, u.id, plan, vs_user);
+  return R(UpdateResult{u.id, plan.added.leaf});
+}
+
+StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, const ReplicatedDoc& d,
+                                           int revs_limit, std::uint16_t vs_user) {
+  auto all = read_branches(tr, db, d.id, Snapshot::no);
+  if (!all.ok()) return all.error();
+  std::vector<Branch> branches;
+  branches.reserve(all->size());
+  for (const StoredBranch& sb : *all) branches.push_back(sb.branch);
+  MergeResult m = merge_path(branches, d.path, revs_limit);
+  if (m.kind == MergeResult::Kind::already_present) return Outcome<bool>(false);
+
+  EditPlan plan;
+  if (!all->empty()) plan.old_winner = all->back();
+  plan.added = m.branch;
+  plan.body = d.body;
+  std::size_t remaining = all->size();
+  if (m.kind == MergeResult::Kind::extends_branch) {
+    plan.removed = (*all)[m.replaced];
+    --remaining;
+  }
+  // Branches are in key order, which is winner order: the best remaining is the last one kept.
+  for (std::size_t i = all->size(); i-- > 0;) {
+    if (m.kind == MergeResult::Kind::extends_branch && i == m.replaced) continue;
+    plan.best_other = (*all)[i];
+    break;
+  }
+  plan.branch_count = static_cast<std::int64_t>(remaining) + 1;
+  apply_edit(tr, db, d.id, plan, vs_user);
+  return Outcome<bool>(true);
+}
+
+StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std::string_view id,
+                                           const std::vector<StoredBranch>& all,
+                                           const StoredBranch& b, const DocReadOptions& o) {
+  auto body = read_body(tr, db, id, b.branch.leaf);
+  if (!body.ok()) return body.error();
+  std::string json = splice_doc(body->value_or("{}"), id, b.branch.leaf.str(), {});
+  std::vector<std::string> tail;
+  if (b.branch.deleted) tail.push_back("\"_deleted\":true");
+  if (o.revs) tail.push_back("\"_revisions\":" + revisions_json(b.branch).dump());
+  if (o.revs_info) {
+    std::string ri = "\"_revs_info\":[";
+    ri += "{\"rev\":" + json_string(b.branch.leaf.str()) + ",\"status\":\"" +
+          (b.branch.deleted ? "deleted" : "available") + "\"}";
+    for (std::size_t i = 0; i < b.branch.ancestors.size(); ++i) {
+      RevId r{b.branch.leaf.pos - 1 - static_cast<std::int64_t>(i), b.branch.ancestors[i]};
+      ri += ",{\"rev\":" + json_string(r.str()) + ",\"status\":\"missing\"}";
+    }
+    tail.push_back(ri + "]");
+  }
+  if (o.local_seq) {
+    const StoredBranch& w = all.back();
+    if (w.seq) tail.push_back("\"_local_seq\":" + json_string(w.seq->str()));
+  }
+  if (o.conflicts || o.deleted_conflicts) {
+    std::vector<std::string> conflicts, deleted;
+    // Winner order: best first (CouchDB lists conflicts by descending rev).
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      if (it->key == all.back().key) continue;
+      (it->branch.deleted ? deleted : conflicts).push_back(it->branch.leaf.str());
+    }
+    if (o.conflicts && !conflicts.empty()) tail.push_back("\"_conflicts\":" + rev_array(conflicts));
+    if (o.deleted_conflicts && !deleted.empty())
+      tail.push_back("\"_deleted_conflicts\":" + rev_array(deleted));
+  }
+  return append_members(std::move(json), tail);
+}
+
+StorageResult<Outcome<std::string>> get_doc_json(Transaction& tr, const DbRef& db,
+                                                 std::string_view id, const DocReadOptions& o) {
+  using R = Outcome<std::string>;
+  const bool need_all = o.rev || o.conflicts || o.deleted_conflicts;
+  std::vector<StoredBranch> all;
+  if (need_all) {
+    auto r = read_branches(tr, db, id, Snapshot::yes);
+    if (!r.ok()) return r.error();
+    all = std::move(*r);
+  } else {
+    auto w = read_winner(tr, db, id, Snapshot::yes);
+    if (!w.ok()) return w.error();
+    if (*w) all.push_back(std::move(**w));
+  }
+  if (all.empty()) return R(doc_not_found());
+  const StoredBranch* chosen = &all.back();
+  if (o.rev) {
+    chosen = find_leaf(all, *o.rev);
+    if (!chosen) return R(doc_not_found());  // not a leaf: its body is no longer stored
+  } else if (chosen->branch.deleted) {
+    return R(doc_deleted());
+  }
+  auto json = branch_doc_json(tr, db, id, all, *chosen, o);
+  if (!json.ok()) return json.error();
+  return R(std::move(*json));
+}
+
+StorageResult<Outcome<std::vector<std::string>>> get_open_revs_json(
+    Transaction& tr, const DbRef& db, std::string_view id,
+    const std::optional<std::vector<RevId>>& revs, bool latest, const DocReadOptions& o) {
+  using R = Outcome<std::vector<std::string>>;
+  auto all = read_branches(tr, db, id, Snapshot::yes);
+  if (!all.ok()) return all.error();
+  std::vector<std::string> out;
+  auto ok_entry = [&](const StoredBranch& b) -> storage::Status {
+    auto j = branch_doc_json(tr, db, id, *all, b, o);
+    if (!j.ok()) return j.error();
+    out.push_back("{\"ok\":" + *j + "}");
+    return {};
+  };
+  if (!revs) {
+    if (all->empty()) return R(doc_not_found());
+    for (auto it = all->rbegin(); it != all->rend(); ++it)
+      if (auto s = ok_entry(*it); !s) return s.error();
+    return R(std::move(out));
+  }
+  for (const RevId& rev : *revs) {
+    if (StoredBranch* leaf = find_leaf(*all, rev)) {
+      if (auto s = ok_entry(*leaf); !s) return s.error();
+      continue;
+    }
+    bool answered = false;
+    if (latest) {
+      for (auto it = all->rbegin(); it != all->rend(); ++it) {
+        const Branch& b = it->branch;
+        const std::int64_t depth = b.leaf.pos - rev.pos;
+        if (depth >= 1 && depth <= static_cast<std::int64_t>(b.ancestors.size()) &&
+            b.ancestors[depth - 1] == rev.hash) {
+          if (auto s = ok_entry(*it); !s) return s.error();
+          answered = true;
+        }
+      }
+    }
+    if (!answered) out.push_back("{\"missing\":" + json_string(rev.str()) + "}");
+  }
+  return R(std::move(out));
+}
+
+StorageResult<std::optional<RevsDiff>> revs_diff(Transaction& tr, const DbRef& db,
+                                                 std::string_view id,
+                                                 const std::vector<std::string>& revs) {
+  auto all = read_branches(tr, db, id, Snapshot::yes);
+  if (!all.ok()) return all.error();
+  std::vector<Branch> branches;
+  for (const StoredBranch& sb : *all) branches.push_back(sb.branch);
+  RevsDiff d;
+  for (const std::string& text : revs) {
+    auto rev = RevId::parse(text);
+    if (rev && contains_rev(branches, *rev)) continue;
+    d.missing.push_back(text);
+    if (!rev) continue;
+    // Leaves older than the missing revision may be its ancestors (CouchDB's possible_ancestors).
+    for (const Branch& b : branches) {
+      if (b.leaf.pos < rev->pos) {
+        std::string s = b.leaf.str();
+        if (std::find(d.possible_ancestors.begin(), d.possible_ancestors.end(), s) ==
+            d.possible_ancestors.end())
+          d.possible_ancestors.push_back(std::move(s));
+      }
+    }
+  }
+  if (d.missing.empty()) return std::optional<RevsDiff>();
+  return std::optional<RevsDiff>(std::move(d));
+}
+
+// ---- _local documents ----
+
+StorageResult<Outcome<std::string>> get_local_json(Transaction& tr, const DbRef& db,
+                                                   std::string_view id) {
+  using R = Outcome<std::string>;
+  auto v = tr.get(db.space.local_key(id), Snapshot::yes);
+  if (!v.ok()) return v.error();
+  if (!v->has_value()) return R(doc_not_found());
+  auto t = Tuple::unpack(**v);
+  if (!t || t->size() != 3 || !t->get_int(1) || !t->get_bytes(2)) return storage::Error::io_error;
+  return R(splice_doc(*t->get_bytes(2), id, "0-" + std::to_string(*t->get_int(1)), {}));
+}
+
+StorageResult<Outcome<std::string>> put_local(Transaction& tr, const DbRef& db, std::string_view id,
+                                              const std::optional<std::string>& base_rev,
+                                              bool deleted, std::string_view body) {
+  using R = Outcome<std::string>;
+  const std::string key = db.space.local_key(id);
+  auto v = tr.get(key);
+  if (!v.ok()) return v.error();
+  std::int64_t current = 0;  // a missing local document is at rev 0
+  if (v->has_value()) {
+    auto t = Tuple::unpack(**v);
+    if (!t || !t->get_int(1)) return storage::Error::io_error;
+    current = *t->get_int(1);
+  }
+  // CouchDB (couch_db_updater): the client's "0-N" must equal the stored N (0 when absent).
+  std::int64_t prev = 0;
+  if (base_rev) {
+    std::string_view r = *base_rev;
+    if (r.size() < 3 || r.substr(0, 2) != "0-" ||
+        r.find_first_not_of("0123456789", 2) != std::string_view::npos || r.size() > 20)
+      return R(conflict());
+    prev = std::stoll(std::string(r.substr(2)));
+  }
+  if (prev != current) return R(conflict());
+  if (deleted) {
+    tr.clear(key);
+    return R(std::string("0-0"));
+  }
+  tr.set(key, Tuple().add(keyspace::kLocalFormat).add(current + 1).add_bytes(body).pack());
+  return R("0-" + std::to_string(current + 1));
+}
+
+// ---- DocWriteBatch ----
+
+namespace {
+std::string random_tx_id() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  std::string id(16, '\0');
+  for (int i = 0; i < 2; ++i) {
+    std::uint64_t x = rng();
+    for (int j = 0; j < 8; ++j, x >>= 8) id[i * 8 + j] = static_cast<char>(x & 0xff);
+  }
+  return id;
+}
+
+const std::string& item_id(const DocWriteBatch::Item& it) {
+  return it.replicated ? it.replicated_doc.id : it.update.id;
+}
+}  // namespace
+
+DocWriteBatch::DocWriteBatch(std::string db_name, std::vector<Item> items)
+    : db_name_(std::move(db_name)),
+      items_(std::move(items)),
+      results_(items_.size()),
+      local_revs_(items_.size()),
+      done_(items_.size(), false) {}
+
+storage::Status DocWriteBatch::operator()(Transaction& tr) {
+  if (attempts_++ == 0) {
+    tx_id_ = random_tx_id();
+  } else if (!round_.empty()) {
+    // A retry: if the previous attempt's commit may have landed, its transaction id tells.
+    auto db = open_db(tr, db_name_);
+    if (!db.ok()) return db.error();
+    if (!failed(*db)) {
+      auto seen = tr.get(std::get<DbRef>(*db).space.txids().pack(Tuple().add_bytes(tx_id_)));
+      if (!seen.ok()) return seen.error();
+      if (seen->has_value()) return {};  // committed: keep that attempt's results, write nothing
+    }
+    tx_id_ = random_tx_id();
+  }
+  auto dbr = open_db(tr, db_name_);
+  if (!dbr.ok()) return dbr.error();
+  if (failed(*dbr)) {
+    db_missing_ = true;
+    return {};
+  }
+  const DbRef& db = std::get<DbRef>(*dbr);
+  auto limit = revs_limit(tr, db);
+  if (!limit.ok()) return limit.error();
+
+  // This round: the first not-yet-done occurrence of each id. Interactive duplicates conflict
+  // (they were made against the same base); replicated ones wait for a later round.
+  round_.clear();
+  std::vector<std::string> seen_ids;
+  std::uint16_t vs_user = 0;
+  for (std::size_t i = 0; i < items_.size(); ++i) {
+    if (done_[i]) continue;
+    const std::string& id = item_id(items_[i]);
+    if (std::find(seen_ids.begin(), seen_ids.end(), id) != seen_ids.end()) {
+      if (!items_[i].replicated) {
+        results_[i] = ItemResult(conflict());
+        done_[i] = true;
+      }
+      continue;
+    }
+    seen_ids.push_back(id);
+    round_.push_back(i);
+    Item& it = items_[i];
+    if (it.local) {
+      auto r = put_local(tr, db, it.update.id, it.local_rev, it.update.deleted, it.update.body);
+      if (!r.ok()) return r.error();
+      if (failed(*r)) {
+        results_[i] = ItemResult(std::get<CouchError>(*r));
+      } else {
+        local_revs_[i] = std::get<std::string>(*r);
+        results_[i] = ItemResult(UpdateResult{it.update.id, RevId{0, {}}});
+      }
+    } else if (it.replicated) {
+      auto r = replicate_doc(tr, db, it.replicated_doc, *limit, vs_user++);
+      if (!r.ok()) return r.error();
+      if (failed(*r)) {
+        results_[i] = ItemResult(std::get<CouchError>(*r));
+      } else {
+        results_[i] = ItemResult(UpdateResult{it.replicated_doc.id, it.replicated_doc.path.leaf});
+      }
+    } else {
+      auto r = update_doc(tr, db, it.update, *limit, vs_user++);
+      if (!r.ok()) return r.error();
+      results_[i] = std::move(*r);
+    }
+  }
+  tr.set(db.space.txids().pack(Tuple().add_bytes(tx_id_)), "");
+  return {};
+}
+
+void DocWriteBatch::committed() {
+  for (std::size_t i : round_) done_[i] = true;
+  round_.clear();
+  attempts_ = 0;
+  while (next_round_ < items_.size() && done_[next_round_]) ++next_round_;
+  for (std::size_t i = next_round_; i < items_.size(); ++i)
+    if (!done_[i]) return;
+  next_round_ = items_.size();
+}
+
+}  // namespace chaise::core

@@ -1,0 +1,157 @@
+// core/documents.h — documents: the RFC 003 update paths, new_edits=false merging, reads, _local
+// documents, and DocWriteBatch (a transaction's worth of writes, idempotent under
+// commit_unknown_result via the transaction-ID subspace of RFC 000).
+//
+// Like core/databases.h, functions here are transaction-body pieces: they never commit. A
+// storage::Error result means "retry or fail the transaction"; a CouchError is a per-document
+// answer.
+//
+// Read costs of an interactive update (RFC 003): extend the winner = 1 point read; insert = 1
+// reverse range read with limit 1; delete the winner = 1 reverse range read with limit 2; extend a
+// losing branch = 2 reads. Index maintenance (by_id, changes, counters) is blind.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/databases.h"
+#include "core/doc_json.h"
+#include "core/rev.h"
+
+namespace chaise::core {
+
+inline constexpr std::size_t kMaxDocumentSizeDefault = 8'000'000;  // CouchDB's max_document_size
+
+// One branch KV as stored.
+struct StoredBranch {
+  Branch branch;
+  std::string key;
+  bool is_winner = false;         // carries Sequence and BranchCount
+  std::optional<Sequence> seq;    // winner only
+  std::int64_t branch_count = 0;  // winner only
+  std::int64_t body_size = 0;
+};
+
+// All branches of a document in key order (the winner last); empty if the document never existed.
+StorageResult<std::vector<StoredBranch>> read_branches(Transaction& tr, const DbRef& db,
+                                                       std::string_view id,
+                                                       storage::Snapshot snapshot);
+StorageResult<std::optional<StoredBranch>> read_winner(Transaction& tr, const DbRef& db,
+                                                       std::string_view id,
+                                                       storage::Snapshot snapshot);
+// The body bytes of a stored revision (nullopt if not stored).
+StorageResult<std::optional<std::string>> read_body(Transaction& tr, const DbRef& db,
+                                                    std::string_view id, const RevId& rev);
+
+// An interactive edit (new_edits=true).
+struct DocUpdate {
+  std::string id;
+  std::optional<RevId> base_rev;
+  bool deleted = false;
+  std::string body;  // compact JSON object without "_" members
+};
+// A replicated revision (new_edits=false): the full path as sent by the client.
+struct ReplicatedDoc {
+  std::string id;
+  Branch path;  // leaf = the revision; ancestors from _revisions
+  std::string body;
+};
+struct UpdateResult {
+  std::string id;
+  RevId rev;
+};
+
+// `vs_user` numbers this document's sequence within the transaction (distinct per document).
+StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db,
+                                                const DocUpdate& u, int revs_limit,
+                                                std::uint16_t vs_user);
+// Returns whether anything was written (false: the revision was already present).
+StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, const ReplicatedDoc& d,
+                                           int revs_limit, std::uint16_t vs_user);
+
+// ---- Reading documents as CouchDB returns them ----
+struct DocReadOptions {
+  std::optional<RevId> rev;
+  bool revs = false;
+  bool revs_info = false;
+  bool conflicts = false;
+  bool deleted_conflicts = false;
+  bool local_seq = false;
+};
+// The document JSON with _id/_rev spliced into the stored body. 404 missing / deleted as CouchDB.
+StorageResult<Outcome<std::string>> get_doc_json(Transaction& tr, const DbRef& db,
+                                                 std::string_view id, const DocReadOptions& o);
+// open_revs: one entry per requested revision (all leaves when `revs` is nullopt):
+// {"ok": doc} or {"missing": rev}. With `latest`, a non-leaf revision is answered with the leaves
+// that descend from it. 404 missing when the document does not exist and `revs` is nullopt.
+StorageResult<Outcome<std::vector<std::string>>> get_open_revs_json(
+    Transaction& tr, const DbRef& db, std::string_view id,
+    const std::optional<std::vector<RevId>>& revs, bool latest, const DocReadOptions& o);
+// Serializes a stored branch as a document (tombstones as {"_id","_rev","_deleted":true}).
+StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std::string_view id,
+                                           const std::vector<StoredBranch>& all,
+                                           const StoredBranch& b, const DocReadOptions& o);
+
+// ---- _revs_diff ----
+struct RevsDiff {
+  std::vector<std::string> missing;
+  std::vector<std::string> possible_ancestors;
+};
+StorageResult<std::optional<RevsDiff>> revs_diff(Transaction& tr, const DbRef& db,
+                                                 std::string_view id,
+                                                 const std::vector<std::string>& revs);
+
+// ---- _local documents: (kLocal, DocId) = (Format, RevCounter, Body); revs are "0-N" ----
+StorageResult<Outcome<std::string>> get_local_json(Transaction& tr, const DbRef& db,
+                                                   std::string_view id);
+// base_rev: the client's "_rev" text (nullopt if none). Returns the new rev text ("0-0" on delete).
+StorageResult<Outcome<std::string>> put_local(Transaction& tr, const DbRef& db, std::string_view id,
+                                              const std::optional<std::string>& base_rev,
+                                              bool deleted, std::string_view body);
+
+// ---- DocWriteBatch: the body of one _bulk_docs / PUT / DELETE transaction ----
+// Usage: add docs, then run `batch(tr)` as a transaction body (retries included) until
+// `has_more()` is false; `results()` then holds one entry per added document, in order.
+// Idempotent: every attempt writes this attempt's transaction id; an attempt after a
+// commit_unknown_result first checks whether the previous one committed and, if it did, keeps its
+// results and writes nothing. A document id that appears twice is written in a later transaction.
+class DocWriteBatch {
+ public:
+  struct Item {
+    bool local = false;
+    bool replicated = false;
+    DocUpdate update;  // interactive (and _local: base_rev text in local_rev)
+    ReplicatedDoc replicated_doc;
+    std::optional<std::string> local_rev;
+  };
+  using ItemResult = Outcome<UpdateResult>;  // for _local docs rev = {0, "N"} is carried as text
+
+  DocWriteBatch(std::string db_name, std::vector<Item> items);
+
+  // The transaction body. Fails the transaction only with storage errors.
+  storage::Status operator()(Transaction& tr);
+  // Call after a transaction committed (or definitely failed) to move to the next round.
+  void committed();
+  bool has_more() const { return next_round_ < items_.size() && !db_missing_; }
+  bool db_missing() const { return db_missing_; }
+  const std::vector<std::optional<ItemResult>>& results() const { return results_; }
+  // _local results carry their text rev here (same index); empty for others.
+  const std::vector<std::string>& local_revs() const { return local_revs_; }
+
+ private:
+  std::string db_name_;
+  std::vector<Item> items_;
+  std::vector<std::optional<ItemResult>> results_;
+  std::vector<std::string> local_revs_;
+  std::vector<std::size_t> round_;  // indexes handled by the current round
+  std::size_t next_round_ = 0;      // items before this index are finished
+  std::vector<bool> done_;
+  std::string tx_id_;
+  int attempts_ = 0;
+  bool db_missing_ = false;
+};
+
+}  // namespace chaise::core

@@ -1,0 +1,142 @@
+// core/keyspace.h — every key Chaise writes, in one place (DESIGN.md "core/: the keyspace").
+//
+// All keys are tuples (storage/tuple.h). Subspace names are small integers, not strings: they are
+// repeated in every key, and the RFC names live here as constants instead.
+//
+// Server-wide:
+//   (kSystem, kDbNames, Name)              = (DbFormat, DbId, Partitioned, CreatedUs)
+//   (kSystem, kDbIdCounter)                = last DbId allocated (tuple int); ids are never reused
+// Per database, under (kDatabases, DbId):
+//   (kRevisions, DocId, NotDeleted, RevPos, RevHash)
+//        winner: (RevFormat, Sequence, BranchCount, (ParentHash...), BodySize)
+//        other:  (RevFormat, null,     null,        (ParentHash...), BodySize)
+//        Sequence is a tuple (Incarnation, Versionstamp) nested as one element; written with
+//        set_versionstamped_value when it is the committing transaction's own sequence.
+//   (kDocs, DocId, RevPos, RevHash, Chunk) = body bytes (compact JSON, no "_" members), chunks of
+//                                            kBodyChunkBytes; Chunk = 0, 1, ...
+//   (kById, DocId)                         = (ValueFormat, RevPos, RevHash)     live documents only
+//   (kChanges, ShardId, Incarnation, Versionstamp)
+//                                          = (SeqFormat, DocId, RevPos, RevHash, BranchCount,
+//                                          NotDeleted)
+//   (kCounters, Name)                      = little-endian int64, changed only by atomic add
+//   (kLocal, DocId)                        = (LocalFormat, RevCounter, Body)
+//   (kTxIds, TxId)                         = "" (idempotency of document updates, RFC 000)
+//   (kMeta, Name)                          = revs_limit (tuple int), security (JSON) ...
+//   (kConfig, "changes_shards", StartSeq)  = shard map (the sharded-changes issue)
+// RevHash is stored as bytes: 16 raw bytes for 32-hex revisions, the text itself for opaque ones.
+// NotDeleted sorts false < true and RevPos, RevHash ascend, so a document's winning branch
+// (CouchDB's rule: live first, then highest pos, then highest hash) is the LAST key of its
+// revisions range.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "storage/subspace.h"
+#include "storage/tuple.h"
+
+namespace chaise::core::keyspace {
+
+using storage::Subspace;
+using storage::Tuple;
+
+// Top-level prefixes.
+inline constexpr std::int64_t kSystem = 0;
+inline constexpr std::int64_t kDatabases = 1;
+
+// Under kSystem.
+inline constexpr std::int64_t kDbNames = 0;
+inline constexpr std::int64_t kDbIdCounter = 1;
+
+// Under (kDatabases, DbId).
+inline constexpr std::int64_t kMeta = 0;
+inline constexpr std::int64_t kRevisions = 1;
+inline constexpr std::int64_t kDocs = 2;
+inline constexpr std::int64_t kById = 3;
+inline constexpr std::int64_t kChanges = 4;
+inline constexpr std::int64_t kCounters = 5;
+inline constexpr std::int64_t kLocal = 6;
+inline constexpr std::int64_t kTxIds = 7;
+inline constexpr std::int64_t kConfig = 8;
+
+// Value format versions (first element of each value tuple).
+inline constexpr std::int64_t kDbFormat = 1;
+inline constexpr std::int64_t kRevFormat = 1;
+inline constexpr std::int64_t kByIdFormat = 1;
+inline constexpr std::int64_t kSeqFormat = 1;
+inline constexpr std::int64_t kLocalFormat = 1;
+
+// Counter names.
+inline constexpr std::string_view kDocCount = "doc_count";
+inline constexpr std::string_view kDocDelCount = "doc_del_count";
+inline constexpr std::string_view kSizeExternal = "sizes.external";
+inline constexpr std::string_view kSizeActive = "sizes.active";
+
+// Meta names.
+inline constexpr std::string_view kRevsLimit = "revs_limit";
+inline constexpr std::string_view kSecurity = "security";
+
+// Body chunks stay under FoundationDB's 100,000-byte value limit.
+inline constexpr std::size_t kBodyChunkBytes = 90'000;
+// The one shard every database has until the sharded-changes issue adds resharding.
+inline constexpr std::int64_t kDefaultShard = 0;
+// Incarnation of every database created here (RFC 000: bumped when a database moves clusters).
+inline constexpr std::int64_t kIncarnation = 0;
+
+inline Subspace system() { return Subspace(Tuple().add(kSystem)); }
+inline Subspace db_names() { return system().sub(Tuple().add(kDbNames)); }
+inline std::string db_id_counter_key() { return system().pack(Tuple().add(kDbIdCounter)); }
+
+// The subspaces of one database.
+class DbSpace {
+ public:
+  explicit DbSpace(std::int64_t db_id)
+      : root_(Tuple().add(kDatabases).add(db_id)),
+        revisions_(root_.sub(Tuple().add(kRevisions))),
+        docs_(root_.sub(Tuple().add(kDocs))),
+        by_id_(root_.sub(Tuple().add(kById))),
+        changes_(root_.sub(Tuple().add(kChanges))),
+        counters_(root_.sub(Tuple().add(kCounters))),
+        local_(root_.sub(Tuple().add(kLocal))),
+        txids_(root_.sub(Tuple().add(kTxIds))),
+        meta_(root_.sub(Tuple().add(kMeta))) {}
+
+  const Subspace& root() const { return root_; }
+  const Subspace& revisions() const { return revisions_; }
+  const Subspace& docs() const { return docs_; }
+  const Subspace& by_id() const { return by_id_; }
+  const Subspace& changes() const { return changes_; }
+  const Subspace& counters() const { return counters_; }
+  const Subspace& local() const { return local_; }
+  const Subspace& txids() const { return txids_; }
+  const Subspace& meta() const { return meta_; }
+
+  std::string counter_key(std::string_view name) const { return counters_.pack(Tuple().add(name)); }
+  std::string meta_key(std::string_view name) const { return meta_.pack(Tuple().add(name)); }
+  std::string by_id_key(std::string_view doc_id) const { return by_id_.pack(Tuple().add(doc_id)); }
+  std::string local_key(std::string_view doc_id) const { return local_.pack(Tuple().add(doc_id)); }
+  // [begin, end) of one document's revision branches.
+  std::pair<std::string, std::string> doc_revisions_range(std::string_view doc_id) const {
+    return revisions_.range(Tuple().add(doc_id));
+  }
+  std::string revision_key(std::string_view doc_id, bool not_deleted, std::int64_t pos,
+                           std::string_view hash) const {
+    return revisions_.pack(Tuple().add(doc_id).add(not_deleted).add(pos).add_bytes(hash));
+  }
+  // [begin, end) of one revision's body chunks.
+  std::pair<std::string, std::string> body_range(std::string_view doc_id, std::int64_t pos,
+                                                 std::string_view hash) const {
+    return docs_.range(Tuple().add(doc_id).add(pos).add_bytes(hash));
+  }
+  std::string body_chunk_key(std::string_view doc_id, std::int64_t pos, std::string_view hash,
+                             std::int64_t chunk) const {
+    return docs_.pack(Tuple().add(doc_id).add(pos).add_bytes(hash).add(chunk));
+  }
+  const Subspace& shard_changes(std::int64_t /*shard*/) const { return changes_; }
+
+ private:
+  Subspace root_, revisions_, docs_, by_id_, changes_, counters_, local_, txids_, meta_;
+};
+
+}  // namespace chaise::core::keyspace

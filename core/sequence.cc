@@ -1,0 +1,62 @@
+#include "core/sequence.h"
+
+namespace chaise::core {
+
+namespace {
+constexpr char kHex[] = "0123456789abcdef";
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+}  // namespace
+
+bool Sequence::is_zero() const {
+  if (incarnation != 0) return false;
+  for (auto b : versionstamp.tr_version)
+    if (b != 0) return false;
+  return versionstamp.user_version == 0;
+}
+
+std::string Sequence::str() const {
+  if (is_zero()) return "0";
+  std::string out;
+  out.reserve(26);
+  out.push_back(kHex[(incarnation >> 4) & 0xf]);
+  out.push_back(kHex[incarnation & 0xf]);
+  for (unsigned char c : versionstamp.to_bytes()) {
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 0xf]);
+  }
+  return out;
+}
+
+std::optional<Sequence> Sequence::parse(std::string_view text) {
+  if (text == "0") return Sequence{};
+  if (text.size() != 26) return std::nullopt;
+  std::string bytes;
+  for (std::size_t i = 0; i < 26; i += 2) {
+    int hi = hex_value(text[i]), lo = hex_value(text[i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    bytes.push_back(static_cast<char>(hi * 16 + lo));
+  }
+  Sequence s;
+  s.incarnation = static_cast<std::uint8_t>(bytes[0]);
+  s.versionstamp = storage::Versionstamp::from_bytes(std::string_view(bytes).substr(1));
+  return s;
+}
+
+storage::Tuple Sequence::tuple() const {
+  return storage::Tuple().add(incarnation).add(versionstamp);
+}
+
+std::optional<Sequence> Sequence::from_tuple(const storage::Tuple& t, std::size_t index) {
+  if (t.size() < index + 2) return std::nullopt;
+  auto inc = t.get_int(index);
+  const storage::Versionstamp* vs = t.get_versionstamp(index + 1);
+  if (!inc || !vs || *inc < 0 || *inc > 255) return std::nullopt;
+  return Sequence{*inc, *vs};
+}
+
+}  // namespace chaise::core

@@ -1,0 +1,38 @@
+// core/sequence.h — update sequences (RFC 000): Incarnation + Versionstamp.
+//
+// Text form (what clients see in update_seq, seq, last_seq and send back in since):
+//   2 lowercase hex digits of the Incarnation (0..255) + 24 lowercase hex digits of the 12-byte
+//   versionstamp (8-byte commit version, 2-byte batch order, 2-byte order within the transaction).
+// 26 characters, fixed width, so the strings sort exactly as the sequences do. "0" is the sequence
+// before every change.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "storage/tuple.h"
+
+namespace chaise::core {
+
+struct Sequence {
+  std::int64_t incarnation = 0;
+  storage::Versionstamp versionstamp;  // all zero = before everything
+
+  bool is_zero() const;
+  std::string str() const;  // "0" for zero
+  // Accepts "0", the 26-hex form (either case); nullopt otherwise. ("now" is the caller's
+  // business.)
+  static std::optional<Sequence> parse(std::string_view text);
+  // The tuple (Incarnation, Versionstamp), as stored in keys and values.
+  storage::Tuple tuple() const;
+  static std::optional<Sequence> from_tuple(const storage::Tuple& t, std::size_t index = 0);
+  auto operator<=>(const Sequence& o) const {
+    if (auto c = incarnation <=> o.incarnation; c != 0) return c;
+    return versionstamp.to_bytes() <=> o.versionstamp.to_bytes();
+  }
+  bool operator==(const Sequence& o) const { return (*this <=> o) == 0; }
+};
+
+}  // namespace chaise::core

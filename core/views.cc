@@ -1,0 +1,323 @@
+#include "core/views.h"
+
+#include <algorithm>
+
+namespace chaise::core {
+
+using storage::KeyValue;
+using storage::Reverse;
+using storage::Snapshot;
+using storage::Tuple;
+
+namespace {
+
+constexpr std::string_view kDesignPrefix = "_design/";
+
+const storage::Subspace& index_space(const DbRef& db, AllDocsKind kind) {
+  return kind == AllDocsKind::local_docs ? db.space.local() : db.space.by_id();
+}
+
+std::string id_key(const DbRef& db, AllDocsKind kind, std::string_view id) {
+  return index_space(db, kind).pack(Tuple().add(id));
+}
+
+std::string rows_value(const RevId& rev, bool deleted) {
+  std::string v = "{\"rev\":" + json_string(rev.str());
+  if (deleted) v += ",\"deleted\":true";
+  return v + "}";
+}
+
+}  // namespace
+
+AllDocsCursor::AllDocsCursor(DbRef db, AllDocsQuery q) : db_(std::move(db)), q_(std::move(q)) {
+  auto [b, e] = index_space(db_, q_.kind).range();
+  begin_ = b;
+  end_ = e;
+  if (q_.kind == AllDocsKind::design_docs) {
+    begin_ = std::max(begin_, id_key(db_, q_.kind, kDesignPrefix));
+    end_ = std::min(end_, id_key(db_, q_.kind, "_design0"));  // '0' follows '/'
+  }
+  // In iteration order: start_key first; descending walks from high to low.
+  const std::optional<std::string>& lo = q_.descending ? q_.end_key : q_.start_key;
+  const std::optional<std::string>& hi = q_.descending ? q_.start_key : q_.end_key;
+  const bool lo_inclusive = q_.descending ? q_.inclusive_end : true;
+  const bool hi_inclusive = q_.descending ? true : q_.inclusive_end;
+  if (lo) {
+    std::string k = id_key(db_, q_.kind, *lo);
+    begin_ = std::max(begin_, lo_inclusive ? k : storage::key_after(k));
+  }
+  if (hi) {
+    std::string k = id_key(db_, q_.kind, *hi);
+    end_ = std::min(end_, hi_inclusive ? storage::key_after(k) : k);
+  }
+  to_skip_ = std::max<std::int64_t>(0, q_.skip);
+  to_emit_ = q_.limit;
+  done_ = begin_ >= end_ || to_emit_ == 0;
+}
+
+StorageResult<std::int64_t> AllDocsCursor::total_rows(Transaction& tr) {
+  if (q_.kind == AllDocsKind::local_docs) return std::int64_t{-1};
+  return read_counter(tr, db_, keyspace::kDocCount);
+}
+
+StorageResult<std::int64_t> AllDocsCursor::offset(Transaction& tr) {
+  // Keys of the whole index that come before the cursor's start, in iteration order.
+  auto [ib, ie] = index_space(db_, q_.kind).range();
+  std::string b = q_.descending ? std::max(begin_, end_) : ib;
+  std::string e = q_.descending ? ie : std::min(begin_, ie);
+  if (q_.descending && end_ < ie) b = end_;
+  std::int64_t n = 0;
+  while (b < e) {
+    auto kvs = tr.get_range(b, e, 10'000, Reverse::no, Snapshot::yes);
+    if (!kvs.ok()) return kvs.error();
+    n += static_cast<std::int64_t>(kvs->size());
+    if (kvs->size() < 10'000) break;
+    b = storage::key_after(kvs->back().key);
+  }
+  return n + to_skip_;
+}
+
+StorageResult<std::string> AllDocsCursor::row_json(Transaction& tr, std::string_view id,
+                                                   const RevId& rev) {
+  std::string row = "{\"id\":" + json_string(id) + ",\"key\":" + json_string(id) +
+                    ",\"value\":" + rows_value(rev, false);
+  if (q_.include_docs) {
+    std::string doc;
+    if (q_.kind == AllDocsKind::local_docs) {
+      auto d = get_local_json(tr, db_, id);
+      if (!d.ok()) return d.error();
+      doc = failed(*d) ? "null" : std::get<std::string>(*d);
+    } else {
+      DocReadOptions o{};
+      o.conflicts = q_.conflicts;
+      auto d = get_doc_json(tr, db_, id, o);
+      if (!d.ok()) return d.error();
+      doc = failed(*d) ? "null" : std::get<std::string>(*d);
+    }
+    row += ",\"doc\":" + doc;
+  }
+  return row + "}";
+}
+
+StorageResult<bool> AllDocsCursor::next_page(Transaction& tr, std::size_t rows_max,
+                                             std::vector<std::string>& out) {
+  if (done_) return false;
+  const storage::Subspace& space = index_space(db_, q_.kind);
+  std::size_t want = rows_max + static_cast<std::size_t>(std::min<std::int64_t>(to_skip_, 100'000));
+  if (to_emit_ >= 0) want = std::min<std::size_t>(want, static_cast<std::size_t>(to_emit_ + to_skip_));
+  auto kvs = tr.get_range(begin_, end_, static_cast<int>(want),
+                          q_.descending ? Reverse::yes : Reverse::no, Snapshot::yes);
+  if (!kvs.ok()) return kvs.error();
+  for (const KeyValue& kv : *kvs) {
+    if (to_skip_ > 0) {
+      --to_skip_;
+      continue;
+    }
+    auto k = space.unpack(kv.key);
+    auto v = Tuple::unpack(kv.value);
+    if (!k || !v || !k->get_string(0)) return storage::Error::io_error;
+    const std::string& id = *k->get_string(0);
+    RevId rev;
+    if (q_.kind == AllDocsKind::local_docs) {
+      auto n = v->get_int(1);
+      if (!n) return storage::Error::io_error;
+      rev = RevId{0, std::to_string(*n)};
+    } else {
+      auto pos = v->get_int(1);
+      const std::string* hash = v->get_bytes(2);
+      if (!pos || !hash) return storage::Error::io_error;
+      rev = RevId{*pos, *hash};
+    }
+    auto row = row_json(tr, id, rev);
+    if (!row.ok()) return row.error();
+    out.push_back(std::move(*row));
+    if (to_emit_ > 0) --to_emit_;
+  }
+  if (kvs->size() < want || to_emit_ == 0) {
+    done_ = true;
+  } else if (q_.descending) {
+    end_ = kvs->back().key;
+  } else {
+    begin_ = storage::key_after(kvs->back().key);
+  }
+  return !done_;
+}
+
+StorageResult<std::vector<std::string>> all_docs_keys(Transaction& tr, const DbRef& db,
+                                                      const std::vector<std::string>& keys,
+                                                      const AllDocsQuery& q) {
+  std::vector<std::string> rows;
+  std::int64_t skip = q.skip, left = q.limit;
+  auto emit = [&](std::string row) {
+    if (skip > 0) {
+      --skip;
+      return;
+    }
+    if (left == 0) return;
+    if (left > 0) --left;
+    rows.push_back(std::move(row));
+  };
+  for (const std::string& key : keys) {
+    if (q.kind == AllDocsKind::local_docs) {
+      auto d = get_local_json(tr, db, key);
+      if (!d.ok()) return d.error();
+      if (failed(*d)) {
+        emit("{\"key\":" + json_string(key) + ",\"error\":\"not_found\"}");
+        continue;
+      }
+      auto v = tr.get(db.space.local_key(key), Snapshot::yes);
+      if (!v.ok()) return v.error();
+      auto t = Tuple::unpack(v->value_or(""));
+      std::string row = "{\"id\":" + json_string(key) + ",\"key\":" + json_string(key) +
+                        ",\"value\":" + rows_value(RevId{0, std::to_string(t ? t->get_int(1).value_or(0) : 0)}, false);
+      if (q.include_docs) row += ",\"doc\":" + std::get<std::string>(*d);
+      emit(row + "}");
+      continue;
+    }
+    auto w = read_winner(tr, db, key, Snapshot::yes);
+    if (!w.ok()) return w.error();
+    if (!*w) {
+      emit("{\"key\":" + json_string(key) + ",\"error\":\"not_found\"}");
+      continue;
+    }
+    const StoredBranch& b = **w;
+    std::string row = "{\"id\":" + json_string(key) + ",\"key\":" + json_string(key) +
+                      ",\"value\":" + rows_value(b.branch.leaf, b.branch.deleted);
+    if (q.include_docs) {
+      if (b.branch.deleted) {
+        row += ",\"doc\":null";
+      } else {
+        DocReadOptions o{};
+        o.conflicts = q.conflicts;
+        auto d = get_doc_json(tr, db, key, o);
+        if (!d.ok()) return d.error();
+        row += ",\"doc\":" + (failed(*d) ? std::string("null") : std::get<std::string>(*d));
+      }
+    }
+    emit(row + "}");
+  }
+  return rows;
+}
+
+// ---- _changes ----
+
+ChangesCursor::ChangesCursor(DbRef db, ChangesQuery q)
+    : db_(std::move(db)), q_(std::move(q)), last_seq_(q_.since) {
+  auto [b, e] = db_.space.changes().range(Tuple().add(keyspace::kDefaultShard));
+  begin_ = b;
+  end_ = e;
+  if (!q_.since.is_zero()) {
+    std::string k = db_.space.changes().pack(Tuple()
+                                                 .add(keyspace::kDefaultShard)
+                                                 .add(q_.since.incarnation)
+                                                 .add(q_.since.versionstamp));
+    if (q_.descending) {
+      end_ = std::min(end_, k);  // descending from the newest down to (exclusive) since
+    } else {
+      begin_ = std::max(begin_, storage::key_after(k));
+    }
+  }
+  done_ = begin_ >= end_ || q_.limit == 0;
+}
+
+StorageResult<bool> ChangesCursor::next_page(Transaction& tr, std::size_t rows_max,
+                                             std::vector<std::string>& out) {
+  if (done_) return false;
+  auto kvs = tr.get_range(begin_, end_, static_cast<int>(rows_max),
+                          q_.descending ? Reverse::yes : Reverse::no, Snapshot::yes);
+  if (!kvs.ok()) return kvs.error();
+  std::size_t consumed = 0;
+  for (const KeyValue& kv : *kvs) {
+    ++consumed;
+    auto k = db_.space.changes().unpack(kv.key);
+    auto v = Tuple::unpack(kv.value);
+    if (!k || !v || v->size() != 6) return storage::Error::io_error;
+    auto seq = Sequence::from_tuple(*k, 1);
+    const std::string* id = v->get_string(1);
+    auto pos = v->get_int(2);
+    const std::string* hash = v->get_bytes(3);
+    auto branch_count = v->get_int(4);
+    auto not_deleted = v->get_bool(5);
+    if (!seq || !id || !pos || !hash || !branch_count || !not_deleted)
+      return storage::Error::io_error;
+    last_seq_ = *seq;
+    if (q_.design_only && id->compare(0, 8, "_design/") != 0) continue;
+    if (q_.doc_ids &&
+        std::find(q_.doc_ids->begin(), q_.doc_ids->end(), *id) == q_.doc_ids->end())
+      continue;
+    const RevId rev{*pos, *hash};
+    std::string changes = "[{\"rev\":" + json_string(rev.str()) + "}";
+    std::vector<StoredBranch> branches;
+    if ((q_.all_docs_style || (q_.include_docs && q_.conflicts)) && *branch_count > 1) {
+      auto all = read_branches(tr, db_, *id, Snapshot::yes);
+      if (!all.ok()) return all.error();
+      branches = std::move(*all);
+    }
+    if (q_.all_docs_style) {
+      for (auto it = branches.rbegin(); it != branches.rend(); ++it)
+        if (!(it->branch.leaf == rev)) changes += ",{\"rev\":" + json_string(it->branch.leaf.str()) + "}";
+    }
+    changes += "]";
+    ++emitted_;
+    const bool show_seq = q_.seq_interval <= 0 || emitted_ % q_.seq_interval == 0;
+    std::string row = "{\"seq\":" + (show_seq ? json_string(seq->str()) : std::string("null")) +
+                      ",\"id\":" + json_string(*id) + ",\"changes\":" + changes;
+    if (!*not_deleted) row += ",\"deleted\":true";
+    if (q_.include_docs) {
+      if (branches.empty()) {
+        auto w = read_winner(tr, db_, *id, Snapshot::yes);
+        if (!w.ok()) return w.error();
+        if (*w) branches.push_back(std::move(**w));
+      }
+      if (branches.empty()) {
+        row += ",\"doc\":null";
+      } else {
+        DocReadOptions o{};
+        o.conflicts = q_.conflicts;
+        auto d = branch_doc_json(tr, db_, *id, branches, branches.back(), o);
+        if (!d.ok()) return d.error();
+        row += ",\"doc\":" + *d;
+      }
+    }
+    out.push_back(row + "}");
+    if (q_.limit > 0 && emitted_ >= q_.limit) break;
+  }
+  const bool limit_hit = q_.limit > 0 && emitted_ >= q_.limit;
+  if (kvs->size() < rows_max && !limit_hit) {
+    done_ = true;
+  } else if (consumed > 0) {
+    const std::string& last = (*kvs)[consumed - 1].key;
+    if (q_.descending) {
+      end_ = last;
+    } else {
+      begin_ = storage::key_after(last);
+    }
+    if (limit_hit) done_ = true;
+  }
+  return !done_;
+}
+
+StorageResult<std::int64_t> ChangesCursor::pending(Transaction& tr) {
+  std::string b = begin_, e = end_;
+  if (done_ && !(q_.limit > 0 && emitted_ >= q_.limit)) return std::int64_t{0};
+  std::int64_t n = 0;
+  while (b < e && n < kPendingCountMax) {
+    auto kvs = tr.get_range(b, e, 10'000, q_.descending ? Reverse::yes : Reverse::no, Snapshot::yes);
+    if (!kvs.ok()) return kvs.error();
+    n += static_cast<std::int64_t>(kvs->size());
+    if (kvs->size() < 10'000) return n;
+    if (q_.descending) {
+      e = kvs->back().key;
+    } else {
+      b = storage::key_after(kvs->back().key);
+    }
+  }
+  if (n < kPendingCountMax) return n;
+  auto dc = read_counter(tr, db_, keyspace::kDocCount);
+  auto ddc = read_counter(tr, db_, keyspace::kDocDelCount);
+  if (!dc.ok()) return dc.error();
+  if (!ddc.ok()) return ddc.error();
+  return std::max(n, *dc + *ddc);
+}
+
+}  // namespace chaise::core

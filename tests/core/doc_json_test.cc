@@ -1,0 +1,280 @@
+#include "core/doc_json.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace chaise::core {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+ParsedDoc parse_ok(std::string_view text) {
+  auto r = parse_doc(Json::parse(text));
+  if (auto* err = std::get_if<CouchError>(&r)) {
+    ADD_FAILURE() << text << " -> " << err->error << ": " << err->reason;
+    return {};
+  }
+  return std::get<ParsedDoc>(std::move(r));
+}
+
+CouchError parse_err_json(const Json& j) {
+  auto r = parse_doc(j);
+  if (auto* err = std::get_if<CouchError>(&r)) return *err;
+  ADD_FAILURE() << j.dump() << " parsed";
+  return {};
+}
+
+CouchError parse_err(std::string_view text) { return parse_err_json(Json::parse(text)); }
+
+const std::string kHexA(32, 'a');
+const std::string kHexB(32, 'b');
+
+// ---- parse_doc ---------------------------------------------------------------------------------
+
+TEST(ParseDoc, ExtractsSpecialMembersAndKeepsBodyOrder) {
+  const auto d = parse_ok(R"({"z":1,"_id":"doc","a":{"y":2,"b":[1,"x"]},"_rev":"2-)" + kHexA +
+                          R"(","m":null,"_deleted":true,"_attachments":{"f.txt":{"stub":true}}})");
+  ASSERT_TRUE(d.id);
+  EXPECT_EQ(*d.id, "doc");
+  ASSERT_TRUE(d.rev);
+  EXPECT_EQ(d.rev->str(), "2-" + kHexA);
+  EXPECT_TRUE(d.deleted);
+  EXPECT_FALSE(d.revisions);
+  ASSERT_TRUE(d.attachments);
+  EXPECT_EQ(d.attachments->dump(), R"({"f.txt":{"stub":true}})");
+  EXPECT_EQ(d.body, R"({"z":1,"a":{"y":2,"b":[1,"x"]},"m":null})");
+}
+
+TEST(ParseDoc, EmptyAndMetaOnlyDocumentsHaveEmptyBody) {
+  EXPECT_EQ(parse_ok("{}").body, "{}");
+  const auto d = parse_ok(R"({"_id":"x","_deleted":false})");
+  EXPECT_EQ(d.body, "{}");
+  EXPECT_FALSE(d.deleted);
+  EXPECT_FALSE(d.rev);
+}
+
+TEST(ParseDoc, NestedUnderscoreKeysAreData) {
+  const auto d = parse_ok(R"({"a":{"_id":1,"_foo":{"_bar":[]}},"b":[{"_x":1}]})");
+  EXPECT_EQ(d.body, R"({"a":{"_id":1,"_foo":{"_bar":[]}},"b":[{"_x":1}]})");
+}
+
+TEST(ParseDoc, BodyIsCompactUtf8) {
+  const auto d = parse_ok("{ \"t\" : \"caf\\u00e9 \\n \\\" \\u0001\" , \"n\" : [ 1 , 2.5 , -3 ] }");
+  EXPECT_EQ(d.body, "{\"t\":\"caf\xc3\xa9 \\n \\\" \\u0001\",\"n\":[1,2.5,-3]}");
+}
+
+TEST(ParseDoc, DropsReadOnlyMetaMembers) {
+  const auto d = parse_ok(
+      R"({"_revs_info":[1],"a":1,"_conflicts":["1-x"],"_deleted_conflicts":[],"_local_seq":5})");
+  EXPECT_EQ(d.body, R"({"a":1})");
+}
+
+TEST(ParseDoc, KeepsAccessAndReplicatorMembersInBody) {
+  const auto d = parse_ok(
+      R"({"_access":["u"],"a":1,"_replication_state":"completed","_replication_state_time":"t",)"
+      R"("_replication_state_reason":"r","_replication_id":"id","_replication_stats":{"n":1}})");
+  EXPECT_EQ(d.body,
+            R"({"_access":["u"],"a":1,"_replication_state":"completed","_replication_state_time":)"
+            R"("t","_replication_state_reason":"r","_replication_id":"id","_replication_stats":)"
+            R"({"n":1}})");
+}
+
+TEST(ParseDoc, RejectsUnknownSpecialMembers) {
+  EXPECT_EQ(parse_err(R"({"a":1,"_foo":1})"),
+            (CouchError{400, "doc_validation", "Bad special document member: _foo"}));
+  // Only CouchDB's five _replication_* members are allowed.
+  EXPECT_EQ(parse_err(R"({"_replication_other":1})"),
+            (CouchError{400, "doc_validation", "Bad special document member: _replication_other"}));
+  EXPECT_EQ(parse_err(R"({"_":1})"),
+            (CouchError{400, "doc_validation", "Bad special document member: _"}));
+}
+
+TEST(ParseDoc, WrongTypedSpecialMembersAreBadSpecialMembers) {
+  // couch_doc:transfer_fields only matches _deleted as a boolean, _attachments and _revisions as
+  // objects; anything else falls through to the unknown-member clause.
+  EXPECT_EQ(parse_err(R"({"_deleted":"true"})"),
+            (CouchError{400, "doc_validation", "Bad special document member: _deleted"}));
+  EXPECT_EQ(parse_err(R"({"_attachments":[]})"),
+            (CouchError{400, "doc_validation", "Bad special document member: _attachments"}));
+  EXPECT_EQ(parse_err(R"({"_revisions":null})"),
+            (CouchError{400, "doc_validation", "Bad special document member: _revisions"}));
+}
+
+TEST(ParseDoc, RejectsBadRev) {
+  const CouchError bad{400, "bad_request", "Invalid rev format"};
+  EXPECT_EQ(parse_err(R"({"_rev":"nope"})"), bad);
+  EXPECT_EQ(parse_err(R"({"_rev":"1-"})"), bad);
+  EXPECT_EQ(parse_err(R"({"_rev":1})"), bad);
+  EXPECT_EQ(parse_err(R"({"_rev":null})"), bad);
+}
+
+TEST(ParseDoc, RejectsNonObjects) {
+  const CouchError bad{400, "bad_request", "Document must be a JSON object"};
+  EXPECT_EQ(parse_err("[]"), bad);
+  EXPECT_EQ(parse_err("\"doc\""), bad);
+  EXPECT_EQ(parse_err("null"), bad);
+  EXPECT_EQ(parse_err("1"), bad);
+}
+
+TEST(ParseDoc, ValidatesId) {
+  EXPECT_EQ(parse_err(R"({"_id":1})"),
+            (CouchError{400, "illegal_docid", "Document id must be a string"}));
+  EXPECT_EQ(parse_err(R"({"_id":""})"),
+            (CouchError{400, "illegal_docid", "Document id must not be empty"}));
+  EXPECT_EQ(
+      parse_err(R"({"_id":"_foo"})"),
+      (CouchError{400, "illegal_docid", "Only reserved document ids may start with underscore."}));
+  EXPECT_EQ(*parse_ok(R"({"_id":"_design/x"})").id, "_design/x");
+}
+
+TEST(ParseDoc, FirstErrorInMemberOrderWins) {
+  EXPECT_EQ(parse_err(R"({"_foo":1,"_rev":"bad"})").error, "doc_validation");
+  EXPECT_EQ(parse_err(R"({"_rev":"bad","_foo":1})").error, "bad_request");
+}
+
+TEST(ParseDoc, ParsesRevisionsAndTakesRevFromThem) {
+  const auto d = parse_ok(R"({"_revisions":{"start":3,"ids":[")" + kHexB + R"(",")" + kHexA +
+                          R"("]},"_deleted":true,"a":1})");
+  ASSERT_TRUE(d.revisions);
+  EXPECT_EQ(d.revisions->leaf.str(), "3-" + kHexB);
+  EXPECT_EQ(d.revisions->ancestors.size(), 1u);
+  EXPECT_EQ(d.revisions->rev_at(1).str(), "2-" + kHexA);
+  EXPECT_TRUE(d.revisions->deleted);  // the leaf carries the document's _deleted
+  ASSERT_TRUE(d.rev);
+  EXPECT_EQ(*d.rev, d.revisions->leaf);
+  EXPECT_EQ(d.body, R"({"a":1})");
+}
+
+TEST(ParseDoc, RevisionsWinOverRevInEitherOrder) {
+  // CouchDB: _revisions overrides an earlier _rev, and a later _rev is not even parsed.
+  const std::string revisions = R"("_revisions":{"start":2,"ids":["b","a"]})";
+  auto d = parse_ok(R"({"_rev":"5-x",)" + revisions + "}");
+  ASSERT_TRUE(d.rev);
+  EXPECT_EQ(d.rev->str(), "2-b");
+  d = parse_ok("{" + revisions + R"(,"_rev":"garbage"})");
+  ASSERT_TRUE(d.rev);
+  EXPECT_EQ(d.rev->str(), "2-b");
+}
+
+TEST(ParseDoc, MalformedRevisionsAreDocValidationErrors) {
+  EXPECT_EQ(parse_err(R"({"_revisions":{"start":"1","ids":["a"]}})"),
+            (CouchError{400, "doc_validation", "_revisions.start isn't an integer."}));
+  EXPECT_EQ(parse_err(R"({"_revisions":{"start":1,"ids":{}}})"),
+            (CouchError{400, "doc_validation", "_revisions.ids isn't a array."}));
+  EXPECT_EQ(parse_err(R"({"_revisions":{"start":1,"ids":[1]}})"),
+            (CouchError{400, "doc_validation", "RevId isn't a string"}));
+  EXPECT_EQ(parse_err(R"({"_revisions":{"start":1,"ids":["zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"]}})"),
+            (CouchError{400, "doc_validation", "RevId isn't a valid hexadecimal"}));
+}
+
+TEST(ParseDoc, InvalidUtf8BuiltInCodeIsABadRequest) {
+  Json j = Json::object();
+  j["a"] = std::string("\xff\xfe");
+  EXPECT_EQ(parse_err_json(j), (CouchError{400, "bad_request", "invalid UTF-8 JSON"}));
+}
+
+// ---- validate_docid ----------------------------------------------------------------------------
+
+TEST(ValidateDocid, AcceptsOrdinaryAndReservedIds) {
+  for (std::string_view id : {"a", "doc 1", "caf\xc3\xa9", "\xf0\x9f\x98\x80", "a_b", "_design/x",
+                              "_local/x", "_design/_x/y", "a/b", "\"quoted\""}) {
+    EXPECT_FALSE(validate_docid(id)) << id;
+  }
+}
+
+TEST(ValidateDocid, RejectsWithCouchDBErrors) {
+  auto reason = [](std::string_view id) {
+    auto e = validate_docid(id);
+    EXPECT_TRUE(e) << id;
+    if (!e) return std::string();
+    EXPECT_EQ(e->status, 400);
+    EXPECT_EQ(e->error, "illegal_docid");
+    return e->reason;
+  };
+  EXPECT_EQ(reason(""), "Document id must not be empty");
+  EXPECT_EQ(reason("_design/"), "Illegal document id `_design/`");
+  EXPECT_EQ(reason("_local/"), "Illegal document id `_local/`");
+  const std::string underscore = "Only reserved document ids may start with underscore.";
+  EXPECT_EQ(reason("_foo"), underscore);
+  EXPECT_EQ(reason("_"), underscore);
+  EXPECT_EQ(reason("_design"), underscore);
+  EXPECT_EQ(reason("_all_docs"), underscore);
+  EXPECT_EQ(reason("_Design/x"), underscore);
+  const std::string utf8 = "Document id must be valid UTF-8";
+  EXPECT_EQ(reason("\xff"), utf8);
+  EXPECT_EQ(reason("a\xc3"), utf8);             // truncated sequence
+  EXPECT_EQ(reason("\xc0\xaf"), utf8);          // overlong '/'
+  EXPECT_EQ(reason("\xe0\x80\xaf"), utf8);      // overlong, 3 bytes
+  EXPECT_EQ(reason("\xed\xa0\x80"), utf8);      // UTF-16 surrogate
+  EXPECT_EQ(reason("\xf4\x90\x80\x80"), utf8);  // above U+10FFFF
+  EXPECT_EQ(reason("_\xff"), utf8);             // UTF-8 is checked before the underscore
+}
+
+TEST(Utf8, ValidatesBoundaries) {
+  EXPECT_TRUE(is_valid_utf8(""));
+  EXPECT_TRUE(is_valid_utf8("\x7f"));
+  EXPECT_TRUE(is_valid_utf8("\xc2\x80"));
+  EXPECT_TRUE(is_valid_utf8("\xef\xbf\xbf"));
+  EXPECT_TRUE(is_valid_utf8("\xf4\x8f\xbf\xbf"));
+  EXPECT_TRUE(is_valid_utf8(std::string_view("a\0b", 3)));
+  EXPECT_FALSE(is_valid_utf8("\x80"));
+  EXPECT_FALSE(is_valid_utf8("\xc2"));
+  EXPECT_FALSE(is_valid_utf8("\xc2\x41"));
+  EXPECT_FALSE(is_valid_utf8("\xf0\x8f\xbf\xbf"));  // overlong, 4 bytes
+  EXPECT_FALSE(is_valid_utf8("\xf5\x80\x80\x80"));
+}
+
+// ---- json_string / splice_doc ------------------------------------------------------------------
+
+TEST(JsonString, EscapesLikeNlohmann) {
+  EXPECT_EQ(json_string("x"), "\"x\"");
+  EXPECT_EQ(json_string(""), "\"\"");
+  EXPECT_EQ(json_string("a\"b\\c/d"), R"("a\"b\\c/d")");
+  EXPECT_EQ(json_string("\b\f\n\r\t\x01\x1f\x7f"), R"("\b\f\n\r\t\u0001\u001f)"
+                                                   "\x7f\"");
+  EXPECT_EQ(json_string("caf\xc3\xa9 \xf0\x9f\x98\x80"), "\"caf\xc3\xa9 \xf0\x9f\x98\x80\"");
+  for (std::string_view s : {"plain", "q\"uote", "back\\slash", "nl\n", "\xe2\x82\xac"}) {
+    EXPECT_EQ(json_string(s), Json(std::string(s)).dump()) << s;
+  }
+  // Invalid UTF-8 does not throw; it becomes U+FFFD.
+  EXPECT_EQ(json_string("a\xff"), "\"a\xef\xbf\xbd\"");
+}
+
+TEST(SpliceDoc, ExamplesFromTheContract) {
+  EXPECT_EQ(splice_doc(R"({"a":1})", "x", "1-abc", {R"("_deleted":true)"}),
+            R"({"_id":"x","_rev":"1-abc","_deleted":true,"a":1})");
+  EXPECT_EQ(splice_doc("{}", "x", "1-abc", {}), R"({"_id":"x","_rev":"1-abc"})");
+}
+
+TEST(SpliceDoc, ExtraMembersInOrderAndEmptyBody) {
+  EXPECT_EQ(splice_doc("{}", "x", "2-b", {R"("_deleted":true)", R"("_conflicts":["2-a"])"}),
+            R"({"_id":"x","_rev":"2-b","_deleted":true,"_conflicts":["2-a"]})");
+  EXPECT_EQ(splice_doc(R"({"a":{"b":[1,2]},"c":"}"})", "x", "2-b", {}),
+            R"({"_id":"x","_rev":"2-b","a":{"b":[1,2]},"c":"}"})");
+  EXPECT_EQ(splice_doc("{ }", "x", "1-a", {}), R"({"_id":"x","_rev":"1-a"})");
+}
+
+TEST(SpliceDoc, EscapesIds) {
+  EXPECT_EQ(splice_doc(R"({"a":1})", "q\"u\\o", "1-a", {}),
+            R"({"_id":"q\"u\\o","_rev":"1-a","a":1})");
+  EXPECT_EQ(splice_doc("{}", "caf\xc3\xa9\n", "1-a", {}),
+            "{\"_id\":\"caf\xc3\xa9\\n\",\"_rev\":\"1-a\"}");
+}
+
+TEST(SpliceDoc, ResultParsesToTheSameDocument) {
+  const std::string id = "we\"ird\\ \xe2\x98\x83 \t id";
+  const auto d =
+      parse_ok(R"({"_id":)" + Json(id).dump() + R"(,"x":[1,{"_y":2}],"s":"}{,","_deleted":true})");
+  const auto out = Json::parse(splice_doc(d.body, *d.id, "3-" + kHexA, {R"("_deleted":true)"}));
+  EXPECT_EQ(out.dump(), Json({{"_id", id},
+                              {"_rev", "3-" + kHexA},
+                              {"_deleted", true},
+                              {"x", Json::array({1, Json({{"_y", 2}})})},
+                              {"s", "}{,"}})
+                            .dump());
+}
+
+}  // namespace
+}  // namespace chaise::core

@@ -1,0 +1,501 @@
+// The document core against a real store: RFC 003 update paths, winner selection, new_edits=false
+// merging and stemming, counters, _changes / _all_docs cursors, _local docs, idempotent retries.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "core/documents.h"
+#include "core/views.h"
+#include "storage/database.h"
+
+namespace chaise::core {
+namespace {
+
+using storage::Database;
+using storage::Status;
+using Json = nlohmann::json;
+
+class DocumentsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "chaise-docs-XXXXXX").string();
+    dir_ = mkdtemp(tmpl.data());
+    storage::Options o;
+    o.fsync = false;
+    store_ = std::move(Database::open(dir_, o).value());
+    create("db");
+  }
+  void TearDown() override {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void create(const std::string& name) {
+    Status s = store_->run([&](Transaction& tr) -> Status {
+      auto r = create_db(tr, name, false, 1);
+      if (!r.ok()) return r.error();
+      EXPECT_FALSE(failed(*r));
+      return {};
+    });
+    ASSERT_TRUE(s.ok());
+  }
+
+  DbRef db(const std::string& name = "db") {
+    auto tr = store_->create_transaction();
+    auto r = open_db(tr, name);
+    EXPECT_TRUE(r.ok() && !failed(*r));
+    return std::get<DbRef>(*r);
+  }
+
+  std::vector<DocWriteBatch::ItemResult> write(std::vector<DocWriteBatch::Item> items,
+                                               const std::string& name = "db") {
+    DocWriteBatch batch(name, std::move(items));
+    while (batch.has_more()) {
+      Status s = store_->run([&](Transaction& tr) { return batch(tr); });
+      EXPECT_TRUE(s.ok()) << storage::error_name(s.error());
+      batch.committed();
+    }
+    std::vector<DocWriteBatch::ItemResult> out;
+    for (auto& r : batch.results()) out.push_back(r.value_or(DocWriteBatch::ItemResult(conflict())));
+    return out;
+  }
+
+  static DocWriteBatch::Item edit(std::string id, std::optional<std::string> rev, std::string body,
+                                  bool deleted = false) {
+    DocWriteBatch::Item it;
+    it.update.id = std::move(id);
+    if (rev) it.update.base_rev = RevId::parse(*rev);
+    it.update.body = std::move(body);
+    it.update.deleted = deleted;
+    return it;
+  }
+
+  // new_edits=false: path given newest first, e.g. {"3-c", "2-b", "1-a"} (hashes are opaque text).
+  static DocWriteBatch::Item replicated(std::string id, std::vector<std::string> path,
+                                        std::string body = "{}", bool deleted = false) {
+    DocWriteBatch::Item it;
+    it.replicated = true;
+    it.replicated_doc.id = std::move(id);
+    it.replicated_doc.path.leaf = *RevId::parse(path[0]);
+    it.replicated_doc.path.deleted = deleted;
+    for (std::size_t i = 1; i < path.size(); ++i)
+      it.replicated_doc.path.ancestors.push_back(RevId::parse(path[i])->hash);
+    it.replicated_doc.body = std::move(body);
+    return it;
+  }
+
+  std::string put(const std::string& id, std::optional<std::string> rev, const std::string& body,
+                  bool deleted = false) {
+    auto r = write({edit(id, rev, body, deleted)});
+    EXPECT_FALSE(failed(r[0])) << (failed(r[0]) ? std::get<CouchError>(r[0]).reason : "");
+    return failed(r[0]) ? "" : std::get<UpdateResult>(r[0]).rev.str();
+  }
+
+  Outcome<std::string> get(const std::string& id, const DocReadOptions& o = {}) {
+    auto tr = store_->create_transaction();
+    auto r = get_doc_json(tr, db(), id, o);
+    EXPECT_TRUE(r.ok());
+    return *r;
+  }
+  Json get_json(const std::string& id, const DocReadOptions& o = {}) {
+    auto r = get(id, o);
+    EXPECT_FALSE(failed(r)) << id;
+    return failed(r) ? Json() : Json::parse(std::get<std::string>(r));
+  }
+
+  std::int64_t counter(std::string_view name) {
+    auto tr = store_->create_transaction();
+    return *read_counter(tr, db(), name);
+  }
+
+  std::vector<Json> changes(ChangesQuery q = {}) {
+    ChangesCursor c(db(), q);
+    std::vector<std::string> rows;
+    for (;;) {
+      auto tr = store_->create_transaction();
+      auto more = c.next_page(tr, 3, rows);  // tiny pages exercise the paging
+      EXPECT_TRUE(more.ok());
+      if (!*more) break;
+    }
+    std::vector<Json> out;
+    for (auto& r : rows) out.push_back(Json::parse(r));
+    return out;
+  }
+
+  std::vector<Json> all_docs(AllDocsQuery q = {}) {
+    AllDocsCursor c(db(), q);
+    std::vector<std::string> rows;
+    for (;;) {
+      auto tr = store_->create_transaction();
+      auto more = c.next_page(tr, 2, rows);
+      EXPECT_TRUE(more.ok());
+      if (!*more) break;
+    }
+    std::vector<Json> out;
+    for (auto& r : rows) out.push_back(Json::parse(r));
+    return out;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Database> store_;
+};
+
+TEST_F(DocumentsTest, InsertReadUpdate) {
+  std::string r1 = put("a", std::nullopt, R"({"x":1,"b":[true]})");
+  EXPECT_EQ(r1.substr(0, 2), "1-");
+  EXPECT_EQ(r1.size(), 34u);
+  Json d = get_json("a");
+  EXPECT_EQ(d["_id"], "a");
+  EXPECT_EQ(d["_rev"], r1);
+  EXPECT_EQ(d["x"], 1);
+  EXPECT_EQ(counter(keyspace::kDocCount), 1);
+
+  std::string r2 = put("a", r1, R"({"x":2})");
+  EXPECT_EQ(r2.substr(0, 2), "2-");
+  EXPECT_EQ(get_json("a")["x"], 2);
+  EXPECT_EQ(counter(keyspace::kDocCount), 1);
+
+  // Stale rev, no rev, unknown rev: 409.
+  for (auto rev : {std::optional<std::string>(r1), std::optional<std::string>(),
+                   std::optional<std::string>("9-00000000000000000000000000000000")}) {
+    auto r = write({edit("a", rev, "{}")});
+    ASSERT_TRUE(failed(r[0]));
+    EXPECT_EQ(std::get<CouchError>(r[0]), conflict());
+  }
+  // The same edit gives the same revision everywhere (deterministic hash).
+  create("other");
+  auto again = write({edit("a", std::nullopt, R"({"x":1,"b":[true]})")}, "other");
+  EXPECT_EQ(std::get<UpdateResult>(again[0]).rev.str(), r1);
+}
+
+TEST_F(DocumentsTest, DeleteRecreateAndCounters) {
+  std::string r1 = put("a", std::nullopt, R"({"v":1})");
+  std::string r2 = put("a", r1, "{}", true);
+  EXPECT_EQ(get("a"), Outcome<std::string>(doc_deleted()));
+  EXPECT_EQ(counter(keyspace::kDocCount), 0);
+  EXPECT_EQ(counter(keyspace::kDocDelCount), 1);
+  // The tombstone is readable by rev.
+  DocReadOptions o;
+  o.rev = RevId::parse(r2);
+  Json t = get_json("a", o);
+  EXPECT_EQ(t["_deleted"], true);
+  // Updating the deleted leaf conflicts (RFC 003).
+  auto r = write({edit("a", r2, "{}")});
+  EXPECT_EQ(std::get<CouchError>(r[0]), conflict());
+  // Re-creating without a rev extends the tombstone.
+  std::string r3 = put("a", std::nullopt, R"({"v":3})");
+  EXPECT_EQ(r3.substr(0, 2), "3-");
+  EXPECT_EQ(counter(keyspace::kDocCount), 1);
+  EXPECT_EQ(counter(keyspace::kDocDelCount), 0);
+  o.revs = true;
+  o.rev.reset();
+  Json d = get_json("a", o);
+  EXPECT_EQ(d["_revisions"]["start"], 3);
+  EXPECT_EQ(d["_revisions"]["ids"].size(), 3u);
+  // A new document written deleted counts as deleted.
+  put("b", std::nullopt, "{}", true);
+  EXPECT_EQ(counter(keyspace::kDocDelCount), 1);
+  // Non-leaf revision: conflict.
+  auto nl = write({edit("a", r1, "{}")});
+  EXPECT_EQ(std::get<CouchError>(nl[0]), conflict());
+}
+
+TEST_F(DocumentsTest, ChangesHaveOneEntryPerDocumentInSequenceOrder) {
+  std::string ra = put("a", std::nullopt, "{}");
+  put("b", std::nullopt, "{}");
+  put("a", ra, R"({"n":2})");
+  put("c", std::nullopt, "{}");
+  auto rows = changes();
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0]["id"], "b");
+  EXPECT_EQ(rows[1]["id"], "a");
+  EXPECT_EQ(rows[2]["id"], "c");
+  EXPECT_LT(rows[0]["seq"].get<std::string>(), rows[1]["seq"].get<std::string>());
+  EXPECT_LT(rows[1]["seq"].get<std::string>(), rows[2]["seq"].get<std::string>());
+  // since: strictly after.
+  ChangesQuery q;
+  q.since = *Sequence::parse(rows[0]["seq"].get<std::string>());
+  auto after = changes(q);
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(after[0]["id"], "a");
+  // Descending, limit.
+  ChangesQuery d;
+  d.descending = true;
+  d.limit = 2;
+  auto desc = changes(d);
+  ASSERT_EQ(desc.size(), 2u);
+  EXPECT_EQ(desc[0]["id"], "c");
+  // update_seq is the last change.
+  auto tr = store_->create_transaction();
+  EXPECT_EQ(update_seq(tr, db())->str(), rows[2]["seq"]);
+}
+
+TEST_F(DocumentsTest, ReplicatedConflictsWinnerAndAllDocsStyle) {
+  // Two branches off 1-a: 2-b and 2-c. Winner: higher hash ("c" > "b").
+  auto r = write({replicated("d", {"2-b", "1-a"}, R"({"side":"b"})"),
+                  replicated("d", {"2-c", "1-a"}, R"({"side":"c"})")});
+  ASSERT_FALSE(failed(r[0]));
+  ASSERT_FALSE(failed(r[1]));
+  DocReadOptions o;
+  o.conflicts = true;
+  Json d = get_json("d", o);
+  EXPECT_EQ(d["_rev"], "2-c");
+  EXPECT_EQ(d["side"], "c");
+  EXPECT_EQ(d["_conflicts"], Json::array({"2-b"}));
+  EXPECT_EQ(counter(keyspace::kDocCount), 1);
+  ChangesQuery q;
+  q.all_docs_style = true;
+  auto rows = changes(q);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["changes"].size(), 2u);
+  EXPECT_EQ(rows[0]["changes"][0]["rev"], "2-c");
+  // Idempotent: the same revisions again change nothing.
+  auto seq_before = rows[0]["seq"];
+  write({replicated("d", {"2-b", "1-a"}), replicated("d", {"1-a"})});
+  EXPECT_EQ(changes(q)[0]["seq"], seq_before);
+  // Live beats deleted whatever the position: a deleted 5-z does not win.
+  write({replicated("d", {"5-z", "4-y", "3-x", "2-c", "1-a"}, "{}", true)});
+  Json after = get_json("d", o);
+  EXPECT_EQ(after["_rev"], "2-b");  // 2-c was extended by the deleted path; 2-b is the only live leaf
+  o.deleted_conflicts = true;
+  after = get_json("d", o);
+  EXPECT_EQ(after["_deleted_conflicts"], Json::array({"5-z"}));
+}
+
+TEST_F(DocumentsTest, InteractiveEditsOfLosingBranchesAndWinnerDeletion) {
+  write({replicated("d", {"2-b", "1-a"}, R"({"s":"b"})"),
+         replicated("d", {"2-c", "1-a"}, R"({"s":"c"})")});
+  // Extend the losing branch 2-b: 3-x beats 2-c by position.
+  std::string r3 = put("d", "2-b", R"({"s":"b3"})");
+  DocReadOptions o;
+  o.conflicts = true;
+  Json d = get_json("d", o);
+  EXPECT_EQ(d["_rev"], r3);
+  EXPECT_EQ(d["_conflicts"], Json::array({"2-c"}));
+  // Delete the winner: 2-c is promoted.
+  put("d", r3, "{}", true);
+  d = get_json("d", o);
+  EXPECT_EQ(d["_rev"], "2-c");
+  EXPECT_FALSE(d.contains("_conflicts"));
+  EXPECT_EQ(counter(keyspace::kDocCount), 1);
+  EXPECT_EQ(counter(keyspace::kDocDelCount), 0);
+  // by_id points at the promoted winner.
+  auto rows = all_docs();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["value"]["rev"], "2-c");
+  // Delete the last live leaf: the document is deleted.
+  put("d", "2-c", "{}", true);
+  EXPECT_EQ(get("d"), Outcome<std::string>(doc_deleted()));
+  EXPECT_EQ(counter(keyspace::kDocCount), 0);
+  EXPECT_EQ(counter(keyspace::kDocDelCount), 1);
+  EXPECT_TRUE(all_docs().empty());
+}
+
+TEST_F(DocumentsTest, DeletingALosingBranchKeepsTheWinner) {
+  write({replicated("d", {"2-b", "1-a"}), replicated("d", {"2-c", "1-a"})});
+  put("d", "2-b", "{}", true);
+  DocReadOptions o;
+  o.conflicts = o.deleted_conflicts = true;
+  Json d = get_json("d", o);
+  EXPECT_EQ(d["_rev"], "2-c");
+  EXPECT_FALSE(d.contains("_conflicts"));
+  EXPECT_EQ(d["_deleted_conflicts"].size(), 1u);
+  EXPECT_EQ(changes().size(), 1u);
+}
+
+TEST_F(DocumentsTest, StemmingToRevsLimit) {
+  Status s = store_->run([&](Transaction& tr) -> Status {
+    set_revs_limit(tr, db(), 3);
+    return {};
+  });
+  ASSERT_TRUE(s.ok());
+  std::string rev = put("a", std::nullopt, "{}");
+  for (int i = 0; i < 5; ++i) rev = put("a", rev, "{\"i\":" + std::to_string(i) + "}");
+  DocReadOptions o;
+  o.revs = true;
+  Json d = get_json("a", o);
+  EXPECT_EQ(d["_revisions"]["start"], 6);
+  EXPECT_EQ(d["_revisions"]["ids"].size(), 3u);
+  // Replicated paths are stemmed too.
+  write({replicated("r", {"5-e", "4-d", "3-c", "2-b", "1-a"})});
+  d = get_json("r", o);
+  EXPECT_EQ(d["_revisions"]["ids"], Json::array({"e", "d", "c"}));
+}
+
+TEST_F(DocumentsTest, UnknownCommitResultDoesNotDuplicate) {
+  for (auto fault : {storage::CommitFault::unknown_result_applied,
+                     storage::CommitFault::unknown_result_not_applied}) {
+    std::atomic<int> n{0};
+    store_->set_commit_fault_hook(
+        [&] { return n++ == 0 ? fault : storage::CommitFault::none; });
+    std::string id = fault == storage::CommitFault::unknown_result_applied ? "applied" : "dropped";
+    auto r = write({edit(id, std::nullopt, "{}"), edit(id + "2", std::nullopt, "{}")});
+    store_->set_commit_fault_hook(nullptr);
+    ASSERT_FALSE(failed(r[0]));  // a retry that saw its own commit still reports success
+    EXPECT_EQ(std::get<UpdateResult>(r[0]).rev.pos, 1);
+    // applied: the retry finds its transaction id and commits nothing (read-only, not seen by the
+    // pipeline again); not applied: the retry writes again.
+    EXPECT_EQ(n.load(), fault == storage::CommitFault::unknown_result_applied ? 1 : 2);
+  }
+  auto rows = changes();
+  EXPECT_EQ(rows.size(), 4u);  // no duplicate changes entries
+  EXPECT_EQ(counter(keyspace::kDocCount), 4);
+  DocReadOptions o;
+  o.revs = true;
+  EXPECT_EQ(get_json("applied", o)["_revisions"]["start"], 1);  // no second revision
+}
+
+TEST_F(DocumentsTest, ConcurrentWritersToOneDocumentExactlyOneWins) {
+  std::string base = put("hot", std::nullopt, "{}");
+  constexpr int kWriters = 8;
+  std::atomic<int> ok{0}, conflicts{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWriters; ++i) {
+    threads.emplace_back([&, i] {
+      auto r = write({edit("hot", base, "{\"w\":" + std::to_string(i) + "}")});
+      (failed(r[0]) ? conflicts : ok)++;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 1);
+  EXPECT_EQ(conflicts.load(), kWriters - 1);
+  EXPECT_EQ(get_json("hot")["_rev"].get<std::string>().substr(0, 2), "2-");
+}
+
+TEST_F(DocumentsTest, ConcurrentInsertsOfOneIdExactlyOneWins) {
+  constexpr int kWriters = 8;
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWriters; ++i) {
+    threads.emplace_back([&, i] {
+      auto r = write({edit("new", std::nullopt, "{\"w\":" + std::to_string(i) + "}")});
+      if (!failed(r[0])) ok++;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 1);
+  EXPECT_EQ(counter(keyspace::kDocCount), 1);
+  EXPECT_EQ(changes().size(), 1u);
+}
+
+TEST_F(DocumentsTest, DuplicateIdsInOneBatch) {
+  auto r = write({edit("x", std::nullopt, "{}"), edit("x", std::nullopt, "{}")});
+  EXPECT_FALSE(failed(r[0]));
+  EXPECT_EQ(std::get<CouchError>(r[1]), conflict());
+  // Replicated duplicates are applied one after the other.
+  auto rr = write({replicated("y", {"1-a"}), replicated("y", {"2-b", "1-a"})});
+  EXPECT_FALSE(failed(rr[0]));
+  EXPECT_FALSE(failed(rr[1]));
+  EXPECT_EQ(get_json("y")["_rev"], "2-b");
+}
+
+TEST_F(DocumentsTest, AllDocsRangesAndKeys) {
+  for (auto id : {"a", "b", "c", "d", "_design/x"}) put(id, std::nullopt, "{\"id\":\"" + std::string(id) + "\"}");
+  std::string rd = get_json("d")["_rev"];
+  put("d", rd, "{}", true);
+  auto ids = [](const std::vector<Json>& rows) {
+    std::vector<std::string> out;
+    for (auto& r : rows) out.push_back(r["id"]);
+    return out;
+  };
+  EXPECT_EQ(ids(all_docs()), (std::vector<std::string>{"_design/x", "a", "b", "c"}));
+  AllDocsQuery q;
+  q.start_key = "a";
+  q.end_key = "b";
+  EXPECT_EQ(ids(all_docs(q)), (std::vector<std::string>{"a", "b"}));
+  q.inclusive_end = false;
+  EXPECT_EQ(ids(all_docs(q)), (std::vector<std::string>{"a"}));
+  AllDocsQuery d;
+  d.descending = true;
+  d.start_key = "b";
+  EXPECT_EQ(ids(all_docs(d)), (std::vector<std::string>{"b", "a", "_design/x"}));
+  AllDocsQuery sl;
+  sl.skip = 1;
+  sl.limit = 2;
+  sl.include_docs = true;
+  auto rows = all_docs(sl);
+  EXPECT_EQ(ids(rows), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(rows[0]["doc"]["id"], "a");
+  AllDocsQuery dd;
+  dd.kind = AllDocsKind::design_docs;
+  EXPECT_EQ(ids(all_docs(dd)), (std::vector<std::string>{"_design/x"}));
+  {
+    AllDocsCursor c(db(), q);
+    auto tr = store_->create_transaction();
+    EXPECT_EQ(*c.total_rows(tr), 4);
+    EXPECT_EQ(*c.offset(tr), 1);  // "_design/x" sorts before "a"
+  }
+  auto tr = store_->create_transaction();
+  auto keyed = all_docs_keys(tr, db(), {"c", "d", "zz"}, AllDocsQuery{});
+  ASSERT_TRUE(keyed.ok());
+  ASSERT_EQ(keyed->size(), 3u);
+  EXPECT_EQ(Json::parse((*keyed)[1])["value"]["deleted"], true);
+  EXPECT_EQ(Json::parse((*keyed)[2])["error"], "not_found");
+}
+
+TEST_F(DocumentsTest, LocalDocuments) {
+  DocWriteBatch::Item it = edit("_local/cp", std::nullopt, R"({"seq":1})");
+  it.local = true;
+  DocWriteBatch b("db", {it});
+  ASSERT_TRUE(store_->run([&](Transaction& tr) { return b(tr); }).ok());
+  EXPECT_EQ(b.local_revs()[0], "0-1");
+  auto tr = store_->create_transaction();
+  auto r = put_local(tr, db(), "_local/cp", std::string("0-1"), false, R"({"seq":2})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(std::get<std::string>(*r), "0-2");
+  auto stale = put_local(tr, db(), "_local/cp", std::string("0-1"), false, "{}");
+  EXPECT_EQ(std::get<CouchError>(*stale), conflict());
+  ASSERT_TRUE(tr.commit().ok());
+  auto t2 = store_->create_transaction();
+  auto j = get_local_json(t2, db(), "_local/cp");
+  EXPECT_EQ(Json::parse(std::get<std::string>(*j))["_rev"], "0-2");
+  EXPECT_TRUE(changes().empty());
+  EXPECT_TRUE(all_docs().empty());
+  EXPECT_EQ(counter(keyspace::kDocCount), 0);
+  AllDocsQuery lq;
+  lq.kind = AllDocsKind::local_docs;
+  auto rows = all_docs(lq);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["value"]["rev"], "0-2");
+}
+
+TEST_F(DocumentsTest, LargeBodiesAreChunked) {
+  std::string big = "{\"s\":\"" + std::string(350'000, 'x') + "\"}";
+  std::string r = put("big", std::nullopt, big);
+  EXPECT_EQ(get_json("big")["s"].get<std::string>().size(), 350'000u);
+  put("big", r, "{}");  // the old chunks are cleared with the old leaf
+  EXPECT_EQ(counter(keyspace::kSizeActive), 2);
+}
+
+TEST_F(DocumentsTest, DeleteAndRecreateDatabaseStartsEmpty) {
+  put("a", std::nullopt, "{}");
+  Status s = store_->run([&](Transaction& tr) -> Status {
+    auto r = delete_db(tr, "db");
+    if (!r.ok()) return r.error();
+    return {};
+  });
+  ASSERT_TRUE(s.ok());
+  create("db");
+  EXPECT_EQ(counter(keyspace::kDocCount), 0);
+  EXPECT_TRUE(changes().empty());
+  EXPECT_EQ(get("a"), Outcome<std::string>(doc_not_found()));
+}
+
+TEST_F(DocumentsTest, RevsDiff) {
+  write({replicated("d", {"2-b", "1-a"})});
+  auto tr = store_->create_transaction();
+  auto r = revs_diff(tr, db(), "d", {"2-b", "1-a", "3-c"});
+  ASSERT_TRUE(r.ok() && r->has_value());
+  EXPECT_EQ((*r)->missing, std::vector<std::string>{"3-c"});
+  EXPECT_EQ((*r)->possible_ancestors, std::vector<std::string>{"2-b"});
+  auto none = revs_diff(tr, db(), "d", {"2-b"});
+  EXPECT_FALSE(none->has_value());
+}
+
+}  // namespace
+}  // namespace chaise::core
