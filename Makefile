@@ -1,0 +1,57 @@
+# Chaise build entry points. On a fresh Debian 12 machine, as root: `make run` or `make test`.
+# Every target installs what is missing first (`deps` is a no-op when all packages are present).
+
+SHELL := /bin/bash
+.ONESHELL:
+.SHELLFLAGS := -euo pipefail -c
+.PHONY: deps build run test asan tsan bench
+
+# Debian 12 packages needed to build and test.
+PACKAGES := build-essential cmake ccache libboost-all-dev nlohmann-json3-dev libspdlog-dev \
+            libssl-dev librocksdb-dev googletest libgtest-dev libbenchmark-dev
+JOBS ?= $(shell nproc)
+BUILD_TYPE ?= RelWithDebInfo
+
+# apt only runs when `dpkg -s` says something is missing, so this is fast and works offline
+# once everything is installed.
+deps:
+	@if dpkg -s $(PACKAGES) >/dev/null 2>&1; then exit 0; fi
+	if [ "$$(id -u)" -ne 0 ]; then
+	  echo "make deps: missing packages; run as root (or: sudo apt-get install -y $(PACKAGES))" >&2
+	  exit 1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update
+	apt-get install -y --no-install-recommends $(PACKAGES)
+
+build: deps
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+	cmake --build build -j$(JOBS)
+
+run: build
+	exec build/server/chaise --config config/default.ini --data-dir ./data
+
+test: build
+	ctest --test-dir build --output-on-failure -j2
+
+asan: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCHAISE_SANITIZE=address -DCHAISE_BENCH=OFF
+	cmake --build build-asan -j$(JOBS)
+	ctest --test-dir build-asan --output-on-failure -j2
+
+tsan: deps
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCHAISE_SANITIZE=thread -DCHAISE_BENCH=OFF
+	cmake --build build-tsan -j$(JOBS)
+	ctest --test-dir build-tsan --output-on-failure -j2
+
+# Runs every executable that the bench/ directory builds, one after the other.
+bench: build
+	@found=0
+	for exe in build/bench/*; do
+	  if [ -f "$$exe" ] && [ -x "$$exe" ]; then
+	    found=1
+	    echo "== $$exe"
+	    "$$exe"
+	  fi
+	done
+	if [ "$$found" -eq 0 ]; then echo "no benchmark executables in build/bench/" >&2; exit 1; fi

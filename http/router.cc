@@ -1,0 +1,179 @@
+#include "http/router.h"
+
+#include <array>
+#include <cstdio>
+#include <ctime>
+#include <exception>
+#include <utility>
+
+namespace chaise::http {
+
+namespace {
+
+// CouchDB advertises optional capabilities in the welcome document; clients use the list to decide
+// which endpoints to call. A feature is listed only once its endpoints work in Chaise, so that no
+// client is sent down a path that answers 404.
+const std::array<std::string_view, 1> kFeatures = {
+    "pluggable-storage-engines",  // storage/ is an FDB-shaped API; RocksDB is one engine behind it
+};
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::optional<std::string> percent_decode(std::string_view in) {
+  std::string out;
+  out.reserve(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out.push_back(in[i]);
+      continue;
+    }
+    if (i + 2 >= in.size()) return std::nullopt;  // needs two hex digits after '%'
+    const int hi = hex_value(in[i + 1]);
+    const int lo = hex_value(in[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
+  }
+  return out;
+}
+
+bool is_get_or_head(const Request& request) {
+  return request.method() == beast_http::verb::get || request.method() == beast_http::verb::head;
+}
+
+}  // namespace
+
+Router::Router(RouterContext context) : context_(std::move(context)) {}
+
+Response Router::handle(const Request& request) const noexcept {
+  return guarded(request, [this](const Request& r) { return dispatch(r); });
+}
+
+Response Router::dispatch(const Request& request) const {
+  const auto segments = path_segments(request.target());
+  if (!segments) {
+    return error_response(request, Status::bad_request, "bad_request", "Invalid request path");
+  }
+  if (segments->empty()) return welcome(request);
+  if (segments->size() == 1 && (*segments)[0] == "_up") return up(request);
+  // Later issues: /_all_dbs, /_uuids, /{db}, /{db}/{docid}, ... are routed here.
+  return error_response(request, Status::not_found, "not_found", "missing");
+}
+
+// GET / -- CouchDB's chttpd_misc:handle_welcome_req.
+Response Router::welcome(const Request& request) const {
+  if (!is_get_or_head(request)) return method_not_allowed(request, "GET,HEAD");
+  Json features = Json::array();
+  for (std::string_view feature : kFeatures) features.push_back(feature);
+  const Json body = {
+      {"couchdb", "Welcome"},
+      {"version", kCouchDbVersion},
+      {"git_sha", "chaise"},
+      {"uuid", context_.server_uuid},
+      {"features", std::move(features)},
+      {"vendor", {{"name", "Chaise"}, {"version", kChaiseVersion}}},
+  };
+  return json_response(request, Status::ok, body);
+}
+
+// GET /_up -- CouchDB 3's health check. Maintenance mode (404 {"status":"maintenance_mode"}) does
+// not exist in Chaise yet.
+Response Router::up(const Request& request) const {
+  if (!is_get_or_head(request)) return method_not_allowed(request, "GET,HEAD");
+  const Json body = {{"status", "ok"}, {"seeds", Json::object()}};
+  return json_response(request, Status::ok, body);
+}
+
+Response json_response(const Request& request, Status status, const Json& body) {
+  Response response{status, request.version()};
+  response.set(beast_http::field::server, kServerHeader);
+  response.set(beast_http::field::date, http_date_now());
+  response.set(beast_http::field::content_type, "application/json");
+  response.set(beast_http::field::cache_control, "must-revalidate");
+  response.keep_alive(request.keep_alive());
+  // Invalid UTF-8 from client input must not turn an answer into a 500: replace, don't throw.
+  response.body() = body.dump(-1, ' ', false, Json::error_handler_t::replace);
+  response.body().push_back('\n');
+  response.prepare_payload();
+  if (request.method() == beast_http::verb::head) {
+    // Content-Length stays what GET would send; the body goes.
+    response.body().clear();
+  }
+  return response;
+}
+
+Response error_response(const Request& request, Status status, std::string_view error,
+                        std::string_view reason) {
+  return json_response(request, status, Json{{"error", error}, {"reason", reason}});
+}
+
+Response method_not_allowed(const Request& request, std::string_view allowed) {
+  std::string reason = "Only ";
+  reason.append(allowed).append(" allowed");
+  Response response =
+      error_response(request, Status::method_not_allowed, "method_not_allowed", reason);
+  response.set(beast_http::field::allow, allowed);
+  return response;
+}
+
+Response guarded(const Request& request,
+                 const std::function<Response(const Request&)>& handler) noexcept {
+  std::string reason;
+  try {
+    return handler(request);
+  } catch (const std::exception& e) {
+    reason = e.what();
+  } catch (...) {
+    reason = "unknown exception";
+  }
+  try {
+    return error_response(request, Status::internal_server_error, "unknown_error", reason);
+  } catch (...) {
+    // Out of memory while building the error itself: a bare 500 without a body.
+    Response bare;
+    bare.result(Status::internal_server_error);
+    bare.keep_alive(false);
+    return bare;
+  }
+}
+
+std::optional<std::vector<std::string>> path_segments(std::string_view target) {
+  const std::size_t query = target.find('?');
+  std::string_view path = target.substr(0, query);
+  if (path.empty() || path.front() != '/') return std::nullopt;
+  std::vector<std::string> segments;
+  while (!path.empty()) {
+    path.remove_prefix(1);  // the '/'
+    const std::size_t next = path.find('/');
+    const std::string_view raw = path.substr(0, next);
+    path = next == std::string_view::npos ? std::string_view{} : path.substr(next);
+    if (raw.empty()) continue;
+    auto decoded = percent_decode(raw);
+    if (!decoded) return std::nullopt;
+    segments.push_back(std::move(*decoded));
+  }
+  return segments;
+}
+
+std::string http_date_now() {
+  // Formatted by hand: strftime's %a/%b follow the C locale, which a library may have changed.
+  static constexpr std::array<const char*, 7> kDays = {"Sun", "Mon", "Tue", "Wed",
+                                                       "Thu", "Fri", "Sat"};
+  static constexpr std::array<const char*, 12> kMonths = {
+      "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%s, %02d %s %04d %02d:%02d:%02d GMT", kDays[tm.tm_wday],
+                tm.tm_mday, kMonths[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
+                tm.tm_sec);
+  return buffer;
+}
+
+}  // namespace chaise::http

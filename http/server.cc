@@ -1,0 +1,385 @@
+#include "http/server.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace chaise::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
+using boost::system::error_code;
+
+namespace {
+
+// After answering 413 the client may still be sending the body it was refused; closing a socket with
+// unread input makes the kernel send RST, which can destroy the 413 before the client reads it. So
+// read and discard for a short while first. Both bounds keep a hostile client from holding us.
+constexpr std::chrono::milliseconds kLingerTimeout{1000};
+constexpr std::size_t kLingerBytesMax = 4 * 1024 * 1024;
+
+// Accept errors other than "acceptor closed" (e.g. EMFILE) are retried after this pause, so a
+// persistent error does not spin a core.
+constexpr std::chrono::milliseconds kAcceptErrorPause{100};
+
+void log_coroutine_exception(const char* what, std::exception_ptr error) {
+  if (!error) return;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    spdlog::error("http: {} ended with an exception: {}", what, e.what());
+  } catch (...) {
+    spdlog::error("http: {} ended with an unknown exception", what);
+  }
+}
+
+}  // namespace
+
+class Session;
+
+struct Server::State {
+  State(ServerOptions opts, Handler h) : options(std::move(opts)), handler(std::move(h)) {}
+
+  const ServerOptions options;
+  const Handler handler;
+  std::uint16_t port = 0;
+
+  // Guards everything below up to `ioc`. Sessions register here so stop() can reach them.
+  std::mutex mutex;
+  std::condition_variable threads_done;
+  bool stopping = false;
+  unsigned running_threads = 0;
+  std::uint64_t next_session_id = 0;
+  std::unordered_map<std::uint64_t, std::weak_ptr<Session>> sessions;
+  // Read without the mutex on every request to decide keep-alive.
+  std::atomic<bool> stopping_flag{false};
+
+  // Serializes start() and stop() against each other.
+  std::mutex lifecycle_mutex;
+  bool started = false;
+  bool stopped = false;
+  std::vector<std::thread> threads;
+
+  // Declared last: destroying the io_context destroys abandoned sessions, whose destructors use the
+  // members above.
+  asio::io_context ioc;
+  std::optional<tcp::acceptor> acceptor;
+
+  asio::awaitable<void> accept_loop();
+  void run_io_thread();
+};
+
+// One connection. Lives as long as its coroutine (run() holds a shared_ptr); everything in it is
+// touched only on its strand, which is also the executor of its socket.
+class Session {
+ public:
+  Session(Server::State& state, tcp::socket socket, std::uint64_t id)
+      : state_(state), stream_(std::move(socket)), id_(id) {}
+
+  ~Session() {
+    std::lock_guard lock(state_.mutex);
+    state_.sessions.erase(id_);
+  }
+
+  asio::any_io_executor executor() { return stream_.get_executor(); }
+
+  static asio::awaitable<void> run(std::shared_ptr<Session> self) { co_await self->serve(); }
+
+  // Runs on the strand (posted by Server::stop). A connection waiting for a request is closed now;
+  // one busy with a request finishes its response and then closes.
+  void request_close() {
+    close_requested_ = true;
+    if (phase_ == Phase::waiting_for_request) stream_.cancel();
+  }
+
+ private:
+  enum class Phase { waiting_for_request, responding };
+
+  asio::awaitable<void> serve();
+  asio::awaitable<bool> read_request(beast_http::request_parser<beast_http::string_body>& parser);
+  asio::awaitable<void> send_too_large(const Request& header);
+  asio::awaitable<void> linger_and_close();
+  Response call_handler(const Request& request, bool& handler_failed);
+  void close();
+
+  Server::State& state_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  const std::uint64_t id_;
+  Phase phase_ = Phase::waiting_for_request;
+  bool close_requested_ = false;
+};
+
+asio::awaitable<void> Session::serve() {
+  const ServerOptions& options = state_.options;
+  for (;;) {
+    phase_ = Phase::waiting_for_request;
+    if (close_requested_) break;
+
+    beast_http::request_parser<beast_http::string_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(
+        std::min<std::size_t>(options.max_header_bytes, UINT32_MAX)));
+    parser.body_limit(options.max_request_body_bytes);
+    if (!co_await read_request(parser)) co_return;
+
+    phase_ = Phase::responding;
+    Request request = parser.release();
+    bool handler_failed = false;
+    Response response = call_handler(request, handler_failed);
+    if (handler_failed) break;
+    const bool keep_alive = response.keep_alive() && request.keep_alive() && !close_requested_ &&
+                            !state_.stopping_flag.load(std::memory_order_relaxed);
+    response.keep_alive(keep_alive);
+    spdlog::debug("http: {} {} -> {}", std::string_view(request.method_string()),
+                  std::string_view(request.target()), response.result_int());
+
+    error_code ec;
+    stream_.expires_after(options.write_timeout);
+    co_await beast_http::async_write(stream_, response, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || !keep_alive || response.need_eof()) break;
+  }
+  close();
+}
+
+// Reads one complete request into `parser`. Returns false when the connection is finished: the peer
+// closed it, it timed out, it was cancelled by stop(), the request was malformed (closed without an
+// answer) or too large (answered 413, then closed).
+asio::awaitable<bool> Session::read_request(
+    beast_http::request_parser<beast_http::string_body>& parser) {
+  error_code ec;
+  // One deadline for the whole request: a client trickling bytes cannot extend it.
+  stream_.expires_after(state_.options.idle_timeout);
+  co_await beast_http::async_read_header(stream_, buffer_, parser,
+                                         asio::redirect_error(asio::use_awaitable, ec));
+  if (!ec && !parser.is_done() &&
+      beast::iequals(parser.get()[beast_http::field::expect], "100-continue")) {
+    // curl and others wait for this before sending a large body.
+    phase_ = Phase::responding;
+    beast_http::response<beast_http::empty_body> go_on{beast_http::status::continue_,
+                                                       parser.get().version()};
+    co_await beast_http::async_write(stream_, go_on, asio::redirect_error(asio::use_awaitable, ec));
+    phase_ = Phase::waiting_for_request;
+    if (!ec && close_requested_) ec = asio::error::operation_aborted;
+  }
+  if (!ec && !parser.is_done()) {
+    co_await beast_http::async_read(stream_, buffer_, parser,
+                                    asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (!ec) co_return true;
+
+  if (ec == beast_http::error::body_limit) {
+    co_await send_too_large(parser.get());
+  } else {
+    if (ec != beast_http::error::end_of_stream && ec != asio::error::operation_aborted) {
+      spdlog::debug("http: connection {} closed: {}", id_, ec.message());
+    }
+    close();
+  }
+  co_return false;
+}
+
+asio::awaitable<void> Session::send_too_large(const Request& header) {
+  phase_ = Phase::responding;
+  Response response = error_response(header, Status::payload_too_large, "too_large",
+                                     "the request entity is too large");
+  response.keep_alive(false);
+  error_code ec;
+  stream_.expires_after(state_.options.write_timeout);
+  co_await beast_http::async_write(stream_, response, asio::redirect_error(asio::use_awaitable, ec));
+  co_await linger_and_close();
+}
+
+asio::awaitable<void> Session::linger_and_close() {
+  error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  std::array<char, 64 * 1024> sink;
+  std::size_t discarded = 0;
+  stream_.expires_after(kLingerTimeout);
+  while (!ec && discarded < kLingerBytesMax) {
+    discarded += co_await stream_.async_read_some(asio::buffer(sink),
+                                                  asio::redirect_error(asio::use_awaitable, ec));
+  }
+  close();
+}
+
+Response Session::call_handler(const Request& request, bool& handler_failed) {
+  // Router::handle never throws; this catch is for handlers that break that contract. The
+  // connection is dropped rather than answered, because the handler's state is unknown.
+  try {
+    return state_.handler(request);
+  } catch (const std::exception& e) {
+    spdlog::error("http: handler threw for {} {}: {}", std::string_view(request.method_string()),
+                  std::string_view(request.target()), e.what());
+  } catch (...) {
+    spdlog::error("http: handler threw a non-exception");
+  }
+  handler_failed = true;
+  return Response{};
+}
+
+void Session::close() {
+  error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  stream_.socket().close(ignored);
+}
+
+asio::awaitable<void> Server::State::accept_loop() {
+  for (;;) {
+    tcp::socket socket{asio::make_strand(ioc)};
+    error_code ec;
+    co_await acceptor->async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
+    if (ec) {
+      spdlog::warn("http: accept failed: {}", ec.message());
+      asio::steady_timer pause{acceptor->get_executor(), kAcceptErrorPause};
+      co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
+
+    std::shared_ptr<Session> session;
+    {
+      std::lock_guard lock(mutex);
+      if (stopping) co_return;  // `socket` closes as it goes out of scope
+      if (sessions.size() >= options.max_connections) {
+        spdlog::warn("http: {} connections open, refusing a new one", sessions.size());
+        continue;
+      }
+      const std::uint64_t id = next_session_id++;
+      session = std::make_shared<Session>(*this, std::move(socket), id);
+      sessions.emplace(id, session);
+    }
+    const auto executor = session->executor();
+    asio::co_spawn(executor, Session::run(std::move(session)),
+                   [](std::exception_ptr e) { log_coroutine_exception("session", e); });
+  }
+}
+
+void Server::State::run_io_thread() {
+  // Completion handlers do not throw (coroutine exceptions go to the co_spawn handlers), but if one
+  // ever does, keep the thread serving rather than letting std::terminate take the process down.
+  for (;;) {
+    try {
+      ioc.run();
+      break;
+    } catch (const std::exception& e) {
+      spdlog::error("http: io thread caught: {}", e.what());
+    } catch (...) {
+      spdlog::error("http: io thread caught a non-exception");
+    }
+  }
+  std::lock_guard lock(mutex);
+  --running_threads;
+  threads_done.notify_all();
+}
+
+Server::Server(ServerOptions options, Handler handler)
+    : state_(std::make_unique<State>(std::move(options), std::move(handler))) {}
+
+Server::~Server() { stop(); }
+
+std::uint16_t Server::port() const { return state_->port; }
+
+error_code Server::start() {
+  State& s = *state_;
+  std::lock_guard lifecycle(s.lifecycle_mutex);
+  if (s.started) return asio::error::already_started;
+
+  error_code ec;
+  const asio::ip::address address = asio::ip::make_address(s.options.bind_address, ec);
+  if (ec) return ec;
+  const tcp::endpoint endpoint{address, s.options.port};
+  s.acceptor.emplace(asio::make_strand(s.ioc));
+  tcp::acceptor& acceptor = *s.acceptor;
+  if (acceptor.open(endpoint.protocol(), ec)) return ec;
+  if (acceptor.set_option(asio::socket_base::reuse_address(true), ec)) return ec;
+  if (acceptor.bind(endpoint, ec)) return ec;
+  if (acceptor.listen(s.options.listen_backlog, ec)) return ec;
+  s.port = acceptor.local_endpoint(ec).port();
+  if (ec) return ec;
+
+  asio::co_spawn(acceptor.get_executor(), s.accept_loop(),
+                 [](std::exception_ptr e) { log_coroutine_exception("listener", e); });
+
+  unsigned threads = s.options.io_threads;
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  {
+    std::lock_guard lock(s.mutex);
+    s.running_threads = threads;
+  }
+  s.threads.reserve(threads);
+  for (unsigned i = 0; i < threads; ++i) s.threads.emplace_back([&s] { s.run_io_thread(); });
+  s.started = true;
+  spdlog::info("http: listening on {}:{} with {} io threads", s.options.bind_address, s.port,
+               threads);
+  return {};
+}
+
+void Server::stop() {
+  State& s = *state_;
+  std::lock_guard lifecycle(s.lifecycle_mutex);
+  if (!s.started || s.stopped) return;
+  s.stopped = true;
+
+  std::vector<std::shared_ptr<Session>> open;
+  {
+    std::lock_guard lock(s.mutex);
+    s.stopping = true;
+    s.stopping_flag.store(true, std::memory_order_relaxed);
+    for (auto& [id, weak] : s.sessions) {
+      if (auto session = weak.lock()) open.push_back(std::move(session));
+    }
+  }
+  asio::post(s.acceptor->get_executor(), [&s] {
+    error_code ignored;
+    s.acceptor->close(ignored);
+  });
+  for (auto& session : open) {
+    const auto executor = session->executor();
+    asio::post(executor, [session = std::move(session)] { session->request_close(); });
+  }
+  open.clear();
+
+  // The io threads leave run() by themselves once the listener and every session have finished.
+  {
+    std::unique_lock lock(s.mutex);
+    if (!s.threads_done.wait_for(lock, s.options.shutdown_grace,
+                                 [&s] { return s.running_threads == 0; })) {
+      spdlog::warn("http: {} connections still busy after {} ms; abandoning them",
+                   s.sessions.size(), s.options.shutdown_grace.count());
+      s.ioc.stop();
+    }
+  }
+  for (std::thread& thread : s.threads) thread.join();
+  s.threads.clear();
+  spdlog::info("http: stopped");
+}
+
+}  // namespace chaise::http

@@ -1,0 +1,85 @@
+// The HTTP/1.1 server: a listener, one session per connection, N io threads.
+//
+// Built on Boost.Beast with asio C++20 coroutines. Each connection is a coroutine on its own strand:
+// it reads one request (bounded header and body size, idle timeout), passes it to the Handler, writes
+// the response, and loops while the connection is keep-alive. Requests on one connection are
+// answered in order, one at a time (a pipelined request waits in the read buffer).
+//
+// Malformed HTTP closes the connection without an answer; a body over the limit is answered with
+// 413 {"error":"too_large",...} and the connection is closed. The server never lets an exception
+// escape into asio: a handler that throws anyway only costs its connection.
+#pragma once
+
+#include "http/router.h"
+
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace chaise::http {
+
+class Session;  // server.cc: one connection
+
+struct ServerOptions {
+  // Address to listen on, IPv4 or IPv6 literal. Default: loopback only.
+  std::string bind_address = "127.0.0.1";
+  // TCP port; 0 lets the OS pick one (read it back with Server::port()). Default: CouchDB's 5984.
+  std::uint16_t port = 5984;
+  // Threads running the io_context; 0 = one per hardware thread (at least 1).
+  unsigned io_threads = 0;
+  // Largest request body accepted, in bytes; larger ones get 413. Default 64 MiB (CouchDB's
+  // [chttpd] max_http_request_size).
+  std::size_t max_request_body_bytes = 64 * 1024 * 1024;
+  // Largest request line + headers, in bytes; larger ones close the connection. Default 64 KiB.
+  std::size_t max_header_bytes = 64 * 1024;
+  // How long a connection may take to deliver a complete request (including waiting idle between
+  // keep-alive requests) before it is closed. Default 300 s.
+  std::chrono::milliseconds idle_timeout{std::chrono::seconds(300)};
+  // How long writing one response may take before the connection is closed. Default 60 s.
+  std::chrono::milliseconds write_timeout{std::chrono::seconds(60)};
+  // Open connections at most; connections beyond it are closed right after accept. Default 10000.
+  std::size_t max_connections = 10000;
+  // Pending connections queue length passed to listen(). Default 1024 (the kernel may cap it).
+  int listen_backlog = 1024;
+  // How long stop() lets in-flight responses finish before abandoning them. Default 10 s.
+  std::chrono::milliseconds shutdown_grace{std::chrono::seconds(10)};
+};
+
+// Answers one request; must be callable concurrently from several threads. Router::handle fits.
+using Handler = std::function<Response(const Request&)>;
+
+class Server {
+ public:
+  Server(ServerOptions options, Handler handler);
+  // Stops the server if it is running (see stop()).
+  ~Server();
+
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds, listens and starts the io threads. Returns an empty error_code once the socket is
+  // listening (connections are accepted from then on), or the error from resolving the address,
+  // bind() or listen() -- the server is then not running. Call at most once.
+  [[nodiscard]] boost::system::error_code start();
+
+  // The port the listener is bound to (the OS-assigned one when options.port was 0). Valid after
+  // a successful start().
+  std::uint16_t port() const;
+
+  // Stops accepting, closes idle connections, lets responses being written finish (bounded by
+  // options.shutdown_grace), then joins the io threads. Idempotent; safe to call from any thread
+  // except an io thread (it joins them). After it returns no handler is running.
+  void stop();
+
+ private:
+  friend class Session;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace chaise::http

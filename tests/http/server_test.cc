@@ -1,0 +1,420 @@
+// Integration tests of the chaise binary's HTTP skeleton: CouchDB's welcome and _up documents, error
+// shapes, keep-alive, robustness against bad clients, limits, configuration, and process lifecycle
+// (SIGTERM, systemd notify, server uuid persistence). Plus unit tests of the router helpers.
+#include "http/router.h"
+#include "tests/http/test_server.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <thread>
+
+namespace chaise::test {
+namespace {
+
+using beast_http::field;
+using beast_http::verb;
+
+bool is_32_hex(const std::string& text) {
+  return std::regex_match(text, std::regex("[0-9a-f]{32}"));
+}
+
+// Stops a server by pid (SIGTERM, then SIGKILL) and requires a clean exit: status 0 also means
+// no sanitizer report in the server process (ASan/LSan and TSan exit non-zero when they find one).
+void expect_clean_stop(ServerProcess& server) {
+  const ExitStatus status = server.stop();
+  EXPECT_TRUE(status.exited) << "chaise died from signal " << status.term_signal;
+  EXPECT_EQ(status.exit_code, 0);
+}
+
+// One server per test, on a fresh data directory; stopped by pid in TearDown.
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { server_.emplace(dir_.path() / "data"); }
+  void TearDown() override {
+    if (server_) expect_clean_stop(*server_);
+    server_.reset();
+  }
+
+  std::uint16_t port() const { return server_->port(); }
+
+  TempDir dir_;
+  std::optional<ServerProcess> server_;
+};
+
+void expect_couchdb_headers(const HttpResponse& response) {
+  EXPECT_EQ(response.header(field::content_type), "application/json");
+  EXPECT_EQ(response.header(field::cache_control), "must-revalidate");
+  EXPECT_EQ(response.header(field::server), "Chaise/0.1.0");
+  EXPECT_FALSE(response.header(field::date).empty());
+}
+
+TEST_F(ServerTest, WelcomeHasCouchDb3Shape) {
+  HttpClient client{port()};
+  const HttpResponse response = client.get("/");
+  ASSERT_EQ(response.status, 200u);
+  expect_couchdb_headers(response);
+  ASSERT_FALSE(response.body.empty());
+  EXPECT_EQ(response.body.back(), '\n');
+  EXPECT_EQ(response.header(field::content_length), std::to_string(response.body.size()));
+
+  const auto body = response.json();
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : body.items()) keys.push_back(key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"couchdb", "version", "git_sha", "uuid", "features",
+                                            "vendor"}));
+  EXPECT_EQ(body["couchdb"], "Welcome");
+  EXPECT_EQ(body["version"], "3.5.0");
+  EXPECT_EQ(body["git_sha"], "chaise");
+  EXPECT_TRUE(is_32_hex(body["uuid"].get<std::string>())) << body["uuid"];
+  ASSERT_TRUE(body["features"].is_array());
+  for (const auto& feature : body["features"]) EXPECT_TRUE(feature.is_string());
+  EXPECT_EQ(body["vendor"], (nlohmann::ordered_json{{"name", "Chaise"}, {"version", "0.1.0"}}));
+}
+
+TEST_F(ServerTest, UuidIsStoredInDataDirAndStableAcrossRestart) {
+  const std::string first = HttpClient{port()}.get("/").json()["uuid"];
+  std::ifstream file(dir_.path() / "data" / "server_uuid");
+  std::string stored;
+  file >> stored;
+  EXPECT_EQ(stored, first);
+
+  EXPECT_EQ(server_->stop().exit_code, 0);
+  server_.emplace(dir_.path() / "data");
+  const std::string second = HttpClient{port()}.get("/").json()["uuid"];
+  EXPECT_EQ(second, first);
+}
+
+TEST_F(ServerTest, UuidDiffersOnNewDataDir) {
+  const std::string first = HttpClient{port()}.get("/").json()["uuid"];
+  TempDir other;
+  ServerProcess second_server{other.path() / "data"};
+  const std::string second = HttpClient{second_server.port()}.get("/").json()["uuid"];
+  expect_clean_stop(second_server);
+  EXPECT_TRUE(is_32_hex(second));
+  EXPECT_NE(second, first);
+}
+
+TEST_F(ServerTest, UpReportsOk) {
+  const HttpResponse response = HttpClient{port()}.get("/_up");
+  ASSERT_EQ(response.status, 200u);
+  expect_couchdb_headers(response);
+  EXPECT_EQ(response.body, "{\"status\":\"ok\",\"seeds\":{}}\n");
+}
+
+TEST_F(ServerTest, HeadSendsGetHeadersWithoutBody) {
+  HttpClient client{port()};
+  const HttpResponse get = client.get("/");
+  const HttpResponse head = client.head("/");
+  ASSERT_EQ(head.status, 200u);
+  expect_couchdb_headers(head);
+  EXPECT_TRUE(head.body.empty());
+  EXPECT_EQ(head.header(field::content_length), std::to_string(get.body.size()));
+  // The connection is still in sync: the HEAD response carried no stray body bytes.
+  EXPECT_EQ(client.head("/_up").status, 200u);
+  EXPECT_EQ(client.get("/_up").body, "{\"status\":\"ok\",\"seeds\":{}}\n");
+}
+
+TEST_F(ServerTest, WrongMethodIs405WithAllowHeader) {
+  HttpClient client{port()};
+  for (const auto& [method, target] :
+       {std::pair{verb::post, "/"}, std::pair{verb::put, "/"}, std::pair{verb::delete_, "/_up"}}) {
+    const HttpResponse response = client.request(method, target, "{}");
+    EXPECT_EQ(response.status, 405u) << target;
+    expect_couchdb_headers(response);
+    EXPECT_EQ(response.header(field::allow), "GET,HEAD");
+    EXPECT_EQ(response.body,
+              "{\"error\":\"method_not_allowed\",\"reason\":\"Only GET,HEAD allowed\"}\n");
+  }
+}
+
+TEST_F(ServerTest, UnknownPathIs404) {
+  HttpClient client{port()};
+  for (const char* target : {"/no_such_thing", "/_nope", "/a/b/c?x=1"}) {
+    const HttpResponse response = client.get(target);
+    EXPECT_EQ(response.status, 404u) << target;
+    expect_couchdb_headers(response);
+    EXPECT_EQ(response.body, "{\"error\":\"not_found\",\"reason\":\"missing\"}\n");
+  }
+}
+
+TEST_F(ServerTest, QueryStringAndTrailingSlashStillRouteToWelcome) {
+  HttpClient client{port()};
+  EXPECT_EQ(client.get("/?foo=bar").status, 200u);
+  EXPECT_EQ(client.get("/_up/").status, 200u);
+}
+
+TEST_F(ServerTest, KeepAliveServesManyRequestsOnOneConnection) {
+  HttpClient client{port()};
+  for (int i = 0; i < 50; ++i) {
+    const HttpResponse response = client.get(i % 2 == 0 ? "/" : "/_up");
+    ASSERT_EQ(response.status, 200u) << "request " << i;
+    EXPECT_NE(response.header(field::connection), "close");
+  }
+}
+
+TEST_F(ServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  HttpClient client{port()};
+  client.send_raw(
+      "GET /_up HTTP/1.1\r\nHost: x\r\n\r\n"
+      "GET /missing HTTP/1.1\r\nHost: x\r\n\r\n"
+      "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(client.read_response().status, 200u);
+  EXPECT_EQ(client.read_response().status, 404u);
+  EXPECT_EQ(client.read_response().json()["couchdb"], "Welcome");
+}
+
+TEST_F(ServerTest, ConnectionCloseIsHonoured) {
+  HttpClient client{port()};
+  const HttpResponse response = client.request(verb::get, "/", {}, {{"Connection", "close"}});
+  EXPECT_EQ(response.status, 200u);
+  EXPECT_EQ(response.header(field::connection), "close");
+  EXPECT_TRUE(client.wait_closed(5s));
+}
+
+TEST_F(ServerTest, MalformedRequestClosesConnectionAndServerSurvives) {
+  for (const char* garbage : {"THIS IS NOT HTTP\r\n\r\n", "GET / HTTX/1.1\r\n\r\n",
+                              "GET / HTTP/1.1\r\nContent-Length: banana\r\n\r\n",
+                              "\x16\x03\x01\x02\x01\x01\xfc\x03\x03"}) {
+    HttpClient bad{port()};
+    bad.send_raw(garbage);
+    EXPECT_TRUE(bad.wait_closed(5s)) << garbage;
+  }
+  // A client that connects and vanishes mid-request.
+  {
+    HttpClient vanishing{port()};
+    vanishing.send_raw("GET / HTTP/1.1\r\nHost: x\r\nContent-Le");
+  }
+  HttpClient good{port()};
+  EXPECT_EQ(good.get("/").status, 200u);
+}
+
+TEST_F(ServerTest, ConcurrentClientsAreAllServed) {
+  constexpr int kClients = 8;
+  constexpr int kRequestsEach = 25;
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&] {
+      HttpClient client{port()};
+      for (int i = 0; i < kRequestsEach; ++i) {
+        if (client.get("/").status == 200u) ++ok;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(ok.load(), kClients * kRequestsEach);
+}
+
+TEST_F(ServerTest, SigtermExitsZero) {
+  HttpClient client{port()};
+  ASSERT_EQ(client.get("/").status, 200u);
+  const ExitStatus status = server_->stop();
+  EXPECT_TRUE(status.exited) << "signal " << status.term_signal;
+  EXPECT_EQ(status.exit_code, 0);
+}
+
+TEST_F(ServerTest, SigintExitsZero) {
+  const ExitStatus status = server_->stop_with(SIGINT);
+  EXPECT_TRUE(status.exited) << "signal " << status.term_signal;
+  EXPECT_EQ(status.exit_code, 0);
+}
+
+TEST_F(ServerTest, ShutdownClosesIdleKeepAliveConnectionsPromptly) {
+  HttpClient idle{port()};
+  ASSERT_EQ(idle.get("/").status, 200u);  // keep-alive connection, now idle
+  const auto started = std::chrono::steady_clock::now();
+  const ExitStatus status = server_->stop();
+  EXPECT_EQ(status.exit_code, 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
+  EXPECT_TRUE(idle.wait_closed(5s));
+}
+
+// --- limits and configuration: each starts its own server with an ini file ---------------------
+
+class ConfiguredServerTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (auto& server : servers_) expect_clean_stop(*server);
+    servers_.clear();
+  }
+
+  // Starts a server owned by the fixture (stopped and checked in TearDown).
+  ServerProcess& start(const std::vector<std::string>& extra_args = {},
+                       const std::vector<std::string>& env = {}) {
+    servers_.push_back(std::make_unique<ServerProcess>(dir_.path() / "data", extra_args, env));
+    return *servers_.back();
+  }
+
+  ServerProcess& start_with_ini(std::string_view ini) {
+    const fs::path config = dir_.path() / "chaise.ini";
+    write_file(config, ini);
+    return start({"--config", config.string()});
+  }
+
+  TempDir dir_;
+  std::vector<std::unique_ptr<ServerProcess>> servers_;
+};
+
+TEST_F(ConfiguredServerTest, BodyOverLimitIs413TooLarge) {
+  ServerProcess& server = start_with_ini("[chaise]\nmax_request_body_bytes = 1024\n");
+  HttpClient client{server.port()};
+  const HttpResponse small = client.request(verb::post, "/", std::string(1024, 'x'));
+  EXPECT_EQ(small.status, 405u);  // within the limit: reaches the router
+
+  HttpClient big_client{server.port()};
+  const HttpResponse big = big_client.request(verb::post, "/", std::string(1025, 'x'));
+  EXPECT_EQ(big.status, 413u);
+  EXPECT_EQ(big.body, "{\"error\":\"too_large\",\"reason\":\"the request entity is too large\"}\n");
+  EXPECT_EQ(big.header(field::connection), "close");
+
+  // Announced with Expect: 100-continue: refused before the body is sent.
+  HttpClient expect_client{server.port()};
+  expect_client.send_raw(
+      "PUT /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000\r\nExpect: 100-continue\r\n\r\n");
+  EXPECT_EQ(expect_client.read_response().status, 413u);
+
+  EXPECT_EQ(HttpClient{server.port()}.get("/").status, 200u);
+  EXPECT_EQ(server.stop().exit_code, 0);
+}
+
+TEST_F(ConfiguredServerTest, ExpectContinueGetsInterimResponse) {
+  ServerProcess& server = start();
+  HttpClient client{server.port()};
+  client.send_raw("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n");
+  EXPECT_EQ(client.read_response().status, 100u);
+  client.send_raw("{}");
+  EXPECT_EQ(client.read_response().status, 405u);
+}
+
+TEST_F(ConfiguredServerTest, HeaderOverLimitClosesConnection) {
+  ServerProcess& server = start_with_ini("[chaise]\nmax_header_bytes = 2048\n");
+  HttpClient client{server.port()};
+  client.send_raw("GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(4096, 'a') + "\r\n\r\n");
+  EXPECT_TRUE(client.wait_closed(5s));
+  EXPECT_EQ(HttpClient{server.port()}.get("/").status, 200u);
+}
+
+TEST_F(ConfiguredServerTest, IdleConnectionIsClosedAfterTimeout) {
+  ServerProcess& server = start_with_ini("[chaise]\nidle_timeout_seconds = 1\n");
+  HttpClient client{server.port()};
+  ASSERT_EQ(client.get("/").status, 200u);
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_TRUE(client.wait_closed(10s));
+  EXPECT_GE(std::chrono::steady_clock::now() - started, 500ms);
+}
+
+TEST_F(ConfiguredServerTest, CommandLineOverridesIniFile) {
+  // The ini asks for port 1 and an unusable data_dir; the flags ServerProcess passes (--port 0,
+  // --data-dir) must win over the file, whatever their position on the command line.
+  ServerProcess& server = start_with_ini(
+      "[chaise]\nport = 1\ndata_dir = /nonexistent/never\nio_threads = 1\nfsync = false\n");
+  EXPECT_NE(server.port(), 1);
+  EXPECT_EQ(HttpClient{server.port()}.get("/").status, 200u);
+  EXPECT_TRUE(fs::exists(dir_.path() / "data" / "server_uuid"));
+}
+
+TEST_F(ConfiguredServerTest, DefaultIniFileIsAccepted) {
+  ServerProcess& server = start({"--config", CHAISE_SOURCE_DIR "/config/default.ini"});
+  EXPECT_EQ(HttpClient{server.port()}.get("/_up").status, 200u);
+}
+
+TEST_F(ConfiguredServerTest, BadConfigurationFailsStartup) {
+  const fs::path data = dir_.path() / "data";
+  const fs::path config = dir_.path() / "bad.ini";
+  write_file(config, "[chaise]\nno_such_key = 1\n");
+  EXPECT_EQ(run_chaise_to_exit({"--config", config.string(), "--data-dir", data.string()}).exit_code,
+            2);
+  write_file(config, "[chaise]\nport = 70000\n");
+  EXPECT_EQ(run_chaise_to_exit({"--config", config.string(), "--data-dir", data.string()}).exit_code,
+            2);
+  EXPECT_EQ(run_chaise_to_exit({"--no-such-flag"}).exit_code, 2);
+  EXPECT_EQ(run_chaise_to_exit({"--config", (dir_.path() / "missing.ini").string()}).exit_code, 2);
+}
+
+TEST_F(ConfiguredServerTest, PortInUseFailsStartup) {
+  ServerProcess& first = start();
+  const ExitStatus second = run_chaise_to_exit(
+      {"--port", std::to_string(first.port()), "--data-dir", (dir_.path() / "data2").string()});
+  EXPECT_EQ(second.exit_code, 1);
+  EXPECT_EQ(HttpClient{first.port()}.get("/").status, 200u);
+}
+
+TEST_F(ConfiguredServerTest, CorruptServerUuidFailsStartup) {
+  const fs::path data = dir_.path() / "data";
+  fs::create_directories(data);
+  write_file(data / "server_uuid", "not-a-uuid\n");
+  EXPECT_EQ(run_chaise_to_exit({"--port", "0", "--data-dir", data.string()}).exit_code, 1);
+}
+
+TEST_F(ConfiguredServerTest, NotifiesSystemdReadyAndStopping) {
+  // Play systemd: a datagram socket named by NOTIFY_SOCKET.
+  const fs::path socket_path = dir_.path() / "notify.sock";
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  ASSERT_LT(socket_path.string().size(), sizeof(address.sun_path));
+  std::strcpy(address.sun_path, socket_path.c_str());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+
+  auto receive = [fd]() -> std::string {
+    pollfd pfd{fd, POLLIN, 0};
+    if (::poll(&pfd, 1, 10000) != 1) return "<timeout>";
+    char buffer[256];
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+    return n < 0 ? "<error>" : std::string(buffer, static_cast<std::size_t>(n));
+  };
+
+  ServerProcess& server = start({}, {"NOTIFY_SOCKET=" + socket_path.string()});
+  EXPECT_EQ(receive(), "READY=1");
+  EXPECT_EQ(server.stop().exit_code, 0);
+  EXPECT_EQ(receive(), "STOPPING=1");
+  ::close(fd);
+}
+
+// --- router helpers (no process) ------------------------------------------------------------
+
+http::Request make_request(verb method, std::string_view target) {
+  http::Request request{method, target, 11};
+  return request;
+}
+
+TEST(RouterTest, ExceptionsBecome500UnknownError) {
+  const http::Request request = make_request(verb::get, "/");
+  const http::Response response = http::guarded(
+      request, [](const http::Request&) -> http::Response { throw std::runtime_error("boom"); });
+  EXPECT_EQ(response.result(), http::Status::internal_server_error);
+  EXPECT_EQ(response.body(), "{\"error\":\"unknown_error\",\"reason\":\"boom\"}\n");
+  EXPECT_EQ(response[field::content_type], "application/json");
+}
+
+TEST(RouterTest, RouterAnswersWithoutNetwork) {
+  const http::Router router{http::RouterContext{"0123456789abcdef0123456789abcdef"}};
+  const http::Response response = router.handle(make_request(verb::get, "/"));
+  EXPECT_EQ(response.result(), http::Status::ok);
+  EXPECT_EQ(nlohmann::json::parse(response.body())["uuid"], "0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(router.handle(make_request(verb::get, "/%zz")).result(), http::Status::bad_request);
+}
+
+TEST(RouterTest, PathSegmentsSplitBeforeDecoding) {
+  using Segments = std::vector<std::string>;
+  EXPECT_EQ(http::path_segments("/"), Segments{});
+  EXPECT_EQ(http::path_segments("/db/doc?rev=1-a"), (Segments{"db", "doc"}));
+  EXPECT_EQ(http::path_segments("/a%2Fb/c%20d"), (Segments{"a/b", "c d"}));
+  EXPECT_EQ(http::path_segments("//db//"), (Segments{"db"}));
+  EXPECT_EQ(http::path_segments("/bad%2"), std::nullopt);
+  EXPECT_EQ(http::path_segments("/bad%g0"), std::nullopt);
+  EXPECT_EQ(http::path_segments("*"), std::nullopt);
+  EXPECT_EQ(http::path_segments(""), std::nullopt);
+}
+
+}  // namespace
+}  // namespace chaise::test
