@@ -1,5 +1,10 @@
 #include "http/router.h"
 
+#include <algorithm>
+
+#include "core/databases.h"
+#include "http/request.h"
+
 #include <array>
 #include <cstdio>
 #include <ctime>
@@ -50,19 +55,40 @@ bool is_get_or_head(const Request& request) {
 
 Router::Router(RouterContext context) : context_(std::move(context)) {}
 
-Response Router::handle(const Request& request) const noexcept {
-  return guarded(request, [this](const Request& r) { return dispatch(r); });
+MaybeResponse Router::handle(const Request& request, ResponseStream& stream) const {
+  std::optional<Response> response;
+  std::optional<core::CouchError> error;
+  std::string allow;
+  try {
+    const auto segments = path_segments(request.target());
+    if (!segments) throw HttpError(400, "bad_request", "Invalid request path");
+    Call call{request, stream, context_, std::move(*segments), Query::parse(request.target())};
+    response = co_await dispatch(call);
+  } catch (const HttpError& e) {
+    error = e.error();
+    allow = e.allow;
+  } catch (const std::exception& e) {
+    error = core::CouchError{500, "unknown_error", e.what()};
+  }
+  if (!error) co_return response;
+  if (stream.begun()) co_return std::nullopt;  // mid-stream: nothing sane to add; the connection ends
+  if (!allow.empty()) co_return method_not_allowed(request, allow);
+  co_return couch_error_response(request, *error);
 }
 
-Response Router::dispatch(const Request& request) const {
-  const auto segments = path_segments(request.target());
-  if (!segments) {
-    return error_response(request, Status::bad_request, "bad_request", "Invalid request path");
-  }
-  if (segments->empty()) return welcome(request);
-  if (segments->size() == 1 && (*segments)[0] == "_up") return up(request);
-  // Later issues: /_all_dbs, /_uuids, /{db}, /{db}/{docid}, ... are routed here.
-  return error_response(request, Status::not_found, "not_found", "missing");
+MaybeResponse Router::dispatch(Call& call) const {
+  const auto& path = call.path;
+  if (path.empty()) co_return welcome(call.req);
+  if (path.size() == 1 && path[0] == "_up") co_return up(call.req);
+  if (path[0].front() == '_' && !core::valid_db_name(path[0])) co_return co_await handle_server(call);
+  if (path.size() == 1) co_return co_await handle_database(call);
+  static const std::array<std::string_view, 4> kViews = {"_all_docs", "_design_docs", "_local_docs",
+                                                         "_changes"};
+  if (std::find(kViews.begin(), kViews.end(), path[1]) != kViews.end())
+    co_return co_await handle_views(call);
+  if (path[1].front() == '_' && path[1] != "_design" && path[1] != "_local")
+    co_return co_await handle_database(call);
+  co_return co_await handle_document(call);
 }
 
 // GET / -- CouchDB's chttpd_misc:handle_welcome_req.
@@ -121,26 +147,6 @@ Response method_not_allowed(const Request& request, std::string_view allowed) {
   return response;
 }
 
-Response guarded(const Request& request,
-                 const std::function<Response(const Request&)>& handler) noexcept {
-  std::string reason;
-  try {
-    return handler(request);
-  } catch (const std::exception& e) {
-    reason = e.what();
-  } catch (...) {
-    reason = "unknown exception";
-  }
-  try {
-    return error_response(request, Status::internal_server_error, "unknown_error", reason);
-  } catch (...) {
-    // Out of memory while building the error itself: a bare 500 without a body.
-    Response bare;
-    bare.result(Status::internal_server_error);
-    bare.keep_alive(false);
-    return bare;
-  }
-}
 
 std::optional<std::vector<std::string>> path_segments(std::string_view target) {
   const std::size_t query = target.find('?');

@@ -15,6 +15,9 @@
 #include <boost/beast/http/status.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <nlohmann/json.hpp>
+#include <boost/asio/awaitable.hpp>
+
+#include "storage/database.h"
 
 #include <functional>
 #include <optional>
@@ -38,30 +41,54 @@ inline constexpr std::string_view kCouchDbVersion = "3.5.0";  // the CouchDB API
 inline constexpr std::string_view kChaiseVersion = "0.1.0";
 inline constexpr std::string_view kServerHeader = "Chaise/0.1.0";
 
-// Everything the router needs to know about the server it runs in. Grows as layers are wired in
-// (the core database handle goes here).
+class ResponseStream;
+struct Call;
+
+// Everything the router needs to know about the server it runs in.
 struct RouterContext {
   // 32 lowercase hex digits, stable for the lifetime of the data directory (see server/main.cc).
   std::string server_uuid;
+  // The store every database lives in; outlives the router. nullptr only in router unit tests.
+  storage::Database* store = nullptr;
+  // CouchDB's [couchdb] max_document_size: larger documents get 413 document_too_large.
+  std::size_t max_document_size = 8'000'000;
+  // CouchDB's [uuids] max_count for /_uuids.
+  std::int64_t uuids_max_count = 1000;
+  // Rows per storage transaction when streaming _all_docs / _changes.
+  std::size_t stream_page_rows = 1000;
 };
+
+using MaybeResponse = boost::asio::awaitable<std::optional<Response>>;
 
 class Router {
  public:
   explicit Router(RouterContext context);
 
-  // Answers one request. Never throws: an exception escaping an endpoint becomes a 500
-  // unknown_error response. The response's keep_alive flag follows the request's; the server may
-  // still close the connection (shutdown, errors). HEAD is answered like GET with the body removed
-  // and Content-Length kept. Thread-safe: may be called concurrently from every io thread.
-  Response handle(const Request& request) const noexcept;
+  // Answers one request: a complete Response, or nullopt after streaming one through `stream`.
+  // Never throws: HttpError becomes its CouchDB error answer, anything else 500 unknown_error.
+  // HEAD is answered like GET without a body. Thread-safe.
+  MaybeResponse handle(const Request& request, ResponseStream& stream) const;
+
+  const RouterContext& context() const { return context_; }
 
  private:
-  Response dispatch(const Request& request) const;
+  MaybeResponse dispatch(Call& call) const;
   Response welcome(const Request& request) const;
   Response up(const Request& request) const;
 
   RouterContext context_;
 };
+
+// Endpoint groups, one file each (declared here, defined in http/endpoints_*.cc).
+// Server level: /_all_dbs, /_dbs_info, /_uuids.
+MaybeResponse handle_server(Call& call);
+// Database level: /{db}, /{db}/_bulk_docs, _revs_diff, _missing_revs, _revs_limit,
+// _ensure_full_commit, _compact, _view_cleanup.
+MaybeResponse handle_database(Call& call);
+// Documents: /{db}/{docid}, /{db}/_design/{id}, /{db}/_local/{id}.
+MaybeResponse handle_document(Call& call);
+// Streamed views: /{db}/_all_docs, _design_docs, _local_docs, _all_docs/queries, _changes.
+MaybeResponse handle_views(Call& call);
 
 // --- Response builders, shared by every endpoint -------------------------------------------------
 
@@ -78,9 +105,6 @@ Response error_response(const Request& request, Status status, std::string_view 
 // `allowed` is CouchDB's comma-separated list, e.g. "GET,HEAD".
 Response method_not_allowed(const Request& request, std::string_view allowed);
 
-// Runs `handler(request)` and turns any exception into 500 unknown_error (reason = what()).
-// This is the one exception boundary between endpoints and the server; Router::handle uses it.
-Response guarded(const Request& request, const std::function<Response(const Request&)>& handler) noexcept;
 
 // Splits the path of a request target ("/db/doc%2Fid?rev=1") into percent-decoded segments
 // (["db", "doc/id"]); the query string is ignored. Splitting happens before decoding, so an encoded

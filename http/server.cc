@@ -16,7 +16,10 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
+#include <boost/beast/http/chunk_encode.hpp>
+#include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
+#include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -97,10 +100,44 @@ struct Server::State {
   void run_io_thread();
 };
 
+// The ResponseStream of one request: chunked transfer encoding over the session's stream.
+class StreamWriter final : public ResponseStream {
+ public:
+  StreamWriter(Session& session, bool keep_alive) : session_(session), keep_alive_(keep_alive) {}
+
+  asio::awaitable<bool> begin(Response head) override;
+  asio::awaitable<bool> write(std::string_view data) override {
+    if (!ok_ || !begun_) co_return false;
+    buffer_.append(data);
+    if (buffer_.size() >= kFlushBytes) co_return co_await send_chunk();
+    co_return true;
+  }
+  asio::awaitable<bool> flush() override {
+    if (!ok_ || !begun_) co_return false;
+    if (buffer_.empty()) co_return true;
+    co_return co_await send_chunk();
+  }
+  asio::awaitable<bool> finish() override;
+  bool begun() const override { return begun_; }
+  bool completed() const { return finished_ && ok_; }
+
+ private:
+  asio::awaitable<bool> send_chunk();
+
+  Session& session_;
+  const bool keep_alive_;
+  std::optional<Response> head_;
+  std::string buffer_;
+  bool begun_ = false;
+  bool ok_ = true;
+  bool finished_ = false;
+};
+
 // One connection. Lives as long as its coroutine (run() holds a shared_ptr); everything in it is
 // touched only on its strand, which is also the executor of its socket.
 class Session {
  public:
+  friend class StreamWriter;
   Session(Server::State& state, tcp::socket socket, std::uint64_t id)
       : state_(state), stream_(std::move(socket)), id_(id) {}
 
@@ -127,7 +164,6 @@ class Session {
   asio::awaitable<bool> read_request(beast_http::request_parser<beast_http::string_body>& parser);
   asio::awaitable<void> send_too_large(const Request& header);
   asio::awaitable<void> linger_and_close();
-  Response call_handler(const Request& request, bool& handler_failed);
   void close();
 
   Server::State& state_;
@@ -152,19 +188,40 @@ asio::awaitable<void> Session::serve() {
 
     phase_ = Phase::responding;
     Request request = parser.release();
+    const bool keep_alive_allowed = request.keep_alive() && !close_requested_ &&
+                                    !state_.stopping_flag.load(std::memory_order_relaxed);
+    StreamWriter writer(*this, keep_alive_allowed);
+    std::optional<Response> response;
     bool handler_failed = false;
-    Response response = call_handler(request, handler_failed);
+    // The handler's contract is not to throw (Router::handle catches); if one does anyway, the
+    // connection is dropped rather than answered, because the handler's state is unknown.
+    try {
+      response = co_await state_.handler(request, writer);
+    } catch (const std::exception& e) {
+      spdlog::error("http: handler threw for {} {}: {}", std::string_view(request.method_string()),
+                    std::string_view(request.target()), e.what());
+      handler_failed = true;
+    } catch (...) {
+      spdlog::error("http: handler threw a non-exception");
+      handler_failed = true;
+    }
     if (handler_failed) break;
-    const bool keep_alive = response.keep_alive() && request.keep_alive() && !close_requested_ &&
-                            !state_.stopping_flag.load(std::memory_order_relaxed);
-    response.keep_alive(keep_alive);
+    if (!response) {
+      // Streamed: the connection stays usable only if the whole body went out.
+      spdlog::debug("http: {} {} -> streamed", std::string_view(request.method_string()),
+                    std::string_view(request.target()));
+      if (!writer.completed() || !keep_alive_allowed) break;
+      continue;
+    }
+    const bool keep_alive = response->keep_alive() && keep_alive_allowed;
+    response->keep_alive(keep_alive);
     spdlog::debug("http: {} {} -> {}", std::string_view(request.method_string()),
-                  std::string_view(request.target()), response.result_int());
+                  std::string_view(request.target()), response->result_int());
 
     error_code ec;
     stream_.expires_after(options.write_timeout);
-    co_await beast_http::async_write(stream_, response, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec || !keep_alive || response.need_eof()) break;
+    co_await beast_http::async_write(stream_, *response, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || !keep_alive || response->need_eof()) break;
   }
   close();
 }
@@ -230,25 +287,48 @@ asio::awaitable<void> Session::linger_and_close() {
   close();
 }
 
-Response Session::call_handler(const Request& request, bool& handler_failed) {
-  // Router::handle never throws; this catch is for handlers that break that contract. The
-  // connection is dropped rather than answered, because the handler's state is unknown.
-  try {
-    return state_.handler(request);
-  } catch (const std::exception& e) {
-    spdlog::error("http: handler threw for {} {}: {}", std::string_view(request.method_string()),
-                  std::string_view(request.target()), e.what());
-  } catch (...) {
-    spdlog::error("http: handler threw a non-exception");
-  }
-  handler_failed = true;
-  return Response{};
-}
-
 void Session::close() {
   error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
   stream_.socket().close(ignored);
+}
+
+asio::awaitable<bool> StreamWriter::begin(Response head) {
+  if (begun_) co_return false;
+  begun_ = true;
+  head_ = std::move(head);
+  head_->body().clear();
+  head_->keep_alive(keep_alive_);
+  head_->chunked(true);
+  beast_http::response_serializer<beast_http::string_body> serializer{*head_};
+  error_code ec;
+  session_.stream_.expires_after(session_.state_.options.write_timeout);
+  co_await beast_http::async_write_header(session_.stream_, serializer,
+                                          asio::redirect_error(asio::use_awaitable, ec));
+  ok_ = !ec;
+  co_return ok_;
+}
+
+asio::awaitable<bool> StreamWriter::send_chunk() {
+  error_code ec;
+  session_.stream_.expires_after(session_.state_.options.write_timeout);
+  co_await asio::async_write(session_.stream_, beast_http::make_chunk(asio::buffer(buffer_)),
+                             asio::redirect_error(asio::use_awaitable, ec));
+  buffer_.clear();
+  ok_ = !ec;
+  co_return ok_;
+}
+
+asio::awaitable<bool> StreamWriter::finish() {
+  if (!ok_ || !begun_ || finished_) co_return false;
+  if (!buffer_.empty() && !co_await send_chunk()) co_return false;
+  error_code ec;
+  session_.stream_.expires_after(session_.state_.options.write_timeout);
+  co_await asio::async_write(session_.stream_, beast_http::make_chunk_last(),
+                             asio::redirect_error(asio::use_awaitable, ec));
+  ok_ = !ec;
+  finished_ = true;
+  co_return ok_;
 }
 
 asio::awaitable<void> Server::State::accept_loop() {

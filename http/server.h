@@ -10,7 +10,10 @@
 // escape into asio: a handler that throws anyway only costs its connection.
 #pragma once
 
+#include "http/response_stream.h"
 #include "http/router.h"
+
+#include <boost/asio/awaitable.hpp>
 
 #include <boost/system/error_code.hpp>
 
@@ -19,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace chaise::http {
@@ -50,8 +54,11 @@ struct ServerOptions {
   std::chrono::milliseconds shutdown_grace{std::chrono::seconds(10)};
 };
 
-// Answers one request; must be callable concurrently from several threads. Router::handle fits.
-using Handler = std::function<Response(const Request&)>;
+// Answers one request: returns the complete Response, or writes a streamed one through the
+// ResponseStream and returns nullopt. Must be callable concurrently from several threads (it runs on
+// the connection's strand). Router::handle fits.
+using Handler =
+    std::function<boost::asio::awaitable<std::optional<Response>>(const Request&, ResponseStream&)>;
 
 class Server {
  public:

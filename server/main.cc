@@ -9,6 +9,7 @@
 // is written to stdout and flushed (the real port, also when --port 0 asked the OS for one).
 #include "http/router.h"
 #include "http/server.h"
+#include "storage/database.h"
 
 #include <boost/property_tree/ini_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
@@ -59,7 +60,7 @@ struct Config {
   std::uint16_t port = 5984;
   fs::path data_dir = "./data";
   unsigned io_threads = 0;  // 0 = one per core
-  bool fsync = true;        // storage durability; read here, passed to storage/ once it is wired in
+  bool fsync = true;        // sync the WAL before acknowledging a commit (storage::Options::fsync)
   std::size_t max_request_body_bytes = 64 * 1024 * 1024;
   std::size_t max_header_bytes = 64 * 1024;
   unsigned idle_timeout_seconds = 300;
@@ -331,11 +332,25 @@ int run(const Config& config) {
   spdlog::info("chaise {} starting: data_dir={} uuid={} fsync={}", chaise::http::kChaiseVersion,
                config.data_dir.string(), uuid, config.fsync);
 
-  chaise::http::Router router{chaise::http::RouterContext{uuid}};
-  chaise::http::Server server{server_options(config),
-                              [&router](const chaise::http::Request& request) {
-                                return router.handle(request);
-                              }};
+  chaise::storage::Options store_options;
+  store_options.fsync = config.fsync;
+  auto opened = chaise::storage::Database::open((config.data_dir / "store").string(), store_options);
+  if (!opened.ok()) {
+    spdlog::critical("cannot open the store in {}: {}", (config.data_dir / "store").string(),
+                     chaise::storage::error_name(opened.error()));
+    return kExitStartupFailed;
+  }
+  std::unique_ptr<chaise::storage::Database> store = std::move(*opened);
+
+  chaise::http::RouterContext context;
+  context.server_uuid = uuid;
+  context.store = store.get();
+  chaise::http::Router router{std::move(context)};
+  chaise::http::Server server{
+      server_options(config),
+      [&router](const chaise::http::Request& request, chaise::http::ResponseStream& stream) {
+        return router.handle(request, stream);
+      }};
   if (const auto ec = server.start()) {
     spdlog::critical("cannot listen on {}:{}: {}", config.bind_address, config.port, ec.message());
     return kExitStartupFailed;
@@ -352,6 +367,9 @@ int run(const Config& config) {
   spdlog::info("received {}, shutting down", strsignal(signal_number));
   notify_systemd("STOPPING=1");
   server.stop();
+  // The store drains its pending commits, whose callbacks post into the server's io_context:
+  // it goes before the server (and its io_context) is destroyed.
+  store.reset();
   spdlog::info("shutdown complete");
   return 0;
 }

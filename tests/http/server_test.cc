@@ -1,6 +1,11 @@
 // Integration tests of the chaise binary's HTTP skeleton: CouchDB's welcome and _up documents, error
 // shapes, keep-alive, robustness against bad clients, limits, configuration, and process lifecycle
 // (SIGTERM, systemd notify, server uuid persistence). Plus unit tests of the router helpers.
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include "http/response_stream.h"
 #include "http/router.h"
 #include "tests/http/test_server.h"
 
@@ -387,21 +392,42 @@ http::Request make_request(verb method, std::string_view target) {
   return request;
 }
 
-TEST(RouterTest, ExceptionsBecome500UnknownError) {
-  const http::Request request = make_request(verb::get, "/");
-  const http::Response response = http::guarded(
-      request, [](const http::Request&) -> http::Response { throw std::runtime_error("boom"); });
-  EXPECT_EQ(response.result(), http::Status::internal_server_error);
-  EXPECT_EQ(response.body(), "{\"error\":\"unknown_error\",\"reason\":\"boom\"}\n");
-  EXPECT_EQ(response[field::content_type], "application/json");
+// A ResponseStream for calling the router directly: nothing streams in these tests.
+class NoStream final : public http::ResponseStream {
+ public:
+  boost::asio::awaitable<bool> begin(http::Response) override { co_return false; }
+  boost::asio::awaitable<bool> write(std::string_view) override { co_return false; }
+  boost::asio::awaitable<bool> flush() override { co_return false; }
+  boost::asio::awaitable<bool> finish() override { co_return false; }
+  bool begun() const override { return false; }
+};
+
+http::Response call_router(const http::Router& router, const http::Request& request) {
+  boost::asio::io_context ioc;
+  NoStream stream;
+  auto future = boost::asio::co_spawn(ioc, router.handle(request, stream), boost::asio::use_future);
+  ioc.run();
+  return future.get().value();
 }
 
 TEST(RouterTest, RouterAnswersWithoutNetwork) {
-  const http::Router router{http::RouterContext{"0123456789abcdef0123456789abcdef"}};
-  const http::Response response = router.handle(make_request(verb::get, "/"));
+  http::RouterContext context;
+  context.server_uuid = "0123456789abcdef0123456789abcdef";
+  const http::Router router{context};
+  const http::Response response = call_router(router, make_request(verb::get, "/"));
   EXPECT_EQ(response.result(), http::Status::ok);
   EXPECT_EQ(nlohmann::json::parse(response.body())["uuid"], "0123456789abcdef0123456789abcdef");
-  EXPECT_EQ(router.handle(make_request(verb::get, "/%zz")).result(), http::Status::bad_request);
+}
+
+TEST(RouterTest, ClientErrorsBecomeCouchDbErrorBodies) {
+  const http::Router router{http::RouterContext{}};
+  const http::Response bad = call_router(router, make_request(verb::get, "/%zz"));
+  EXPECT_EQ(bad.result(), http::Status::bad_request);
+  EXPECT_EQ(bad.body(), "{\"error\":\"bad_request\",\"reason\":\"Invalid request path\"}\n");
+  EXPECT_EQ(bad[field::content_type], "application/json");
+  const http::Response wrong = call_router(router, make_request(verb::post, "/"));
+  EXPECT_EQ(wrong.result(), http::Status::method_not_allowed);
+  EXPECT_EQ(wrong[field::allow], "GET,HEAD");
 }
 
 TEST(RouterTest, PathSegmentsSplitBeforeDecoding) {

@@ -1,0 +1,192 @@
+#include "http/request.h"
+
+#include <charconv>
+
+#include "core/databases.h"
+
+namespace chaise::http {
+
+namespace {
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string decode_component(std::string_view in) {
+  std::string out;
+  out.reserve(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == '+') {
+      out.push_back(' ');
+    } else if (in[i] == '%') {
+      if (i + 2 >= in.size()) throw_bad_request("Invalid URL encoding");
+      int hi = hex_digit(in[i + 1]), lo = hex_digit(in[i + 2]);
+      if (hi < 0 || lo < 0) throw_bad_request("Invalid URL encoding");
+      out.push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
+    } else {
+      out.push_back(in[i]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Query Query::parse(std::string_view target) {
+  Query q;
+  auto qm = target.find('?');
+  if (qm == std::string_view::npos) return q;
+  std::string_view rest = target.substr(qm + 1);
+  while (!rest.empty()) {
+    auto amp = rest.find('&');
+    std::string_view pair = rest.substr(0, amp);
+    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+    if (pair.empty()) continue;
+    auto eq = pair.find('=');
+    std::string key = decode_component(pair.substr(0, eq));
+    std::string value = eq == std::string_view::npos ? "" : decode_component(pair.substr(eq + 1));
+    q.params_.emplace_back(std::move(key), std::move(value));
+  }
+  return q;
+}
+
+std::optional<std::string> Query::get(std::string_view key) const {
+  for (const auto& [k, v] : params_)
+    if (k == key) return v;
+  return std::nullopt;
+}
+
+bool Query::get_bool(std::string_view key, bool fallback) const {
+  auto v = get(key);
+  if (!v) return fallback;
+  if (*v == "true") return true;
+  if (*v == "false") return false;
+  throw_query_parse_error("Invalid boolean parameter: \"" + *v + "\"");
+}
+
+std::optional<std::int64_t> Query::get_int(std::string_view key) const {
+  auto v = get(key);
+  if (!v) return std::nullopt;
+  std::int64_t out = 0;
+  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
+  if (ec != std::errc() || p != v->data() + v->size())
+    throw_query_parse_error("Invalid value for integer: \"" + *v + "\"");
+  return out;
+}
+
+std::optional<Json> Query::get_json(std::string_view key) const {
+  auto v = get(key);
+  if (!v) return std::nullopt;
+  if (json_depth(*v) > kJsonDepthMax) throw_bad_request("invalid UTF-8 JSON");
+  try {
+    return Json::parse(*v);
+  } catch (const Json::exception&) {
+    throw_bad_request("invalid UTF-8 JSON");
+  }
+}
+
+int json_depth(std::string_view text) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+Json parse_json_body(const Request& req, bool require_json_type) {
+  if (require_json_type) {
+    auto ct = req[beast_http::field::content_type];
+    if (ct.substr(0, ct.find(';')).find("application/json") == std::string_view::npos)
+      throw HttpError(415, "bad_content_type", "Content-Type must be application/json");
+  }
+  const std::string& body = req.body();
+  if (json_depth(body) > kJsonDepthMax) throw_bad_request("invalid UTF-8 JSON");
+  try {
+    return Json::parse(body);
+  } catch (const Json::exception&) {
+    throw_bad_request("invalid UTF-8 JSON");
+  }
+}
+
+Json parse_json_object_body(const Request& req, bool require_json_type) {
+  Json j = parse_json_body(req, require_json_type);
+  if (!j.is_object()) throw_bad_request("Request body must be a JSON object");
+  return j;
+}
+
+Response raw_json_response(const Request& req, Status status, std::string body) {
+  Response response{status, req.version()};
+  response.set(beast_http::field::server, kServerHeader);
+  response.set(beast_http::field::date, http_date_now());
+  response.set(beast_http::field::content_type, "application/json");
+  response.set(beast_http::field::cache_control, "must-revalidate");
+  response.keep_alive(req.keep_alive());
+  response.body() = std::move(body);
+  response.body().push_back('\n');
+  response.prepare_payload();
+  if (req.method() == beast_http::verb::head) response.body().clear();
+  return response;
+}
+
+Response couch_error_response(const Request& req, const core::CouchError& e) {
+  return error_response(req, static_cast<Status>(e.status), e.error, e.reason);
+}
+
+Response storage_error_response(const Request& req, storage::Error e) {
+  switch (e) {
+    case storage::Error::transaction_too_large:
+    case storage::Error::value_too_large:
+    case storage::Error::key_too_large:
+      return error_response(req, Status::payload_too_large, "too_large",
+                            "the request entity is too large");
+    default:
+      return error_response(req, Status::internal_server_error, "unknown_error",
+                            std::string(storage::error_name(e)));
+  }
+}
+
+core::DbRef open_db_or_throw(const Call& call) {
+  const std::string& name = call.path.at(0);
+  auto tr = call.store().create_transaction();
+  auto r = core::open_db(tr, name);
+  if (!r.ok()) throw HttpError(core::storage_failure(r.error()));
+  if (core::failed(*r)) {
+    if (!core::valid_db_name(name)) throw HttpError(core::illegal_database_name(name));
+    throw HttpError(std::get<core::CouchError>(*r));
+  }
+  return std::get<core::DbRef>(std::move(*r));
+}
+
+void require_method(const Call& call, std::string_view allowed) {
+  std::string_view m = call.req.method_string();
+  std::string_view rest = allowed;
+  while (!rest.empty()) {
+    auto comma = rest.find(',');
+    if (rest.substr(0, comma) == m) return;
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  HttpError e(405, "method_not_allowed", "Only " + std::string(allowed) + " allowed");
+  e.allow = std::string(allowed);
+  throw e;
+}
+
+}  // namespace chaise::http

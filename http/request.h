@@ -1,0 +1,105 @@
+// http/request.h — what every CouchDB endpoint needs: the parsed request (path segments, query
+// parameters with CouchDB's parsing rules), JSON bodies, and error answers.
+//
+// Client mistakes are thrown as HttpError from these helpers and answered at the one boundary in
+// Router::handle with CouchDB's {"error","reason"} body and status; endpoints stay linear.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/databases.h"
+#include "core/error.h"
+#include "http/response_stream.h"
+#include "http/router.h"
+#include "storage/database.h"
+
+namespace chaise::http {
+
+// A CouchDB error answer, thrown by request helpers and endpoints; Router::handle converts it.
+class HttpError : public std::runtime_error {
+ public:
+  explicit HttpError(core::CouchError e) : std::runtime_error(e.reason), error_(std::move(e)) {}
+  HttpError(int status, std::string error, std::string reason)
+      : HttpError(core::CouchError{status, std::move(error), std::move(reason)}) {}
+  const core::CouchError& error() const { return error_; }
+  std::string allow;  // 405: the Allow header
+
+ private:
+  core::CouchError error_;
+};
+
+[[noreturn]] inline void throw_bad_request(std::string reason) {
+  throw HttpError(core::bad_request(std::move(reason)));
+}
+// 400 query_parse_error, CouchDB's answer to a malformed query parameter.
+[[noreturn]] inline void throw_query_parse_error(std::string reason) {
+  throw HttpError(400, "query_parse_error", std::move(reason));
+}
+
+// Query string parameters, percent-decoded ('+' is a space, as Erlang's parse_qs does).
+class Query {
+ public:
+  // Malformed %-escapes make the whole query a 400.
+  static Query parse(std::string_view target);
+
+  // The first value of `key`, or nullopt.
+  std::optional<std::string> get(std::string_view key) const;
+  bool has(std::string_view key) const { return get(key).has_value(); }
+  // "true"/"false"; anything else: 400 query_parse_error "Invalid boolean parameter: ...".
+  bool get_bool(std::string_view key, bool fallback) const;
+  // A decimal integer; anything else: 400 query_parse_error "Invalid value for integer: ...".
+  std::optional<std::int64_t> get_int(std::string_view key) const;
+  // A JSON value (startkey, key, keys, ...); invalid JSON: 400 bad_request.
+  std::optional<Json> get_json(std::string_view key) const;
+  const std::vector<std::pair<std::string, std::string>>& params() const { return params_; }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> params_;
+};
+
+// Everything an endpoint gets.
+struct Call {
+  const Request& req;
+  ResponseStream& stream;
+  const RouterContext& ctx;
+  std::vector<std::string> path;  // percent-decoded segments
+  Query query;
+
+  storage::Database& store() const { return *ctx.store; }
+  beast_http::verb method() const { return req.method(); }
+  bool is(beast_http::verb v) const { return req.method() == v; }
+};
+
+// Nesting deeper than this is refused before parsing (recursive serializers must not overflow).
+inline constexpr int kJsonDepthMax = 512;
+
+// The request body as JSON. 400 bad_request "invalid UTF-8 JSON" for malformed input or too-deep
+// nesting; 415 bad_content_type unless the Content-Type is application/json (when
+// `require_json_type`).
+Json parse_json_body(const Request& req, bool require_json_type = true);
+// Same, for a body that must be a JSON object ("Request body must be a JSON object").
+Json parse_json_object_body(const Request& req, bool require_json_type = true);
+// The largest nesting depth of a JSON text (strings skipped); a cheap pre-check.
+int json_depth(std::string_view text);
+
+// A response whose body is already-serialized JSON (documents are spliced, not re-serialized).
+Response raw_json_response(const Request& req, Status status, std::string body);
+Response couch_error_response(const Request& req, const core::CouchError& e);
+// A storage error that survived the retry loop: 500 unknown_error (io_error, limits) or, for the
+// FoundationDB size limits a client can cause, 413.
+Response storage_error_response(const Request& req, storage::Error e);
+
+// Opens the database named in path[0]; throws 404 not_found "Database does not exist." (and 400 for
+// a bad name).
+core::DbRef open_db_or_throw(const Call& call);
+
+// 405 with CouchDB's "Only X allowed" unless the method is one of `allowed` ("GET,HEAD,POST").
+void require_method(const Call& call, std::string_view allowed);
+
+}  // namespace chaise::http

@@ -1,0 +1,37 @@
+// http/response_stream.h — what a handler writes a streamed (chunked) response through.
+//
+// A handler answers either by returning a complete Response, or by calling begin() with the head of
+// a response, write()-ing the body in pieces, and finish()-ing it. Writes are buffered up to
+// kFlushBytes and sent as one HTTP chunk, so a handler may write row by row; each send waits for the
+// socket (back-pressure: a client that does not read stalls its producer instead of growing server
+// memory). A false result means the client is gone or too slow; stop producing and return.
+//
+// Threading: only from the handler's coroutine (the connection's strand).
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+
+#include <string_view>
+
+#include "http/router.h"
+
+namespace chaise::http {
+
+class ResponseStream {
+ public:
+  static constexpr std::size_t kFlushBytes = 64 * 1024;
+
+  virtual ~ResponseStream() = default;
+  // Sends the status line and headers; Transfer-Encoding: chunked is set here. `head`'s body is
+  // ignored.
+  virtual boost::asio::awaitable<bool> begin(Response head) = 0;
+  // Appends to the body; sends a chunk when kFlushBytes are buffered.
+  virtual boost::asio::awaitable<bool> write(std::string_view data) = 0;
+  // Sends what is buffered now (continuous feeds, heartbeats).
+  virtual boost::asio::awaitable<bool> flush() = 0;
+  // Flushes and ends the body.
+  virtual boost::asio::awaitable<bool> finish() = 0;
+  virtual bool begun() const = 0;
+};
+
+}  // namespace chaise::http
