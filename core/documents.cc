@@ -573,10 +573,12 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
     if (!failed(*db)) {
       auto seen = tr.get(std::get<DbRef>(*db).space.txids().pack(Tuple().add_bytes(tx_id_)));
       if (!seen.ok()) return seen.error();
-      if (seen->has_value()) return {};  // committed: keep that attempt's results, write nothing
+      // Committed: keep that attempt's results and write nothing; tx_key_ still names its key.
+      if (seen->has_value()) return {};
     }
     tx_id_ = random_tx_id();
   }
+  tx_key_.clear();
   auto dbr = open_db(tr, db_name_);
   if (!dbr.ok()) return dbr.error();
   if (failed(*dbr)) {
@@ -628,7 +630,8 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
       results_[i] = std::move(*r);
     }
   }
-  tr.set(db.space.txids().pack(Tuple().add_bytes(tx_id_)), "");
+  tx_key_ = db.space.txids().pack(Tuple().add_bytes(tx_id_));
+  tr.set(tx_key_, "");
   return {};
 }
 

@@ -140,6 +140,9 @@ class DocWriteBatch {
   const std::vector<std::optional<ItemResult>>& results() const { return results_; }
   // _local results carry their text rev here (same index); empty for others.
   const std::vector<std::string>& local_revs() const { return local_revs_; }
+  // The transaction-ID key the last attempt wrote (empty if it wrote none); once that attempt is
+  // committed, hand it to a TxIdJanitor.
+  const std::string& tx_key() const { return tx_key_; }
 
  private:
   std::string db_name_;
@@ -150,6 +153,7 @@ class DocWriteBatch {
   std::size_t next_round_ = 0;      // items before this index are finished
   std::vector<bool> done_;
   std::string tx_id_;
+  std::string tx_key_;
   int attempts_ = 0;
   bool db_missing_ = false;
 };

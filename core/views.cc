@@ -206,23 +206,103 @@ ChangesCursor::ChangesCursor(DbRef db, ChangesQuery q)
   auto [b, e] = db_.space.changes().range(Tuple().add(keyspace::kDefaultShard));
   begin_ = b;
   end_ = e;
-  if (!q_.since.is_zero()) {
+  // CouchDB (couch_changes): a descending feed starts at the newest change whatever `since` says.
+  if (q_.descending) last_seq_ = Sequence{};
+  if (!q_.since.is_zero() && !q_.descending) {
     std::string k = db_.space.changes().pack(Tuple()
                                                  .add(keyspace::kDefaultShard)
                                                  .add(q_.since.incarnation)
                                                  .add(q_.since.versionstamp));
-    if (q_.descending) {
-      end_ = std::min(end_, k);  // descending from the newest down to (exclusive) since
-    } else {
-      begin_ = std::max(begin_, storage::key_after(k));
-    }
+    begin_ = std::max(begin_, storage::key_after(k));
   }
   done_ = begin_ >= end_ || q_.limit == 0;
+  by_doc_ids_ = q_.doc_ids && q_.doc_ids->size() <= kDocIdsLookupMax;
+}
+
+StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& tr,
+                                                                  const Sequence& seq,
+                                                                  const std::string& id,
+                                                                  const RevId& rev,
+                                                                  std::int64_t branch_count,
+                                                                  bool deleted) {
+  if (q_.design_only && id.compare(0, 8, "_design/") != 0) return std::optional<std::string>();
+  if (q_.doc_ids && std::find(q_.doc_ids->begin(), q_.doc_ids->end(), id) == q_.doc_ids->end())
+    return std::optional<std::string>();
+  std::string changes = "[{\"rev\":" + json_string(rev.str()) + "}";
+  std::vector<StoredBranch> branches;
+  if ((q_.all_docs_style || (q_.include_docs && q_.conflicts)) && branch_count > 1) {
+    auto all = read_branches(tr, db_, id, Snapshot::yes);
+    if (!all.ok()) return all.error();
+    branches = std::move(*all);
+  }
+  if (q_.all_docs_style) {
+    // CouchDB lists the winner first, then the other leaves.
+    for (auto it = branches.rbegin(); it != branches.rend(); ++it)
+      if (!(it->branch.leaf == rev))
+        changes += ",{\"rev\":" + json_string(it->branch.leaf.str()) + "}";
+  }
+  changes += "]";
+  ++emitted_;
+  const bool show_seq = q_.seq_interval <= 0 || emitted_ % q_.seq_interval == 0;
+  std::string row = "{\"seq\":" + (show_seq ? json_string(seq.str()) : std::string("null")) +
+                    ",\"id\":" + json_string(id) + ",\"changes\":" + changes;
+  if (deleted) row += ",\"deleted\":true";
+  if (q_.include_docs) {
+    if (branches.empty()) {
+      auto w = read_winner(tr, db_, id, Snapshot::yes);
+      if (!w.ok()) return w.error();
+      if (*w) branches.push_back(std::move(**w));
+    }
+    if (branches.empty()) {
+      row += ",\"doc\":null";
+    } else {
+      DocReadOptions o{};
+      o.conflicts = q_.conflicts;
+      auto d = branch_doc_json(tr, db_, id, branches, branches.back(), o);
+      if (!d.ok()) return d.error();
+      row += ",\"doc\":" + *d;
+    }
+  }
+  return std::optional<std::string>(row + "}");
+}
+
+StorageResult<bool> ChangesCursor::next_page_by_doc_ids(Transaction& tr,
+                                                        std::vector<std::string>& out) {
+  // Look each document up; its winner carries the sequence of its entry in the changes index.
+  struct Hit {
+    Sequence seq;
+    std::string id;
+    StoredBranch winner;
+  };
+  std::vector<Hit> hits;
+  for (const std::string& id : *q_.doc_ids) {
+    if (std::any_of(hits.begin(), hits.end(), [&](const Hit& h) { return h.id == id; })) continue;
+    auto w = read_winner(tr, db_, id, Snapshot::yes);
+    if (!w.ok()) return w.error();
+    if (!*w || !(*w)->seq) continue;
+    const Sequence& s = *(*w)->seq;
+    if (!q_.descending && !(q_.since < s)) continue;
+    hits.push_back(Hit{s, id, std::move(**w)});
+  }
+  std::sort(hits.begin(), hits.end(), [&](const Hit& a, const Hit& b) {
+    return q_.descending ? b.seq < a.seq : a.seq < b.seq;
+  });
+  for (const Hit& h : hits) {
+    if (q_.limit > 0 && emitted_ >= q_.limit) break;
+    last_seq_ = h.seq;
+    auto row = row_json(tr, h.seq, h.id, h.winner.branch.leaf, h.winner.branch_count,
+                        h.winner.branch.deleted);
+    if (!row.ok()) return row.error();
+    if (*row) out.push_back(std::move(**row));
+  }
+  done_ = true;
+  return false;
 }
 
 StorageResult<bool> ChangesCursor::next_page(Transaction& tr, std::size_t rows_max,
                                              std::vector<std::string>& out) {
   if (done_) return false;
+  if (by_doc_ids_) return next_page_by_doc_ids(tr, out);
   auto kvs = tr.get_range(begin_, end_, static_cast<int>(rows_max),
                           q_.descending ? Reverse::yes : Reverse::no, Snapshot::yes);
   if (!kvs.ok()) return kvs.error();
@@ -241,45 +321,9 @@ StorageResult<bool> ChangesCursor::next_page(Transaction& tr, std::size_t rows_m
     if (!seq || !id || !pos || !hash || !branch_count || !not_deleted)
       return storage::Error::io_error;
     last_seq_ = *seq;
-    if (q_.design_only && id->compare(0, 8, "_design/") != 0) continue;
-    if (q_.doc_ids &&
-        std::find(q_.doc_ids->begin(), q_.doc_ids->end(), *id) == q_.doc_ids->end())
-      continue;
-    const RevId rev{*pos, *hash};
-    std::string changes = "[{\"rev\":" + json_string(rev.str()) + "}";
-    std::vector<StoredBranch> branches;
-    if ((q_.all_docs_style || (q_.include_docs && q_.conflicts)) && *branch_count > 1) {
-      auto all = read_branches(tr, db_, *id, Snapshot::yes);
-      if (!all.ok()) return all.error();
-      branches = std::move(*all);
-    }
-    if (q_.all_docs_style) {
-      for (auto it = branches.rbegin(); it != branches.rend(); ++it)
-        if (!(it->branch.leaf == rev)) changes += ",{\"rev\":" + json_string(it->branch.leaf.str()) + "}";
-    }
-    changes += "]";
-    ++emitted_;
-    const bool show_seq = q_.seq_interval <= 0 || emitted_ % q_.seq_interval == 0;
-    std::string row = "{\"seq\":" + (show_seq ? json_string(seq->str()) : std::string("null")) +
-                      ",\"id\":" + json_string(*id) + ",\"changes\":" + changes;
-    if (!*not_deleted) row += ",\"deleted\":true";
-    if (q_.include_docs) {
-      if (branches.empty()) {
-        auto w = read_winner(tr, db_, *id, Snapshot::yes);
-        if (!w.ok()) return w.error();
-        if (*w) branches.push_back(std::move(**w));
-      }
-      if (branches.empty()) {
-        row += ",\"doc\":null";
-      } else {
-        DocReadOptions o{};
-        o.conflicts = q_.conflicts;
-        auto d = branch_doc_json(tr, db_, *id, branches, branches.back(), o);
-        if (!d.ok()) return d.error();
-        row += ",\"doc\":" + *d;
-      }
-    }
-    out.push_back(row + "}");
+    auto row = row_json(tr, *seq, *id, RevId{*pos, *hash}, *branch_count, !*not_deleted);
+    if (!row.ok()) return row.error();
+    if (*row) out.push_back(std::move(**row));
     if (q_.limit > 0 && emitted_ >= q_.limit) break;
   }
   const bool limit_hit = q_.limit > 0 && emitted_ >= q_.limit;
@@ -299,7 +343,7 @@ StorageResult<bool> ChangesCursor::next_page(Transaction& tr, std::size_t rows_m
 
 StorageResult<std::int64_t> ChangesCursor::pending(Transaction& tr) {
   std::string b = begin_, e = end_;
-  if (done_ && !(q_.limit > 0 && emitted_ >= q_.limit)) return std::int64_t{0};
+  if (by_doc_ids_ || (done_ && !(q_.limit > 0 && emitted_ >= q_.limit))) return std::int64_t{0};
   std::int64_t n = 0;
   while (b < e && n < kPendingCountMax) {
     auto kvs = tr.get_range(b, e, 10'000, q_.descending ? Reverse::yes : Reverse::no, Snapshot::yes);

@@ -82,14 +82,22 @@ class ChangesCursor {
   StorageResult<std::int64_t> pending(Transaction& tr);
 
   static constexpr std::int64_t kPendingCountMax = 100'000;
+  // With at most this many doc_ids, the feed looks the documents up instead of scanning every change
+  // (CouchDB's changes_doc_ids_optimization_threshold).
+  static constexpr std::size_t kDocIdsLookupMax = 1000;
 
  private:
+  StorageResult<std::optional<std::string>> row_json(Transaction& tr, const Sequence& seq,
+                                                     const std::string& id, const RevId& rev,
+                                                     std::int64_t branch_count, bool deleted);
+  StorageResult<bool> next_page_by_doc_ids(Transaction& tr, std::vector<std::string>& out);
   DbRef db_;
   ChangesQuery q_;
   std::string begin_, end_;
   Sequence last_seq_;
   std::int64_t emitted_ = 0;
   bool done_ = false;
+  bool by_doc_ids_ = false;
 };
 
 }  // namespace chaise::core

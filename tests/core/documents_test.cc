@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/documents.h"
+#include "core/txid_janitor.h"
 #include "core/views.h"
 #include "storage/database.h"
 
@@ -484,6 +485,27 @@ TEST_F(DocumentsTest, DeleteAndRecreateDatabaseStartsEmpty) {
   EXPECT_EQ(counter(keyspace::kDocCount), 0);
   EXPECT_TRUE(changes().empty());
   EXPECT_EQ(get("a"), Outcome<std::string>(doc_not_found()));
+}
+
+TEST_F(DocumentsTest, JanitorClearsTransactionIdsOfCommittedWrites) {
+  auto txid_count = [&] {
+    auto tr = store_->create_transaction();
+    auto [b, e] = db().space.txids().range();
+    return tr.get_range(b, e)->size();
+  };
+  TxIdJanitor janitor(*store_, std::chrono::hours(1));
+  for (int i = 0; i < 3; ++i) {
+    DocWriteBatch batch("db", {edit("j" + std::to_string(i), std::nullopt, "{}")});
+    ASSERT_TRUE(store_->run([&](Transaction& tr) { return batch(tr); }).ok());
+    ASSERT_FALSE(batch.tx_key().empty());
+    janitor.committed(batch.tx_key());
+    batch.committed();
+  }
+  EXPECT_EQ(txid_count(), 3u);  // each write transaction recorded its id
+  janitor.flush();
+  EXPECT_EQ(txid_count(), 0u);
+  EXPECT_EQ(janitor.cleared(), 3u);
+  EXPECT_EQ(counter(keyspace::kDocCount), 3);  // the documents themselves stay
 }
 
 TEST_F(DocumentsTest, RevsDiff) {

@@ -1,0 +1,56 @@
+// core/txid_janitor.h — deletes transaction-ID keys (RFC 000) once their transaction is known to
+// have committed.
+//
+// Every document-update transaction writes a (db, "txids", TxId) key so that a retry after
+// commit_unknown_result can tell whether its previous attempt landed. Once an attempt is
+// acknowledged nobody will ask again, so the key can go: callers hand it to committed(), and a
+// background thread clears the queued keys in one blind transaction every `interval`.
+// Keys of transactions whose process died before the janitor ran stay behind (a few bytes each).
+//
+// Threading: committed() is thread-safe and never blocks on storage.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "storage/database.h"
+
+namespace chaise::core {
+
+class TxIdJanitor {
+ public:
+  // `store` must outlive the janitor.
+  explicit TxIdJanitor(storage::Database& store,
+                       std::chrono::milliseconds interval = std::chrono::seconds(1),
+                       std::size_t keys_per_transaction_max = 20'000);
+  ~TxIdJanitor();  // clears what is queued, then stops
+  TxIdJanitor(const TxIdJanitor&) = delete;
+  TxIdJanitor& operator=(const TxIdJanitor&) = delete;
+
+  void committed(std::string txid_key);
+  // Clears everything queued now (tests).
+  void flush();
+  std::size_t cleared() const;
+
+ private:
+  void loop();
+  void clear_keys(std::vector<std::string>& keys);
+
+  storage::Database& store_;
+  const std::chrono::milliseconds interval_;
+  const std::size_t keys_per_transaction_max_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> queue_;  // guarded by mu_
+  bool stopping_ = false;           // guarded by mu_
+  std::size_t cleared_ = 0;         // guarded by mu_
+  std::mutex flush_mu_;             // one clearing pass at a time
+  std::thread thread_;
+};
+
+}  // namespace chaise::core
