@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cassert>
 #include <random>
+#include <unordered_set>
 
 namespace chaise::core {
 
@@ -592,20 +593,29 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
   // This round: the first not-yet-done occurrence of each id. Interactive duplicates conflict
   // (they were made against the same base); replicated ones wait for a later round.
   round_.clear();
-  std::vector<std::string> seen_ids;
+  std::unordered_set<std::string_view> seen_ids;  // views into items_, which outlives the round
   std::uint16_t vs_user = 0;
+  std::size_t round_bytes = 0;
   for (std::size_t i = 0; i < items_.size(); ++i) {
     if (done_[i]) continue;
     const std::string& id = item_id(items_[i]);
-    if (std::find(seen_ids.begin(), seen_ids.end(), id) != seen_ids.end()) {
+    // A round is one transaction: keep it well inside FoundationDB's 10 MB and the 2-byte
+    // per-transaction versionstamp order; what does not fit waits for the next round.
+    const std::size_t item_bytes = items_[i].replicated ? items_[i].replicated_doc.body.size()
+                                                        : items_[i].update.body.size();
+    if (!round_.empty() && (round_.size() >= kDocsPerTransactionMax ||
+                            round_bytes + item_bytes > kBodyBytesPerTransactionMax))
+      break;
+    if (seen_ids.count(id)) {
       if (!items_[i].replicated) {
         results_[i] = ItemResult(conflict());
         done_[i] = true;
       }
       continue;
     }
-    seen_ids.push_back(id);
+    seen_ids.insert(id);
     round_.push_back(i);
+    round_bytes += item_bytes;
     Item& it = items_[i];
     if (it.local) {
       auto r = put_local(tr, db, it.update.id, it.local_rev, it.update.deleted, it.update.body);
@@ -632,6 +642,7 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
   }
   tx_key_ = db.space.txids().pack(Tuple().add_bytes(tx_id_));
   tr.set(tx_key_, "");
+  if (vs_user > 0) tr.add(db.space.meta_key(keyspace::kUpdateCounter), 1);  // wakes waiting feeds
   return {};
 }
 

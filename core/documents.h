@@ -120,6 +120,10 @@ StorageResult<Outcome<std::string>> put_local(Transaction& tr, const DbRef& db, 
 // results and writes nothing. A document id that appears twice is written in a later transaction.
 class DocWriteBatch {
  public:
+  // Per transaction (round): documents, and body bytes (a single larger document still goes alone).
+  static constexpr std::size_t kDocsPerTransactionMax = 10'000;
+  static constexpr std::size_t kBodyBytesPerTransactionMax = 4'000'000;
+
   struct Item {
     bool local = false;
     bool replicated = false;

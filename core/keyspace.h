@@ -21,7 +21,8 @@
 //   (kCounters, Name)                      = little-endian int64, changed only by atomic add
 //   (kLocal, DocId)                        = (LocalFormat, RevCounter, Body)
 //   (kTxIds, TxId)                         = "" (idempotency of document updates, RFC 000)
-//   (kMeta, Name)                          = revs_limit (tuple int), security (JSON) ...
+//   (kMeta, Name)                          = revs_limit (tuple int), security (JSON),
+//                                            update_counter (little-endian int64, atomic add) ...
 //   (kConfig, "changes_shards", StartSeq)  = shard map (the sharded-changes issue)
 // RevHash is stored as bytes: 16 raw bytes for 32-hex revisions, the text itself for opaque ones.
 // NotDeleted sorts false < true and RevPos, RevHash ascend, so a document's winning branch
@@ -76,6 +77,9 @@ inline constexpr std::string_view kSizeActive = "sizes.active";
 // Meta names.
 inline constexpr std::string_view kRevsLimit = "revs_limit";
 inline constexpr std::string_view kSecurity = "security";
+// Bumped (atomic add, so writers never conflict on it) by every transaction that changes a
+// document; the changes notifier watches it to wake waiting feeds.
+inline constexpr std::string_view kUpdateCounter = "update_counter";
 
 // Body chunks stay under FoundationDB's 100,000-byte value limit.
 inline constexpr std::size_t kBodyChunkBytes = 90'000;

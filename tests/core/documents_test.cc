@@ -508,6 +508,27 @@ TEST_F(DocumentsTest, JanitorClearsTransactionIdsOfCommittedWrites) {
   EXPECT_EQ(counter(keyspace::kDocCount), 3);  // the documents themselves stay
 }
 
+TEST_F(DocumentsTest, BatchLargerThanOneTransactionIsSplitIntoRounds) {
+  std::vector<DocWriteBatch::Item> items;
+  const std::size_t n = DocWriteBatch::kDocsPerTransactionMax + 500;
+  for (std::size_t i = 0; i < n; ++i) items.push_back(edit("r" + std::to_string(i), std::nullopt, "{}"));
+  auto results = write(std::move(items));
+  ASSERT_EQ(results.size(), n);
+  for (auto& r : results) ASSERT_FALSE(failed(r));
+  EXPECT_EQ(counter(keyspace::kDocCount), static_cast<std::int64_t>(n));
+  auto rows = changes();
+  ASSERT_EQ(rows.size(), n);
+  std::set<std::string> seqs;
+  for (auto& r : rows) seqs.insert(r["seq"].get<std::string>());
+  EXPECT_EQ(seqs.size(), n);  // every document has its own sequence
+  // Bodies over the per-transaction byte budget go in several rounds too.
+  std::vector<DocWriteBatch::Item> big;
+  for (int i = 0; i < 6; ++i)
+    big.push_back(edit("big" + std::to_string(i), std::nullopt,
+                       "{\"s\":\"" + std::string(1'500'000, 'x') + "\"}"));
+  for (auto& r : write(std::move(big))) EXPECT_FALSE(failed(r));
+}
+
 TEST_F(DocumentsTest, RevsDiff) {
   write({replicated("d", {"2-b", "1-a"})});
   auto tr = store_->create_transaction();
