@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/changes_notifier.h"
 #include "core/documents.h"
 #include "core/txid_janitor.h"
 #include "core/views.h"
@@ -527,6 +528,40 @@ TEST_F(DocumentsTest, BatchLargerThanOneTransactionIsSplitIntoRounds) {
     big.push_back(edit("big" + std::to_string(i), std::nullopt,
                        "{\"s\":\"" + std::string(1'500'000, 'x') + "\"}"));
   for (auto& r : write(std::move(big))) EXPECT_FALSE(failed(r));
+}
+
+TEST_F(DocumentsTest, NotifierWakesWaitersOnceWithOneWatchPerDatabase) {
+  ChangesNotifier notifier(*store_);
+  auto seen = [&] {
+    auto tr = store_->create_transaction();
+    return *read_update_counter(tr, db());
+  };
+  std::atomic<int> woken{0};
+  const std::int64_t before = seen();
+  std::vector<std::shared_ptr<ChangesNotifier::Waiter>> waiters;
+  for (int i = 0; i < 100; ++i) waiters.push_back(notifier.wait(db(), before, [&] { woken++; }));
+  auto cancelled = notifier.wait(db(), before, [&] { woken += 1000; });
+  cancelled.reset();  // dropping the handle cancels it
+  EXPECT_EQ(notifier.armed_watches(), 1u);
+  EXPECT_EQ(woken.load(), 0);
+  put("n", std::nullopt, "{}");
+  for (int i = 0; i < 500 && woken.load() < 100; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_EQ(woken.load(), 100);  // each waiter exactly once, the cancelled one never
+  EXPECT_EQ(notifier.armed_watches(), 0u);
+  // A waiter that saw an older counter than the database has is woken at once.
+  std::atomic<bool> immediate{false};
+  auto w = notifier.wait(db(), before, [&] { immediate = true; });
+  EXPECT_TRUE(immediate.load());
+  EXPECT_GT(seen(), before);
+  // Writes to another database do not wake this one's waiters.
+  create("other");
+  std::atomic<bool> other_woken{false};
+  auto w2 = notifier.wait(db(), seen(), [&] { other_woken = true; });
+  DocWriteBatch b("other", {edit("x", std::nullopt, "{}")});
+  ASSERT_TRUE(store_->run([&](Transaction& tr) { return b(tr); }).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_FALSE(other_woken.load());
 }
 
 TEST_F(DocumentsTest, RevsDiff) {
