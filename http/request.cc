@@ -3,6 +3,8 @@
 #include <charconv>
 
 #include "core/databases.h"
+#include "core/txid_janitor.h"
+#include "http/txn.h"
 
 namespace chaise::http {
 
@@ -173,6 +175,16 @@ core::DbRef open_db_or_throw(const Call& call) {
     throw HttpError(std::get<core::CouchError>(*r));
   }
   return std::get<core::DbRef>(std::move(*r));
+}
+
+boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call, core::DocWriteBatch& batch) {
+  while (batch.has_more()) {
+    storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) { return batch(tr); });
+    if (!s.ok()) co_return s;
+    if (call.ctx.janitor && !batch.tx_key().empty()) call.ctx.janitor->committed(batch.tx_key());
+    batch.committed();
+  }
+  co_return storage::Status{};
 }
 
 void require_method(const Call& call, std::string_view allowed) {

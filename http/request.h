@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/databases.h"
+#include "core/documents.h"
 #include "core/error.h"
 #include "http/response_stream.h"
 #include "http/router.h"
@@ -98,6 +99,11 @@ Response storage_error_response(const Request& req, storage::Error e);
 // Opens the database named in path[0]; throws 404 not_found "Database does not exist." (and 400 for
 // a bad name).
 core::DbRef open_db_or_throw(const Call& call);
+
+// Runs a DocWriteBatch to completion (every round, each its own transaction, without blocking the
+// io thread) and hands each committed round's transaction id to the janitor. Returns the storage
+// error that ended it, if any; batch.db_missing() tells a missing database.
+boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call, core::DocWriteBatch& batch);
 
 // 405 with CouchDB's "Only X allowed" unless the method is one of `allowed` ("GET,HEAD,POST").
 void require_method(const Call& call, std::string_view allowed);

@@ -11,6 +11,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <functional>
 #include <string_view>
 
 #include "http/router.h"
@@ -32,6 +33,10 @@ class ResponseStream {
   // Flushes and ends the body.
   virtual boost::asio::awaitable<bool> finish() = 0;
   virtual bool begun() const = 0;
+  // Calls `closed` (on the connection's strand) if the client closes the connection while the
+  // handler is still producing: how an idle feed notices a client that went away. At most one
+  // watch; it ends with the handler.
+  virtual void watch_peer(std::function<void()> closed) = 0;
 };
 
 }  // namespace chaise::http

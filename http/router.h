@@ -19,6 +19,11 @@
 
 #include "storage/database.h"
 
+namespace chaise::core {
+class ChangesNotifier;
+class TxIdJanitor;
+}
+
 #include <functional>
 #include <optional>
 #include <string>
@@ -50,6 +55,12 @@ struct RouterContext {
   std::string server_uuid;
   // The store every database lives in; outlives the router. nullptr only in router unit tests.
   storage::Database* store = nullptr;
+  // Clears transaction ids of committed document writes; may be nullptr (then they stay).
+  core::TxIdJanitor* janitor = nullptr;
+  // Wakes waiting longpoll/continuous/eventsource feeds; nullptr: live feeds are refused.
+  core::ChangesNotifier* notifier = nullptr;
+  // Live feeds: CouchDB's [chttpd] changes_timeout and the heartbeat used for heartbeat=true.
+  std::int64_t changes_timeout_ms = 60'000;
   // CouchDB's [couchdb] max_document_size: larger documents get 413 document_too_large.
   std::size_t max_document_size = 8'000'000;
   // CouchDB's [uuids] max_count for /_uuids.

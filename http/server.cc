@@ -119,7 +119,10 @@ class StreamWriter final : public ResponseStream {
   }
   asio::awaitable<bool> finish() override;
   bool begun() const override { return begun_; }
+  void watch_peer(std::function<void()> closed) override;
   bool completed() const { return finished_ && ok_; }
+  // Ends the peer watch (the handler is done; the connection may read its next request).
+  void stop_watching();
 
  private:
   asio::awaitable<bool> send_chunk();
@@ -131,6 +134,8 @@ class StreamWriter final : public ResponseStream {
   bool begun_ = false;
   bool ok_ = true;
   bool finished_ = false;
+  bool watching_ = false;
+  std::shared_ptr<bool> watch_alive_ = std::make_shared<bool>(true);
 };
 
 // One connection. Lives as long as its coroutine (run() holds a shared_ptr); everything in it is
@@ -155,6 +160,8 @@ class Session {
   void request_close() {
     close_requested_ = true;
     if (phase_ == Phase::waiting_for_request) stream_.cancel();
+    // A handler that waits for the client (a live feed) ends now, as if the client had left.
+    if (peer_closed_) std::exchange(peer_closed_, nullptr)();
   }
 
  private:
@@ -172,6 +179,7 @@ class Session {
   const std::uint64_t id_;
   Phase phase_ = Phase::waiting_for_request;
   bool close_requested_ = false;
+  std::function<void()> peer_closed_;  // set while a handler watches the peer (StreamWriter)
 };
 
 asio::awaitable<void> Session::serve() {
@@ -205,6 +213,7 @@ asio::awaitable<void> Session::serve() {
       spdlog::error("http: handler threw a non-exception");
       handler_failed = true;
     }
+    writer.stop_watching();
     if (handler_failed) break;
     if (!response) {
       // Streamed: the connection stays usable only if the whole body went out.
@@ -291,6 +300,35 @@ void Session::close() {
   error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
   stream_.socket().close(ignored);
+}
+
+void StreamWriter::watch_peer(std::function<void()> closed) {
+  if (watching_) return;
+  watching_ = true;
+  session_.peer_closed_ = closed;  // shutdown ends the handler the same way
+  if (session_.close_requested_) {
+    std::exchange(session_.peer_closed_, nullptr)();
+    return;
+  }
+  auto& socket = session_.stream_.socket();
+  std::weak_ptr<bool> alive = watch_alive_;
+  // Readable with nothing to read means end of stream: the client closed. Readable with bytes is
+  // a pipelined request: leave it for the next read and stop watching.
+  socket.async_wait(tcp::socket::wait_read,
+                    [&socket, alive, closed = std::move(closed)](error_code ec) {
+                      if (ec || alive.expired()) return;
+                      error_code avail_ec;
+                      if (socket.available(avail_ec) == 0 || avail_ec) closed();
+                    });
+}
+
+void StreamWriter::stop_watching() {
+  if (!watching_) return;
+  session_.peer_closed_ = nullptr;
+  watch_alive_.reset();
+  error_code ignored;
+  session_.stream_.socket().cancel(ignored);
+  watching_ = false;
 }
 
 asio::awaitable<bool> StreamWriter::begin(Response head) {

@@ -9,6 +9,8 @@
 // is written to stdout and flushed (the real port, also when --port 0 asked the OS for one).
 #include "http/router.h"
 #include "http/server.h"
+#include "core/changes_notifier.h"
+#include "core/txid_janitor.h"
 #include "storage/database.h"
 
 #include <boost/property_tree/ini_parser.hpp>
@@ -342,9 +344,14 @@ int run(const Config& config) {
   }
   std::unique_ptr<chaise::storage::Database> store = std::move(*opened);
 
+  auto janitor = std::make_unique<chaise::core::TxIdJanitor>(*store);
+  auto notifier = std::make_unique<chaise::core::ChangesNotifier>(*store);
+
   chaise::http::RouterContext context;
   context.server_uuid = uuid;
   context.store = store.get();
+  context.janitor = janitor.get();
+  context.notifier = notifier.get();
   chaise::http::Router router{std::move(context)};
   chaise::http::Server server{
       server_options(config),
@@ -369,6 +376,8 @@ int run(const Config& config) {
   server.stop();
   // The store drains its pending commits, whose callbacks post into the server's io_context:
   // it goes before the server (and its io_context) is destroyed.
+  notifier.reset();
+  janitor.reset();
   store.reset();
   spdlog::info("shutdown complete");
   return 0;

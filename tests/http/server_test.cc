@@ -400,6 +400,7 @@ class NoStream final : public http::ResponseStream {
   boost::asio::awaitable<bool> flush() override { co_return false; }
   boost::asio::awaitable<bool> finish() override { co_return false; }
   bool begun() const override { return false; }
+  void watch_peer(std::function<void()>) override {}
 };
 
 http::Response call_router(const http::Router& router, const http::Request& request) {

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# HTTP load benchmarks for any CouchDB-compatible server (Chaise, pouchdb-server, CouchDB).
+#
+#   bench/http/run.sh http://127.0.0.1:5984        # a server that is already running
+#   bench/http/run.sh --chaise                     # starts build/server/chaise on a free port
+#
+# Workloads (fsync is whatever the server does; Chaise's default is on):
+#   put   single-document PUT of new ~200-byte docs, 64 keep-alive connections      (docs/s)
+#   get   GET of existing docs, 64 connections                                        (req/s)
+#   bulk  POST _bulk_docs with 1,000-doc batches, 8 connections                       (docs/s)
+#   scan  _all_docs and _changes of a database of STREAM_DOCS docs, one client        (rows/s)
+# Environment: DURATION (s, default 10), STREAM_DOCS (default 1000000), WORKLOADS ("put get bulk scan").
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+DURATION="${DURATION:-10}"
+STREAM_DOCS="${STREAM_DOCS:-1000000}"
+WORKLOADS="${WORKLOADS:-put get bulk scan}"
+
+pid=""
+datadir=""
+cleanup() {
+  if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  if [[ -n "$datadir" ]]; then rm -rf "$datadir"; fi
+}
+trap cleanup EXIT
+
+if [[ "${1:-}" == "--chaise" ]]; then
+  datadir="$(mktemp -d /tmp/chaise-bench-XXXXXX)"
+  fifo="$datadir/out"
+  mkfifo "$fifo"
+  "$root/build/server/chaise" --port 0 --data-dir "$datadir/data" --config "$root/config/default.ini" >"$fifo" 2>"$datadir/log" &
+  pid=$!
+  read -r line <"$fifo"
+  exec 3<"$fifo"  # keep the pipe open so the server never gets SIGPIPE on stdout
+  port="${line##*:}"
+  base="http://127.0.0.1:$port"
+else
+  base="${1:?usage: run.sh <base-url> | --chaise}"
+fi
+echo "server: $base ($(curl -s "$base/" | head -c 120))"
+
+j='Content-Type: application/json'
+make_db() { curl -s -X DELETE "$base/$1" >/dev/null; curl -sf -X PUT "$base/$1" >/dev/null; }
+
+wrk_rate() {  # prints requests/s from wrk's output
+  wrk "$@" | awk '/Requests\/sec/ {print $2}'
+}
+
+if [[ " $WORKLOADS " == *" put "* ]]; then
+  make_db bench
+  r=$(BENCH_DB=bench wrk_rate -t2 -c64 -d"${DURATION}s" -s "$here/put_new_docs.lua" "$base")
+  echo "put   single-doc PUT, 64 conns: $r docs/s"
+fi
+
+if [[ " $WORKLOADS " == *" get "* ]]; then
+  make_db benchget
+  python3 - "$base" <<'PY'
+import json, sys, urllib.request
+base = sys.argv[1]
+docs = [{"_id": "d%06d" % i, "value": i, "note": "x" * 150} for i in range(1000)]
+req = urllib.request.Request(base + "/benchget/_bulk_docs", json.dumps({"docs": docs}).encode(),
+                             {"Content-Type": "application/json"})
+urllib.request.urlopen(req).read()
+PY
+  r=$(BENCH_DB=benchget BENCH_DOCS=1000 wrk_rate -t2 -c64 -d"${DURATION}s" -s "$here/get_doc.lua" "$base")
+  echo "get   GET existing doc, 64 conns: $r req/s"
+fi
+
+if [[ " $WORKLOADS " == *" bulk "* ]]; then
+  make_db benchbulk
+  r=$(BENCH_DB=benchbulk wrk_rate -t2 -c8 -d"${DURATION}s" --timeout 30s -s "$here/bulk_docs.lua" "$base")
+  echo "bulk  _bulk_docs x1000, 8 conns: $(python3 -c "print(round(float('$r')*1000))") docs/s"
+fi
+
+if [[ " $WORKLOADS " == *" scan "* ]]; then
+  make_db benchscan
+  batches=$(( STREAM_DOCS / 1000 ))
+  body="$datadir/bulk.json"
+  [[ -n "$datadir" ]] || body="$(mktemp /tmp/bulk-XXXXXX.json)"
+  python3 -c "
+import json
+print(json.dumps({'docs': [{'type': 'row', 'n': i, 'note': 'x' * 100} for i in range(1000)]}))" >"$body"
+  t0=$(date +%s.%N)
+  seq "$batches" | xargs -P 4 -I{} curl -sf -o /dev/null -H "$j" -d @"$body" "$base/benchscan/_bulk_docs"
+  t1=$(date +%s.%N)
+  echo "load  $STREAM_DOCS docs via _bulk_docs (4 clients): $(python3 -c "print(round($STREAM_DOCS/($t1-$t0)))") docs/s"
+  for view in _all_docs _changes; do
+    out="$(mktemp /tmp/scan-XXXXXX.json)"
+    t0=$(date +%s.%N)
+    curl -sf "$base/benchscan/$view" -o "$out"
+    t1=$(date +%s.%N)
+    n=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(len(d.get('rows', d.get('results', []))))" "$out")
+    rm -f "$out"
+    echo "scan  $view: $n rows in $(python3 -c "print(round($t1-$t0,2))") s = $(python3 -c "print(round($n/($t1-$t0)))") rows/s"
+  done
+fi
