@@ -382,10 +382,6 @@ StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std
     }
     tail.push_back(ri + "]");
   }
-  if (o.local_seq) {
-    const StoredBranch& w = all.back();
-    if (w.seq) tail.push_back("\"_local_seq\":" + json_string(w.seq->str()));
-  }
   if (o.conflicts || o.deleted_conflicts) {
     std::vector<std::string> conflicts, deleted;
     // Winner order: best first (CouchDB lists conflicts by descending rev).
@@ -396,6 +392,11 @@ StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std
     if (o.conflicts && !conflicts.empty()) tail.push_back("\"_conflicts\":" + rev_array(conflicts));
     if (o.deleted_conflicts && !deleted.empty())
       tail.push_back("\"_deleted_conflicts\":" + rev_array(deleted));
+  }
+  // CouchDB's order: _revs_info, _conflicts, _deleted_conflicts, _local_seq.
+  if (o.local_seq) {
+    const StoredBranch& w = all.back();
+    if (w.seq) tail.push_back("\"_local_seq\":" + json_string(w.seq->str()));
   }
   return append_members(std::move(json), tail);
 }

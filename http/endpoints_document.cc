@@ -1,11 +1,1047 @@
+// http/endpoints_document.cc — /{db}/{docid}, /{db}/_design/{name} and /{db}/_local/{name}:
+// CouchDB's chttpd_db:db_doc_req (GET/HEAD, PUT, DELETE, COPY, POST) and, until attachments
+// exist, CouchDB's answers for attachment paths whose attachment is missing.
+//
+// Behaviour follows apache/couchdb src/chttpd/src/chttpd_db.erl (db_doc_req, couch_doc_from_req,
+// extract_header_rev, parse_doc_query, send_doc, send_docs_multipart) and couch_doc.erl. Where
+// Chaise cannot do what CouchDB does (attachments, multipart uploads) it answers 501
+// not_implemented rather than dropping data.
+//
+// Every read is one snapshot transaction; every write is one DocWriteBatch run by run_doc_batch,
+// so the io thread never waits for a commit.
+#include <algorithm>
+#include <array>
+#include <boost/beast/http/field.hpp>
+#include <cassert>
+#include <cctype>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "core/documents.h"
 #include "http/request.h"
 #include "http/router.h"
 
-namespace chaise::http {
 
-MaybeResponse handle_document(Call& /*call*/) {
-  throw HttpError(404, "not_found", "missing");
-  co_return std::nullopt;
+namespace chaise::http {
+namespace {
+
+using beast_http::field;
+using beast_http::verb;
+
+constexpr std::string_view kDocMethods = "DELETE,GET,HEAD,POST,PUT,COPY";
+constexpr std::string_view kAttachmentMethods = "DELETE,GET,HEAD,PUT";
+constexpr std::string_view kLocalPrefix = "_local/";
+
+// Design document actions CouchDB serves under /{db}/_design/{name}/{action}; not in Chaise yet.
+constexpr std::array<std::string_view, 10> kDesignActions = {
+    "_view",    "_info",   "_show",        "_list",    "_update",
+    "_rewrite", "_search", "_search_info", "_nouveau", "_nouveau_info"};
+
+// ---- Small helpers ----------------------------------------------------------------------------
+
+[[noreturn]] void throw_couch(core::CouchError e) { throw HttpError(std::move(e)); }
+
+[[noreturn]] void throw_invalid_rev() { throw_bad_request("Invalid rev format"); }
+
+[[noreturn]] void throw_not_implemented() {
+  // CouchDB's chttpd:error_info(not_implemented).
+  throw HttpError(501, "not_implemented", "this feature is not yet implemented");
+}
+
+std::string dquote(std::string_view s) {
+  std::string out = "\"";
+  out.append(s);
+  out.push_back('"');
+  return out;
+}
+
+// couch_util:url_encode: keeps [A-Za-z0-9_.-:], %XX (uppercase) for every other byte.
+std::string url_encode(std::string_view s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (alnum || c == '_' || c == '.' || c == '-' || c == ':') {
+      out.push_back(c);
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[u >> 4]);
+      out.push_back(kHex[u & 15]);
+    }
+  }
+  return out;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// mochiweb_util:unquote with '+' as a space (chttpd's decode_plus_to_space default). A malformed
+// escape is kept as it is, as mochiweb does.
+std::string unquote(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out.push_back(' ');
+    } else if (s[i] == '%' && i + 2 < s.size() && hex_value(s[i + 1]) >= 0 &&
+               hex_value(s[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::optional<std::string> header(const Request& req, field f) {
+  auto it = req.find(f);
+  if (it == req.end()) return std::nullopt;
+  return std::string(it->value());
+}
+
+// chttpd:absolute_uri: scheme and host from X-Forwarded-Ssl/-Proto/-Host, else Host.
+std::string absolute_uri(const Request& req, std::string_view path) {
+  std::string host = std::string(req["X-Forwarded-Host"]);
+  if (host.empty()) host = std::string(req[field::host]);
+  if (host.empty()) host = "localhost";  // HTTP/1.0 without Host: no socket address here
+  std::string scheme = "http";
+  if (req["X-Forwarded-Ssl"] == "on" || req["X-Forwarded-Proto"] == "https") scheme = "https";
+  return scheme + "://" + host + std::string(path);
+}
+
+std::string doc_location(const Call& call, std::string_view id) {
+  return absolute_uri(call.req, "/" + url_encode(call.path.at(0)) + "/" + url_encode(id));
+}
+
+// ---- Revisions as CouchDB parses them ---------------------------------------------------------
+
+// couch_doc:parse_rev's acceptance, which is wider than RevId::parse: "N-rest" with N an Erlang
+// integer (sign allowed), and rest 32 hex digits when it is 32 bytes long and N != 0. Returns the
+// canonical text ("pos-hash", hex lowercased) used to compare two revisions of a _local document.
+std::optional<std::string> couch_rev_text(std::string_view text) {
+  const std::size_t dash = text.find('-');
+  if (dash == std::string_view::npos) return std::nullopt;
+  std::string_view pos = text.substr(0, dash);
+  std::string_view hash = text.substr(dash + 1);
+  bool negative = false;
+  if (!pos.empty() && (pos.front() == '+' || pos.front() == '-')) {
+    negative = pos.front() == '-';
+    pos.remove_prefix(1);
+  }
+  if (pos.empty() || pos.size() > 18) return std::nullopt;
+  std::int64_t n = 0;
+  for (char c : pos) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + (c - '0');
+  }
+  if (negative) n = -n;
+  std::string h(hash);
+  if (n != 0 && h.size() == 32) {
+    for (char c : h)
+      if (hex_value(c) < 0) return std::nullopt;
+    h = lower(h);
+  }
+  return std::to_string(n) + "-" + h;
+}
+
+// A document revision from the URL or a header: 400 "Invalid rev format" unless RevId::parse
+// accepts it (a narrowing of CouchDB's parse_rev: revisions of documents never have pos 0).
+core::RevId parse_rev_or_throw(std::string_view text) {
+  auto rev = core::RevId::parse(text);
+  if (!rev) throw_invalid_rev();
+  return std::move(*rev);
+}
+
+std::string local_rev_or_throw(std::string_view text) {
+  auto rev = couch_rev_text(text);
+  if (!rev) throw_invalid_rev();
+  return std::move(*rev);
+}
+
+// The If-Match header as a revision (chttpd_db:extract_header_rev strips the quotes).
+std::optional<std::string> if_match_text(const Request& req) {
+  auto value = header(req, field::if_match);
+  if (!value) return std::nullopt;
+  std::string_view v = *value;
+  while (!v.empty() && v.front() == '"') v.remove_prefix(1);
+  while (!v.empty() && v.back() == '"') v.remove_suffix(1);
+  return std::string(v);
+}
+
+// chttpd_db:couch_doc_from_req + extract_header_rev: the revision an edit is based on, from the
+// body, ?rev= and If-Match, which must agree.
+template <typename Rev>
+std::optional<Rev> merge_revs(std::optional<Rev> body, std::optional<Rev> query,
+                              std::optional<Rev> if_match) {
+  if (body) {
+    if (query && *query != *body)
+      throw_bad_request("Document rev from request body and query string have different values");
+    if (if_match && *if_match != *body)
+      throw_bad_request("Document rev and etag have different values");
+    return body;
+  }
+  if (query && if_match && *query != *if_match)
+    throw_bad_request("Document rev and etag have different values");
+  return query ? query : if_match;
+}
+
+// ---- The request's target ---------------------------------------------------------------------
+
+struct Target {
+  std::string id;
+  bool local = false;
+  std::vector<std::string> rest;  // path segments after the document (an attachment name)
+};
+
+// chttpd_db:db_req's dispatch of /{db}/... to a document.
+Target resolve_target(const Call& call) {
+  const auto& p = call.path;
+  Target t;
+  if (p.at(1) == "_local") {
+    if (p.size() == 2) throw_bad_request("Invalid _local document id.");
+    if (p.size() > 3) throw_bad_request("_local documents do not accept attachments.");
+    t.id = std::string(kLocalPrefix) + p[2];
+  } else if (p[1] == "_design" && p.size() > 2) {
+    t.id = "_design/" + p[2];
+    t.rest.assign(p.begin() + 3, p.end());
+  } else {
+    t.id = p[1];
+    t.rest.assign(p.begin() + 2, p.end());
+  }
+  t.local = t.id.starts_with(kLocalPrefix);
+  return t;
+}
+
+// ---- Query parameters (chttpd_db:parse_doc_query) ---------------------------------------------
+
+struct DocQuery {
+  std::optional<std::string> rev_text;  // the last ?rev=, format-checked
+  bool open_revs_all = false;
+  std::optional<std::vector<std::string>> open_revs;  // non-empty list
+  bool revs = false, revs_info = false, conflicts = false, deleted_conflicts = false;
+  bool local_seq = false, latest = false, deleted = false;
+  bool new_edits = true;
+};
+
+std::vector<std::string> parse_rev_list(const std::string& json_text) {
+  if (json_depth(json_text) > kJsonDepthMax) throw_bad_request("invalid UTF-8 JSON");
+  Json j;
+  try {
+    j = Json::parse(json_text);
+  } catch (const Json::exception&) {
+    throw_bad_request("invalid UTF-8 JSON");
+  }
+  if (!j.is_array()) throw_bad_request("Invalid list of revisions");
+  std::vector<std::string> out;
+  for (const Json& r : j) {
+    if (!r.is_string() || !couch_rev_text(r.get_ref<const std::string&>())) throw_invalid_rev();
+    out.push_back(r.get<std::string>());
+  }
+  return out;
+}
+
+// Parameters are applied in order, as CouchDB's foldl does; only the exact value "true" turns an
+// option on, anything else is ignored (not an error), and unknown parameters are ignored.
+DocQuery parse_doc_query(const Call& call) {
+  DocQuery q;
+  for (const auto& [key, value] : call.query.params()) {
+    const bool on = value == "true";
+    if (key == "meta" && on) {
+      q.revs_info = q.conflicts = q.deleted_conflicts = true;
+    } else if (key == "revs" && on) {
+      q.revs = true;
+    } else if (key == "revs_info" && on) {
+      q.revs_info = true;
+    } else if (key == "conflicts" && on) {
+      q.conflicts = true;
+    } else if (key == "deleted_conflicts" && on) {
+      q.deleted_conflicts = true;
+    } else if (key == "local_seq" && on) {
+      q.local_seq = true;
+    } else if (key == "latest" && on) {
+      q.latest = true;
+    } else if (key == "deleted" && on) {
+      q.deleted = true;
+    } else if (key == "rev") {
+      if (!couch_rev_text(value)) throw_invalid_rev();
+      q.rev_text = value;
+    } else if (key == "open_revs") {
+      q.open_revs_all = value == "all";
+      q.open_revs.reset();
+      if (!q.open_revs_all) {
+        auto revs = parse_rev_list(value);
+        if (!revs.empty()) q.open_revs = std::move(revs);  // [] means "no open_revs" in CouchDB
+      }
+    } else if (key == "atts_since") {
+      (void)parse_rev_list(value);  // validated; without attachments it changes nothing
+    } else if (key == "new_edits" && (value == "true" || value == "false")) {
+      q.new_edits = on;
+    }
+  }
+  return q;
+}
+
+// ---- Responses --------------------------------------------------------------------------------
+
+// chttpd:etag_match: the If-None-Match tokens (split on ',' and ' ', "W/" stripped).
+bool etag_matches(const Request& req, std::string_view etag) {
+  std::string_view v = req[field::if_none_match];
+  while (!v.empty()) {
+    const std::size_t end = v.find_first_of(", ");
+    std::string_view token = v.substr(0, end);
+    v = end == std::string_view::npos ? std::string_view{} : v.substr(end + 1);
+    if (token.starts_with("W/")) token.remove_prefix(2);
+    if (!token.empty() && token == etag) return true;
+  }
+  return false;
+}
+
+Response not_modified(const Request& req, std::string_view etag) {
+  Response r{Status::not_modified, req.version()};
+  r.set(field::server, kServerHeader);
+  r.set(field::date, http_date_now());
+  r.set(field::cache_control, "must-revalidate");
+  r.set(field::etag, etag);
+  r.keep_alive(req.keep_alive());
+  r.prepare_payload();
+  return r;
+}
+
+// A document answer with its ETag, or 304 when the client has it (chttpd:etag_respond).
+Response doc_response(const Request& req, std::string body,
+                      const std::optional<std::string>& etag) {
+  if (etag && etag_matches(req, *etag)) return not_modified(req, *etag);
+  Response r = raw_json_response(req, Status::ok, std::move(body));
+  if (etag) r.set(field::etag, *etag);
+  return r;
+}
+
+// {"ok":true,"id":...,"rev":...} with ETag (and Location when given).
+Response update_response(const Call& call, Status status, std::string_view id, std::string_view rev,
+                         std::string_view etag, std::string_view location = {}) {
+  Response r = json_response(call.req, status, Json{{"ok", true}, {"id", id}, {"rev", rev}});
+  r.set(field::etag, etag);
+  if (!location.empty()) r.set(field::location, location);
+  return r;
+}
+
+// couch_httpd:make_etag for _local documents: an opaque hash of the revision and body, in quotes
+// and base 36 like CouchDB's (which hashes the Erlang term; clients only compare it).
+std::string local_etag(std::string_view doc_json) {
+  auto fnv = [&](std::uint64_t h) {
+    for (char c : doc_json) {
+      h ^= static_cast<unsigned char>(c);
+      h *= 0x100000001b3ULL;
+    }
+    return h;
+  };
+  auto base36 = [](std::uint64_t v) {
+    static constexpr char kDigits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    std::string s;
+    do {
+      s.insert(s.begin(), kDigits[v % 36]);
+      v /= 36;
+    } while (v != 0);
+    return s;
+  };
+  return dquote(base36(fnv(0xcbf29ce484222325ULL)) + base36(fnv(0x84222325cbf29ce4ULL)));
+}
+
+// mochiweb_request:accepts_content_type("multipart/mixed"); a missing Accept header means */*.
+bool accepts_multipart_mixed(const Request& req) {
+  auto accept = header(req, field::accept);
+  const std::string value = lower(accept ? *accept : "*/*");
+  bool accepted = false, refused = false;
+  std::string_view rest = value;
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    std::string type(trim(item.substr(0, item.find(';'))));
+    double q = 1.0;
+    std::string_view params = item.find(';') == std::string_view::npos
+                                  ? std::string_view{}
+                                  : item.substr(item.find(';') + 1);
+    while (!params.empty()) {
+      const std::size_t semi = params.find(';');
+      std::string_view p = trim(params.substr(0, semi));
+      params = semi == std::string_view::npos ? std::string_view{} : params.substr(semi + 1);
+      if (p.starts_with("q=")) {
+        try {
+          q = std::stod(std::string(p.substr(2)));
+        } catch (const std::exception&) {
+          return false;  // mochiweb: bad_accept_header; answer JSON
+        }
+      } else if (!p.empty()) {
+        type += ";" + std::string(p);
+      }
+    }
+    const bool match = type == "multipart/mixed" || type == "multipart/*";
+    if (q > 0.0 && (match || type == "*/*")) accepted = true;
+    if (q == 0.0 && match) refused = true;
+  }
+  return accepted && !refused;
+}
+
+std::string random_boundary() {
+  // couch_uuids:random(): 32 lowercase hex digits.
+  static constexpr char kHex[] = "0123456789abcdef";
+  thread_local std::uint64_t state = [] {
+    std::uint64_t seed = static_cast<std::uint64_t>(std::random_device{}()) << 32;
+    return seed ^ std::random_device{}();
+  }();
+  std::string out;
+  for (int i = 0; i < 32; ++i) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    out.push_back(kHex[(state >> 59) & 15]);
+  }
+  return out;
+}
+
+// ---- open_revs ---------------------------------------------------------------------------------
+
+struct OpenRevsResult {
+  std::vector<std::string> ok;       // serialized documents
+  std::vector<std::string> missing;  // rev strings
+};
+
+// chttpd_db:send_docs_multipart: every document is its own application/json part (it would be a
+// nested multipart/related with attachments); a missing rev is an error="true" part.
+Response open_revs_multipart(const Request& req, const OpenRevsResult& r) {
+  const std::string b = random_boundary();
+  std::string body = "--" + b;
+  for (const std::string& doc : r.ok)
+    body += "\r\nContent-Type: application/json\r\n\r\n" + doc + "\r\n--" + b;
+  for (const std::string& rev : r.missing)
+    body += "\r\nContent-Type: application/json; error=\"true\"\r\n\r\n{\"missing\":" +
+            core::json_string(rev) + "}\r\n--" + b;
+  body += "--";
+  Response resp{Status::ok, req.version()};
+  resp.set(field::server, kServerHeader);
+  resp.set(field::date, http_date_now());
+  resp.set(field::content_type, "multipart/mixed; boundary=\"" + b + "\"");
+  resp.set(field::cache_control, "must-revalidate");
+  resp.keep_alive(req.keep_alive());
+  resp.body() = std::move(body);
+  resp.prepare_payload();
+  if (req.method() == verb::head) resp.body().clear();
+  return resp;
+}
+
+Response open_revs_response(const Request& req, const OpenRevsResult& r) {
+  if (accepts_multipart_mixed(req)) return open_revs_multipart(req, r);
+  std::string body = "[";
+  for (const std::string& doc : r.ok) {
+    if (body.size() > 1) body.push_back(',');
+    body += "{\"ok\":" + doc + "}";
+  }
+  for (const std::string& rev : r.missing) {
+    if (body.size() > 1) body.push_back(',');
+    body += "{\"missing\":" + core::json_string(rev) + "}";
+  }
+  body.push_back(']');
+  return raw_json_response(req, Status::ok, std::move(body));
+}
+
+// fabric:open_revs as chttpd answers it: the found leaves first, sorted by (pos, hash) and without
+// duplicates, then the missing revisions, sorted the same way. Documents carry no meta members
+// (couch_db:open_doc_revs does not compute them); `revs` is honoured.
+storage::Result<OpenRevsResult> read_open_revs(storage::Transaction& tr, const core::DbRef& db,
+                                               std::string_view id,
+                                               const std::vector<core::StoredBranch>& all,
+                                               const std::optional<std::vector<core::RevId>>& revs,
+                                               bool latest, bool with_revs) {
+  std::vector<const core::StoredBranch*> found;
+  std::vector<core::RevId> missing;
+  if (!revs) {
+    for (const auto& b : all) found.push_back(&b);
+  } else {
+    for (const core::RevId& rev : *revs) {
+      bool any = false;
+      for (const auto& b : all) {
+        const std::int64_t depth = b.branch.leaf.pos - rev.pos;
+        const bool is_leaf = b.branch.leaf == rev;
+        const bool below = latest && depth >= 1 &&
+                           depth <= static_cast<std::int64_t>(b.branch.ancestors.size()) &&
+                           b.branch.ancestors[static_cast<std::size_t>(depth - 1)] == rev.hash;
+        if (is_leaf || below) {
+          found.push_back(&b);
+          any = true;
+        }
+      }
+      if (!any) missing.push_back(rev);
+    }
+  }
+  auto by_rev = [](const core::StoredBranch* a, const core::StoredBranch* b) {
+    return a->branch.leaf < b->branch.leaf;
+  };
+  std::sort(found.begin(), found.end(), by_rev);
+  found.erase(std::unique(found.begin(), found.end()), found.end());
+  std::sort(missing.begin(), missing.end());
+  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+
+  core::DocReadOptions o;
+  o.revs = with_revs;
+  OpenRevsResult out;
+  for (const core::StoredBranch* b : found) {
+    auto json = core::branch_doc_json(tr, db, id, all, *b, o);
+    if (!json.ok()) return json.error();
+    out.ok.push_back(std::move(*json));
+  }
+  for (const core::RevId& rev : missing) out.missing.push_back(rev.str());
+  return out;
+}
+
+// ---- GET / HEAD --------------------------------------------------------------------------------
+
+std::vector<core::RevId> open_revs_ids(const DocQuery& q) {
+  std::vector<core::RevId> revs;
+  for (const std::string& text : *q.open_revs) revs.push_back(parse_rev_or_throw(text));
+  return revs;
+}
+
+// The winning revision, all leaves when conflicts are asked for; the doc's meta members decide
+// whether CouchDB sends an ETag (send_doc: only when the document has no meta).
+Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRef& db,
+                    const std::string& id, const DocQuery& q) {
+  std::vector<core::StoredBranch> all;
+  if (q.conflicts || q.deleted_conflicts) {
+    auto r = core::read_branches(tr, db, id, storage::Snapshot::yes);
+    if (!r.ok()) return storage_error_response(call.req, r.error());
+    all = std::move(*r);
+  } else {
+    auto w = core::read_winner(tr, db, id, storage::Snapshot::yes);
+    if (!w.ok()) return storage_error_response(call.req, w.error());
+    if (*w) all.push_back(std::move(**w));
+  }
+  if (all.empty()) throw_couch(core::doc_not_found());
+  const core::StoredBranch& winner = all.back();
+  if (winner.branch.deleted && !q.deleted) throw_couch(core::doc_deleted());
+  core::DocReadOptions o;
+  o.revs = q.revs;
+  o.revs_info = q.revs_info;
+  o.conflicts = q.conflicts;
+  o.deleted_conflicts = q.deleted_conflicts;
+  o.local_seq = q.local_seq;
+  auto json = core::branch_doc_json(tr, db, id, all, winner, o);
+  if (!json.ok()) return storage_error_response(call.req, json.error());
+  bool meta = q.revs_info || q.local_seq;
+  for (std::size_t i = 0; i + 1 < all.size(); ++i) {
+    const bool deleted = all[i].branch.deleted;
+    meta = meta || (deleted ? q.deleted_conflicts : q.conflicts);
+  }
+  std::optional<std::string> etag;
+  if (!meta) etag = dquote(winner.branch.leaf.str());
+  return doc_response(call.req, std::move(*json), etag);
+}
+
+Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const DocQuery& q) {
+  auto tr = call.store().create_transaction();
+  if (q.open_revs || q.open_revs_all) {
+    std::optional<std::vector<core::RevId>> revs;
+    if (q.open_revs) revs = open_revs_ids(q);
+    auto all = core::read_branches(tr, db, t.id, storage::Snapshot::yes);
+    if (!all.ok()) return storage_error_response(call.req, all.error());
+    if (!revs && all->empty()) throw_couch(core::doc_not_found());
+    auto r = read_open_revs(tr, db, t.id, *all, revs, q.latest, q.revs);
+    if (!r.ok()) return storage_error_response(call.req, r.error());
+    return open_revs_response(call.req, *r);
+  }
+  if (q.rev_text && !q.latest) {
+    // A specific revision (couch_doc_open through open_revs): tombstones too, no meta members.
+    core::DocReadOptions o;
+    o.revs = q.revs;
+    o.rev = parse_rev_or_throw(*q.rev_text);
+    auto r = core::get_doc_json(tr, db, t.id, o);
+    if (!r.ok()) return storage_error_response(call.req, r.error());
+    if (core::failed(*r)) throw_couch(core::doc_not_found());
+    return doc_response(call.req, std::get<std::string>(std::move(*r)), dquote(o.rev->str()));
+  }
+  return get_winner(call, tr, db, t.id, q);
+}
+
+// The "0-N" rev of a document spliced by core::get_local_json ({"_id":..,"_rev":"0-N",...}).
+std::string spliced_rev(std::string_view json, std::string_view id) {
+  const std::size_t start = 7 + core::json_string(id).size() + 9;  // {"_id":<id>,"_rev":"
+  const std::size_t end = json.find('"', start);
+  return std::string(json.substr(start, end - start));
+}
+
+Response get_local(const Call& call, const core::DbRef& db, const Target& t, const DocQuery& q) {
+  // Local documents live outside the revision tree, so open_revs and ?rev= (which CouchDB looks up
+  // in that tree) never find them.
+  if (q.open_revs_all) throw_couch(core::doc_not_found());
+  if (q.open_revs) {
+    OpenRevsResult r;
+    for (const std::string& rev : *q.open_revs) r.missing.push_back(local_rev_or_throw(rev));
+    return open_revs_response(call.req, r);
+  }
+  if (q.rev_text && !q.latest) throw_couch(core::doc_not_found());
+  auto tr = call.store().create_transaction();
+  auto r = core::get_local_json(tr, db, t.id);
+  if (!r.ok()) return storage_error_response(call.req, r.error());
+  if (core::failed(*r)) throw_couch(std::get<core::CouchError>(*r));
+  std::string json = std::get<std::string>(std::move(*r));
+  const std::string etag = local_etag(json);
+  if (q.revs) {
+    const std::string rev = spliced_rev(json, t.id);
+    json.pop_back();
+    json += ",\"_revisions\":{\"start\":0,\"ids\":[" + core::json_string(rev.substr(2)) + "]}}";
+  }
+  return doc_response(call.req, std::move(json), etag);
+}
+
+// ---- Writes ------------------------------------------------------------------------------------
+
+struct WriteResult {
+  std::optional<Response> failure;  // storage failure or missing database
+  core::DocWriteBatch::ItemResult outcome = core::CouchError{};
+  std::string local_rev;
+};
+
+boost::asio::awaitable<WriteResult> write_one(Call& call, core::DocWriteBatch::Item item) {
+  std::vector<core::DocWriteBatch::Item> items;
+  items.push_back(std::move(item));
+  core::DocWriteBatch batch(call.path.at(0), std::move(items));
+  WriteResult out;
+  storage::Status s = co_await run_doc_batch(call, batch);
+  if (!s.ok()) {
+    out.failure = storage_error_response(call.req, s.error());
+    co_return out;
+  }
+  if (batch.db_missing()) {
+    out.failure = couch_error_response(call.req, core::db_not_found());
+    co_return out;
+  }
+  assert(batch.results().size() == 1 && batch.results()[0].has_value());
+  out.outcome = *batch.results()[0];
+  out.local_rev = batch.local_revs()[0];
+  co_return out;
+}
+
+core::DocWriteBatch::Item interactive_item(std::string id, std::optional<core::RevId> base,
+                                           bool deleted, std::string body) {
+  core::DocWriteBatch::Item it;
+  it.update = core::DocUpdate{std::move(id), std::move(base), deleted, std::move(body)};
+  return it;
+}
+
+core::DocWriteBatch::Item local_item(std::string id, std::optional<std::string> base, bool deleted,
+                                     std::string body) {
+  core::DocWriteBatch::Item it;
+  it.local = true;
+  it.local_rev = std::move(base);
+  it.update = core::DocUpdate{std::move(id), std::nullopt, deleted, std::move(body)};
+  return it;
+}
+
+// The text of the new revision, or throws the per-document error (409 conflict, ...).
+std::string written_rev(const WriteResult& w) {
+  if (const auto* e = std::get_if<core::CouchError>(&w.outcome)) throw_couch(*e);
+  if (!w.local_rev.empty()) return w.local_rev;
+  return std::get<core::UpdateResult>(w.outcome).rev.str();
+}
+
+// The request body as a JSON value (not yet known to be an object).
+Json request_json(const Request& req) {
+  if (req.body().empty() && !req.has_content_length() && !req.chunked())
+    throw_bad_request("Missing request body");
+  return parse_json_body(req, false);
+}
+
+void check_size(const Call& call, const core::ParsedDoc& d) {
+  if (d.body.size() > call.ctx.max_document_size)
+    throw HttpError(413, "document_too_large", d.id.value_or(""));  // couch_doc: the body's _id
+}
+
+core::ParsedDoc parse_doc_or_throw(const Json& j) {
+  auto parsed = core::parse_doc(j);
+  if (auto* e = std::get_if<core::CouchError>(&parsed)) throw_couch(std::move(*e));
+  return std::get<core::ParsedDoc>(std::move(parsed));
+}
+
+bool has_attachments(const core::ParsedDoc& d) { return d.attachments && !d.attachments->empty(); }
+
+MaybeResponse put_local(Call& call, const Target& t, const DocQuery& q, Json j) {
+  // _local revisions are "0-N", which RevId (pos >= 1) does not represent: take _rev out first.
+  std::optional<std::string> body_rev;
+  if (j.is_object() && j.contains("_rev")) {
+    const Json& r = j["_rev"];
+    if (!r.is_string()) throw_invalid_rev();
+    body_rev = local_rev_or_throw(r.get_ref<const std::string&>());
+    j.erase("_rev");
+  }
+  core::ParsedDoc d = parse_doc_or_throw(j);
+  if (!body_rev && d.rev) body_rev = d.rev->str();  // from _revisions
+  check_size(call, d);
+  if (has_attachments(d)) throw_bad_request("_local documents do not accept attachments.");
+  std::optional<std::string> qs_rev, im_rev;
+  if (auto r = call.query.get("rev")) qs_rev = local_rev_or_throw(*r);
+  if (auto r = if_match_text(call.req)) im_rev = local_rev_or_throw(*r);
+  auto base = merge_revs(body_rev, qs_rev, im_rev);
+  if (!q.new_edits && !base)
+    throw_bad_request(
+        "When `new_edits: false`, the document needs `_rev` or `_revisions` specified");
+  const bool deleted = d.deleted;
+  auto w = co_await write_one(call, local_item(t.id, base, deleted, d.body));
+  if (w.failure) co_return std::move(w.failure);
+  if (call.query.get("batch") == "ok")
+    co_return json_response(call.req, Status::accepted, Json{{"ok", true}, {"id", t.id}});
+  const std::string rev = written_rev(w);
+  const std::string etag = local_etag(core::splice_doc(d.body, t.id, rev, {}));
+  co_return update_response(call, deleted ? Status::ok : Status::created, t.id, rev, etag,
+                            doc_location(call, t.id));
+}
+
+// The item a PUT of a regular document writes: an interactive edit or, with new_edits=false, the
+// given revision path (from _revisions, else just the revision).
+core::DocWriteBatch::Item put_item(const Call& call, const Target& t, const DocQuery& q,
+                                   core::ParsedDoc d) {
+  std::optional<core::RevId> qs_rev, im_rev;
+  if (auto r = call.query.get("rev")) qs_rev = parse_rev_or_throw(*r);
+  if (auto r = if_match_text(call.req)) im_rev = parse_rev_or_throw(*r);
+  const bool from_body = d.rev.has_value();
+  auto rev = merge_revs(d.rev, qs_rev, im_rev);
+  if (q.new_edits) return interactive_item(t.id, std::move(rev), d.deleted, std::move(d.body));
+  if (!rev)
+    throw_bad_request(
+        "When `new_edits: false`, the document needs `_rev` or `_revisions` specified");
+  core::DocWriteBatch::Item it;
+  it.replicated = true;
+  it.replicated_doc.id = t.id;
+  if (from_body && d.revisions) {
+    it.replicated_doc.path = std::move(*d.revisions);
+  } else {
+    it.replicated_doc.path.leaf = std::move(*rev);
+  }
+  it.replicated_doc.path.deleted = d.deleted;
+  it.replicated_doc.body = std::move(d.body);
+  return it;
+}
+
+MaybeResponse put_doc(Call& call, const Target& t, const DocQuery& q) {
+  if (auto e = core::validate_docid(t.id)) throw_couch(std::move(*e));
+  const std::string_view ctype = call.req[field::content_type];
+  if (lower(ctype).starts_with("multipart/related;")) throw_not_implemented();  // attachments
+  Json j = request_json(call.req);
+  if (t.local) co_return co_await put_local(call, t, q, std::move(j));
+  core::ParsedDoc d = parse_doc_or_throw(j);
+  check_size(call, d);
+  if (has_attachments(d)) throw_not_implemented();
+  const bool deleted = d.deleted;
+  auto item = put_item(call, t, q, std::move(d));
+  auto w = co_await write_one(call, std::move(item));
+  if (w.failure) co_return std::move(w.failure);
+  if (call.query.get("batch") == "ok") {
+    // CouchDB writes batch=ok documents in the background and never reports their errors.
+    co_return json_response(call.req, Status::accepted, Json{{"ok", true}, {"id", t.id}});
+  }
+  const std::string rev = written_rev(w);
+  co_return update_response(call, deleted ? Status::ok : Status::created, t.id, rev, dquote(rev),
+                            doc_location(call, t.id));
+}
+
+// ---- DELETE ------------------------------------------------------------------------------------
+
+MaybeResponse delete_doc(Call& call, const core::DbRef& db, const Target& t) {
+  // CouchDB opens the document first: 404 missing (or deleted) before looking at the revision.
+  auto tr = call.store().create_transaction();
+  if (t.local) {
+    auto r = core::get_local_json(tr, db, t.id);
+    if (!r.ok()) co_return storage_error_response(call.req, r.error());
+    if (core::failed(*r)) throw_couch(std::get<core::CouchError>(*r));
+    std::optional<std::string> qs_rev, im_rev;
+    if (auto r2 = call.query.get("rev")) qs_rev = local_rev_or_throw(*r2);
+    if (auto r2 = if_match_text(call.req)) im_rev = local_rev_or_throw(*r2);
+    auto base = merge_revs(qs_rev, std::optional<std::string>{}, im_rev);
+    auto w = co_await write_one(call, local_item(t.id, base, true, "{}"));
+    if (w.failure) co_return std::move(w.failure);
+    const std::string rev = written_rev(w);
+    co_return update_response(call, Status::ok, t.id, rev,
+                              local_etag(core::splice_doc("{}", t.id, rev, {})));
+  }
+  auto winner = core::read_winner(tr, db, t.id, storage::Snapshot::yes);
+  if (!winner.ok()) co_return storage_error_response(call.req, winner.error());
+  if (!*winner) throw_couch(core::doc_not_found());
+  if ((*winner)->branch.deleted) throw_couch(core::doc_deleted());
+  std::optional<core::RevId> qs_rev, im_rev;
+  if (auto r = call.query.get("rev")) qs_rev = parse_rev_or_throw(*r);
+  if (auto r = if_match_text(call.req)) im_rev = parse_rev_or_throw(*r);
+  auto base = merge_revs(qs_rev, std::optional<core::RevId>{}, im_rev);
+  auto w = co_await write_one(call, interactive_item(t.id, std::move(base), true, "{}"));
+  if (w.failure) co_return std::move(w.failure);
+  const std::string rev = written_rev(w);
+  co_return update_response(call, Status::ok, t.id, rev, dquote(rev));
+}
+
+// ---- COPY --------------------------------------------------------------------------------------
+
+struct Destination {
+  std::string id;
+  std::optional<std::string> rev_text;
+};
+
+// couch_httpd_db:parse_copy_destination_header.
+Destination parse_destination(const Request& req) {
+  auto value = header(req, field::destination);
+  if (!value) throw_bad_request("Destination header is mandatory for COPY.");
+  if (value->starts_with("http://") || value->starts_with("https://"))
+    throw_bad_request("Destination URL must be relative.");
+  Destination d;
+  const std::size_t qm = value->find('?');
+  d.id = unquote(std::string_view(*value).substr(0, qm));
+  if (qm != std::string::npos) {
+    std::string_view qs = std::string_view(*value).substr(qm + 1);
+    const std::size_t eq = qs.find('=');
+    // CouchDB needs exactly "key=rev" here (anything else is a badmatch, a 500 there).
+    if (eq == std::string_view::npos || qs.find('=', eq + 1) != std::string_view::npos ||
+        qs.find('?') != std::string_view::npos)
+      throw_invalid_rev();
+    d.rev_text = std::string(qs.substr(eq + 1));
+  }
+  return d;
+}
+
+struct SourceDoc {
+  std::string body;
+  bool deleted = false;
+};
+
+// couch_doc_open for COPY's source: the winner (404 missing / deleted) or the given revision.
+std::optional<SourceDoc> read_source(const Call& call, storage::Transaction& tr,
+                                     const core::DbRef& db, const std::string& id,
+                                     const std::optional<core::RevId>& rev,
+                                     std::optional<Response>& failure) {
+  auto all = core::read_branches(tr, db, id, storage::Snapshot::yes);
+  if (!all.ok()) return failure = storage_error_response(call.req, all.error()), std::nullopt;
+  const core::StoredBranch* chosen = nullptr;
+  if (rev) {
+    for (const auto& b : *all)
+      if (b.branch.leaf == *rev) chosen = &b;
+    if (!chosen) throw_couch(core::doc_not_found());
+  } else {
+    if (all->empty()) throw_couch(core::doc_not_found());
+    chosen = &all->back();
+    if (chosen->branch.deleted) throw_couch(core::doc_deleted());
+  }
+  auto body = core::read_body(tr, db, id, chosen->branch.leaf);
+  if (!body.ok()) return failure = storage_error_response(call.req, body.error()), std::nullopt;
+  return SourceDoc{body->value_or("{}"), chosen->branch.deleted};
+}
+
+std::optional<SourceDoc> read_local_source(const Call& call, storage::Transaction& tr,
+                                           const core::DbRef& db, const std::string& id,
+                                           bool has_rev, std::optional<Response>& failure) {
+  if (has_rev) throw_couch(core::doc_not_found());  // not in the revision tree (see get_local)
+  auto r = core::get_local_json(tr, db, id);
+  if (!r.ok()) return failure = storage_error_response(call.req, r.error()), std::nullopt;
+  if (core::failed(*r)) throw_couch(std::get<core::CouchError>(*r));
+  Json j = Json::parse(std::get<std::string>(*r));
+  j.erase("_id");
+  j.erase("_rev");
+  return SourceDoc{j.dump(-1, ' ', false, Json::error_handler_t::replace), false};
+}
+
+MaybeResponse copy_doc(Call& call, const core::DbRef& db, const Target& t) {
+  std::optional<std::string> src_rev_text;
+  {
+    std::optional<std::string> qs = call.query.get("rev"), im = if_match_text(call.req);
+    std::optional<std::string> qs_norm, im_norm;
+    if (qs) qs_norm = local_rev_or_throw(*qs);
+    if (im) im_norm = local_rev_or_throw(*im);
+    merge_revs(std::optional<std::string>{}, qs_norm, im_norm);  // 400 when they differ
+    src_rev_text = qs ? qs : im;
+  }
+  const Destination dest = parse_destination(call.req);
+  if (auto e = core::validate_docid(dest.id)) throw_couch(std::move(*e));
+  const bool dest_local = dest.id.starts_with(kLocalPrefix);
+  std::optional<core::RevId> dest_rev;
+  std::optional<std::string> dest_local_rev;
+  if (dest.rev_text) {
+    if (dest_local) {
+      dest_local_rev = local_rev_or_throw(*dest.rev_text);
+    } else {
+      dest_rev = parse_rev_or_throw(*dest.rev_text);
+    }
+  }
+  auto tr = call.store().create_transaction();
+  std::optional<Response> failure;
+  std::optional<SourceDoc> src;
+  if (t.local) {
+    src = read_local_source(call, tr, db, t.id, src_rev_text.has_value(), failure);
+  } else {
+    std::optional<core::RevId> rev;
+    if (src_rev_text) rev = parse_rev_or_throw(*src_rev_text);
+    src = read_source(call, tr, db, t.id, rev, failure);
+  }
+  if (failure) co_return std::move(failure);
+  auto item = dest_local ? local_item(dest.id, dest_local_rev, src->deleted, src->body)
+                         : interactive_item(dest.id, dest_rev, src->deleted, src->body);
+  auto w = co_await write_one(call, std::move(item));
+  if (w.failure) co_return std::move(w.failure);
+  const std::string rev = written_rev(w);
+  co_return update_response(call, Status::created, dest.id, rev, dquote(rev),
+                            doc_location(call, dest.id));
+}
+
+// ---- POST (multipart/form-data uploads) --------------------------------------------------------
+
+Response post_doc(const Call& call, const Target& t) {
+  // couch_httpd:validate_referer, validate_docid, validate_ctype("multipart/form-data").
+  auto referer = header(call.req, field::referer);
+  if (!referer) throw_bad_request("Referer header required.");
+  // mochiweb_util:urlsplit: the netloc is only there after a scheme.
+  std::string_view ref_host;
+  if (auto p = referer->find("://"); p != std::string::npos) {
+    ref_host = std::string_view(*referer).substr(p + 3);
+    ref_host = ref_host.substr(0, ref_host.find_first_of("/?#"));
+  }
+  std::string host = std::string(call.req["X-Forwarded-Host"]);
+  if (host.empty()) host = std::string(call.req[field::host]);
+  if (ref_host != host) throw_bad_request("Referer header must match host.");
+  if (auto e = core::validate_docid(t.id)) throw_couch(std::move(*e));
+  std::string_view ctype = call.req[field::content_type];
+  if (ctype.substr(0, ctype.find(';')) != "multipart/form-data")
+    throw HttpError(415, "bad_content_type", "Content-Type must be multipart/form-data");
+  throw_not_implemented();  // form uploads exist for attachments, which Chaise does not store yet
+}
+
+// ---- Attachment paths (/{db}/{doc}/{att...}) ---------------------------------------------------
+
+// Opens the document as couch_doc_open does (404 missing / deleted); returns normally if found.
+void open_for_attachment(const Call& call, const core::DbRef& db, const Target& t,
+                         const std::optional<std::string>& rev_text) {
+  auto tr = call.store().create_transaction();
+  if (t.local) {
+    if (rev_text) throw_couch(core::doc_not_found());
+    auto r = core::get_local_json(tr, db, t.id);
+    if (!r.ok()) throw_couch(core::storage_failure(r.error()));
+    if (core::failed(*r)) throw_couch(std::get<core::CouchError>(*r));
+    return;
+  }
+  core::DocReadOptions o;
+  if (rev_text) o.rev = parse_rev_or_throw(*rev_text);
+  auto r = core::get_doc_json(tr, db, t.id, o);
+  if (!r.ok()) throw_couch(core::storage_failure(r.error()));
+  if (core::failed(*r)) throw_couch(std::get<core::CouchError>(*r));
+}
+
+// No document has attachments yet, so every attachment is missing: CouchDB's answers for that.
+Response attachment_request(const Call& call, const core::DbRef& db, const Target& t) {
+  std::string name;
+  for (const std::string& part : t.rest) name += (name.empty() ? "" : "/") + part;
+  const core::CouchError missing_att{404, "not_found", "Document is missing attachment"};
+  if (call.is(verb::get) || call.is(verb::head)) {
+    const DocQuery q = parse_doc_query(call);
+    open_for_attachment(call, db, t, q.rev_text);
+    throw_couch(missing_att);
+  }
+  if (!call.is(verb::put) && !call.is(verb::delete_)) require_method(call, kAttachmentMethods);
+  if (name.starts_with("_")) throw_bad_request("Attachment name can't start with '_'");
+  if (!core::is_valid_utf8(name)) throw_bad_request("Attachment name is not UTF-8 encoded");
+  if (call.is(verb::put)) throw_not_implemented();
+  std::optional<std::string> rev;
+  if (auto r = call.query.get("rev")) rev = *r;
+  auto im = if_match_text(call.req);
+  if (rev && im && local_rev_or_throw(*rev) != local_rev_or_throw(*im))
+    throw_bad_request("Document rev and etag have different values");
+  if (!rev) rev = im;
+  if (rev) {
+    // fabric:open_revs of an unknown revision is thrown as {{not_found, missing}, Rev}, which
+    // chttpd:error_info answers with this odd 409.
+    try {
+      open_for_attachment(call, db, t, rev);
+    } catch (const HttpError& e) {
+      if (e.error().status == 404) throw HttpError(409, "not_found", "missing_rev");
+      throw;
+    }
+  } else {
+    open_for_attachment(call, db, t, std::nullopt);
+  }
+  throw_couch(missing_att);
+}
+
+// /{db}/_design/{name}/_view/... and the other design handlers: CouchDB opens the design doc first.
+bool is_design_action(const Target& t) {
+  return t.id.starts_with("_design/") && !t.rest.empty() &&
+         std::find(kDesignActions.begin(), kDesignActions.end(), t.rest[0]) != kDesignActions.end();
+}
+
+// chttpd_db:db_req: GET /{db}/_design%2F{name} is redirected to the unencoded path (301). Only
+// reachable if the router hands such paths (one segment "_design/...") to handle_document.
+std::optional<Response> design_redirect(const Call& call) {
+  if (call.path.size() != 2 || !call.path[1].starts_with("_design/") || !call.is(verb::get))
+    return std::nullopt;
+  std::string target(call.req.target());
+  const std::string lowered = lower(target);
+  const std::size_t at = lowered.find("_design%2f");
+  if (at == std::string::npos) return std::nullopt;
+  target.replace(at, 10, "_design/");
+  Response r{Status::moved_permanently, call.req.version()};
+  r.set(field::server, kServerHeader);
+  r.set(field::date, http_date_now());
+  r.set(field::location, absolute_uri(call.req, target));
+  r.keep_alive(call.req.keep_alive());
+  r.prepare_payload();
+  return r;
+}
+
+}  // namespace
+
+MaybeResponse handle_document(Call& call) {
+  const core::DbRef db = open_db_or_throw(call);  // 404 first, whatever the method (do_db_req)
+  if (auto redirect = design_redirect(call)) co_return redirect;
+  const Target t = resolve_target(call);
+  if (is_design_action(t)) {
+    open_for_attachment(call, db, Target{t.id, false, {}}, std::nullopt);
+    throw_not_implemented();
+  }
+  if (!t.rest.empty()) co_return attachment_request(call, db, t);
+  switch (call.method()) {
+    case verb::get:
+    case verb::head: {
+      const DocQuery q = parse_doc_query(call);
+      co_return t.local ? get_local(call, db, t, q) : get_doc(call, db, t, q);
+    }
+    case verb::put: {
+      const DocQuery q = parse_doc_query(call);
+      co_return co_await put_doc(call, t, q);
+    }
+    case verb::delete_:
+      co_return co_await delete_doc(call, db, t);
+    case verb::copy:
+      co_return co_await copy_doc(call, db, t);
+    case verb::post:
+      co_return post_doc(call, t);
+    default:
+      require_method(call, kDocMethods);
+  }
+  throw_not_implemented();  // unreachable: require_method threw
 }
 
 }  // namespace chaise::http

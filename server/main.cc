@@ -64,6 +64,7 @@ struct Config {
   unsigned io_threads = 0;  // 0 = one per core
   bool fsync = true;        // sync the WAL before acknowledging a commit (storage::Options::fsync)
   std::size_t max_request_body_bytes = 64 * 1024 * 1024;
+  std::size_t max_document_size = 8'000'000;  // CouchDB's [couchdb] max_document_size
   std::size_t max_header_bytes = 64 * 1024;
   unsigned idle_timeout_seconds = 300;
   std::size_t max_connections = 10000;
@@ -110,6 +111,8 @@ void apply_setting(Config& config, std::string_view key, const std::string& valu
     config.io_threads = parse_int<unsigned>(key, value, 0, 1024);
   } else if (key == "fsync") {
     config.fsync = parse_bool(key, value);
+  } else if (key == "max_document_size") {
+    config.max_document_size = parse_int<std::size_t>(key, value, 1, kSizeMax);
   } else if (key == "max_request_body_bytes") {
     config.max_request_body_bytes = parse_int<std::size_t>(key, value, 1, kSizeMax);
   } else if (key == "max_header_bytes") {
@@ -350,6 +353,7 @@ int run(const Config& config) {
   chaise::http::RouterContext context;
   context.server_uuid = uuid;
   context.store = store.get();
+  context.max_document_size = config.max_document_size;
   context.janitor = janitor.get();
   context.notifier = notifier.get();
   chaise::http::Router router{std::move(context)};

@@ -142,12 +142,17 @@ TEST_F(ServerTest, WrongMethodIs405WithAllowHeader) {
 
 TEST_F(ServerTest, UnknownPathIs404) {
   HttpClient client{port()};
-  for (const char* target : {"/no_such_thing", "/_nope", "/a/b/c?x=1"}) {
+  // A path under a database that does not exist: CouchDB checks the database first.
+  for (const char* target : {"/no_such_thing", "/a/b/c?x=1"}) {
     const HttpResponse response = client.get(target);
     EXPECT_EQ(response.status, 404u) << target;
     expect_couchdb_headers(response);
-    EXPECT_EQ(response.body, "{\"error\":\"not_found\",\"reason\":\"missing\"}\n");
+    EXPECT_EQ(response.body,
+              "{\"error\":\"not_found\",\"reason\":\"Database does not exist.\"}\n");
   }
+  const HttpResponse unknown = client.get("/_nope");
+  EXPECT_EQ(unknown.status, 404u);
+  EXPECT_EQ(unknown.json()["error"], "not_found");
 }
 
 TEST_F(ServerTest, QueryStringAndTrailingSlashStillRouteToWelcome) {

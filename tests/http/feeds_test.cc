@@ -1,0 +1,192 @@
+// Live _changes feeds over real HTTP: longpoll, continuous, eventsource; heartbeat, timeout, limit,
+// since=now, filters, disconnects, shutdown, and delivery of one write to many waiting feeds.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "tests/http/feed_client.h"
+#include "tests/http/test_server.h"
+
+namespace chaise::test {
+namespace {
+
+using beast_http::verb;
+using Json = nlohmann::ordered_json;
+using namespace std::chrono_literals;
+
+class FeedsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<ServerProcess>(dir_.path(), std::vector<std::string>{});
+    client_ = std::make_unique<HttpClient>(server_->port());
+    ASSERT_EQ(client_->request(verb::put, "/db").status, 201);
+  }
+  void TearDown() override {
+    client_.reset();
+    if (server_) {
+      ExitStatus s = server_->stop();
+      EXPECT_TRUE(s.exited && s.exit_code == 0);
+    }
+  }
+  std::string write(const std::string& id, const Json& body = Json::object()) {
+    Json doc = body;
+    doc["_id"] = id;
+    auto r = client_->request(verb::post, "/db/_bulk_docs", Json{{"docs", {doc}}}.dump(),
+                              {{"Content-Type", "application/json"}});
+    EXPECT_EQ(r.status, 201) << r.body;
+    return r.json()[0].value("rev", "");
+  }
+  std::uint16_t port() const { return server_->port(); }
+  static std::size_t count(const std::string& s, const std::string& needle) {
+    std::size_t n = 0;
+    for (auto p = s.find(needle); p != std::string::npos; p = s.find(needle, p + 1)) ++n;
+    return n;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<HttpClient> client_;
+};
+
+TEST_F(FeedsTest, LongpollWaitsForTheNextChange) {
+  write("before");
+  FeedClient feed(port(), "/db/_changes?feed=longpoll&since=now");
+  EXPECT_FALSE(feed.wait_end(300ms)) << "longpoll must wait while there is nothing new";
+  write("after");
+  ASSERT_TRUE(feed.wait_end(5s));
+  Json j = Json::parse(feed.body());
+  ASSERT_EQ(j["results"].size(), 1u);
+  EXPECT_EQ(j["results"][0]["id"], "after");
+  EXPECT_EQ(j["last_seq"], j["results"][0]["seq"]);
+}
+
+TEST_F(FeedsTest, LongpollAnswersAtOnceWhenChangesExistAndTimesOut) {
+  write("a");
+  FeedClient now(port(), "/db/_changes?feed=longpoll");
+  ASSERT_TRUE(now.wait_end(2s));
+  EXPECT_EQ(Json::parse(now.body())["results"].size(), 1u);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  FeedClient idle(port(), "/db/_changes?feed=longpoll&since=now&timeout=300");
+  ASSERT_TRUE(idle.wait_end(5s));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 250ms);
+  Json j = Json::parse(idle.body());
+  EXPECT_TRUE(j["results"].empty());
+  EXPECT_EQ(j["last_seq"], client_->get("/db").json()["update_seq"]);
+}
+
+TEST_F(FeedsTest, ContinuousStreamsLinesThenEndsOnTimeout) {
+  write("old");
+  FeedClient feed(port(), "/db/_changes?feed=continuous&timeout=1000");
+  ASSERT_TRUE(feed.wait_for("\"id\":\"old\"", 2s));
+  write("n1");
+  ASSERT_TRUE(feed.wait_for("\"id\":\"n1\"", 2s));
+  write("n2");
+  ASSERT_TRUE(feed.wait_for("\"id\":\"n2\"", 2s));
+  ASSERT_TRUE(feed.wait_end(5s));
+  // One JSON object per line; the last one carries last_seq.
+  std::vector<Json> lines;
+  std::string body = feed.body();
+  for (std::size_t p = 0, e; (e = body.find('\n', p)) != std::string::npos; p = e + 1)
+    if (e > p) lines.push_back(Json::parse(body.substr(p, e - p)));
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[2]["id"], "n2");
+  EXPECT_EQ(lines[3]["last_seq"], lines[2]["seq"]);
+  EXPECT_TRUE(lines[3].contains("pending"));
+}
+
+TEST_F(FeedsTest, ContinuousLimitEndsTheFeed) {
+  FeedClient feed(port(), "/db/_changes?feed=continuous&limit=2&since=now");
+  write("a");
+  write("b");
+  write("c");
+  ASSERT_TRUE(feed.wait_end(5s));
+  EXPECT_EQ(count(feed.body(), "\"changes\""), 2u);
+  EXPECT_NE(feed.body().find("\"last_seq\""), std::string::npos);
+}
+
+TEST_F(FeedsTest, HeartbeatsKeepTheFeedOpenAndTakePrecedenceOverTimeout) {
+  FeedClient feed(port(), "/db/_changes?feed=continuous&heartbeat=100&timeout=100&since=now");
+  std::this_thread::sleep_for(650ms);
+  EXPECT_FALSE(feed.wait_end(10ms));
+  // About 6 heartbeats in 650 ms; be lenient about scheduling.
+  EXPECT_GE(count(feed.body(), "\n"), 3u);
+  EXPECT_LE(count(feed.body(), "\n"), 8u);
+  write("x");
+  EXPECT_TRUE(feed.wait_for("\"id\":\"x\"", 2s));
+}
+
+TEST_F(FeedsTest, EventSourceFrames) {
+  FeedClient feed(port(), "/db/_changes?feed=eventsource&since=now&timeout=2000");
+  write("e1");
+  ASSERT_TRUE(feed.wait_for("\n\n", 3s));
+  EXPECT_NE(feed.head().find("text/event-stream"), std::string::npos);
+  const std::string& b = feed.body();
+  ASSERT_EQ(b.rfind("data: ", 0), 0u) << b;
+  auto data_end = b.find('\n');
+  Json row = Json::parse(b.substr(6, data_end - 6));
+  EXPECT_EQ(row["id"], "e1");
+  EXPECT_EQ(b.substr(data_end + 1, 4), "id: ");
+  EXPECT_EQ(b.substr(data_end + 5, row["seq"].get<std::string>().size()), row["seq"]);
+}
+
+TEST_F(FeedsTest, LiveFeedsHonourFiltersAndIncludeDocs) {
+  FeedClient ids(port(), "/db/_changes?feed=continuous&filter=_doc_ids&since=now&timeout=3000",
+                 "POST", R"({"doc_ids":["want"]})");
+  FeedClient docs(port(), "/db/_changes?feed=longpoll&include_docs=true&since=now");
+  write("skip", {{"v", 1}});
+  write("want", {{"v", 2}});
+  ASSERT_TRUE(ids.wait_for("\"id\":\"want\"", 3s));
+  EXPECT_EQ(ids.body().find("\"id\":\"skip\""), std::string::npos);
+  ASSERT_TRUE(docs.wait_end(3s));
+  EXPECT_EQ(Json::parse(docs.body())["results"][0]["doc"]["v"], 1);
+}
+
+TEST_F(FeedsTest, OneWriteReachesAHundredWaitingFeeds) {
+  std::vector<std::unique_ptr<FeedClient>> feeds;
+  for (int i = 0; i < 100; ++i)
+    feeds.push_back(std::make_unique<FeedClient>(port(), "/db/_changes?feed=continuous&since=now&timeout=10000"));
+  // Every feed is connected and waiting before the write (its response head has arrived).
+  for (auto& f : feeds) f->wait_for("", 10ms);
+  std::this_thread::sleep_for(300ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  write("broadcast");
+  std::chrono::steady_clock::duration worst{};
+  for (auto& f : feeds) {
+    ASSERT_TRUE(f->wait_for("\"id\":\"broadcast\"", 5s));
+    worst = std::max(worst, std::chrono::steady_clock::now() - t0);
+  }
+  std::printf("write -> 100 continuous feeds: all delivered within %.1f ms\n",
+              std::chrono::duration<double, std::milli>(worst).count());
+}
+
+TEST_F(FeedsTest, DisconnectedFeedsAreReleasedAndShutdownIsPrompt) {
+  {
+    std::vector<std::unique_ptr<FeedClient>> feeds;
+    for (int i = 0; i < 50; ++i)
+      feeds.push_back(std::make_unique<FeedClient>(port(), "/db/_changes?feed=continuous&since=now"));
+    std::this_thread::sleep_for(200ms);
+  }  // all 50 clients close their sockets here, without heartbeats to notice it by
+  std::this_thread::sleep_for(200ms);
+  write("still-fine");
+  EXPECT_EQ(client_->get("/db/still-fine").status, 200);
+  // A feed still open when the server is asked to stop ends right away (no 10 s grace wait).
+  FeedClient open(port(), "/db/_changes?feed=continuous&heartbeat=1000&since=now");
+  std::this_thread::sleep_for(100ms);
+  client_.reset();
+  const auto t0 = std::chrono::steady_clock::now();
+  ExitStatus s = server_->stop();
+  EXPECT_TRUE(s.exited && s.exit_code == 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_TRUE(open.wait_end(1s) || !open.ended());  // the connection is closed either way
+  server_.reset();
+}
+
+TEST_F(FeedsTest, LiveFeedParameterErrors) {
+  EXPECT_EQ(client_->get("/db/_changes?feed=longpoll&heartbeat=abc").status, 400);
+  EXPECT_EQ(client_->get("/db/_changes?feed=continuous&timeout=-5").status, 400);
+}
+
+}  // namespace
+}  // namespace chaise::test
