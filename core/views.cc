@@ -235,6 +235,19 @@ StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& t
     if (!all.ok()) return all.error();
     branches = std::move(*all);
   }
+  if (q_.selector) {
+    // The winning revision as a document (_id, _rev, _deleted included) must match.
+    if (branches.empty()) {
+      auto w = read_winner(tr, db_, id, Snapshot::yes);
+      if (!w.ok()) return w.error();
+      if (!*w) return std::optional<std::string>();
+      branches.push_back(std::move(**w));
+    }
+    auto doc = branch_doc_json(tr, db_, id, branches, branches.back(), DocReadOptions{});
+    if (!doc.ok()) return doc.error();
+    auto parsed = nlohmann::ordered_json::parse(*doc, nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_discarded() || !q_.selector->matches(parsed)) return std::optional<std::string>();
+  }
   if (q_.all_docs_style) {
     // CouchDB lists the winner first, then the other leaves.
     for (auto it = branches.rbegin(); it != branches.rend(); ++it)

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/documents.h"
+#include "core/selector.h"
 
 namespace chaise::core {
 
@@ -66,6 +67,7 @@ struct ChangesQuery {
   bool conflicts = false;
   std::optional<std::vector<std::string>> doc_ids;  // filter=_doc_ids
   bool design_only = false;                         // filter=_design
+  std::optional<Selector> selector;                 // filter=_selector: the winning doc must match
   std::int64_t seq_interval = 0;                    // >0: only every Nth row carries its seq
 };
 

@@ -342,7 +342,13 @@ ChangesRequest parse_changes(const Call& call, const Json* body, const core::DbR
       }
     } else if (*filter == "_design") {
       q.design_only = true;
-    } else if (*filter == "_selector" || *filter == "_view") {
+    } else if (*filter == "_selector") {
+      std::optional<Json> sel = p.json("selector");
+      if (!sel) throw_bad_request("Selector must be specified in POST payload");
+      auto parsed = core::Selector::parse(*sel);
+      if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(*e);
+      q.selector = std::get<core::Selector>(std::move(parsed));
+    } else if (*filter == "_view") {
       throw_bad_request("filter=" + *filter + " is not available in this version of Chaise");
     } else {
       throw_bad_request("Chaise has no JavaScript engine: filter functions (" + *filter +

@@ -183,6 +183,37 @@ TEST_F(FeedsTest, DisconnectedFeedsAreReleasedAndShutdownIsPrompt) {
   server_.reset();
 }
 
+TEST_F(FeedsTest, SelectorFilterOnNormalAndLiveFeeds) {
+  write("cold", {{"type", "reading"}, {"temp", 5}});
+  write("hot", {{"type", "reading"}, {"temp", 40}});
+  write("other", {{"type", "note"}, {"temp", 90}});
+  const std::string sel = R"({"selector":{"type":"reading","temp":{"$gt":20}}})";
+  auto normal = client_->request(verb::post, "/db/_changes?filter=_selector", sel,
+                                 {{"Content-Type", "application/json"}});
+  ASSERT_EQ(normal.status, 200) << normal.body;
+  Json results = normal.json()["results"];
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0]["id"], "hot");
+  // Live: only matching updates arrive.
+  FeedClient live(port(), "/db/_changes?feed=continuous&filter=_selector&since=now&timeout=3000",
+                  "POST", sel);
+  write("warm", {{"type", "reading"}, {"temp", 25}});
+  write("freezing", {{"type", "reading"}, {"temp", -3}});
+  ASSERT_TRUE(live.wait_for("\"id\":\"warm\"", 3s));
+  write("last", {{"type", "reading"}, {"temp", 99}});
+  ASSERT_TRUE(live.wait_for("\"id\":\"last\"", 3s));
+  EXPECT_EQ(live.body().find("freezing"), std::string::npos);
+  // Errors: no selector, a bad operator.
+  auto missing = client_->request(verb::post, "/db/_changes?filter=_selector", "{}",
+                                  {{"Content-Type", "application/json"}});
+  EXPECT_EQ(missing.status, 400);
+  auto bad = client_->request(verb::post, "/db/_changes?filter=_selector",
+                              R"({"selector":{"temp":{"$bogus":1}}})",
+                              {{"Content-Type", "application/json"}});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.json()["error"], "bad_request");
+}
+
 TEST_F(FeedsTest, LiveFeedParameterErrors) {
   EXPECT_EQ(client_->get("/db/_changes?feed=longpoll&heartbeat=abc").status, 400);
   EXPECT_EQ(client_->get("/db/_changes?feed=continuous&timeout=-5").status, 400);
