@@ -1,11 +1,665 @@
+// http/endpoints_database.cc — /{db} and its endpoints: PUT/GET/HEAD/DELETE/POST /{db},
+// _bulk_docs, _revs_diff, _missing_revs, _revs_limit, _ensure_full_commit, _compact, _view_cleanup.
+//
+// CouchDB sources followed (apache/couchdb main): chttpd_db.erl handle_request, create_db_req,
+// delete_db_req, do_db_req, db_req (every clause used here), validate_revs,
+// update_doc_result_to_json, parse_partitioned_opt, parse_shards_opt; couch_doc.erl
+// from_json_obj_validate, parse_rev; couch_db.erl doc_from_json_obj_validate; couch_partition.erl
+// validate_docid; fabric.erl idrevs, set_revs_limit; chttpd.erl absolute_uri, error_info;
+// couch_util.erl url_encode.
+//
+// Order of checks, as in CouchDB: PUT and DELETE /{db} first; every other request needs the
+// database to exist (do_db_req → mem3:props answers 404 before any handler runs), then the
+// method, then the Content-Type, then the body.
+#include <boost/asio/use_awaitable.hpp>
+
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "core/databases.h"
+#include "core/doc_json.h"
+#include "core/documents.h"
+#include "core/rev.h"
 #include "http/request.h"
 #include "http/router.h"
+#include "http/txn.h"
 
 namespace chaise::http {
 
-MaybeResponse handle_database(Call& /*call*/) {
-  throw HttpError(404, "not_found", "missing");
-  co_return std::nullopt;
+
+namespace {
+
+using Item = core::DocWriteBatch::Item;
+using ItemResult = core::DocWriteBatch::ItemResult;
+
+// Documents looked up per read transaction by _revs_diff / _missing_revs.
+constexpr std::size_t kReadIdsPerTransaction = 1000;
+
+// /{db} answers these (PUT is handled before, and CouchDB does not list it).
+constexpr std::string_view kDbMethods = "DELETE,GET,HEAD,POST";
+
+// Known CouchDB database endpoints Chaise does not serve yet: answered 501 rather than treated as
+// document ids, so that a client learns the feature is missing.
+constexpr std::string_view kNotImplemented[] = {
+    "_bulk_get",   "_security", "_purge",   "_purged_infos", "_purged_infos_limit",
+    "_find",       "_index",    "_explain", "_partition",    "_temp_view",
+    "_auto_purge", "_time_seq", "_shards",  "_sync_shards"};
+
+bool is_get(const Call& call) {
+  return call.is(beast_http::verb::get) || call.is(beast_http::verb::head);
+}
+
+[[noreturn]] void throw_method_not_allowed(std::string_view allowed) {
+  HttpError e(405, "method_not_allowed", "Only " + std::string(allowed) + " allowed");
+  e.allow = std::string(allowed);
+  throw e;
+}
+
+// CouchDB's chttpd:validate_ctype: the media type before any ";" must be exactly application/json.
+void require_json_content_type(const Call& call) {
+  const std::string_view type = call.req[beast_http::field::content_type];
+  if (type.substr(0, type.find(';')) != "application/json")
+    throw HttpError(415, "bad_content_type", "Content-Type must be application/json");
+}
+
+template <typename T>
+T value_or_throw(storage::Result<T> r) {
+  if (!r.ok()) throw HttpError(core::storage_failure(r.error()));
+  return std::move(*r);
+}
+
+template <typename T>
+T outcome_or_throw(core::Outcome<T> o) {
+  if (auto* e = std::get_if<core::CouchError>(&o)) throw HttpError(std::move(*e));
+  return std::get<T>(std::move(o));
+}
+
+// The database of the request as of `tr`; 404 "Database does not exist." for any name that is
+// not a database (CouchDB answers 404, not 400, for an invalid name here: only PUT validates).
+core::DbRef open_db_at(storage::Transaction& tr, const std::string& name) {
+  auto r = value_or_throw(core::open_db(tr, name));
+  if (core::failed(r)) throw HttpError(core::db_not_found());
+  return std::get<core::DbRef>(std::move(r));
+}
+
+// couch_util:url_encode: keeps [A-Za-z0-9_.:-], %-encodes every other byte in uppercase hex.
+std::string url_encode(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+        c == '.' || c == '-' || c == ':') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 0xf]);
+    }
+  }
+  return out;
+}
+
+// chttpd:absolute_uri: X-Forwarded-Host, else Host; https when X-Forwarded-Ssl is "on" or
+// X-Forwarded-Proto is "https". `path` starts with "/". (CouchDB falls back to the socket's
+// address when there is no Host header; handlers do not see the socket, so Chaise uses
+// "localhost".)
+std::string absolute_uri(const Request& req, std::string_view path) {
+  std::string_view host = req["X-Forwarded-Host"];
+  if (host.empty()) host = req[beast_http::field::host];
+  if (host.empty()) host = "localhost";
+  const bool https = req["X-Forwarded-Ssl"] == "on" || req["X-Forwarded-Proto"] == "https";
+  std::string uri = https ? "https://" : "http://";
+  uri.append(host).append(path);
+  return uri;
+}
+
+// ---- Documents as couch_db:doc_from_json_obj_validate reads them ----------------------------
+
+// CouchDB's parse_rev syntax: "<integer>-<anything>". Used where Chaise's RevId (pos >= 1) is
+// narrower than CouchDB: _local revisions ("0-N") and revisions a client asks about.
+bool couch_rev_syntax(std::string_view rev) {
+  const std::size_t dash = rev.find('-');
+  if (dash == std::string_view::npos || dash == 0) return false;
+  return rev.substr(0, dash).find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+bool is_local_id(std::string_view id) { return id.substr(0, 7) == "_local/"; }
+bool is_design_id(std::string_view id) { return id.substr(0, 8) == "_design/"; }
+
+// couch_partition:validate_docid, for ids given by the client in a partitioned database.
+void validate_partitioned_docid(const std::string& id) {
+  if (is_local_id(id) || is_design_id(id)) return;
+  const std::size_t colon = id.find(':');
+  if (colon == std::string::npos)
+    throw HttpError(400, "illegal_docid", "Doc id must be of form partition:id");
+  const std::string partition = id.substr(0, colon);
+  if (partition.empty()) throw HttpError(400, "illegal_partition", "Partition must not be empty");
+  if (partition.front() == '_')
+    throw HttpError(400, "illegal_partition", "Partition must not start with an underscore");
+  if (auto e = core::validate_docid(std::string_view(id).substr(colon + 1))) throw HttpError(*e);
+}
+
+const std::string& item_id(const Item& item) {
+  return item.replicated ? item.replicated_doc.id : item.update.id;
+}
+
+// couch_doc:transfer_fields through core::parse_doc. _local documents carry "0-N" revisions,
+// which core::RevId (pos >= 1) does not represent: their _rev is taken out first and returned
+// as text in `local_rev`.
+core::ParsedDoc parse_fields(const Json& doc, bool local, std::optional<std::string>& local_rev) {
+  std::variant<core::ParsedDoc, core::CouchError> parsed;
+  if (local && doc.contains("_rev")) {
+    const Json& rev = doc["_rev"];
+    if (!rev.is_string() || !couch_rev_syntax(rev.get_ref<const std::string&>()))
+      throw_bad_request("Invalid rev format");
+    local_rev = rev.get<std::string>();
+    Json without_rev = doc;
+    without_rev.erase("_rev");
+    parsed = core::parse_doc(without_rev);
+  } else {
+    parsed = core::parse_doc(doc);
+  }
+  if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(std::move(*e));
+  return std::get<core::ParsedDoc>(std::move(parsed));
+}
+
+// The DocWriteBatch item of a parsed document: a _local write, an interactive edit, or a
+// replicated revision (its path from _revisions, or just _rev without ancestors).
+Item make_item(core::ParsedDoc parsed, std::string id, bool local,
+               std::optional<std::string> local_rev, bool new_edits) {
+  Item item;
+  if (local || new_edits) {
+    item.local = local;
+    item.local_rev = std::move(local_rev);
+    item.update.id = std::move(id);
+    if (!local) item.update.base_rev = std::move(parsed.rev);
+    item.update.deleted = parsed.deleted;
+    item.update.body = std::move(parsed.body);
+    return item;
+  }
+  item.replicated = true;
+  item.replicated_doc.id = std::move(id);
+  if (parsed.revisions) {
+    item.replicated_doc.path = std::move(*parsed.revisions);
+  } else {
+    item.replicated_doc.path.leaf = std::move(*parsed.rev);
+  }
+  item.replicated_doc.path.deleted = parsed.deleted;
+  item.replicated_doc.body = std::move(parsed.body);
+  return item;
+}
+
+// One document of a write request, checked as couch_db:doc_from_json_obj_validate and
+// chttpd_db:validate_revs do. Errors are thrown: CouchDB rejects the whole request when any
+// document is malformed, too large, or lacks revisions with new_edits=false. `id_given` is false
+// when the server generated the id.
+struct ParsedItem {
+  Item item;
+  bool id_given = true;
+};
+
+ParsedItem parse_item(const Json& doc, const core::DbRef& db, bool new_edits,
+                      std::size_t max_document_size) {
+  if (!doc.is_object()) throw_bad_request("Document must be a JSON object");
+  const auto id_member = doc.find("_id");
+  const bool local = id_member != doc.end() && id_member->is_string() &&
+                     is_local_id(id_member->get_ref<const std::string&>());
+  std::optional<std::string> local_rev;
+  core::ParsedDoc parsed = parse_fields(doc, local, local_rev);
+
+  if (parsed.body.size() > max_document_size)
+    throw HttpError(413, "document_too_large", parsed.id.value_or(""));
+  if (parsed.attachments && !parsed.attachments->empty()) {
+    if (local) throw_bad_request("_local documents do not accept attachments.");
+    // Chaise stores no attachments yet: refused (chttpd:error_info(not_implemented)), not dropped.
+    throw HttpError(501, "not_implemented", "this feature is not yet implemented");
+  }
+  if (local && !local_rev && parsed.rev) local_rev = parsed.rev->str();  // from _revisions
+  if (parsed.id && db.partitioned) validate_partitioned_docid(*parsed.id);
+  if (!new_edits && !parsed.rev && !local_rev) {
+    throw_bad_request(
+        "When `new_edits: false`, the document needs `_rev` or `_revisions` specified");
+  }
+  ParsedItem out;
+  out.id_given = parsed.id.has_value();
+  std::string id = parsed.id ? std::move(*parsed.id) : new_uuid();
+  out.item = make_item(std::move(parsed), std::move(id), local, std::move(local_rev), new_edits);
+  return out;
+}
+
+// ---- Writing documents ------------------------------------------------------------------------
+
+struct WriteOutcome {
+  std::vector<std::optional<ItemResult>> results;  // one per item (nullopt: not written)
+  std::vector<std::string> local_revs;             // "0-N" for _local items
+  bool db_missing = false;
+  storage::Error error = storage::Error::success;  // a storage error no retry fixed
+};
+
+// Writes `items` (those with `skip[i]` set are left alone) with one DocWriteBatch, which splits
+// them into transactions of bounded size itself; results come back in item order. A storage
+// error ends the writing (earlier transactions stay committed: CouchDB has no all-or-nothing
+// either).
+boost::asio::awaitable<WriteOutcome> write_items(const Call& call, const std::string& db_name,
+                                                 std::vector<Item>& items,
+                                                 const std::vector<bool>& skip) {
+  WriteOutcome out;
+  out.results.resize(items.size());
+  out.local_revs.resize(items.size());
+  std::vector<std::size_t> indexes;
+  std::vector<Item> batch_items;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (skip[i]) continue;
+    indexes.push_back(i);
+    batch_items.push_back(std::move(items[i]));
+  }
+  if (batch_items.empty()) co_return out;
+  core::DocWriteBatch batch(db_name, std::move(batch_items));
+  const storage::Status s = co_await run_doc_batch(call, batch);
+  if (!s.ok()) {
+    out.error = s.error();
+    co_return out;
+  }
+  if (batch.db_missing()) {
+    out.db_missing = true;
+    co_return out;
+  }
+  for (std::size_t k = 0; k < indexes.size(); ++k) {
+    out.results[indexes[k]] = batch.results()[k];
+    out.local_revs[indexes[k]] = batch.local_revs()[k];
+  }
+  co_return out;
+}
+
+// ---- /{db} ------------------------------------------------------------------------------------
+
+std::int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// chttpd_db:parse_shards_opt: q and n must be positive integers (Chaise has one shard, one copy).
+void validate_shards_param(const Call& call, const std::string& key) {
+  auto v = call.query.get(key);
+  if (!v) return;
+  const bool positive = !v->empty() && v->find_first_not_of("0123456789") == std::string::npos &&
+                        v->find_first_not_of('0') != std::string::npos;
+  if (!positive) throw_bad_request("The `" + key + "` value should be a positive integer.");
+}
+
+bool is_system_db_for_partitioning(std::string_view name) {
+  auto ends_with = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+  };
+  return name == "_users" || name == "_replicator" || name == "_global_changes" ||
+         ends_with("/_users") || ends_with("/_replicator");
+}
+
+// PUT /{db}
+MaybeResponse create_database(Call& call) {
+  const std::string& name = call.path.front();
+  validate_shards_param(call, "n");
+  validate_shards_param(call, "q");
+  bool partitioned = false;
+  if (auto p = call.query.get("partitioned")) {
+    if (*p == "true") {
+      partitioned = true;
+    } else if (*p != "false") {
+      throw_bad_request("Invalid `partitioned` parameter");
+    }
+  }
+  if (!core::valid_db_name(name)) throw HttpError(core::illegal_database_name(name));
+  if (partitioned && is_system_db_for_partitioning(name))
+    throw_bad_request("Cannot partition a system database");
+
+  // The creation time doubles as this request's mark: a retry after commit_unknown_result that
+  // finds the database with our timestamp knows the first attempt committed.
+  const std::int64_t created_us = now_us();
+  std::optional<core::CouchError> error;
+  storage::Status s =
+      co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+        error.reset();
+        auto existing = core::open_db(tr, name);
+        if (!existing.ok()) return existing.error();
+        if (!core::failed(*existing) && std::get<core::DbRef>(*existing).created_us == created_us) {
+          return {};
+        }
+        auto r = core::create_db(tr, name, partitioned, created_us);
+        if (!r.ok()) return r.error();
+        if (core::failed(*r)) error = std::get<core::CouchError>(*r);
+        return {};
+      });
+  if (!s.ok()) co_return storage_error_response(call.req, s.error());
+  if (error) throw HttpError(*error);
+  Response response = json_response(call.req, Status::created, Json{{"ok", true}});
+  response.set(beast_http::field::location, absolute_uri(call.req, "/" + url_encode(name)));
+  co_return response;
+}
+
+// DELETE /{db}
+MaybeResponse delete_database(Call& call) {
+  // A forgotten document id makes "DELETE /db/?rev=..." look like a database deletion.
+  if (call.query.has("rev")) {
+    throw_bad_request(
+        "You tried to DELETE a database with a ?=rev parameter. Did you mean to DELETE a "
+        "document instead?");
+  }
+  const std::string& name = call.path.front();
+  std::optional<core::CouchError> error;
+  bool attempted = false;
+  storage::Status s =
+      co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+        error.reset();
+        auto r = core::delete_db(tr, name);
+        if (!r.ok()) return r.error();
+        // A retry that no longer finds the database: an earlier attempt of ours (whose commit
+        // result was unknown) or a concurrent delete removed it; either way it is gone.
+        if (core::failed(*r) && !attempted) error = std::get<core::CouchError>(*r);
+        attempted = attempted || !core::failed(*r);
+        return {};
+      });
+  if (!s.ok()) co_return storage_error_response(call.req, s.error());
+  if (error) throw HttpError(*error);
+  co_return json_response(call.req, Status::ok, Json{{"ok", true}});
+}
+
+// GET/HEAD /{db}
+Response database_info(Call& call) {
+  auto tr = call.store().create_transaction();
+  const core::DbRef db = open_db_at(tr, call.path.front());
+  return json_response(call.req, Status::ok, db_info_json(value_or_throw(core::db_info(tr, db))));
+}
+
+// POST /{db}: a document, with a server-generated id unless it has _id.
+MaybeResponse post_document(Call& call, const core::DbRef& db) {
+  require_json_content_type(call);
+  const Json body = parse_json_body(call.req, false);
+  ParsedItem parsed = parse_item(body, db, true, call.ctx.max_document_size);
+  // CouchDB (chttpd_db db_req POST): a document without _id is new, whatever _rev it carries.
+  if (!parsed.id_given) parsed.item.update.base_rev.reset();
+  const std::string id = item_id(parsed.item);
+  const bool batch_ok = call.query.get("batch") == "ok";
+
+  std::vector<Item> items;
+  items.push_back(std::move(parsed.item));
+  const bool local = items.front().local;
+  const std::vector<bool> skip_none(1, false);
+  WriteOutcome w = co_await write_items(call, db.name, items, skip_none);
+  if (w.db_missing) throw HttpError(core::db_not_found());
+  // batch=ok: CouchDB answers 202 before writing and only logs what goes wrong; Chaise writes
+  // first (no queue to lose on a crash) and answers the same.
+  if (batch_ok) co_return json_response(call.req, Status::accepted, {{"ok", true}, {"id", id}});
+  if (w.error != storage::Error::success) co_return storage_error_response(call.req, w.error);
+  const ItemResult& result = *w.results.front();
+  if (auto* e = std::get_if<core::CouchError>(&result)) throw HttpError(*e);
+  const std::string rev =
+      local ? w.local_revs.front() : std::get<core::UpdateResult>(result).rev.str();
+  Response response =
+      json_response(call.req, Status::created, {{"ok", true}, {"id", id}, {"rev", rev}});
+  response.set(beast_http::field::location,
+               absolute_uri(call.req, "/" + url_encode(db.name) + "/" + url_encode(id)));
+  co_return response;
+}
+
+// ---- /{db}/_bulk_docs -------------------------------------------------------------------------
+
+Json error_entry(const std::string& id, const std::optional<std::string>& rev,
+                 const core::CouchError& e) {
+  Json entry = Json::object();
+  entry["id"] = id;
+  if (rev) entry["rev"] = *rev;
+  entry["error"] = e.error;
+  entry["reason"] = e.reason;
+  return entry;
+}
+
+MaybeResponse bulk_docs(Call& call, const core::DbRef& db) {
+  if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
+  require_json_content_type(call);
+  const Json body = parse_json_object_body(call.req, false);
+  const auto docs = body.find("docs");
+  if (docs == body.end()) throw_bad_request("POST body must include `docs` parameter.");
+  if (!docs->is_array()) throw_bad_request("`docs` parameter must be an array.");
+  bool new_edits = true;
+  if (auto ne = body.find("new_edits"); ne != body.end()) {
+    if (!ne->is_boolean()) throw_bad_request("`new_edits` parameter must be a boolean.");
+    new_edits = ne->get<bool>();
+  }
+
+  std::vector<Item> items;
+  items.reserve(docs->size());
+  for (const Json& doc : *docs)
+    items.push_back(parse_item(doc, db, new_edits, call.ctx.max_document_size).item);
+
+  // Interactive edits of one id in one request were all made against the same revision: the
+  // first is applied, the others conflict (couch_db_updater merge_rev_trees). Answered here so
+  // that splitting the request into several transactions cannot change the outcome.
+  std::vector<bool> duplicate(items.size(), false);
+  if (new_edits) {
+    std::unordered_set<std::string> seen;
+    for (std::size_t i = 0; i < items.size(); ++i)
+      if (!items[i].local && !seen.insert(items[i].update.id).second) duplicate[i] = true;
+  }
+  // Kept for the answer: write_items moves the items away.
+  std::vector<std::string> ids;
+  std::vector<std::string> replicated_revs;
+  std::vector<bool> local;
+  for (const Item& it : items) {
+    ids.push_back(item_id(it));
+    replicated_revs.push_back(it.replicated ? it.replicated_doc.path.leaf.str()
+                                            : it.local_rev.value_or(std::string()));
+    local.push_back(it.local);
+  }
+
+  WriteOutcome w = co_await write_items(call, db.name, items, duplicate);
+  if (w.db_missing) throw HttpError(core::db_not_found());
+  if (w.error != storage::Error::success) co_return storage_error_response(call.req, w.error);
+
+  Json out = Json::array();
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (duplicate[i]) {
+      out.push_back(error_entry(ids[i], std::nullopt, core::conflict()));
+      continue;
+    }
+    if (!w.results[i]) {  // cannot happen: every item not skipped has a result
+      out.push_back(
+          error_entry(ids[i], std::nullopt, core::CouchError{500, "unknown_error", "no result"}));
+      continue;
+    }
+    const ItemResult& r = *w.results[i];
+    if (const auto* e = std::get_if<core::CouchError>(&r)) {
+      // new_edits=false lists only the failures, with the revision (update_doc_result_to_json).
+      out.push_back(error_entry(
+          ids[i], new_edits ? std::nullopt : std::optional<std::string>(replicated_revs[i]), *e));
+    } else if (new_edits) {
+      const std::string rev =
+          local[i] ? w.local_revs[i] : std::get<core::UpdateResult>(r).rev.str();
+      out.push_back({{"ok", true}, {"id", ids[i]}, {"rev", rev}});
+    }
+  }
+  co_return json_response(call.req, Status::created, out);
+}
+
+// ---- /{db}/_revs_diff, /{db}/_missing_revs ------------------------------------------------------
+
+struct IdRevs {
+  std::string id;
+  std::vector<std::string> revs;
+};
+
+// The {id: [rev, ...]} body of _revs_diff and _missing_revs, checked as fabric:idrevs does.
+std::vector<IdRevs> parse_id_revs(const Call& call) {
+  require_json_content_type(call);
+  const Json body = parse_json_object_body(call.req, false);
+  std::vector<IdRevs> out;
+  out.reserve(body.size());
+  for (const auto& [id, revs] : body.items()) {
+    if (!revs.is_array()) throw_bad_request("Invalid revisions, must be a list");
+    IdRevs entry{id, {}};
+    for (const Json& rev : revs) {
+      if (!rev.is_string() || !couch_rev_syntax(rev.get_ref<const std::string&>()))
+        throw_bad_request("Invalid rev format");
+      entry.revs.push_back(rev.get<std::string>());
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+// A revision as CouchDB prints it back (couch_doc:rev_to_str: hex hashes in lowercase).
+std::string normalized_rev(const std::string& text) {
+  auto rev = core::RevId::parse(text);
+  return rev ? rev->str() : text;
+}
+
+Json rev_list(const std::vector<std::string>& revs) {
+  Json out = Json::array();
+  for (const std::string& r : revs) out.push_back(normalized_rev(r));
+  return out;
+}
+
+// POST /{db}/_revs_diff (missing_revs = false) and /{db}/_missing_revs (true).
+Response revs_diff(Call& call, bool missing_revs) {
+  if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
+  const std::vector<IdRevs> request = parse_id_revs(call);
+  // Snapshot reads, in a fresh transaction every kReadIdsPerTransaction documents so that a large
+  // request never outlives one transaction's 5 s read window.
+  std::optional<storage::Transaction> tr;
+  core::DbRef db;
+  Json out = Json::object();
+  for (std::size_t i = 0; i < request.size(); ++i) {
+    const IdRevs& entry = request[i];
+    if (i % kReadIdsPerTransaction == 0) {
+      tr.emplace(call.store().create_transaction());
+      db = open_db_at(*tr, call.path.front());
+    }
+    auto diff = value_or_throw(core::revs_diff(*tr, db, entry.id, entry.revs));
+    if (!diff) continue;
+    if (missing_revs) {
+      out[entry.id] = rev_list(diff->missing);
+      continue;
+    }
+    Json result = {{"missing", rev_list(diff->missing)}};
+    if (!diff->possible_ancestors.empty())
+      result["possible_ancestors"] = rev_list(diff->possible_ancestors);
+    out[entry.id] = std::move(result);
+  }
+  if (missing_revs) return json_response(call.req, Status::ok, Json{{"missing_revs", out}});
+  return json_response(call.req, Status::ok, out);
+}
+
+// ---- /{db}/_revs_limit --------------------------------------------------------------------------
+
+MaybeResponse revs_limit(Call& call, const core::DbRef& db) {
+  if (is_get(call)) {
+    auto tr = call.store().create_transaction();
+    const int limit = value_or_throw(core::revs_limit(tr, db));
+    co_return raw_json_response(call.req, Status::ok, std::to_string(limit));
+  }
+  if (!call.is(beast_http::verb::put)) throw_method_not_allowed("PUT,GET");
+  // chttpd:json_body: no Content-Type check. CouchDB answers 500 function_clause for a value that
+  // is not a positive integer; Chaise answers 400, and caps the limit (RFC 003: a branch's
+  // revision ids must fit one value).
+  const Json body = parse_json_body(call.req, false);
+  // The JSON parser reads every non-negative integer as unsigned.
+  if (!body.is_number_unsigned() || body.get<std::uint64_t>() == 0)
+    throw_bad_request("The revs_limit must be a positive integer.");
+  if (body.get<std::uint64_t>() > static_cast<std::uint64_t>(core::kRevsLimitMax)) {
+    throw_bad_request("The revs_limit must not be greater than " +
+                      std::to_string(core::kRevsLimitMax) + ".");
+  }
+  const int limit = static_cast<int>(body.get<std::uint64_t>());
+  bool missing = false;
+  storage::Status s =
+      co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+        auto r = core::open_db(tr, db.name);
+        if (!r.ok()) return r.error();
+        // The same name may now be another database: only the one the request opened counts.
+        missing = core::failed(*r) || std::get<core::DbRef>(*r).id != db.id;
+        if (!missing) core::set_revs_limit(tr, std::get<core::DbRef>(*r), limit);
+        return {};
+      });
+  if (!s.ok()) co_return storage_error_response(call.req, s.error());
+  if (missing) throw HttpError(core::db_not_found());
+  co_return json_response(call.req, Status::ok, Json{{"ok", true}});
+}
+
+// ---- /{db}/_compact[/{ddoc}] --------------------------------------------------------------------
+
+// Compaction is the storage engine's business (RocksDB compacts on its own): CouchDB's answer is
+// given once the request is checked.
+Response compact(Call& call, const core::DbRef& db) {
+  if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
+  require_json_content_type(call);
+  if (call.path.size() > 2) {
+    // ddoc_cache:open: the design document must exist.
+    auto tr = call.store().create_transaction();
+    auto winner = value_or_throw(
+        core::read_winner(tr, db, "_design/" + call.path[2], storage::Snapshot::yes));
+    if (!winner) throw HttpError(core::doc_not_found());
+    if (winner->branch.deleted) throw HttpError(core::doc_deleted());
+  }
+  return json_response(call.req, Status::accepted, Json{{"ok", true}});
+}
+
+bool not_implemented(std::string_view op) {
+  for (std::string_view known : kNotImplemented)
+    if (op == known) return true;
+  return false;
+}
+
+}  // namespace
+
+MaybeResponse handle_database(Call& call) {
+  const auto& path = call.path;
+  if (path.size() == 1 && call.is(beast_http::verb::put)) co_return co_await create_database(call);
+  if (path.size() == 1 && call.is(beast_http::verb::delete_))
+    co_return co_await delete_database(call);
+
+  core::DbRef db;
+  {
+    auto tr = call.store().create_transaction();
+    db = open_db_at(tr, path.front());
+  }
+  if (path.size() == 1) {
+    if (is_get(call)) co_return database_info(call);
+    if (call.is(beast_http::verb::post)) co_return co_await post_document(call, db);
+    throw_method_not_allowed(kDbMethods);
+  }
+
+  const std::string& op = path[1];
+  // CouchDB's db_handler table matches these whatever follows them.
+  if (op == "_compact") co_return compact(call, db);
+  if (op == "_view_cleanup") {
+    if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
+    co_return json_response(call.req, Status::accepted, Json{{"ok", true}});
+  }
+  if (path.size() == 2) {
+    if (op == "_bulk_docs") co_return co_await bulk_docs(call, db);
+    if (op == "_revs_diff") co_return revs_diff(call, false);
+    if (op == "_missing_revs") co_return revs_diff(call, true);
+    if (op == "_revs_limit") co_return co_await revs_limit(call, db);
+    if (op == "_ensure_full_commit") {
+      if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
+      require_json_content_type(call);
+      co_return json_response(call.req, Status::created,
+                              {{"ok", true}, {"instance_start_time", "0"}});
+    }
+  }
+  if (not_implemented(op))
+    throw HttpError(501, "not_implemented", "this feature is not yet implemented");
+  // CouchDB treats any other "/{db}/_xxx[/...]" as a document (or attachment) path: GET finds no
+  // such document, PUT is refused for its id.
+  co_return co_await handle_document(call);
 }
 
 }  // namespace chaise::http

@@ -170,10 +170,8 @@ core::DbRef open_db_or_throw(const Call& call) {
   auto tr = call.store().create_transaction();
   auto r = core::open_db(tr, name);
   if (!r.ok()) throw HttpError(core::storage_failure(r.error()));
-  if (core::failed(*r)) {
-    if (!core::valid_db_name(name)) throw HttpError(core::illegal_database_name(name));
-    throw HttpError(std::get<core::CouchError>(*r));
-  }
+  // CouchDB answers 404 for a missing database whatever its name; only PUT checks the name.
+  if (core::failed(*r)) throw HttpError(std::get<core::CouchError>(*r));
   return std::get<core::DbRef>(std::move(*r));
 }
 

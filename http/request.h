@@ -105,6 +105,12 @@ core::DbRef open_db_or_throw(const Call& call);
 // error that ended it, if any; batch.db_missing() tells a missing database.
 boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call, core::DocWriteBatch& batch);
 
+// A new document id / _uuids entry: CouchDB 3's default "sequential" uuid algorithm (32 hex).
+// Defined in endpoints_server.cc.
+std::string new_uuid();
+// The GET /{db} object, in CouchDB's key order (fabric_db_info). Defined in endpoints_server.cc.
+Json db_info_json(const core::DbInfo& info);
+
 // 405 with CouchDB's "Only X allowed" unless the method is one of `allowed` ("GET,HEAD,POST").
 void require_method(const Call& call, std::string_view allowed);
 

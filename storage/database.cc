@@ -300,7 +300,9 @@ void Engine::process_batch(std::vector<std::unique_ptr<CommitRequest>>& batch) {
           outcomes[i] = Error::io_error;
     } else {
       committed_version_.store(version, std::memory_order_release);
-      if (watch_count_.load() > 0) fire_watches(accepted);
+      // Under watch_mu_, not via watch_count_: a registration reads the value and inserts its
+      // watch under the same mutex, so it either sees this batch's write or is seen here.
+      fire_watches(accepted);
     }
   }
   for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -318,6 +320,7 @@ void Engine::fire_watches(const std::vector<CommitRequest*>& committed) {
   std::vector<std::shared_ptr<WatchState>> hit;
   {
     std::lock_guard lock(watch_mu_);
+    if (watches_.empty()) return;
     for (const CommitRequest* req : committed) {
       for (const KeyRange& r : req->write_conflicts) {
         for (auto it = watches_.lower_bound(r.begin); it != watches_.end() && it->first < r.end;) {

@@ -125,7 +125,7 @@ class Engine {
   // Watches by key, guarded by watch_mu_.
   std::mutex watch_mu_;
   std::multimap<std::string, std::shared_ptr<WatchState>, std::less<>> watches_;
-  std::atomic<std::size_t> watch_count_{0};  // watches_.size(), readable without the lock
+  std::atomic<std::size_t> watch_count_{0};  // watches_.size(), for diagnostics
   std::size_t watch_sweep_at_ = 1024;        // drop cancelled watches when the map reaches this
 };
 
