@@ -1,4 +1,5 @@
 #include "core/databases.h"
+#include "core/shards.h"
 
 #include <algorithm>
 
@@ -68,7 +69,9 @@ StorageResult<Outcome<DbRef>> create_db(Transaction& tr, std::string_view name, 
   }
   tr.set(counter_key, Tuple().add(id).pack());
   tr.set(name_key, Tuple().add(keyspace::kDbFormat).add(id).add(partitioned).add(now_us).pack());
-  return Outcome<DbRef>(DbRef{std::string(name), id, partitioned, now_us, keyspace::DbSpace(id)});
+  DbRef db{std::string(name), id, partitioned, now_us, keyspace::DbSpace(id)};
+  init_shard_map(tr, db);
+  return Outcome<DbRef>(std::move(db));
 }
 
 StorageResult<Outcome<bool>> delete_db(Transaction& tr, std::string_view name) {
@@ -121,15 +124,22 @@ StorageResult<std::int64_t> read_counter(Transaction& tr, const DbRef& db, std::
 }
 
 StorageResult<Sequence> update_seq(Transaction& tr, const DbRef& db) {
-  auto [begin, end] = db.space.changes().range();
-  auto last = tr.get_range(begin, end, 1, Reverse::yes, Snapshot::yes);
-  if (!last.ok()) return last.error();
-  if (last->empty()) return Sequence{};
-  auto t = db.space.changes().unpack(last->front().key);
-  if (!t) return storage::Error::io_error;
-  auto seq = Sequence::from_tuple(*t, 1);  // (ShardId, Incarnation, Versionstamp)
-  if (!seq) return storage::Error::io_error;
-  return *seq;
+  // The newest entry over every shard that ever existed (sequences are unique across shards).
+  auto maps = read_shard_maps(tr, db, Snapshot::yes);
+  if (!maps.ok()) return maps.error();
+  Sequence newest;
+  for (std::int64_t shard : all_shards(*maps)) {
+    auto [begin, end] = db.space.changes().range(Tuple().add(shard));
+    auto last = tr.get_range(begin, end, 1, Reverse::yes, Snapshot::yes);
+    if (!last.ok()) return last.error();
+    if (last->empty()) continue;
+    auto t = db.space.changes().unpack(last->front().key);
+    if (!t) return storage::Error::io_error;
+    auto seq = Sequence::from_tuple(*t, 1);  // (ShardId, Incarnation, Versionstamp)
+    if (!seq) return storage::Error::io_error;
+    if (newest < *seq) newest = *seq;
+  }
+  return newest;
 }
 
 StorageResult<int> revs_limit(Transaction& tr, const DbRef& db) {

@@ -92,9 +92,8 @@ std::string winner_value_template(const Branch& b, std::int64_t branch_count,
   return std::move(*packed);
 }
 
-std::string changes_key(const DbRef& db, const Sequence& s) {
-  return db.space.changes().pack(
-      Tuple().add(keyspace::kDefaultShard).add(s.incarnation).add(s.versionstamp));
+std::string changes_key(const DbRef& db, std::int64_t shard, const Sequence& s) {
+  return db.space.changes().pack(Tuple().add(shard).add(s.incarnation).add(s.versionstamp));
 }
 
 void write_body(Transaction& tr, const DbRef& db, std::string_view id, const RevId& rev,
@@ -125,7 +124,7 @@ struct EditPlan {
 
 // Writes the plan: revisions, body, changes, by_id, counters.
 void apply_edit(Transaction& tr, const DbRef& db, std::string_view id, const EditPlan& p,
-                std::uint16_t vs_user) {
+                const std::vector<ShardMap>& maps, std::uint16_t vs_user) {
   const auto body_size = static_cast<std::int64_t>(p.body.size());
   std::int64_t active_delta = body_size;
   if (p.removed) {
@@ -154,9 +153,13 @@ void apply_edit(Transaction& tr, const DbRef& db, std::string_view id, const Edi
   const Branch& winner = added_wins ? p.added : p.best_other->branch;
   const std::int64_t winner_size = added_wins ? body_size : p.best_other->body_size;
   // changes: clear the old entry (its key is the old winner's Sequence), add the new one.
-  if (p.old_winner && p.old_winner->seq) tr.clear(changes_key(db, *p.old_winner->seq));
+  // The shard of an entry is the route of its partition key in the map in force at its sequence
+  // (RFC 004): computed, not stored. New entries go to the current map's shard.
+  const std::string pk = partition_key(db, id);
+  if (p.old_winner && p.old_winner->seq)
+    tr.clear(changes_key(db, route(map_for(maps, *p.old_winner->seq), pk), *p.old_winner->seq));
   auto ck = db.space.changes().pack_with_versionstamp(Tuple()
-                                                          .add(keyspace::kDefaultShard)
+                                                          .add(route(maps.back(), pk))
                                                           .add(keyspace::kIncarnation)
                                                           .add(Versionstamp::incomplete(vs_user)));
   assert(ck.ok());
@@ -261,6 +264,7 @@ StorageResult<std::optional<std::string>> read_body(Transaction& tr, const DbRef
 
 StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db,
                                                 const DocUpdate& u, int revs_limit,
+                                                const std::vector<ShardMap>& maps,
                                                 std::uint16_t vs_user) {
   using R = Outcome<UpdateResult>;
   std::optional<StoredBranch> target, winner, prev;
@@ -329,12 +333,13 @@ StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db
     plan.best_other = prev;    // deleting the winner: the next in line may take over
   }
   plan.branch_count = winner ? winner->branch_count : 1;
-  apply_edit(tr, db, u.id, plan, vs_user);
+  apply_edit(tr, db, u.id, plan, maps, vs_user);
   return R(UpdateResult{u.id, plan.added.leaf});
 }
 
 StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, const ReplicatedDoc& d,
-                                           int revs_limit, std::uint16_t vs_user) {
+                                           int revs_limit, const std::vector<ShardMap>& maps,
+                                           std::uint16_t vs_user) {
   auto all = read_branches(tr, db, d.id, Snapshot::no);
   if (!all.ok()) return all.error();
   std::vector<Branch> branches;
@@ -359,7 +364,7 @@ StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, con
     break;
   }
   plan.branch_count = static_cast<std::int64_t>(remaining) + 1;
-  apply_edit(tr, db, d.id, plan, vs_user);
+  apply_edit(tr, db, d.id, plan, maps, vs_user);
   return Outcome<bool>(true);
 }
 
@@ -590,6 +595,9 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
   const DbRef& db = std::get<DbRef>(*dbr);
   auto limit = revs_limit(tr, db);
   if (!limit.ok()) return limit.error();
+  // The current shard map, in the read-conflict set: a concurrent reshard fails this attempt.
+  auto maps = read_shard_maps(tr, db, storage::Snapshot::no);
+  if (!maps.ok()) return maps.error();
 
   // This round: the first not-yet-done occurrence of each id. Interactive duplicates conflict
   // (they were made against the same base); replicated ones wait for a later round.
@@ -628,7 +636,7 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
         results_[i] = ItemResult(UpdateResult{it.update.id, RevId{0, {}}});
       }
     } else if (it.replicated) {
-      auto r = replicate_doc(tr, db, it.replicated_doc, *limit, vs_user++);
+      auto r = replicate_doc(tr, db, it.replicated_doc, *limit, *maps, vs_user++);
       if (!r.ok()) return r.error();
       if (failed(*r)) {
         results_[i] = ItemResult(std::get<CouchError>(*r));
@@ -636,7 +644,7 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
         results_[i] = ItemResult(UpdateResult{it.replicated_doc.id, it.replicated_doc.path.leaf});
       }
     } else {
-      auto r = update_doc(tr, db, it.update, *limit, vs_user++);
+      auto r = update_doc(tr, db, it.update, *limit, *maps, vs_user++);
       if (!r.ok()) return r.error();
       results_[i] = std::move(*r);
     }

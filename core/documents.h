@@ -20,6 +20,7 @@
 #include "core/databases.h"
 #include "core/doc_json.h"
 #include "core/rev.h"
+#include "core/shards.h"
 
 namespace chaise::core {
 
@@ -64,13 +65,16 @@ struct UpdateResult {
   RevId rev;
 };
 
-// `vs_user` numbers this document's sequence within the transaction (distinct per document).
+// `vs_user` numbers this document's sequence within the transaction (distinct per document);
+// `maps` are the database's shard maps read with read_shard_maps(..., Snapshot::no) in `tr`.
 StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db,
                                                 const DocUpdate& u, int revs_limit,
+                                                const std::vector<ShardMap>& maps,
                                                 std::uint16_t vs_user);
 // Returns whether anything was written (false: the revision was already present).
 StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, const ReplicatedDoc& d,
-                                           int revs_limit, std::uint16_t vs_user);
+                                           int revs_limit, const std::vector<ShardMap>& maps,
+                                           std::uint16_t vs_user);
 
 // ---- Reading documents as CouchDB returns them ----
 struct DocReadOptions {

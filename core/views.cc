@@ -203,20 +203,69 @@ StorageResult<std::vector<std::string>> all_docs_keys(Transaction& tr, const DbR
 
 ChangesCursor::ChangesCursor(DbRef db, ChangesQuery q)
     : db_(std::move(db)), q_(std::move(q)), last_seq_(q_.since) {
-  auto [b, e] = db_.space.changes().range(Tuple().add(keyspace::kDefaultShard));
-  begin_ = b;
-  end_ = e;
   // CouchDB (couch_changes): a descending feed starts at the newest change whatever `since` says.
   if (q_.descending) last_seq_ = Sequence{};
-  if (!q_.since.is_zero() && !q_.descending) {
-    std::string k = db_.space.changes().pack(Tuple()
-                                                 .add(keyspace::kDefaultShard)
-                                                 .add(q_.since.incarnation)
-                                                 .add(q_.since.versionstamp));
-    begin_ = std::max(begin_, storage::key_after(k));
-  }
-  done_ = begin_ >= end_ || q_.limit == 0;
+  done_ = q_.limit == 0;
   by_doc_ids_ = q_.doc_ids && q_.doc_ids->size() <= kDocIdsLookupMax;
+}
+
+StorageResult<bool> ChangesCursor::init(Transaction& tr) {
+  initialized_ = true;
+  auto maps = read_shard_maps(tr, db_, Snapshot::yes);
+  if (!maps.ok()) return maps.error();
+  maps_ = std::move(*maps);
+  std::vector<std::int64_t> shards = all_shards(maps_);
+  if (q_.shard) {
+    if (std::find(shards.begin(), shards.end(), *q_.shard) == shards.end()) return false;
+    shards = {*q_.shard};
+  }
+  for (std::int64_t shard : shards) {
+    ShardScan scan;
+    scan.shard = shard;
+    auto [b, e] = db_.space.changes().range(Tuple().add(shard));
+    scan.begin = b;
+    scan.end = e;
+    if (!q_.since.is_zero() && !q_.descending) {
+      std::string k = db_.space.changes().pack(
+          Tuple().add(shard).add(q_.since.incarnation).add(q_.since.versionstamp));
+      scan.begin = std::max(scan.begin, storage::key_after(k));
+    }
+    scans_.push_back(std::move(scan));
+  }
+  return true;
+}
+
+storage::Status ChangesCursor::fetch(Transaction& tr, ShardScan& scan, std::size_t rows_max) {
+  if (scan.begin >= scan.end) {
+    scan.exhausted = true;
+    return {};
+  }
+  auto kvs = tr.get_range(scan.begin, scan.end, static_cast<int>(rows_max),
+                          q_.descending ? Reverse::yes : Reverse::no, Snapshot::yes);
+  if (!kvs.ok()) return kvs.error();
+  for (auto& kv : *kvs) {
+    auto k = db_.space.changes().unpack(kv.key);
+    if (!k) return storage::Error::io_error;
+    auto seq = Sequence::from_tuple(*k, 1);
+    if (!seq) return storage::Error::io_error;
+    scan.buffer.push_back(Entry{*seq, std::move(kv.key), std::move(kv.value)});
+  }
+  if (kvs->size() < rows_max) {
+    scan.exhausted = true;
+  } else if (q_.descending) {
+    scan.end = scan.buffer.back().key;
+  } else {
+    scan.begin = storage::key_after(scan.buffer.back().key);
+  }
+  return {};
+}
+
+void ChangesCursor::finish() {
+  done_ = true;
+  if (q_.shard && !maps_.empty()) {
+    const auto& current = maps_.back().shards;
+    topology_changed_ = std::find(current.begin(), current.end(), *q_.shard) == current.end();
+  }
 }
 
 StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& tr,
@@ -295,6 +344,7 @@ StorageResult<bool> ChangesCursor::next_page_by_doc_ids(Transaction& tr,
     if (!*w || !(*w)->seq) continue;
     const Sequence& s = *(*w)->seq;
     if (!q_.descending && !(q_.since < s)) continue;
+    if (q_.shard && route(map_for(maps_, s), partition_key(db_, id)) != *q_.shard) continue;
     hits.push_back(Hit{s, id, std::move(**w)});
   }
   std::sort(hits.begin(), hits.end(), [&](const Hit& a, const Hit& b) {
@@ -308,65 +358,76 @@ StorageResult<bool> ChangesCursor::next_page_by_doc_ids(Transaction& tr,
     if (!row.ok()) return row.error();
     if (*row) out.push_back(std::move(**row));
   }
-  done_ = true;
+  finish();
   return false;
 }
 
 StorageResult<bool> ChangesCursor::next_page(Transaction& tr, std::size_t rows_max,
                                              std::vector<std::string>& out) {
   if (done_) return false;
+  if (!initialized_) {
+    auto known = init(tr);
+    if (!known.ok()) return known.error();
+    if (!*known) {  // an unknown shard id has no changes
+      done_ = true;
+      return false;
+    }
+  }
   if (by_doc_ids_) return next_page_by_doc_ids(tr, out);
-  auto kvs = tr.get_range(begin_, end_, static_cast<int>(rows_max),
-                          q_.descending ? Reverse::yes : Reverse::no, Snapshot::yes);
-  if (!kvs.ok()) return kvs.error();
-  std::size_t consumed = 0;
-  for (const KeyValue& kv : *kvs) {
+  for (std::size_t consumed = 0; consumed < rows_max;) {
+    ShardScan* best = nullptr;
+    for (ShardScan& scan : scans_) {
+      if (scan.buffer.empty() && !scan.exhausted) {
+        if (auto st = fetch(tr, scan, rows_max); !st) return st.error();
+      }
+      if (scan.buffer.empty()) continue;
+      const Sequence& s = scan.buffer.front().seq;
+      if (!best || (q_.descending ? best->buffer.front().seq < s : s < best->buffer.front().seq))
+        best = &scan;
+    }
+    if (!best) {
+      finish();
+      return false;
+    }
+    Entry e = std::move(best->buffer.front());
+    best->buffer.pop_front();
     ++consumed;
-    auto k = db_.space.changes().unpack(kv.key);
-    auto v = Tuple::unpack(kv.value);
-    if (!k || !v || v->size() != 6) return storage::Error::io_error;
-    auto seq = Sequence::from_tuple(*k, 1);
+    auto v = Tuple::unpack(e.value);
+    if (!v || v->size() != 6) return storage::Error::io_error;
     const std::string* id = v->get_string(1);
     auto pos = v->get_int(2);
     const std::string* hash = v->get_bytes(3);
     auto branch_count = v->get_int(4);
     auto not_deleted = v->get_bool(5);
-    if (!seq || !id || !pos || !hash || !branch_count || !not_deleted)
-      return storage::Error::io_error;
-    last_seq_ = *seq;
-    auto row = row_json(tr, *seq, *id, RevId{*pos, *hash}, *branch_count, !*not_deleted);
+    if (!id || !pos || !hash || !branch_count || !not_deleted) return storage::Error::io_error;
+    last_seq_ = e.seq;
+    auto row = row_json(tr, e.seq, *id, RevId{*pos, *hash}, *branch_count, !*not_deleted);
     if (!row.ok()) return row.error();
     if (*row) out.push_back(std::move(**row));
-    if (q_.limit > 0 && emitted_ >= q_.limit) break;
-  }
-  const bool limit_hit = q_.limit > 0 && emitted_ >= q_.limit;
-  if (kvs->size() < rows_max && !limit_hit) {
-    done_ = true;
-  } else if (consumed > 0) {
-    const std::string& last = (*kvs)[consumed - 1].key;
-    if (q_.descending) {
-      end_ = last;
-    } else {
-      begin_ = storage::key_after(last);
+    if (q_.limit > 0 && emitted_ >= q_.limit) {
+      finish();
+      return false;
     }
-    if (limit_hit) done_ = true;
   }
-  return !done_;
+  return true;
 }
 
 StorageResult<std::int64_t> ChangesCursor::pending(Transaction& tr) {
-  std::string b = begin_, e = end_;
   if (by_doc_ids_ || (done_ && !(q_.limit > 0 && emitted_ >= q_.limit))) return std::int64_t{0};
   std::int64_t n = 0;
-  while (b < e && n < kPendingCountMax) {
-    auto kvs = tr.get_range(b, e, 10'000, q_.descending ? Reverse::yes : Reverse::no, Snapshot::yes);
-    if (!kvs.ok()) return kvs.error();
-    n += static_cast<std::int64_t>(kvs->size());
-    if (kvs->size() < 10'000) return n;
-    if (q_.descending) {
-      e = kvs->back().key;
-    } else {
-      b = storage::key_after(kvs->back().key);
+  for (const ShardScan& scan : scans_) {
+    n += static_cast<std::int64_t>(scan.buffer.size());
+    std::string b = scan.begin, e = scan.end;
+    while (!scan.exhausted && b < e && n < kPendingCountMax) {
+      auto kvs = tr.get_range(b, e, 10'000, q_.descending ? Reverse::yes : Reverse::no, Snapshot::yes);
+      if (!kvs.ok()) return kvs.error();
+      n += static_cast<std::int64_t>(kvs->size());
+      if (kvs->size() < 10'000) break;
+      if (q_.descending) {
+        e = kvs->back().key;
+      } else {
+        b = storage::key_after(kvs->back().key);
+      }
     }
   }
   if (n < kPendingCountMax) return n;

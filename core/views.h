@@ -8,12 +8,14 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/documents.h"
 #include "core/selector.h"
+#include "core/shards.h"
 
 namespace chaise::core {
 
@@ -68,9 +70,12 @@ struct ChangesQuery {
   std::optional<std::vector<std::string>> doc_ids;  // filter=_doc_ids
   bool design_only = false;                         // filter=_design
   std::optional<Selector> selector;                 // filter=_selector: the winning doc must match
+  std::optional<std::int64_t> shard;                // one shard's feed (RFC 004); else all, merged
   std::int64_t seq_interval = 0;                    // >0: only every Nth row carries its seq
 };
 
+// Reads one shard, or merges every shard that ever existed by sequence (a k-way merge: sequences
+// are unique and totally ordered across shards, RFC 004), so /_changes stays one ordered feed.
 class ChangesCursor {
  public:
   ChangesCursor(DbRef db, ChangesQuery q);
@@ -82,6 +87,9 @@ class ChangesCursor {
   // Changes after last_seq() in iteration order: exact up to kPendingCountMax, beyond that the
   // database's total number of changes bounds it (CouchDB's own value is an estimate too).
   StorageResult<std::int64_t> pending(Transaction& tr);
+  // A single-shard feed that reached the end of a shard no longer in the current map: the
+  // consumer must move to the new topology (GET /{db}/_changes/_meta?since=last_seq).
+  bool topology_changed() const { return topology_changed_; }
 
   static constexpr std::int64_t kPendingCountMax = 100'000;
   // With at most this many doc_ids, the feed looks the documents up instead of scanning every change
@@ -89,17 +97,35 @@ class ChangesCursor {
   static constexpr std::size_t kDocIdsLookupMax = 1000;
 
  private:
+  struct Entry {
+    Sequence seq;
+    std::string key;
+    std::string value;
+  };
+  struct ShardScan {
+    std::int64_t shard = 0;
+    std::string begin, end;  // what is left to fetch
+    std::deque<Entry> buffer;
+    bool exhausted = false;
+  };
+  StorageResult<bool> init(Transaction& tr);
+  storage::Status fetch(Transaction& tr, ShardScan& scan, std::size_t rows_max);
   StorageResult<std::optional<std::string>> row_json(Transaction& tr, const Sequence& seq,
                                                      const std::string& id, const RevId& rev,
                                                      std::int64_t branch_count, bool deleted);
   StorageResult<bool> next_page_by_doc_ids(Transaction& tr, std::vector<std::string>& out);
+  void finish();
+
   DbRef db_;
   ChangesQuery q_;
-  std::string begin_, end_;
+  std::vector<ShardMap> maps_;
+  std::vector<ShardScan> scans_;
   Sequence last_seq_;
   std::int64_t emitted_ = 0;
+  bool initialized_ = false;
   bool done_ = false;
   bool by_doc_ids_ = false;
+  bool topology_changed_ = false;
 };
 
 }  // namespace chaise::core

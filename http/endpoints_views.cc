@@ -12,9 +12,13 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 
 #include "core/changes_notifier.h"
+#include "core/shards.h"
+#include "http/txn.h"
 
 #include "core/views.h"
 #include "http/request.h"
@@ -412,9 +416,14 @@ class FeedWriter {
     if (!co_await stream_.write(beat)) co_return false;
     co_return co_await stream_.flush();
   }
-  boost::asio::awaitable<bool> close(const core::Sequence& last_seq, std::int64_t pending) {
-    const std::string tail_fields = "\"last_seq\":" + core::json_string(last_seq.str()) +
-                                    ",\"pending\":" + std::to_string(pending) + "}\n";
+  // `topology_changed`: a shard feed reached the end of a replaced shard (RFC 004); the consumer
+  // reads GET /{db}/_changes/_meta?since=<last_seq> and moves to the new shards.
+  boost::asio::awaitable<bool> close(const core::Sequence& last_seq, std::int64_t pending,
+                                     bool topology_changed) {
+    std::string tail_fields = "\"last_seq\":" + core::json_string(last_seq.str()) +
+                              ",\"pending\":" + std::to_string(pending);
+    if (topology_changed) tail_fields += ",\"topology_changed\":true";
+    tail_fields += "}\n";
     switch (feed_) {
       case Feed::normal:
       case Feed::longpoll:
@@ -424,6 +433,8 @@ class FeedWriter {
         if (!co_await stream_.write("{" + tail_fields)) co_return false;
         break;
       case Feed::eventsource:
+        if (topology_changed && !co_await stream_.write("event: topology_changed\ndata: {" + tail_fields + "\n"))
+          co_return false;
         break;
     }
     co_return co_await stream_.finish();
@@ -445,7 +456,7 @@ struct FeedWait {
   bool closed = false;
 };
 
-MaybeResponse changes(Call& call) {
+MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
   require_method(call, "GET,HEAD,POST");
   const core::DbRef db = open_db_or_throw(call);
   std::optional<Json> body;
@@ -455,6 +466,14 @@ MaybeResponse changes(Call& call) {
   {
     auto tr = store.create_transaction();
     r = parse_changes(call, body ? &*body : nullptr, db, tr);
+    if (shard) {
+      auto maps = core::read_shard_maps(tr, db, storage::Snapshot::yes);
+      if (!maps.ok()) throw HttpError(core::storage_failure(maps.error()));
+      auto ids = core::all_shards(*maps);
+      if (std::find(ids.begin(), ids.end(), *shard) == ids.end())
+        throw HttpError(404, "not_found", "No such changes shard: " + std::to_string(*shard));
+      r.q.shard = shard;
+    }
   }
   if (call.is(beast_http::verb::head)) co_return raw_json_response(call.req, Status::ok, "");
   const bool live = r.feed != Feed::normal;
@@ -501,6 +520,7 @@ MaybeResponse changes(Call& call) {
     if (!r.q.descending) since = cursor.last_seq();
     emitted += cursor.emitted();
     if (!live || (r.q.limit >= 0 && emitted >= r.q.limit) || r.q.descending) break;
+    if (cursor.topology_changed()) break;  // a replaced shard never gets new changes
     if (r.feed == Feed::longpoll && emitted > 0) break;
 
     // Nothing (more) to send: wait for the database to change.
@@ -537,8 +557,69 @@ MaybeResponse changes(Call& call) {
   auto pending = last_cursor->pending(last_tr);
   if (!pending.ok()) throw HttpError(core::storage_failure(pending.error()));
   const core::Sequence last_seq = r.q.descending ? last_cursor->last_seq() : since;
-  co_await out.close(last_seq, *pending);
+  co_await out.close(last_seq, *pending, last_cursor->topology_changed());
   co_return std::nullopt;
+}
+
+Json shard_ids_json(const std::vector<std::int64_t>& ids) {
+  Json a = Json::array();
+  for (std::int64_t id : ids) a.push_back(id);
+  return a;
+}
+
+// GET /{db}/_changes/_meta?since=S: the shard topology in force at S and every later one.
+// PUT /{db}/_changes/_meta {"shards": N}: reshard from this sequence on (earlier entries stay).
+MaybeResponse changes_meta(Call& call) {
+  require_method(call, "GET,HEAD,PUT");
+  const core::DbRef db = open_db_or_throw(call);
+  if (call.is(beast_http::verb::put)) {
+    const Json body = parse_json_object_body(call.req);
+    if (!body.contains("shards") || !body["shards"].is_number_integer())
+      throw_bad_request("`shards` must be an integer");
+    const std::int64_t n = body["shards"].get<std::int64_t>();
+    std::optional<core::Outcome<std::vector<std::int64_t>>> result;
+    storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+      auto r = core::reshard(tr, db, static_cast<int>(std::clamp<std::int64_t>(n, -1, 1'000'000)));
+      if (!r.ok()) return r.error();
+      result = std::move(*r);
+      return {};
+    });
+    if (!s.ok()) co_return storage_error_response(call.req, s.error());
+    if (auto* e = std::get_if<core::CouchError>(&*result)) throw HttpError(*e);
+    co_return json_response(call.req, Status::ok,
+                            Json{{"ok", true},
+                                 {"shards", shard_ids_json(std::get<std::vector<std::int64_t>>(*result))}});
+  }
+  auto tr = call.store().create_transaction();
+  core::Sequence since;
+  if (auto v = call.query.get("since")) {
+    if (*v == "now") {
+      auto u = core::update_seq(tr, db);
+      if (!u.ok()) throw HttpError(core::storage_failure(u.error()));
+      since = *u;
+    } else {
+      auto parsed = core::Sequence::parse(*v);
+      if (!parsed) throw_bad_request("Malformed sequence supplied in 'since' parameter.");
+      since = *parsed;
+    }
+  }
+  auto maps = core::read_shard_maps(tr, db, storage::Snapshot::yes);
+  if (!maps.ok()) throw HttpError(core::storage_failure(maps.error()));
+  const core::ShardMap& in_force = core::map_for(*maps, since);
+  Json topology = Json::array();
+  bool started = false;
+  for (const core::ShardMap& m : *maps) {
+    started = started || &m == &in_force;
+    if (!started) continue;
+    topology.push_back({{"start_seq", m.start.str()},
+                        {"hash", m.scheme},
+                        {"shards", shard_ids_json(m.shards)},
+                        {"tombstone", m.tombstone}});
+  }
+  co_return json_response(call.req, Status::ok,
+                          Json{{"since", since.str()},
+                               {"shards", shard_ids_json(in_force.shards)},
+                               {"topology", std::move(topology)}});
 }
 
 }  // namespace
@@ -549,8 +630,15 @@ MaybeResponse handle_views(Call& call) {
                            : view == "_local_docs" ? AllDocsKind::local_docs
                                                    : AllDocsKind::all_docs;
   if (view == "_changes") {
-    if (call.path.size() != 2) throw HttpError(404, "not_found", "missing");
-    co_return co_await changes(call);
+    if (call.path.size() == 2) co_return co_await changes(call, std::nullopt);
+    if (call.path.size() != 3) throw HttpError(404, "not_found", "missing");
+    if (call.path[2] == "_meta") co_return co_await changes_meta(call);
+    std::int64_t shard = -1;
+    const std::string& text = call.path[2];
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), shard);
+    if (ec != std::errc() || p != text.data() + text.size() || shard < 0)
+      throw HttpError(404, "not_found", "No such changes shard: " + text);
+    co_return co_await changes(call, shard);
   }
   if (call.path.size() == 2) co_return co_await all_docs(call, kind);
   if (call.path.size() == 3 && call.path[2] == "queries") co_return co_await all_docs_queries(call, kind);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include "tests/http/feed_client.h"
@@ -212,6 +213,51 @@ TEST_F(FeedsTest, SelectorFilterOnNormalAndLiveFeeds) {
                               {{"Content-Type", "application/json"}});
   EXPECT_EQ(bad.status, 400);
   EXPECT_EQ(bad.json()["error"], "bad_request");
+}
+
+TEST_F(FeedsTest, ShardedChangesFeedEndpoints) {
+  const std::vector<std::pair<std::string, std::string>> json = {{"Content-Type", "application/json"}};
+  write("early");
+  Json meta = client_->get("/db/_changes/_meta").json();
+  EXPECT_EQ(meta["shards"], Json::array({0}));
+  ASSERT_EQ(meta["topology"].size(), 1u);
+  EXPECT_EQ(meta["topology"][0]["start_seq"], "0");
+  const std::string before = client_->get("/db").json()["update_seq"];
+  // A consumer of shard 0 waits live; resharding ends its feed with the topology signal.
+  FeedClient shard0(port(), "/db/_changes/0?feed=continuous&since=now&timeout=5000");
+  std::this_thread::sleep_for(100ms);
+  auto r = client_->request(verb::put, "/db/_changes/_meta", R"({"shards":4})", json);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["shards"], Json::array({1, 2, 3, 4}));
+  ASSERT_TRUE(shard0.wait_end(3s));
+  EXPECT_NE(shard0.body().find("\"topology_changed\":true"), std::string::npos) << shard0.body();
+  for (int i = 0; i < 40; ++i) write("doc" + std::to_string(i));
+  // The topology as of a sequence before and after the reshard.
+  Json old_meta = client_->get("/db/_changes/_meta?since=" + before).json();
+  EXPECT_EQ(old_meta["shards"], Json::array({0}));
+  ASSERT_EQ(old_meta["topology"].size(), 2u);
+  EXPECT_EQ(old_meta["topology"][0]["tombstone"], true);
+  EXPECT_EQ(old_meta["topology"][1]["shards"], Json::array({1, 2, 3, 4}));
+  Json now_meta = client_->get("/db/_changes/_meta?since=now").json();
+  EXPECT_EQ(now_meta["shards"], Json::array({1, 2, 3, 4}));
+  // The shard feeds partition the database's feed; /_changes stays one ordered feed.
+  std::set<std::string> from_shards;
+  std::size_t total = 0;
+  for (int shard = 0; shard <= 4; ++shard) {
+    Json f = client_->get("/db/_changes/" + std::to_string(shard)).json();
+    for (const auto& row : f["results"]) from_shards.insert(row["id"].get<std::string>());
+    total += f["results"].size();
+  }
+  Json merged = client_->get("/db/_changes").json();
+  EXPECT_EQ(total, merged["results"].size());
+  EXPECT_EQ(from_shards.size(), 41u);
+  for (std::size_t i = 1; i < merged["results"].size(); ++i)
+    EXPECT_LT(merged["results"][i - 1]["seq"].get<std::string>(), merged["results"][i]["seq"].get<std::string>());
+  // Errors.
+  EXPECT_EQ(client_->get("/db/_changes/99").status, 404);
+  EXPECT_EQ(client_->get("/db/_changes/x").status, 404);
+  EXPECT_EQ(client_->request(verb::put, "/db/_changes/_meta", R"({"shards":0})", json).status, 400);
+  EXPECT_EQ(client_->request(verb::put, "/db/_changes/_meta", R"({"shards":"4"})", json).status, 400);
 }
 
 TEST_F(FeedsTest, LiveFeedParameterErrors) {
