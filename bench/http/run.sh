@@ -2,7 +2,8 @@
 # HTTP load benchmarks for any CouchDB-compatible server (Chaise, pouchdb-server, CouchDB).
 #
 #   bench/http/run.sh http://127.0.0.1:5984        # a server that is already running
-#   bench/http/run.sh --chaise                     # starts build/server/chaise on a free port
+#   bench/http/run.sh --chaise                     # starts build/server/chaise (or $CHAISE_BIN)
+#                                                  # on a free port with a temporary data dir
 #
 # Workloads (fsync is whatever the server does; Chaise's default is on):
 #   put   single-document PUT of new ~200-byte docs, 64 keep-alive connections      (docs/s)
@@ -29,7 +30,7 @@ if [[ "${1:-}" == "--chaise" ]]; then
   datadir="$(mktemp -d /tmp/chaise-bench-XXXXXX)"
   fifo="$datadir/out"
   mkfifo "$fifo"
-  "$root/build/server/chaise" --port 0 --data-dir "$datadir/data" --config "$root/config/default.ini" >"$fifo" 2>"$datadir/log" &
+  "${CHAISE_BIN:-$root/build/server/chaise}" --port 0 --data-dir "$datadir/data" --config "$root/config/default.ini" >"$fifo" 2>"$datadir/log" &
   pid=$!
   read -r line <"$fifo"
   exec 3<"$fifo"  # keep the pipe open so the server never gets SIGPIPE on stdout
@@ -41,7 +42,12 @@ fi
 echo "server: $base ($(curl -s "$base/" | head -c 120))"
 
 j='Content-Type: application/json'
-make_db() { curl -s -X DELETE "$base/$1" >/dev/null; curl -sf -X PUT "$base/$1" >/dev/null; }
+make_db() {
+  curl -s -X DELETE "$base/$1" >/dev/null || true
+  local code
+  code=$(curl -s -o /dev/null -w '%{http_code}' -X PUT "$base/$1")
+  [[ "$code" == 201 ]] || { echo "cannot create $1: HTTP $code" >&2; exit 1; }
+}
 
 wrk_rate() {  # prints requests/s from wrk's output
   wrk "$@" | awk '/Requests\/sec/ {print $2}'

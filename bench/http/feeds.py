@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Live-feed benchmarks against a running Chaise (or any CouchDB) on 127.0.0.1.
+
+  feeds.py latency  BASE_URL [--feeds 1000] [--writes 200]
+      Opens N continuous _changes feeds (since=now), then writes documents one at a time and
+      measures, for every write, how long each feed takes to see it. Prints p50/p99/max.
+  feeds.py idle     BASE_URL --pid PID [--feeds 10000] [--seconds 60]
+      Opens N continuous feeds with a 30 s heartbeat, then samples the server's RSS and CPU time
+      (from /proc/PID) over the given time.
+  feeds.py shards   BASE_URL [--docs 1000000] [--shards 4]
+      Loads DOCS documents into a database resharded to SHARDS shards, then reads the whole
+      feed once through /_changes and once through the SHARDS shard feeds in parallel.
+"""
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import time
+import urllib.request
+
+
+def http(base, method, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(base + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def fresh_db(base, name):
+    http(base, "DELETE", "/" + name)
+    status, _ = http(base, "PUT", "/" + name)
+    assert status == 201, status
+
+
+async def open_feed(host, port, path):
+    reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    await writer.drain()
+    while (await reader.readline()) not in (b"\r\n", b""):
+        pass  # response head
+    return reader, writer
+
+
+async def read_ids(reader, seen, feed_no):
+    """Reads chunked continuous-feed lines; records (feed, id) -> arrival time."""
+    buf = b""
+    while True:
+        size_line = await reader.readline()
+        if not size_line:
+            return
+        size = int(size_line.strip() or b"0", 16)
+        if size == 0:
+            return
+        chunk = await reader.readexactly(size + 2)
+        buf += chunk[:-2]
+        *lines, buf = buf.split(b"\n")
+        now = time.perf_counter()
+        for line in lines:
+            if line.startswith(b'{"seq"'):
+                seen[(feed_no, json.loads(line)["id"])] = now
+
+
+async def latency(base, feeds, writes):
+    host, port = base.split("//")[1].split(":")
+    fresh_db(base, "benchfeeds")
+    seen = {}
+    conns = [await open_feed(host, int(port), "/benchfeeds/_changes?feed=continuous&since=now&heartbeat=30000")
+             for _ in range(feeds)]
+    tasks = [asyncio.create_task(read_ids(r, seen, i)) for i, (r, _) in enumerate(conns)]
+    await asyncio.sleep(1.0)
+    lat = []
+    loop = asyncio.get_running_loop()
+    for n in range(writes):
+        doc_id = f"w{n}"
+        t0 = time.perf_counter()
+        await loop.run_in_executor(None, http, base, "PUT", f"/benchfeeds/{doc_id}", {"n": n})
+        deadline = time.perf_counter() + 10
+        while sum(1 for i in range(feeds) if (i, doc_id) in seen) < feeds and time.perf_counter() < deadline:
+            await asyncio.sleep(0.0005)
+        lat += [(seen[(i, doc_id)] - t0) * 1000 for i in range(feeds) if (i, doc_id) in seen]
+        await asyncio.sleep(0.005)
+    for t in tasks:
+        t.cancel()
+    for _, w in conns:
+        w.close()
+    lat.sort()
+    missing = feeds * writes - len(lat)
+    q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))]
+    print(f"latency: {feeds} continuous feeds x {writes} writes (write = PUT incl. fsync'd commit)")
+    print(f"  p50 {q(0.50):.2f} ms  p99 {q(0.99):.2f} ms  max {lat[-1]:.2f} ms  undelivered {missing}")
+
+
+def proc_sample(pid):
+    with open(f"/proc/{pid}/status") as f:
+        rss = next(int(l.split()[1]) for l in f if l.startswith("VmRSS"))
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime + stime
+    return rss, ticks / os.sysconf("SC_CLK_TCK")
+
+
+async def idle(base, pid, feeds, seconds):
+    host, port = base.split("//")[1].split(":")
+    fresh_db(base, "benchidle")
+    rss0, cpu0 = proc_sample(pid)
+    conns = []
+    for i in range(feeds):
+        conns.append(await open_feed(host, int(port), "/benchidle/_changes?feed=continuous&since=now&heartbeat=30000"))
+    rss1, cpu1 = proc_sample(pid)
+    t0 = time.time()
+    await asyncio.sleep(seconds)
+    rss2, cpu2 = proc_sample(pid)
+    print(f"idle: {feeds} continuous feeds (heartbeat 30 s)")
+    print(f"  RSS before {rss0/1024:.1f} MiB, with feeds {rss1/1024:.1f} MiB, after {seconds}s {rss2/1024:.1f} MiB")
+    print(f"  server CPU while idle: {cpu2 - cpu1:.2f} s over {time.time() - t0:.0f} s "
+          f"({100 * (cpu2 - cpu1) / seconds:.2f}% of one core)")
+    for _, w in conns:
+        w.close()
+
+
+def shards(base, docs, shard_count):
+    fresh_db(base, "benchshards")
+    status, body = http(base, "PUT", "/benchshards/_changes/_meta", {"shards": shard_count})
+    assert status == 200, body
+    batch = [{"n": i, "note": "x" * 100} for i in range(1000)]
+    t0 = time.perf_counter()
+    for _ in range(docs // 1000):
+        http(base, "POST", "/benchshards/_bulk_docs", {"docs": batch})
+    print(f"shards: loaded {docs} docs in {time.perf_counter() - t0:.1f} s")
+
+    def count(path):
+        with urllib.request.urlopen(base + path) as r:
+            return len(json.loads(r.read())["results"])
+
+    t0 = time.perf_counter()
+    n = count("/benchshards/_changes")
+    t1 = time.perf_counter()
+    print(f"  one consumer on /_changes: {n} rows in {t1 - t0:.2f} s = {n / (t1 - t0):,.0f} rows/s")
+    from concurrent.futures import ThreadPoolExecutor
+    ids = body["shards"]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(ids)) as pool:
+        counts = list(pool.map(lambda s: count(f"/benchshards/_changes/{s}"), ids))
+    t1 = time.perf_counter()
+    total = sum(counts)
+    print(f"  {len(ids)} consumers on shard feeds {counts}: {total} rows in {t1 - t0:.2f} s = "
+          f"{total / (t1 - t0):,.0f} rows/s")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["latency", "idle", "shards"])
+    ap.add_argument("base")
+    ap.add_argument("--feeds", type=int)
+    ap.add_argument("--writes", type=int, default=200)
+    ap.add_argument("--pid", type=int)
+    ap.add_argument("--seconds", type=int, default=60)
+    ap.add_argument("--docs", type=int, default=1_000_000)
+    ap.add_argument("--shards", type=int, default=4)
+    a = ap.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if a.mode == "latency":
+        asyncio.run(latency(a.base, a.feeds or 1000, a.writes))
+    elif a.mode == "idle":
+        asyncio.run(idle(a.base, a.pid, a.feeds or 10000, a.seconds))
+    else:
+        shards(a.base, a.docs, a.shards)
+
+
+if __name__ == "__main__":
+    main()
