@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
 #include <set>
 #include <thread>
 
@@ -258,6 +259,33 @@ TEST_F(FeedsTest, ShardedChangesFeedEndpoints) {
   EXPECT_EQ(client_->get("/db/_changes/x").status, 404);
   EXPECT_EQ(client_->request(verb::put, "/db/_changes/_meta", R"({"shards":0})", json).status, 400);
   EXPECT_EQ(client_->request(verb::put, "/db/_changes/_meta", R"({"shards":"4"})", json).status, 400);
+}
+
+// Resident memory of a process, from /proc.
+long rss_kib(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
+TEST_F(FeedsTest, AClientThatDoesNotReadDoesNotGrowServerMemory) {
+  // ~24 MB of documents; a continuous feed with include_docs whose client never reads.
+  const std::string filler(3000, 'x');
+  for (int b = 0; b < 8; ++b) {
+    Json docs = Json::array();
+    for (int i = 0; i < 1000; ++i) docs.push_back({{"_id", "d" + std::to_string(b * 1000 + i)}, {"f", filler}});
+    auto r = client_->request(verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump(),
+                              {{"Content-Type", "application/json"}});
+    ASSERT_EQ(r.status, 201);
+  }
+  const long before = rss_kib(server_->pid());
+  FeedClient stalled(port(), "/db/_changes?feed=continuous&include_docs=true&timeout=10000");
+  std::this_thread::sleep_for(1500ms);  // the server fills the socket buffers, then must wait
+  const long during = rss_kib(server_->pid());
+  EXPECT_LT(during - before, 12 * 1024) << "server buffered the feed: " << before << " -> " << during << " KiB";
+  // Reading resumes the feed where it stopped.
+  EXPECT_TRUE(stalled.wait_for("\"id\":\"d7999\"", 10s));
 }
 
 TEST_F(FeedsTest, LiveFeedParameterErrors) {
