@@ -5,8 +5,10 @@ local body = '{"type":"reading","sensor":"s-0042","value":21.5,"unit":"C","tags"
              '"note":"a document of roughly two hundred bytes for the single-document PUT benchmark"}'
 local headers = { ["Content-Type"] = "application/json" }
 
+math.randomseed(os.time())
 function setup(thread)
-  thread:set("tag", tostring(math.random(1, 1e9)))
+  -- A fresh tag per run and thread: re-running against the same database does not conflict.
+  thread:set("tag", tostring(os.time()) .. "-" .. tostring(math.random(1, 1e9)))
 end
 
 function init(args)

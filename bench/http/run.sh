@@ -49,8 +49,11 @@ make_db() {
   [[ "$code" == 201 ]] || { echo "cannot create $1: HTTP $code" >&2; exit 1; }
 }
 
-wrk_rate() {  # prints requests/s from wrk's output
-  wrk "$@" | awk '/Requests\/sec/ {print $2}'
+wrk_rate() {  # prints requests/s from wrk's output; failed requests go to stderr
+  local out
+  out=$(wrk "$@")
+  grep -E 'Non-2xx|Socket errors' <<<"$out" >&2 || true
+  awk '/Requests\/sec/ {print $2}' <<<"$out"
 }
 
 if [[ " $WORKLOADS " == *" put "* ]]; then
