@@ -53,34 +53,7 @@ constexpr std::string_view kNotImplemented[] = {
     "_find",       "_index",    "_explain", "_partition",    "_temp_view",
     "_auto_purge", "_time_seq", "_shards",  "_sync_shards"};
 
-bool is_get(const Call& call) {
-  return call.is(beast_http::verb::get) || call.is(beast_http::verb::head);
-}
 
-[[noreturn]] void throw_method_not_allowed(std::string_view allowed) {
-  HttpError e(405, "method_not_allowed", "Only " + std::string(allowed) + " allowed");
-  e.allow = std::string(allowed);
-  throw e;
-}
-
-// CouchDB's chttpd:validate_ctype: the media type before any ";" must be exactly application/json.
-void require_json_content_type(const Call& call) {
-  const std::string_view type = call.req[beast_http::field::content_type];
-  if (type.substr(0, type.find(';')) != "application/json")
-    throw HttpError(415, "bad_content_type", "Content-Type must be application/json");
-}
-
-template <typename T>
-T value_or_throw(storage::Result<T> r) {
-  if (!r.ok()) throw HttpError(core::storage_failure(r.error()));
-  return std::move(*r);
-}
-
-template <typename T>
-T outcome_or_throw(core::Outcome<T> o) {
-  if (auto* e = std::get_if<core::CouchError>(&o)) throw HttpError(std::move(*e));
-  return std::get<T>(std::move(o));
-}
 
 // The database of the request as of `tr`; 404 "Database does not exist." for any name that is
 // not a database (CouchDB answers 404, not 400, for an invalid name here: only PUT validates).

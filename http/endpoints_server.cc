@@ -90,28 +90,6 @@ constexpr std::int64_t kAllDbsRowsMax = std::int64_t{1} << 30;
 // Database infos read per transaction by GET /_dbs_info.
 constexpr std::size_t kInfosPerTransaction = 200;
 
-bool is_get(const Call& call) {
-  return call.is(beast_http::verb::get) || call.is(beast_http::verb::head);
-}
-
-[[noreturn]] void throw_method_not_allowed(std::string_view allowed) {
-  HttpError e(405, "method_not_allowed", "Only " + std::string(allowed) + " allowed");
-  e.allow = std::string(allowed);
-  throw e;
-}
-
-// CouchDB's chttpd:validate_ctype: the media type before any ";" must be exactly application/json.
-void require_json_content_type(const Call& call) {
-  const std::string_view type = call.req[beast_http::field::content_type];
-  if (type.substr(0, type.find(';')) != "application/json")
-    throw HttpError(415, "bad_content_type", "Content-Type must be application/json");
-}
-
-template <typename T>
-T value_or_throw(storage::Result<T> r) {
-  if (!r.ok()) throw HttpError(core::storage_failure(r.error()));
-  return std::move(*r);
-}
 
 // couch_mrview_http:parse_boolean (case-insensitive).
 bool parse_bool_param(const Query& query, std::string_view key, bool fallback) {

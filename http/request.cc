@@ -115,8 +115,8 @@ int json_depth(std::string_view text) {
 
 Json parse_json_body(const Request& req, bool require_json_type) {
   if (require_json_type) {
-    auto ct = req[beast_http::field::content_type];
-    if (ct.substr(0, ct.find(';')).find("application/json") == std::string_view::npos)
+    const std::string_view type = req[beast_http::field::content_type];
+    if (type.substr(0, type.find(';')) != "application/json")
       throw HttpError(415, "bad_content_type", "Content-Type must be application/json");
   }
   const std::string& body = req.body();
@@ -185,6 +185,18 @@ boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call, core::Do
   co_return storage::Status{};
 }
 
+void throw_method_not_allowed(std::string_view allowed) {
+  HttpError e(405, "method_not_allowed", "Only " + std::string(allowed) + " allowed");
+  e.allow = std::string(allowed);
+  throw e;
+}
+
+void require_json_content_type(const Call& call) {
+  const std::string_view type = call.req[beast_http::field::content_type];
+  if (type.substr(0, type.find(';')) != "application/json")
+    throw HttpError(415, "bad_content_type", "Content-Type must be application/json");
+}
+
 void require_method(const Call& call, std::string_view allowed) {
   std::string_view m = call.req.method_string();
   std::string_view rest = allowed;
@@ -194,9 +206,7 @@ void require_method(const Call& call, std::string_view allowed) {
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
   }
-  HttpError e(405, "method_not_allowed", "Only " + std::string(allowed) + " allowed");
-  e.allow = std::string(allowed);
-  throw e;
+  throw_method_not_allowed(allowed);
 }
 
 }  // namespace chaise::http

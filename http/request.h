@@ -105,6 +105,28 @@ core::DbRef open_db_or_throw(const Call& call);
 // error that ended it, if any; batch.db_missing() tells a missing database.
 boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call, core::DocWriteBatch& batch);
 
+// GET or HEAD (CouchDB answers HEAD like GET without the body).
+inline bool is_get(const Call& call) {
+  return call.is(beast_http::verb::get) || call.is(beast_http::verb::head);
+}
+// 405 method_not_allowed "Only <allowed> allowed" with an Allow header.
+[[noreturn]] void throw_method_not_allowed(std::string_view allowed);
+// CouchDB's chttpd:validate_ctype: the media type before any ";" must be exactly application/json;
+// else 415 bad_content_type.
+void require_json_content_type(const Call& call);
+// The value of a storage result, or a 500 for the storage error that ended the retries.
+template <typename T>
+T value_or_throw(storage::Result<T> r) {
+  if (!r.ok()) throw HttpError(core::storage_failure(r.error()));
+  return std::move(*r);
+}
+// The value of a core outcome, or its CouchDB error.
+template <typename T>
+T outcome_or_throw(core::Outcome<T> o) {
+  if (auto* e = std::get_if<core::CouchError>(&o)) throw HttpError(std::move(*e));
+  return std::get<T>(std::move(o));
+}
+
 // A new document id / _uuids entry: CouchDB 3's default "sequential" uuid algorithm (32 hex).
 // Defined in endpoints_server.cc.
 std::string new_uuid();
