@@ -283,7 +283,14 @@ TEST_F(FeedsTest, AClientThatDoesNotReadDoesNotGrowServerMemory) {
   FeedClient stalled(port(), "/db/_changes?feed=continuous&include_docs=true&timeout=10000");
   std::this_thread::sleep_for(1500ms);  // the server fills the socket buffers, then must wait
   const long during = rss_kib(server_->pid());
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer's quarantine keeps freed pages resident, so RSS says nothing about buffering
+  // there; the bound is checked by the plain build.
+  (void)before;
+  (void)during;
+#else
   EXPECT_LT(during - before, 12 * 1024) << "server buffered the feed: " << before << " -> " << during << " KiB";
+#endif
   // Reading resumes the feed where it stopped.
   EXPECT_TRUE(stalled.wait_for("\"id\":\"d7999\"", 10s));
 }
