@@ -2,19 +2,10 @@
 
 namespace chaise::core {
 
-namespace {
-std::int64_t decode_le64(std::string_view s) {
-  std::uint64_t v = 0;
-  for (std::size_t i = std::min<std::size_t>(s.size(), 8); i-- > 0;)
-    v = (v << 8) | static_cast<std::uint8_t>(s[i]);
-  return static_cast<std::int64_t>(v);
-}
-}  // namespace
-
 StorageResult<std::int64_t> read_update_counter(Transaction& tr, const DbRef& db) {
   auto v = tr.get(db.space.meta_key(keyspace::kUpdateCounter), storage::Snapshot::yes);
   if (!v.ok()) return v.error();
-  return v->has_value() ? decode_le64(**v) : 0;
+  return v->has_value() ? keyspace::decode_counter(**v) : 0;
 }
 
 struct ChangesNotifier::WaiterState final : ChangesNotifier::Waiter {
@@ -77,7 +68,7 @@ std::shared_ptr<ChangesNotifier::Waiter> ChangesNotifier::wait(const DbRef& db,
 void ChangesNotifier::arm(std::int64_t db_id, std::string key, std::uint64_t generation) {
   auto tr = store_.create_transaction();
   auto v = tr.get(key, storage::Snapshot::yes);
-  const std::int64_t current = v.ok() && v->has_value() ? decode_le64(**v) : 0;
+  const std::int64_t current = v.ok() && v->has_value() ? keyspace::decode_counter(**v) : 0;
   std::weak_ptr<std::atomic<bool>> alive = alive_;
   auto watch = tr.watch(key, [this, alive, db_id](storage::Error) {
     // Fired (the counter moved), cancelled, or failed: in every case wake the waiters, who re-read.

@@ -12,13 +12,6 @@ using storage::Tuple;
 
 namespace {
 
-std::int64_t decode_le64(std::string_view s) {
-  std::uint64_t v = 0;
-  for (std::size_t i = std::min<std::size_t>(s.size(), 8); i-- > 0;)
-    v = (v << 8) | static_cast<std::uint8_t>(s[i]);
-  return static_cast<std::int64_t>(v);
-}
-
 std::optional<DbRef> decode_db(std::string_view name, std::string_view value) {
   auto t = Tuple::unpack(value);
   if (!t || t->size() < 4) return std::nullopt;
@@ -120,7 +113,7 @@ StorageResult<std::vector<std::string>> list_dbs(Transaction& tr, const AllDbsQu
 StorageResult<std::int64_t> read_counter(Transaction& tr, const DbRef& db, std::string_view name) {
   auto v = tr.get(db.space.counter_key(name), Snapshot::yes);
   if (!v.ok()) return v.error();
-  return v->has_value() ? decode_le64(**v) : 0;
+  return v->has_value() ? keyspace::decode_counter(**v) : 0;
 }
 
 StorageResult<Sequence> update_seq(Transaction& tr, const DbRef& db) {

@@ -88,6 +88,15 @@ inline constexpr std::int64_t kDefaultShard = 0;
 // Incarnation of every database created here (RFC 000: bumped when a database moves clusters).
 inline constexpr std::int64_t kIncarnation = 0;
 
+// Counter values (kCounters, kUpdateCounter): little-endian int64, as FoundationDB's atomic add
+// writes them; a shorter value is zero-extended. Absent counters read as 0.
+inline std::int64_t decode_counter(std::string_view value) {
+  std::uint64_t v = 0;
+  for (std::size_t i = value.size() < 8 ? value.size() : 8; i-- > 0;)
+    v = (v << 8) | static_cast<std::uint8_t>(value[i]);
+  return static_cast<std::int64_t>(v);
+}
+
 inline Subspace system() { return Subspace(Tuple().add(kSystem)); }
 inline Subspace db_names() { return system().sub(Tuple().add(kDbNames)); }
 inline std::string db_id_counter_key() { return system().pack(Tuple().add(kDbIdCounter)); }

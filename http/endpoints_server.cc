@@ -66,7 +66,8 @@ Json db_info_json(const core::DbInfo& info) {
   // replicator accepts without comparing (couch_replicator_scheduler_job.erl do_checkpoint).
   body["instance_start_time"] = "0";
   body["db_name"] = info.name;
-  body["purge_seq"] = 0;  // purge is not implemented
+  // Nothing has ever been purged (POST /{db}/_purge answers 501), so the purge sequence is 0.
+  body["purge_seq"] = 0;
   body["update_seq"] = info.update_seq.str();
   // No files: the "file" size is the live data, like "active".
   body["sizes"] = {{"file", info.sizes_active},
