@@ -1,0 +1,681 @@
+// core/couch_rev.cc — CouchDB 3.x's revision hash (couch_db:new_revid/1), byte for byte.
+//
+// The hash is MD5 over term_to_binary([Deleted, OldStart, OldRev, Body, Atts2],
+// [{minor_version, 1}]), i.e. over this subset of Erlang's external term format (ETF). Tags are
+// single bytes; u16/u32/i32 are big-endian.
+//
+//   input     := 131 108 u32(5) deleted old_start old_rev body atts 106
+//   deleted   := atom("true") | atom("false")
+//   old_start := integer(parent pos)                 0 for a new document
+//   old_rev   := binary(parent hash)                 raw bytes: 16 for a 32-hex-digit hash
+//              | integer(0)                          a new document
+//   atts      := 106                                 no attachments
+//              | 108 u32(n) {104 3 binary(name) binary(type) binary(md5)}*n 106
+//                                                    LAST attachment first (CouchDB's foldl)
+//   body      := object
+//   object    := 104 1 106                           {[]}
+//              | 104 1 108 u32(n) {104 2 binary(key) value}*n 106      {[{K, V}, ...]}
+//   value     := object | array | binary(string) | integer | float
+//              | atom("true") | atom("false") | atom("null")
+//   array     := 106                                 []
+//              | 107 u16(n) byte*n                   STRING_EXT: every element an integer 0..255,
+//                                                    n <= 65535 (ETF's encoding of such lists)
+//              | 108 u32(n) value*n 106
+//   atom(a)   := 100 u16(len) a                      ATOM_EXT (minor_version 1 keeps the Latin-1
+//                                                    form on OTP 26+ too)
+//   binary(b) := 109 u32(len) b
+//   integer   := 97 byte                             0..255            SMALL_INTEGER_EXT
+//              | 98 i32                              -2^31..2^31-1     INTEGER_EXT
+//              | 110 n:byte sign magnitude           beyond int32      SMALL_BIG_EXT
+//                                                    sign 0|1; magnitude n bytes, little-endian,
+//                                                    no high zero bytes. n <= 128: CouchDB fails
+//                                                    (500) on integers Erlang cannot convert to
+//                                                    a finite double, so LARGE_BIG_EXT (n > 255)
+//                                                    never occurs.
+//   float     := 70 ieee754-binary64 (big-endian)   NEW_FLOAT_EXT (minor_version 1); -0.0 keeps
+//                                                    its sign bit
+//
+// Body is the term jiffy 1.1.2 builds (couch_util:json_decode passes dedupe_keys); this file's
+// reader reproduces it from the JSON text:
+// - Whitespace is ' ', \t, \n, \r. Strings must be valid UTF-8 (no overlong forms, surrogates or
+//   code points above U+10FFFF) without raw control characters; escapes are decoded to UTF-8,
+//   a \uD800-\uDBFF escape must be followed by a \uDC00-\uDFFF one (the pair is one code point),
+//   a lone surrogate escape is an error, \u0000 is a NUL byte.
+// - Objects keep their key order; a repeated key keeps its last value at the position of its
+//   last occurrence (jiffy's make_object walks the pairs backwards and skips seen keys).
+// - Numbers follow JSON's grammar, except that jiffy also takes an empty signed exponent ("1e+").
+//   A literal without '.', 'e', 'E' is an exact integer (strtol, or list_to_integer beyond 64
+//   bits). Any other is a double: strtod's value when the literal is shorter than 32 characters
+//   and strtod does not set ERANGE; otherwise, with a '.', list_to_float (strtod's value, an
+//   error on overflow); otherwise Mantissa * math:pow(10, Exp), which converts a bignum mantissa
+//   64 bits at a time and rounds twice, so it can differ from strtod (5e-324 becomes 0.0: strtod
+//   flags that denormal ERANGE, and pow(10, -324) is 0.0). A non-finite result is an error, and
+//   so is an integer Erlang cannot convert to a finite double (CouchDB's couch_ejson_size then
+//   fails). Both only count in values that survive deduplication: jiffy converts these
+//   literals after make_object has dropped repeated keys.
+#include "core/couch_rev.h"
+
+#include <locale.h>
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <unordered_set>
+#include <utility>
+
+namespace chaise::core {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// The EJSON term jiffy builds.
+
+struct Term;
+using Member = std::pair<std::string, Term>;
+
+struct Term {
+  // rejected_number: a literal CouchDB fails on (see number()); harmless unless it is encoded.
+  enum class Kind { atom, binary, integer, float_, list, object, rejected_number };
+  Kind kind = Kind::atom;
+  // atom: its name; binary: its bytes; integer: the magnitude, little-endian, without high zero
+  // bytes (empty for 0).
+  std::string bytes;
+  bool negative = false;  // integer: its sign (never set for 0)
+  double number = 0.0;    // float
+  std::vector<Term> items;
+  std::vector<Member> members;  // object, already deduplicated
+};
+
+Term make_term(Term::Kind kind) {
+  Term t;
+  t.kind = kind;
+  return t;
+}
+
+Term atom_term(std::string_view name) {
+  Term t = make_term(Term::Kind::atom);
+  t.bytes = name;
+  return t;
+}
+
+Term float_term(double d) {
+  Term t = make_term(Term::Kind::float_);
+  t.number = d;
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Numbers, as jiffy's dec_number and finish_decode turn a literal into a term.
+
+// jiffy decodes literals of this many characters or more in Erlang (NUM_BUF_LEN).
+constexpr std::size_t kJiffyNumBufLen = 32;
+
+// The decimal digits `digits` as a little-endian magnitude without high zero bytes.
+std::string decimal_to_magnitude(std::string_view digits) {
+  std::vector<std::uint32_t> limbs;  // little-endian, base 2^32
+  std::size_t i = 0;
+  while (i < digits.size()) {
+    const std::size_t chunk = std::min<std::size_t>(9, digits.size() - i);
+    std::uint64_t carry = 0;
+    std::uint64_t scale = 1;
+    for (std::size_t k = 0; k < chunk; ++k) {
+      carry = carry * 10 + static_cast<std::uint64_t>(digits[i + k] - '0');
+      scale *= 10;
+    }
+    i += chunk;
+    for (std::uint32_t& limb : limbs) {
+      const std::uint64_t v = limb * scale + carry;
+      limb = static_cast<std::uint32_t>(v);
+      carry = v >> 32;
+    }
+    if (carry != 0) limbs.push_back(static_cast<std::uint32_t>(carry));
+  }
+  std::string out;
+  for (std::uint32_t limb : limbs) {
+    for (int b = 0; b < 4; ++b) out.push_back(static_cast<char>((limb >> (8 * b)) & 0xff));
+  }
+  while (!out.empty() && out.back() == '\0') out.pop_back();
+  return out;
+}
+
+// Erlang's integer-to-float conversion in mixed arithmetic (big_to_double: one 64-bit digit at a
+// time, most significant first; correctly rounded only for a single digit). nullopt when it is
+// not finite.
+std::optional<double> erlang_integer_to_double(const Term& integer) {
+  const std::string& m = integer.bytes;
+  double d = 0.0;
+  for (std::size_t end = (m.size() + 7) / 8 * 8; end > 0; end -= 8) {
+    std::uint64_t digit = 0;
+    for (std::size_t b = end; b > end - 8; --b) {
+      const std::size_t at = b - 1;
+      digit = (digit << 8) | (at < m.size() ? static_cast<unsigned char>(m[at]) : 0u);
+    }
+    d = d * 18446744073709551616.0 + static_cast<double>(digit);
+    if (!std::isfinite(d)) return std::nullopt;
+  }
+  return integer.negative ? -d : d;
+}
+
+// CouchDB fails on an integer that Erlang cannot convert to a finite double
+// (couch_ejson_size:encoded_size calls math:log10 on every integer of a body: badarith, 500), so
+// no accepted integer literal has more than 309 digits (JSON has no leading zeros).
+constexpr std::size_t kIntegerDigitsMax = 309;
+
+// An integer literal (optional '-', then digits), or nullopt when CouchDB fails on it.
+std::optional<Term> integer_term(std::string_view literal) {
+  Term t = make_term(Term::Kind::integer);
+  const bool minus = !literal.empty() && literal.front() == '-';
+  if (minus) literal.remove_prefix(1);
+  if (literal.size() > kIntegerDigitsMax) return std::nullopt;
+  t.bytes = decimal_to_magnitude(literal);
+  t.negative = minus && !t.bytes.empty();
+  if (!erlang_integer_to_double(t)) return std::nullopt;
+  return t;
+}
+
+// strtod in the "C" locale, so that a setlocale() elsewhere in the process cannot change what '.'
+// means. Its ERANGE is part of jiffy's rules: glibc sets it on overflow, on underflow to zero and
+// for every denormal result.
+double c_strtod(const std::string& text, bool* range_error) {
+  static const locale_t c_locale = newlocale(LC_NUMERIC_MASK, "C", static_cast<locale_t>(0));
+  if (c_locale == static_cast<locale_t>(0)) {
+    std::fputs("chaise: newlocale(\"C\") failed\n", stderr);
+    std::abort();
+  }
+  errno = 0;
+  const double d = strtod_l(text.c_str(), nullptr, c_locale);
+  *range_error = errno == ERANGE;
+  return d;
+}
+
+// jiffy's bignum_e: IVal * math:pow(10, EVal) for a literal "<int>e<int>" (no '.').
+std::optional<Term> mantissa_times_pow10(std::string_view literal) {
+  const std::size_t e = literal.find_first_of("eE");
+  std::string_view exp = literal.substr(e + 1);
+  const bool exp_minus = !exp.empty() && exp.front() == '-';
+  if (!exp.empty() && (exp.front() == '-' || exp.front() == '+')) exp.remove_prefix(1);
+  if (exp.empty()) return std::nullopt;  // string:to_integer fails: a badmatch in jiffy
+  while (exp.size() > 1 && exp.front() == '0') exp.remove_prefix(1);
+  if (exp.size() > kIntegerDigitsMax) return std::nullopt;  // math:pow cannot take it as a float
+  // Beyond 10^7, pow(10, exp) is 0 or infinite either way: clamp so strtod sees a short number.
+  const double magnitude = exp.size() > 7 ? 1e7 : std::strtod(std::string(exp).c_str(), nullptr);
+  const double pow10 = std::pow(10.0, exp_minus ? -magnitude : magnitude);
+  if (!std::isfinite(pow10)) return std::nullopt;
+  const auto integer = integer_term(literal.substr(0, e));
+  if (!integer) return std::nullopt;
+  const double mantissa = *erlang_integer_to_double(*integer);
+  const double product = mantissa * pow10;
+  if (!std::isfinite(product)) return std::nullopt;
+  return float_term(product);
+}
+
+// A literal with '.', 'e' or 'E'. nullopt where jiffy raises an error.
+std::optional<Term> double_term(std::string_view literal, bool has_frac) {
+  const std::string text(literal);
+  bool range_error = false;
+  const double d = c_strtod(text, &range_error);
+  if (literal.size() < kJiffyNumBufLen && !range_error) return float_term(d);
+  if (has_frac) {  // list_to_float: strtod, but an overflow is an error
+    if (!std::isfinite(d)) return std::nullopt;
+    return float_term(d);
+  }
+  return mantissa_times_pow10(literal);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The JSON reader: jiffy's grammar, building the term jiffy builds.
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+int hex4(std::string_view s) {
+  if (s.size() < 4) return -1;
+  int v = 0;
+  for (char c : s.substr(0, 4)) {
+    int d = -1;
+    if (c >= '0' && c <= '9') d = c - '0';
+    if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+void append_utf8(std::uint32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+// Length of the well-formed UTF-8 sequence (2 to 4 bytes) at the start of `s`, or 0.
+std::size_t utf8_sequence_length(std::string_view s) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char b0 = byte(0);
+  std::size_t len = 0;
+  if (b0 >= 0xC2 && b0 <= 0xDF) len = 2;  // C0 and C1 only start overlong forms
+  if (b0 >= 0xE0 && b0 <= 0xEF) len = 3;
+  if (b0 >= 0xF0 && b0 <= 0xF4) len = 4;
+  if (len == 0 || len > s.size()) return 0;
+  for (std::size_t i = 1; i < len; ++i) {
+    if ((byte(i) & 0xC0) != 0x80) return 0;
+  }
+  const unsigned char b1 = byte(1);
+  if (b0 == 0xE0 && b1 < 0xA0) return 0;   // overlong
+  if (b0 == 0xED && b1 >= 0xA0) return 0;  // a surrogate
+  if (b0 == 0xF0 && b1 < 0x90) return 0;   // overlong
+  if (b0 == 0xF4 && b1 >= 0x90) return 0;  // above U+10FFFF
+  return len;
+}
+
+class JiffyReader {
+ public:
+  explicit JiffyReader(std::string_view text) : in_(text) {}
+
+  // The whole text as one JSON object, or nullopt.
+  std::optional<Term> read_object_document() {
+    Term doc;
+    skip_space();
+    if (peek() != '{' || !value(doc, 0)) return std::nullopt;
+    skip_space();
+    if (pos_ != in_.size()) return std::nullopt;
+    return doc;
+  }
+
+ private:
+  char peek() const { return pos_ < in_.size() ? in_[pos_] : '\0'; }
+  bool eat(char c) {
+    if (peek() != c) return false;
+    ++pos_;
+    return true;
+  }
+  void skip_space() {
+    while (pos_ < in_.size() && is_space(in_[pos_])) ++pos_;
+  }
+  bool literal(std::string_view word) {
+    if (in_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+
+  bool value(Term& out, std::size_t depth) {
+    skip_space();
+    switch (peek()) {
+      case '{':
+        return depth < kCouchRevNestingMax && object(out, depth + 1);
+      case '[':
+        return depth < kCouchRevNestingMax && array(out, depth + 1);
+      case '"':
+        out.kind = Term::Kind::binary;
+        return string(out.bytes);
+      case 't':
+        out = atom_term("true");
+        return literal("true");
+      case 'f':
+        out = atom_term("false");
+        return literal("false");
+      case 'n':
+        out = atom_term("null");
+        return literal("null");
+      default:
+        return number(out);
+    }
+  }
+
+  bool object(Term& out, std::size_t depth) {
+    ++pos_;  // '{'
+    out.kind = Term::Kind::object;
+    std::vector<Member> pairs;
+    skip_space();
+    if (!eat('}')) {
+      do {
+        Member m;
+        skip_space();
+        if (peek() != '"' || !string(m.first)) return false;
+        skip_space();
+        if (!eat(':') || !value(m.second, depth)) return false;
+        pairs.push_back(std::move(m));
+        skip_space();
+      } while (eat(','));
+      if (!eat('}')) return false;
+    }
+    out.members = dedupe_keys(std::move(pairs));
+    return true;
+  }
+
+  // jiffy's dedupe_keys: the last occurrence of each key survives, in place.
+  static std::vector<Member> dedupe_keys(std::vector<Member> pairs) {
+    std::vector<bool> keep(pairs.size());
+    std::unordered_set<std::string_view> seen;
+    for (std::size_t i = pairs.size(); i > 0; --i)
+      keep[i - 1] = seen.insert(pairs[i - 1].first).second;
+    std::vector<Member> kept;
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      if (keep[i]) kept.push_back(std::move(pairs[i]));
+    }
+    return kept;
+  }
+
+  bool array(Term& out, std::size_t depth) {
+    ++pos_;  // '['
+    out.kind = Term::Kind::list;
+    skip_space();
+    if (eat(']')) return true;
+    do {
+      out.items.emplace_back();
+      if (!value(out.items.back(), depth)) return false;
+      skip_space();
+    } while (eat(','));
+    return eat(']');
+  }
+
+  bool string(std::string& out) {
+    ++pos_;  // '"'
+    while (pos_ < in_.size()) {
+      const auto c = static_cast<unsigned char>(in_[pos_]);
+      if (c == '"') {
+        ++pos_;
+        return true;
+      }
+      if (c < 0x20) return false;
+      if (c == '\\') {
+        if (!escape(out)) return false;
+      } else if (c < 0x80) {
+        out.push_back(static_cast<char>(c));
+        ++pos_;
+      } else {
+        const std::size_t len = utf8_sequence_length(in_.substr(pos_));
+        if (len == 0) return false;
+        out.append(in_.substr(pos_, len));
+        pos_ += len;
+      }
+    }
+    return false;
+  }
+
+  bool escape(std::string& out) {
+    ++pos_;  // '\\'
+    const char c = peek();
+    ++pos_;
+    if (c == 'u') return unicode_escape(out);
+    static constexpr std::string_view kEscaped = "\"\\/bfnrt";
+    static constexpr std::string_view kDecoded = "\"\\/\b\f\n\r\t";
+    const std::size_t i = kEscaped.find(c);
+    if (i == std::string_view::npos) return false;
+    out.push_back(kDecoded[i]);
+    return true;
+  }
+
+  // After "\u": four hex digits, and for a high surrogate a "\uXXXX" low surrogate.
+  bool unicode_escape(std::string& out) {
+    const int hi = hex4(in_.substr(pos_));
+    if (hi < 0) return false;
+    pos_ += 4;
+    std::uint32_t cp = static_cast<std::uint32_t>(hi);
+    if (hi >= 0xD800 && hi <= 0xDBFF) {
+      if (!literal("\\u")) return false;
+      const int lo = hex4(in_.substr(pos_));
+      if (lo < 0xDC00 || lo > 0xDFFF) return false;
+      pos_ += 4;
+      cp = 0x10000 + ((static_cast<std::uint32_t>(hi) & 0x3FF) << 10) +
+           (static_cast<std::uint32_t>(lo) & 0x3FF);
+    } else if (hi >= 0xDC00 && hi <= 0xDFFF) {
+      return false;  // a lone low surrogate
+    }
+    append_utf8(cp, out);
+    return true;
+  }
+
+  // jiffy's dec_number state machine, then its conversion of the literal. A literal CouchDB
+  // fails on becomes a rejected_number rather than an error, because CouchDB only fails when the
+  // value survives dedupe_keys: jiffy converts out-of-range numbers after deduplicating (in
+  // finish_decode), and couch_ejson_size sees the deduplicated body.
+  bool number(Term& out) {
+    const std::size_t start = pos_;
+    eat('-');
+    if (!eat('0')) {  // a leading 0 stands alone: "01" is "0" followed by an error
+      if (!is_digit(peek())) return false;
+      while (is_digit(peek())) ++pos_;
+    }
+    const bool has_frac = eat('.');
+    if (has_frac) {
+      if (!is_digit(peek())) return false;
+      while (is_digit(peek())) ++pos_;
+    }
+    const bool has_exp = eat('e') || eat('E');
+    if (has_exp) {
+      const bool sign = eat('+') || eat('-');
+      if (!sign && !is_digit(peek())) return false;  // "1e+" alone is accepted, as in jiffy
+      while (is_digit(peek())) ++pos_;
+    }
+    const std::string_view text = in_.substr(start, pos_ - start);
+    auto d = has_frac || has_exp ? double_term(text, has_frac) : integer_term(text);
+    out = d ? std::move(*d) : make_term(Term::Kind::rejected_number);
+    return true;
+  }
+
+  std::string_view in_;
+  std::size_t pos_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The ETF writer (the grammar at the top of this file).
+
+enum Tag : unsigned char {
+  kVersion = 131,
+  kNewFloatExt = 70,
+  kSmallIntegerExt = 97,
+  kIntegerExt = 98,
+  kAtomExt = 100,
+  kSmallTupleExt = 104,
+  kNilExt = 106,
+  kStringExt = 107,
+  kListExt = 108,
+  kBinaryExt = 109,
+  kSmallBigExt = 110,
+};
+
+class EtfWriter {
+ public:
+  void byte(unsigned v) { out_.push_back(static_cast<char>(v & 0xff)); }
+  void u16(std::uint32_t v) { be(v, 2); }
+  void u32(std::uint64_t v) { be(v, 4); }
+
+  void atom(std::string_view name) {
+    byte(kAtomExt);
+    u16(static_cast<std::uint32_t>(name.size()));
+    out_.append(name);
+  }
+  void binary(std::string_view b) {
+    byte(kBinaryExt);
+    u32(b.size());
+    out_.append(b);
+  }
+  void tuple_header(unsigned arity) {
+    byte(kSmallTupleExt);
+    byte(arity);
+  }
+  void list_header(std::size_t n) {
+    byte(kListExt);
+    u32(n);
+  }
+  void nil() { byte(kNilExt); }
+  void small_integer(std::uint8_t v) {
+    byte(kSmallIntegerExt);
+    byte(v);
+  }
+  void integer(std::int64_t v) {
+    Term t = make_term(Term::Kind::integer);
+    for (std::uint64_t m = v < 0 ? 0 - static_cast<std::uint64_t>(v) : v; m != 0; m >>= 8) {
+      t.bytes.push_back(static_cast<char>(m & 0xff));
+    }
+    t.negative = v < 0;
+    term(t);
+  }
+
+  void term(const Term& t) {
+    switch (t.kind) {
+      case Term::Kind::atom:
+        return atom(t.bytes);
+      case Term::Kind::binary:
+        return binary(t.bytes);
+      case Term::Kind::integer:
+        return write_integer(t);
+      case Term::Kind::float_:
+        return write_float(t.number);
+      case Term::Kind::list:
+        return write_list(t.items);
+      case Term::Kind::object:
+        return write_object(t.members);
+      case Term::Kind::rejected_number:
+        rejected_ = true;
+        return;
+    }
+  }
+
+  // True once a rejected_number was written: CouchDB refuses the document.
+  bool rejected() const { return rejected_; }
+  std::string& bytes() { return out_; }
+
+ private:
+  void be(std::uint64_t v, int n) {
+    for (int i = n - 1; i >= 0; --i) byte(static_cast<unsigned>(v >> (8 * i)));
+  }
+
+  void write_integer(const Term& t) {
+    const std::string& m = t.bytes;
+    if (m.size() <= 4) {
+      std::int64_t v = 0;
+      for (std::size_t i = m.size(); i > 0; --i)
+        v = (v << 8) | static_cast<unsigned char>(m[i - 1]);
+      if (t.negative) v = -v;
+      if (v >= 0 && v <= 255) return small_integer(static_cast<std::uint8_t>(v));
+      if (v >= INT32_MIN && v <= INT32_MAX) {
+        byte(kIntegerExt);
+        return u32(static_cast<std::uint32_t>(v));
+      }
+    }
+    // integer_term() keeps integers below 2^1024, so LARGE_BIG_EXT (over 255 bytes) never occurs.
+    assert(m.size() <= 255);
+    byte(kSmallBigExt);
+    byte(static_cast<unsigned>(m.size()));
+    byte(t.negative ? 1 : 0);
+    out_.append(m);
+  }
+
+  void write_float(double d) {
+    std::uint64_t bits = 0;
+    static_assert(sizeof bits == sizeof d);
+    std::memcpy(&bits, &d, sizeof d);
+    byte(kNewFloatExt);
+    be(bits, 8);
+  }
+
+  // term_to_binary writes a list of integers 0..255 as STRING_EXT when it fits a u16 length.
+  static bool is_byte_string(const std::vector<Term>& items) {
+    return items.size() <= 0xffff && std::all_of(items.begin(), items.end(), [](const Term& t) {
+             return t.kind == Term::Kind::integer && !t.negative && t.bytes.size() <= 1;
+           });
+  }
+
+  void write_list(const std::vector<Term>& items) {
+    if (items.empty()) return nil();
+    if (is_byte_string(items)) {
+      byte(kStringExt);
+      u16(static_cast<std::uint32_t>(items.size()));
+      for (const Term& t : items)
+        byte(t.bytes.empty() ? 0 : static_cast<unsigned char>(t.bytes[0]));
+      return;
+    }
+    list_header(items.size());
+    for (const Term& t : items) term(t);
+    nil();
+  }
+
+  void write_object(const std::vector<Member>& members) {
+    tuple_header(1);
+    if (members.empty()) return nil();
+    list_header(members.size());
+    for (const auto& [key, value] : members) {
+      tuple_header(2);
+      binary(key);
+      term(value);
+    }
+    nil();
+  }
+
+  std::string out_;
+  bool rejected_ = false;
+};
+
+// MD5 through OpenSSL's EVP. A failure is a broken installation, not an input error: abort.
+std::string md5(std::string_view bytes) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+  unsigned int len = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), md.data(), &len, EVP_md5(), nullptr) != 1 ||
+      len != kRevHashBytes) {
+    std::fputs("chaise: OpenSSL MD5 failed\n", stderr);
+    std::abort();
+  }
+  return std::string(reinterpret_cast<const char*>(md.data()), len);
+}
+
+}  // namespace
+
+std::string couch_rev_hash(bool deleted, const std::optional<RevId>& parent,
+                           std::string_view body_json, const std::vector<CouchAttSig>& atts) {
+  std::optional<Term> body = JiffyReader(body_json).read_object_document();
+  if (!body) return {};
+  // CouchDB only hashes when every attachment has an MD5 (otherwise its rev is random).
+  for (const CouchAttSig& a : atts) {
+    if (a.md5.empty()) return {};
+  }
+  // term_to_binary([Deleted, OldStart, OldRev, Body, Atts2], [{minor_version, 1}])
+  EtfWriter w;
+  w.byte(kVersion);
+  w.list_header(5);
+  w.atom(deleted ? "true" : "false");
+  if (parent) {
+    w.integer(parent->pos);
+    w.binary(parent->hash);
+  } else {
+    w.small_integer(0);
+    w.small_integer(0);
+  }
+  w.term(*body);
+  if (atts.empty()) {
+    w.nil();
+  } else {
+    w.list_header(atts.size());  // Atts2 is built by a foldl: last attachment first
+    for (auto it = atts.rbegin(); it != atts.rend(); ++it) {
+      w.tuple_header(3);
+      w.binary(it->name);
+      w.binary(it->content_type);
+      w.binary(it->md5);
+    }
+    w.nil();
+  }
+  w.nil();
+  if (w.rejected()) return {};
+  return md5(w.bytes());
+}
+
+}  // namespace chaise::core
