@@ -8,7 +8,7 @@ SHELL := /bin/bash
 
 # Debian 12 packages needed to build and test.
 PACKAGES := build-essential cmake ccache libboost-all-dev nlohmann-json3-dev libspdlog-dev \
-            libssl-dev librocksdb-dev googletest libgtest-dev libbenchmark-dev
+            libssl-dev zlib1g-dev librocksdb-dev googletest libgtest-dev libbenchmark-dev
 JOBS ?= $(shell nproc)
 BUILD_TYPE ?= RelWithDebInfo
 

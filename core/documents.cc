@@ -11,6 +11,8 @@
 // user version, so a document's revision and its changes entry name the same sequence.
 #include "core/documents.h"
 
+#include "core/couch_rev.h"
+
 #include <algorithm>
 #include <cassert>
 #include <random>
@@ -96,8 +98,11 @@ std::string changes_key(const DbRef& db, std::int64_t shard, const Sequence& s) 
   return db.space.changes().pack(Tuple().add(shard).add(s.incarnation).add(s.versionstamp));
 }
 
-void write_body(Transaction& tr, const DbRef& db, std::string_view id, const RevId& rev,
-                std::string_view body) {
+// A revision's record: body chunks at Chunk >= 0; when the revision is deleted or has
+// attachments, a header (kRevHeaderFormat, Deleted, AttList) split over Chunk -k..-1 (key order is
+// byte order, so the pieces concatenate back in order).
+void write_rev(Transaction& tr, const DbRef& db, std::string_view id, const RevId& rev,
+               std::string_view body, bool deleted, const std::vector<AttInfo>& atts) {
   std::int64_t chunk = 0;
   std::size_t off = 0;
   do {
@@ -105,15 +110,21 @@ void write_body(Transaction& tr, const DbRef& db, std::string_view id, const Rev
     tr.set(db.space.body_chunk_key(id, rev.pos, rev.hash, chunk++), body.substr(off, n));
     off += n;
   } while (off < body.size());
-}
-
-void clear_body(Transaction& tr, const DbRef& db, std::string_view id, const RevId& rev) {
-  auto [b, e] = db.space.body_range(id, rev.pos, rev.hash);
-  tr.clear_range(b, e);
+  if (!deleted && atts.empty()) return;
+  const std::string header =
+      Tuple().add(keyspace::kRevHeaderFormat).add(deleted).add_bytes(encode_atts(atts)).pack();
+  const std::size_t pieces = (header.size() + keyspace::kBodyChunkBytes - 1) / keyspace::kBodyChunkBytes;
+  for (std::size_t i = 0; i < pieces; ++i) {
+    const auto k = -static_cast<std::int64_t>(pieces - i);
+    tr.set(db.space.body_chunk_key(id, rev.pos, rev.hash, k),
+           std::string_view(header).substr(i * keyspace::kBodyChunkBytes, keyspace::kBodyChunkBytes));
+  }
 }
 
 // One edit of a document, whatever the path that produced it.
 struct EditPlan {
+  std::vector<AttInfo> atts;                 // of the added revision
+  const std::vector<AttUpload>* uploads = nullptr;  // bytes to write with it
   std::optional<StoredBranch> old_winner;   // before the edit (nullopt: new document)
   std::optional<StoredBranch> removed;      // the leaf the new revision replaces
   std::optional<StoredBranch> best_other;   // the best remaining existing branch
@@ -127,11 +138,8 @@ void apply_edit(Transaction& tr, const DbRef& db, std::string_view id, const Edi
                 const std::vector<ShardMap>& maps, std::uint16_t vs_user) {
   const auto body_size = static_cast<std::int64_t>(p.body.size());
   std::int64_t active_delta = body_size;
-  if (p.removed) {
-    tr.clear(p.removed->key);
-    clear_body(tr, db, id, p.removed->branch.leaf);
-    active_delta -= p.removed->body_size;
-  }
+  // The replaced leaf's body stays (CouchDB keeps superseded revisions until compaction).
+  if (p.removed) tr.clear(p.removed->key);
   const bool added_wins = !p.best_other || winner_less(p.best_other->branch, p.added);
   const std::string added_key = revision_key(db, id, p.added);
   if (added_wins) {
@@ -143,7 +151,12 @@ void apply_edit(Transaction& tr, const DbRef& db, std::string_view id, const Edi
         p.best_other->key, winner_value_template(p.best_other->branch, p.branch_count,
                                                  p.best_other->body_size, vs_user));
   }
-  write_body(tr, db, id, p.added.leaf, p.body);
+  write_rev(tr, db, id, p.added.leaf, p.body, p.added.deleted, p.atts);
+  if (p.uploads) {
+    for (const AttUpload& u : *p.uploads)
+      if (!u.stub && !u.preuploaded) write_att_chunks(tr, db, u.info.address, u.stored);
+  }
+  for (const AttInfo& a : p.atts) tr.add(att_ref_key(db, a.address), 1);
   const std::string& new_winner_key = added_wins ? added_key : p.best_other->key;
   if (p.old_winner && (!p.removed || p.old_winner->key != p.removed->key) &&
       p.old_winner->key != new_winner_key) {
@@ -251,16 +264,112 @@ StorageResult<std::optional<StoredBranch>> read_winner(Transaction& tr, const Db
   return std::optional<StoredBranch>(std::move(*sb));
 }
 
+StorageResult<std::optional<RevRecord>> read_rev(Transaction& tr, const DbRef& db,
+                                                 std::string_view id, const RevId& rev,
+                                                 Snapshot snapshot) {
+  auto [b, e] = db.space.body_range(id, rev.pos, rev.hash);
+  auto kvs = tr.get_range(b, e, 0, Reverse::no, snapshot);
+  if (!kvs.ok()) return kvs.error();
+  if (kvs->empty()) return std::optional<RevRecord>();
+  RevRecord r;
+  std::string header;
+  for (const KeyValue& kv : *kvs) {
+    auto k = db.space.docs().unpack(kv.key);
+    auto chunk = k && k->size() == 4 ? k->get_int(3) : std::nullopt;
+    if (!chunk) return storage::Error::io_error;
+    (*chunk < 0 ? header : r.body) += kv.value;
+  }
+  if (!header.empty()) {
+    auto t = Tuple::unpack(header);
+    auto deleted = t && t->size() == 3 ? t->get_bool(1) : std::nullopt;
+    const std::string* atts = t && t->size() == 3 ? t->get_bytes(2) : nullptr;
+    if (!deleted || !atts) return storage::Error::io_error;
+    auto decoded = decode_atts(*atts);
+    if (!decoded) return storage::Error::io_error;
+    r.deleted = *deleted;
+    r.atts = std::move(*decoded);
+  }
+  return std::optional<RevRecord>(std::move(r));
+}
+
 StorageResult<std::optional<std::string>> read_body(Transaction& tr, const DbRef& db,
                                                     std::string_view id, const RevId& rev) {
-  auto [b, e] = db.space.body_range(id, rev.pos, rev.hash);
-  auto kvs = tr.get_range(b, e, 0, Reverse::no, Snapshot::yes);
-  if (!kvs.ok()) return kvs.error();
-  if (kvs->empty()) return std::optional<std::string>();
-  std::string body;
-  for (const KeyValue& kv : *kvs) body += kv.value;
-  return std::optional<std::string>(std::move(body));
+  auto r = read_rev(tr, db, id, rev);
+  if (!r.ok()) return r.error();
+  if (!*r) return std::optional<std::string>();
+  return std::optional<std::string>(std::move((*r)->body));
 }
+
+namespace {
+
+CouchError missing_stub(std::string_view id, std::string_view name) {
+  return {412, "missing_stub",
+          "Invalid attachment stub in " + std::string(id) + " for " + std::string(name)};
+}
+
+// The final attachment list of a new revision at `new_pos`: new data as uploaded, stubs taken by
+// name from the first stored revision of `bases` (nearest first) that is stored. `interactive`
+// gives new data the new revision's pos (a replicated revision keeps the revpos it came with).
+StorageResult<Outcome<std::vector<AttInfo>>> resolve_atts(Transaction& tr, const DbRef& db,
+                                                          std::string_view id,
+                                                          const std::vector<AttUpload>& ups,
+                                                          const std::vector<RevId>& bases,
+                                                          std::int64_t new_pos, bool interactive) {
+  using R = Outcome<std::vector<AttInfo>>;
+  std::vector<AttInfo> out;
+  std::optional<RevRecord> base;
+  bool base_read = false;
+  for (const AttUpload& u : ups) {
+    if (!u.stub) {
+      AttInfo a = u.info;
+      a.name = u.name;
+      if (interactive || a.revpos <= 0) a.revpos = new_pos;
+      if (u.preuploaded) {
+        auto present = att_present(tr, db, a.address, a.encoded_length);
+        if (!present.ok()) return present.error();
+        if (!*present) return R(CouchError{500, "unknown_error", "attachment_data_missing"});
+      }
+      out.push_back(std::move(a));
+      continue;
+    }
+    if (!base_read) {
+      base_read = true;
+      // Bounded by the path length (revs_limit); usually the first one is stored.
+      for (const RevId& r : bases) {
+        // Not a snapshot read: a compaction removing this body conflicts with this edit.
+        auto rec = read_rev(tr, db, id, r, Snapshot::no);
+        if (!rec.ok()) return rec.error();
+        if (*rec) {
+          base = std::move(*rec);
+          break;
+        }
+      }
+    }
+    const AttInfo* found = nullptr;
+    if (base)
+      for (const AttInfo& a : base->atts)
+        if (a.name == u.name) found = &a;
+    if (!found) return R(missing_stub(id, u.name));
+    out.push_back(*found);
+  }
+  return R(std::move(out));
+}
+
+// The hash of an interactive edit: CouchDB's own (couch_rev.h), so that the same edit gets the
+// same rev on Chaise and on CouchDB; Chaise's deterministic hash (rev.h) where CouchDB has none.
+std::string new_rev_hash(bool deleted, const std::optional<RevId>& parent, std::string_view body,
+                         const std::vector<AttInfo>& atts) {
+  std::vector<CouchAttSig> sigs;
+  sigs.reserve(atts.size());
+  for (const AttInfo& a : atts) sigs.push_back(CouchAttSig{a.name, a.content_type, a.md5});
+  std::string h = couch_rev_hash(deleted, parent, body, sigs);
+  if (!h.empty()) return h;
+  std::vector<std::string> inputs;
+  for (const AttInfo& a : atts) inputs.push_back(a.name + '\0' + a.content_type + '\0' + a.md5);
+  return compute_rev_hash(deleted, parent, body, inputs);
+}
+
+}  // namespace
 
 StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db,
                                                 const DocUpdate& u, int revs_limit,
@@ -318,7 +427,18 @@ StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db
   plan.body = u.body;
   std::optional<RevId> parent;
   if (target) parent = target->branch.leaf;
-  plan.added.leaf = RevId{parent ? parent->pos + 1 : 1, compute_rev_hash(u.deleted, parent, u.body, {})};
+  const std::int64_t new_pos = parent ? parent->pos + 1 : 1;
+  if (!u.atts.empty()) {
+    std::vector<RevId> bases;
+    if (parent) bases.push_back(*parent);
+    auto atts = resolve_atts(tr, db, u.id, u.atts, bases, new_pos, true);
+    if (!atts.ok()) return atts.error();
+    if (auto* e = std::get_if<CouchError>(&*atts)) return R(std::move(*e));
+    plan.atts = std::get<std::vector<AttInfo>>(std::move(*atts));
+    plan.uploads = &u.atts;
+  }
+  plan.added.leaf =
+      RevId{new_pos, new_rev_hash(u.deleted, parent, u.body, plan.atts)};
   plan.added.deleted = u.deleted;
   if (target) {
     plan.added.ancestors.reserve(target->branch.ancestors.size() + 1);
@@ -349,6 +469,15 @@ StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, con
   if (m.kind == MergeResult::Kind::already_present) return Outcome<bool>(false);
 
   EditPlan plan;
+  if (!d.atts.empty()) {
+    std::vector<RevId> bases;
+    for (std::size_t i = 1; i < d.path.length(); ++i) bases.push_back(d.path.rev_at(i));
+    auto atts = resolve_atts(tr, db, d.id, d.atts, bases, d.path.leaf.pos, false);
+    if (!atts.ok()) return atts.error();
+    if (auto* e = std::get_if<CouchError>(&*atts)) return Outcome<bool>(std::move(*e));
+    plan.atts = std::get<std::vector<AttInfo>>(std::move(*atts));
+    plan.uploads = &d.atts;
+  }
   if (!all->empty()) plan.old_winner = all->back();
   plan.added = m.branch;
   plan.body = d.body;
@@ -368,24 +497,106 @@ StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, con
   return Outcome<bool>(true);
 }
 
+namespace {
+
+// couch_db:find_ancestor_rev_pos: the pos of the nearest revision on the path (leaf first) that
+// is one of `since`; 0 if none is.
+std::int64_t ancestor_pos(const Branch& b, const std::vector<RevId>& since) {
+  for (std::size_t i = 0; i < b.length(); ++i) {
+    const RevId r = b.rev_at(i);
+    if (std::find(since.begin(), since.end(), r) != since.end()) return r.pos;
+  }
+  return 0;
+}
+
+// The "_attachments" member of a document (empty string when it has none).
+StorageResult<std::string> attachments_member(Transaction& tr, const DbRef& db, const Branch& b,
+                                              const std::vector<AttInfo>& atts,
+                                              const DocReadOptions& o,
+                                              std::vector<AttInfo>* follows) {
+  if (atts.empty()) return std::string();
+  const std::int64_t since = o.atts_since ? ancestor_pos(b, *o.atts_since) : 0;
+  const bool with_data = o.attachments || o.atts_since.has_value();
+  std::string m = "\"_attachments\":{";
+  for (std::size_t i = 0; i < atts.size(); ++i) {
+    const AttInfo& a = atts[i];
+    if (i) m.push_back(',');
+    if (!with_data || a.revpos <= since) {
+      m += att_member_json(a, AttOutput::stub, o.att_encoding_info);
+    } else if (o.att_follows) {
+      m += att_member_json(a, AttOutput::follows, o.att_encoding_info);
+      if (follows) follows->push_back(a);
+    } else {
+      auto data = read_att_stored(tr, db, a, 0, a.encoded_length);
+      if (!data.ok()) return data.error();
+      m += att_member_json(a, AttOutput::data, o.att_encoding_info, *data);
+    }
+  }
+  return m + "}";
+}
+
+// The status of each revision of a path for _revs_info: available, deleted or missing.
+StorageResult<std::string> revs_info_member(Transaction& tr, const DbRef& db, std::string_view id,
+                                            const Branch& b) {
+  std::string ri = "\"_revs_info\":[";
+  for (std::size_t i = 0; i < b.length(); ++i) {
+    const RevId r = b.rev_at(i);
+    std::string status;
+    if (i == 0) {
+      status = b.deleted ? "deleted" : "available";
+    } else {
+      auto rec = read_rev(tr, db, id, r);
+      if (!rec.ok()) return rec.error();
+      status = !*rec ? "missing" : (*rec)->deleted ? "deleted" : "available";
+    }
+    if (i) ri.push_back(',');
+    ri += "{\"rev\":" + json_string(r.str()) + ",\"status\":\"" + status + "\"}";
+  }
+  return ri + "]";
+}
+
+}  // namespace
+
+StorageResult<std::optional<StoredBranch>> find_revision(Transaction& tr, const DbRef& db,
+                                                         std::string_view id,
+                                                         const std::vector<StoredBranch>& all,
+                                                         const RevId& rev) {
+  for (const StoredBranch& b : all)
+    if (b.branch.leaf == rev) return std::optional<StoredBranch>(b);
+  for (const StoredBranch& b : all) {
+    const std::int64_t depth = b.branch.leaf.pos - rev.pos;
+    if (depth < 1 || depth > static_cast<std::int64_t>(b.branch.ancestors.size()) ||
+        b.branch.ancestors[static_cast<std::size_t>(depth - 1)] != rev.hash)
+      continue;
+    auto rec = read_rev(tr, db, id, rev);
+    if (!rec.ok()) return rec.error();
+    if (!*rec) return std::optional<StoredBranch>();
+    StoredBranch out;
+    out.branch.leaf = rev;
+    out.branch.deleted = (*rec)->deleted;
+    out.branch.ancestors.assign(b.branch.ancestors.begin() + depth, b.branch.ancestors.end());
+    out.body_size = static_cast<std::int64_t>((*rec)->body.size());
+    return std::optional<StoredBranch>(std::move(out));
+  }
+  return std::optional<StoredBranch>();
+}
+
 StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std::string_view id,
                                            const std::vector<StoredBranch>& all,
-                                           const StoredBranch& b, const DocReadOptions& o) {
-  auto body = read_body(tr, db, id, b.branch.leaf);
-  if (!body.ok()) return body.error();
-  std::string json = splice_doc(body->value_or("{}"), id, b.branch.leaf.str(), {});
+                                           const StoredBranch& b, const DocReadOptions& o,
+                                           std::vector<AttInfo>* atts_out) {
+  auto rec = read_rev(tr, db, id, b.branch.leaf);
+  if (!rec.ok()) return rec.error();
+  std::string json =
+      splice_doc(*rec ? std::string_view((*rec)->body) : std::string_view("{}"), id,
+                 b.branch.leaf.str(), {});
   std::vector<std::string> tail;
   if (b.branch.deleted) tail.push_back("\"_deleted\":true");
   if (o.revs) tail.push_back("\"_revisions\":" + revisions_json(b.branch).dump());
   if (o.revs_info) {
-    std::string ri = "\"_revs_info\":[";
-    ri += "{\"rev\":" + json_string(b.branch.leaf.str()) + ",\"status\":\"" +
-          (b.branch.deleted ? "deleted" : "available") + "\"}";
-    for (std::size_t i = 0; i < b.branch.ancestors.size(); ++i) {
-      RevId r{b.branch.leaf.pos - 1 - static_cast<std::int64_t>(i), b.branch.ancestors[i]};
-      ri += ",{\"rev\":" + json_string(r.str()) + ",\"status\":\"missing\"}";
-    }
-    tail.push_back(ri + "]");
+    auto ri = revs_info_member(tr, db, id, b.branch);
+    if (!ri.ok()) return ri.error();
+    tail.push_back(std::move(*ri));
   }
   if (o.conflicts || o.deleted_conflicts) {
     std::vector<std::string> conflicts, deleted;
@@ -398,10 +609,15 @@ StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std
     if (o.deleted_conflicts && !deleted.empty())
       tail.push_back("\"_deleted_conflicts\":" + rev_array(deleted));
   }
-  // CouchDB's order: _revs_info, _conflicts, _deleted_conflicts, _local_seq.
+  // CouchDB's order: _revs_info, _conflicts, _deleted_conflicts, _local_seq, _attachments.
   if (o.local_seq) {
     const StoredBranch& w = all.back();
     if (w.seq) tail.push_back("\"_local_seq\":" + json_string(w.seq->str()));
+  }
+  if (*rec) {
+    auto am = attachments_member(tr, db, b.branch, (*rec)->atts, o, atts_out);
+    if (!am.ok()) return am.error();
+    if (!am->empty()) tail.push_back(std::move(*am));
   }
   return append_members(std::move(json), tail);
 }
@@ -422,9 +638,13 @@ StorageResult<Outcome<std::string>> get_doc_json(Transaction& tr, const DbRef& d
   }
   if (all.empty()) return R(doc_not_found());
   const StoredBranch* chosen = &all.back();
+  std::optional<StoredBranch> found;
   if (o.rev) {
-    chosen = find_leaf(all, *o.rev);
-    if (!chosen) return R(doc_not_found());  // not a leaf: its body is no longer stored
+    auto f = find_revision(tr, db, id, all, *o.rev);
+    if (!f.ok()) return f.error();
+    if (!*f) return R(doc_not_found());  // unknown, or superseded and compacted away
+    found = std::move(*f);
+    chosen = &*found;
   } else if (chosen->branch.deleted) {
     return R(doc_deleted());
   }
@@ -610,8 +830,11 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
     const std::string& id = item_id(items_[i]);
     // A round is one transaction: keep it well inside FoundationDB's 10 MB and the 2-byte
     // per-transaction versionstamp order; what does not fit waits for the next round.
-    const std::size_t item_bytes = items_[i].replicated ? items_[i].replicated_doc.body.size()
-                                                        : items_[i].update.body.size();
+    std::size_t item_bytes = items_[i].replicated ? items_[i].replicated_doc.body.size()
+                                                  : items_[i].update.body.size();
+    for (const AttUpload& a : items_[i].replicated ? items_[i].replicated_doc.atts
+                                                   : items_[i].update.atts)
+      item_bytes += a.stored.size();
     if (!round_.empty() && (round_.size() >= kDocsPerTransactionMax ||
                             round_bytes + item_bytes > kBodyBytesPerTransactionMax))
       break;
@@ -663,6 +886,82 @@ void DocWriteBatch::committed() {
   for (std::size_t i = next_round_; i < items_.size(); ++i)
     if (!done_[i]) return;
   next_round_ = items_.size();
+}
+
+}  // namespace chaise::core
+
+namespace chaise::core {
+
+// Compaction, in two phases, each a sequence of bounded steps:
+//   "1" + key : bodies. Walks the docs subspace from `key`; a revision that is no longer a leaf
+//               loses its body and header, and its attachments one reference each.
+//   "2" + key : attachment bytes. Walks the reference counts; an address counted <= 0 loses its
+//               chunks and its count.
+// Every read is a conflicting one, so a concurrent edit of a document (or upload of equal bytes)
+// fails one of the two transactions rather than losing data.
+StorageResult<bool> compact_step(Transaction& tr, const DbRef& db, std::string& cursor,
+                                 CompactStats& stats) {
+  constexpr int kKeysPerStep = 200;
+  if (cursor.empty()) cursor = "1";
+  if (cursor[0] == '1') {
+    std::string begin = cursor.size() > 1 ? cursor.substr(1) : db.space.docs().range().first;
+    const std::string end = db.space.docs().range().second;
+    auto kvs = tr.get_range(begin, end, kKeysPerStep, Reverse::no, Snapshot::no);
+    if (!kvs.ok()) return kvs.error();
+    if (kvs->empty()) {
+      cursor = "2";
+      return false;
+    }
+    std::string last_id;
+    std::vector<StoredBranch> branches;
+    std::string next = kvs->back().key + '\x00';
+    for (const KeyValue& kv : *kvs) {
+      if (kv.key < begin) continue;  // inside a revision already handled in this step
+      auto k = db.space.docs().unpack(kv.key);
+      const std::string* id = k && k->size() == 4 ? k->get_string(0) : nullptr;
+      auto pos = id ? k->get_int(1) : std::nullopt;
+      const std::string* hash = id ? k->get_bytes(2) : nullptr;
+      if (!id || !pos || !hash) return storage::Error::io_error;
+      const RevId rev{*pos, *hash};
+      auto [rb, re] = db.space.body_range(*id, rev.pos, rev.hash);
+      begin = re;  // skip this revision's other chunks
+      if (next < re) next = re;
+      if (*id != last_id) {
+        auto all = read_branches(tr, db, *id, Snapshot::no);
+        if (!all.ok()) return all.error();
+        branches = std::move(*all);
+        last_id = *id;
+      }
+      if (find_leaf(branches, rev)) continue;
+      auto rec = read_rev(tr, db, *id, rev, Snapshot::no);
+      if (!rec.ok()) return rec.error();
+      if (!*rec) continue;
+      for (const AttInfo& a : (*rec)->atts) tr.add(att_ref_key(db, a.address), -1);
+      tr.add(db.space.counter_key(keyspace::kSizeActive),
+             -static_cast<std::int64_t>((*rec)->body.size()));
+      tr.clear_range(rb, re);
+      ++stats.bodies_removed;
+    }
+    cursor = "1" + next;
+    return false;
+  }
+  std::string begin = cursor.size() > 1 ? cursor.substr(1) : db.space.att_refs().range().first;
+  auto kvs = tr.get_range(begin, db.space.att_refs().range().second, kKeysPerStep, Reverse::no,
+                          Snapshot::no);
+  if (!kvs.ok()) return kvs.error();
+  if (kvs->empty()) return true;
+  for (const KeyValue& kv : *kvs) {
+    if (keyspace::decode_counter(kv.value) > 0) continue;
+    auto k = db.space.att_refs().unpack(kv.key);
+    const std::string* address = k && k->size() == 1 ? k->get_bytes(0) : nullptr;
+    if (!address) return storage::Error::io_error;
+    auto [ab, ae] = att_chunks_range(db, *address);
+    tr.clear_range(ab, ae);
+    tr.clear(kv.key);
+    ++stats.attachments_removed;
+  }
+  cursor = "2" + kvs->back().key + '\x00';
+  return false;
 }
 
 }  // namespace chaise::core

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/attachments.h"
 #include "core/databases.h"
 #include "core/doc_json.h"
 #include "core/rev.h"
@@ -47,18 +48,32 @@ StorageResult<std::optional<StoredBranch>> read_winner(Transaction& tr, const Db
 StorageResult<std::optional<std::string>> read_body(Transaction& tr, const DbRef& db,
                                                     std::string_view id, const RevId& rev);
 
+// A stored revision: its body and its header. Bodies of superseded revisions stay stored until
+// compaction, so this also finds non-leaf revisions (nullopt once compacted or never stored).
+struct RevRecord {
+  std::string body;
+  bool deleted = false;
+  std::vector<AttInfo> atts;
+};
+StorageResult<std::optional<RevRecord>> read_rev(Transaction& tr, const DbRef& db,
+                                                 std::string_view id, const RevId& rev,
+                                                 storage::Snapshot snapshot = storage::Snapshot::yes);
+
+
 // An interactive edit (new_edits=true).
 struct DocUpdate {
   std::string id;
   std::optional<RevId> base_rev;
   bool deleted = false;
   std::string body;  // compact JSON object without "_" members
+  std::vector<AttUpload> atts;
 };
 // A replicated revision (new_edits=false): the full path as sent by the client.
 struct ReplicatedDoc {
   std::string id;
   Branch path;  // leaf = the revision; ancestors from _revisions
   std::string body;
+  std::vector<AttUpload> atts;
 };
 struct UpdateResult {
   std::string id;
@@ -84,6 +99,12 @@ struct DocReadOptions {
   bool conflicts = false;
   bool deleted_conflicts = false;
   bool local_seq = false;
+  // Attachments: bodies inline (attachments=true), or only those newer than the nearest of
+  // `atts_since` on the revision's path; as "follows" stubs for a multipart answer.
+  bool attachments = false;
+  std::optional<std::vector<RevId>> atts_since;
+  bool att_encoding_info = false;
+  bool att_follows = false;
 };
 // The document JSON with _id/_rev spliced into the stored body. 404 missing / deleted as CouchDB.
 StorageResult<Outcome<std::string>> get_doc_json(Transaction& tr, const DbRef& db,
@@ -95,9 +116,28 @@ StorageResult<Outcome<std::vector<std::string>>> get_open_revs_json(
     Transaction& tr, const DbRef& db, std::string_view id,
     const std::optional<std::vector<RevId>>& revs, bool latest, const DocReadOptions& o);
 // Serializes a stored branch as a document (tombstones as {"_id","_rev","_deleted":true}).
+// `atts_out`, when given, receives the attachments rendered as "follows" (with att_follows), in
+// document order: their bytes go in the parts after the document in a multipart answer.
 StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std::string_view id,
                                            const std::vector<StoredBranch>& all,
-                                           const StoredBranch& b, const DocReadOptions& o);
+                                           const StoredBranch& b, const DocReadOptions& o,
+                                           std::vector<AttInfo>* atts_out = nullptr);
+// The revision `rev` of a document as a branch ending there: a leaf's own branch, or for a
+// superseded revision whose body is still stored, the path below it on the branch that holds it.
+// nullopt if neither.
+StorageResult<std::optional<StoredBranch>> find_revision(Transaction& tr, const DbRef& db,
+                                                         std::string_view id,
+                                                         const std::vector<StoredBranch>& all,
+                                                         const RevId& rev);
+
+// ---- Compaction: drops bodies of superseded revisions and attachment bytes no body names ----
+struct CompactStats {
+  std::int64_t bodies_removed = 0;
+  std::int64_t attachments_removed = 0;
+};
+// One bounded step; `cursor` (empty to start) says where to resume. Returns true when done.
+StorageResult<bool> compact_step(Transaction& tr, const DbRef& db, std::string& cursor,
+                                 CompactStats& stats);
 
 // ---- _revs_diff ----
 struct RevsDiff {

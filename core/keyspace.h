@@ -24,6 +24,11 @@
 //   (kMeta, Name)                          = revs_limit (tuple int), security (JSON),
 //                                            update_counter (little-endian int64, atomic add) ...
 //   (kConfig, "changes_shards", StartSeq)  = shard map (the sharded-changes issue)
+//   (kAtts, Address, Chunk)                = attachment bytes as stored (core/attachments.h)
+//   (kAttRefs, Address)                    = little-endian int64: revision bodies naming Address
+// A revision's body chunks are Chunk >= 0; its header (deleted flag, attachment list; see
+// core/documents.cc) is stored in the same range at Chunk < 0, so one range read returns both.
+// Bodies of superseded revisions stay until compaction (CouchDB keeps them too).
 // RevHash is stored as bytes: 16 raw bytes for 32-hex revisions, the text itself for opaque ones.
 // NotDeleted sorts false < true and RevPos, RevHash ascend, so a document's winning branch
 // (CouchDB's rule: live first, then highest pos, then highest hash) is the LAST key of its
@@ -60,6 +65,8 @@ inline constexpr std::int64_t kCounters = 5;
 inline constexpr std::int64_t kLocal = 6;
 inline constexpr std::int64_t kTxIds = 7;
 inline constexpr std::int64_t kConfig = 8;
+inline constexpr std::int64_t kAtts = 9;
+inline constexpr std::int64_t kAttRefs = 10;
 
 // Value format versions (first element of each value tuple).
 inline constexpr std::int64_t kDbFormat = 1;
@@ -67,6 +74,7 @@ inline constexpr std::int64_t kRevFormat = 1;
 inline constexpr std::int64_t kByIdFormat = 1;
 inline constexpr std::int64_t kSeqFormat = 1;
 inline constexpr std::int64_t kLocalFormat = 1;
+inline constexpr std::int64_t kRevHeaderFormat = 1;
 
 // Counter names.
 inline constexpr std::string_view kDocCount = "doc_count";
@@ -113,7 +121,9 @@ class DbSpace {
         counters_(root_.sub(Tuple().add(kCounters))),
         local_(root_.sub(Tuple().add(kLocal))),
         txids_(root_.sub(Tuple().add(kTxIds))),
-        meta_(root_.sub(Tuple().add(kMeta))) {}
+        meta_(root_.sub(Tuple().add(kMeta))),
+        atts_(root_.sub(Tuple().add(kAtts))),
+        att_refs_(root_.sub(Tuple().add(kAttRefs))) {}
 
   const Subspace& root() const { return root_; }
   const Subspace& revisions() const { return revisions_; }
@@ -124,6 +134,8 @@ class DbSpace {
   const Subspace& local() const { return local_; }
   const Subspace& txids() const { return txids_; }
   const Subspace& meta() const { return meta_; }
+  const Subspace& atts() const { return atts_; }
+  const Subspace& att_refs() const { return att_refs_; }
 
   std::string counter_key(std::string_view name) const { return counters_.pack(Tuple().add(name)); }
   std::string meta_key(std::string_view name) const { return meta_.pack(Tuple().add(name)); }
@@ -149,7 +161,8 @@ class DbSpace {
   const Subspace& shard_changes(std::int64_t /*shard*/) const { return changes_; }
 
  private:
-  Subspace root_, revisions_, docs_, by_id_, changes_, counters_, local_, txids_, meta_;
+  Subspace root_, revisions_, docs_, by_id_, changes_, counters_, local_, txids_, meta_, atts_,
+      att_refs_;
 };
 
 }  // namespace chaise::core::keyspace

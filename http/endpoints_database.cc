@@ -28,6 +28,8 @@
 #include "core/doc_json.h"
 #include "core/documents.h"
 #include "core/rev.h"
+#include <spdlog/spdlog.h>
+
 #include "http/request.h"
 #include "http/router.h"
 #include "http/txn.h"
@@ -180,7 +182,7 @@ struct ParsedItem {
 };
 
 ParsedItem parse_item(const Json& doc, const core::DbRef& db, bool new_edits,
-                      std::size_t max_document_size) {
+                      std::size_t max_document_size, std::size_t max_attachment_size) {
   if (!doc.is_object()) throw_bad_request("Document must be a JSON object");
   const auto id_member = doc.find("_id");
   const bool local = id_member != doc.end() && id_member->is_string() &&
@@ -190,10 +192,14 @@ ParsedItem parse_item(const Json& doc, const core::DbRef& db, bool new_edits,
 
   if (parsed.body.size() > max_document_size)
     throw HttpError(413, "document_too_large", parsed.id.value_or(""));
+  std::vector<core::AttUpload> atts;
   if (parsed.attachments && !parsed.attachments->empty()) {
     if (local) throw_bad_request("_local documents do not accept attachments.");
-    // Chaise stores no attachments yet: refused (chttpd:error_info(not_implemented)), not dropped.
-    throw HttpError(501, "not_implemented", "this feature is not yet implemented");
+    auto a = core::parse_attachments_json(*parsed.attachments, max_attachment_size);
+    if (auto* e = std::get_if<core::CouchError>(&a)) throw HttpError(std::move(*e));
+    atts = std::get<std::vector<core::AttUpload>>(std::move(a));
+    for (const core::AttUpload& u : atts)
+      if (u.follows) throw_bad_request("Attachment data missing for " + u.name);
   }
   if (local && !local_rev && parsed.rev) local_rev = parsed.rev->str();  // from _revisions
   if (parsed.id && db.partitioned) validate_partitioned_docid(*parsed.id);
@@ -205,6 +211,7 @@ ParsedItem parse_item(const Json& doc, const core::DbRef& db, bool new_edits,
   out.id_given = parsed.id.has_value();
   std::string id = parsed.id ? std::move(*parsed.id) : new_uuid();
   out.item = make_item(std::move(parsed), std::move(id), local, std::move(local_rev), new_edits);
+  (out.item.replicated ? out.item.replicated_doc.atts : out.item.update.atts) = std::move(atts);
   return out;
 }
 
@@ -356,7 +363,8 @@ Response database_info(Call& call) {
 MaybeResponse post_document(Call& call, const core::DbRef& db) {
   require_json_content_type(call);
   const Json body = parse_json_body(call.req, false);
-  ParsedItem parsed = parse_item(body, db, true, call.ctx.max_document_size);
+  ParsedItem parsed =
+      parse_item(body, db, true, call.ctx.max_document_size, call.ctx.max_attachment_size);
   // CouchDB (chttpd_db db_req POST): a document without _id is new, whatever _rev it carries.
   if (!parsed.id_given) parsed.item.update.base_rev.reset();
   const std::string id = item_id(parsed.item);
@@ -365,6 +373,9 @@ MaybeResponse post_document(Call& call, const core::DbRef& db) {
   std::vector<Item> items;
   items.push_back(std::move(parsed.item));
   const bool local = items.front().local;
+  if (storage::Status s = co_await preupload_attachments(call, db, items.front().update.atts);
+      !s.ok())
+    co_return storage_error_response(call.req, s.error());
   const std::vector<bool> skip_none(1, false);
   WriteOutcome w = co_await write_items(call, db.name, items, skip_none);
   if (w.db_missing) throw HttpError(core::db_not_found());
@@ -411,7 +422,13 @@ MaybeResponse bulk_docs(Call& call, const core::DbRef& db) {
   std::vector<Item> items;
   items.reserve(docs->size());
   for (const Json& doc : *docs)
-    items.push_back(parse_item(doc, db, new_edits, call.ctx.max_document_size).item);
+    items.push_back(parse_item(doc, db, new_edits, call.ctx.max_document_size,
+                                 call.ctx.max_attachment_size).item);
+  for (Item& it : items) {
+    auto& atts = it.replicated ? it.replicated_doc.atts : it.update.atts;
+    if (storage::Status s = co_await preupload_attachments(call, db, atts); !s.ok())
+      co_return storage_error_response(call.req, s.error());
+  }
 
   // Interactive edits of one id in one request were all made against the same revision: the
   // first is applied, the others conflict (couch_db_updater merge_rev_trees). Answered here so
@@ -568,9 +585,10 @@ MaybeResponse revs_limit(Call& call, const core::DbRef& db) {
 
 // ---- /{db}/_compact[/{ddoc}] --------------------------------------------------------------------
 
-// Compaction is the storage engine's business (RocksDB compacts on its own): CouchDB's answer is
-// given once the request is checked.
-Response compact(Call& call, const core::DbRef& db) {
+// POST /{db}/_compact drops the bodies of superseded revisions and the attachment bytes no stored
+// revision names (core::compact_step), in bounded transactions, before answering; RocksDB
+// compacts its files on its own. /_compact/{ddoc} (view compaction) only checks the design doc.
+MaybeResponse compact(Call& call, const core::DbRef& db) {
   if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
   require_json_content_type(call);
   if (call.path.size() > 2) {
@@ -580,8 +598,28 @@ Response compact(Call& call, const core::DbRef& db) {
         core::read_winner(tr, db, "_design/" + call.path[2], storage::Snapshot::yes));
     if (!winner) throw HttpError(core::doc_not_found());
     if (winner->branch.deleted) throw HttpError(core::doc_deleted());
+    co_return json_response(call.req, Status::accepted, Json{{"ok", true}});
   }
-  return json_response(call.req, Status::accepted, Json{{"ok", true}});
+  std::string cursor;
+  core::CompactStats stats;
+  for (bool done = false; !done;) {
+    std::string attempt_cursor;
+    core::CompactStats attempt_stats;
+    storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) {
+      attempt_cursor = cursor;
+      attempt_stats = stats;
+      auto r = core::compact_step(tr, db, attempt_cursor, attempt_stats);
+      if (!r.ok()) return storage::Status(r.error());
+      done = *r;
+      return storage::Status{};
+    });
+    if (!s.ok()) co_return storage_error_response(call.req, s.error());
+    cursor = std::move(attempt_cursor);
+    stats = attempt_stats;
+  }
+  spdlog::info("compacted {}: {} superseded bodies and {} attachment contents removed", db.name,
+               stats.bodies_removed, stats.attachments_removed);
+  co_return json_response(call.req, Status::accepted, Json{{"ok", true}});
 }
 
 bool not_implemented(std::string_view op) {
@@ -611,7 +649,7 @@ MaybeResponse handle_database(Call& call) {
 
   const std::string& op = path[1];
   // CouchDB's db_handler table matches these whatever follows them.
-  if (op == "_compact") co_return compact(call, db);
+  if (op == "_compact") co_return co_await compact(call, db);
   if (op == "_view_cleanup") {
     if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
     co_return json_response(call.req, Status::accepted, Json{{"ok", true}});

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/documents.h"
+#include "http/multipart.h"
 #include "http/request.h"
 #include "http/router.h"
 
@@ -35,7 +36,6 @@ using beast_http::field;
 using beast_http::verb;
 
 constexpr std::string_view kDocMethods = "DELETE,GET,HEAD,POST,PUT,COPY";
-constexpr std::string_view kAttachmentMethods = "DELETE,GET,HEAD,PUT";
 constexpr std::string_view kLocalPrefix = "_local/";
 
 // Design document actions CouchDB serves under /{db}/_design/{name}/{action}; not in Chaise yet.
@@ -246,6 +246,8 @@ struct DocQuery {
   bool revs = false, revs_info = false, conflicts = false, deleted_conflicts = false;
   bool local_seq = false, latest = false, deleted = false;
   bool new_edits = true;
+  bool attachments = false, att_encoding_info = false;
+  std::optional<std::vector<std::string>> atts_since;
 };
 
 std::vector<std::string> parse_rev_list(const std::string& json_text) {
@@ -298,7 +300,12 @@ DocQuery parse_doc_query(const Call& call) {
         if (!revs.empty()) q.open_revs = std::move(revs);  // [] means "no open_revs" in CouchDB
       }
     } else if (key == "atts_since") {
-      (void)parse_rev_list(value);  // validated; without attachments it changes nothing
+      q.atts_since = parse_rev_list(value);
+      q.attachments = true;  // chttpd_db: atts_since implies attachments
+    } else if (key == "attachments" && on) {
+      q.attachments = true;
+    } else if (key == "att_encoding_info" && on) {
+      q.att_encoding_info = true;
     } else if (key == "new_edits" && (value == "true" || value == "false")) {
       q.new_edits = on;
     }
@@ -423,11 +430,66 @@ std::string random_boundary() {
   return out;
 }
 
+// The attachment options of a read.
+void set_att_options(core::DocReadOptions& o, const DocQuery& q) {
+  o.attachments = q.attachments;
+  o.att_encoding_info = q.att_encoding_info;
+  if (q.atts_since) {
+    std::vector<core::RevId> since;
+    for (const std::string& text : *q.atts_since)
+      if (auto r = core::RevId::parse(text)) since.push_back(std::move(*r));
+    o.atts_since = std::move(since);
+  }
+}
+
+// mochiweb_request:accepts_content_type(Type) for a multipart type; no Accept header means */*.
+bool accepts_type(const Request& req, std::string_view wanted) {
+  auto accept = header(req, field::accept);
+  if (!accept) return true;
+  const std::string value = lower(*accept);
+  std::string_view rest = value;
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    std::string_view item = trim(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    std::string_view type = trim(item.substr(0, item.find(';')));
+    if (item.find("q=0") != std::string_view::npos && item.find("q=0.") == std::string_view::npos)
+      continue;
+    if (type == wanted || type == "*/*" || type == "multipart/*") return true;
+  }
+  return false;
+}
+
+// A document and the bytes of its "follows" attachments as one multipart/related body
+// (couch_doc:doc_to_multi_part_stream): the JSON part first, then one part per attachment.
+storage::Result<std::string> multipart_related_body(storage::Transaction& tr,
+                                                    const core::DbRef& db, std::string_view json,
+                                                    const std::vector<core::AttInfo>& follows,
+                                                    std::string_view boundary) {
+  std::string out;
+  append_part(out, boundary, {{"Content-Type", "application/json"}}, json);
+  for (const core::AttInfo& a : follows) {
+    auto bytes = core::read_att_stored(tr, db, a, 0, a.encoded_length);
+    if (!bytes.ok()) return bytes.error();
+    append_part(out, boundary,
+                {{"Content-Disposition", "attachment; filename=" + core::json_string(a.name)},
+                 {"Content-Type", a.content_type},
+                 {"Content-Length", std::to_string(bytes->size())}},
+                *bytes);
+  }
+  append_close(out, boundary);
+  return out;
+}
+
 // ---- open_revs ---------------------------------------------------------------------------------
 
 struct OpenRevsResult {
   std::vector<std::string> ok;       // serialized documents
   std::vector<std::string> missing;  // rev strings
+  // Multipart answers with attachments: ok[i] as a whole multipart/related part body, with its
+  // boundary (empty when the document has no attachment bytes to send).
+  std::vector<std::string> related;
+  std::vector<std::string> related_boundary;
 };
 
 // chttpd_db:send_docs_multipart: every document is its own application/json part (it would be a
@@ -435,8 +497,14 @@ struct OpenRevsResult {
 Response open_revs_multipart(const Request& req, const OpenRevsResult& r) {
   const std::string b = random_boundary();
   std::string body = "--" + b;
-  for (const std::string& doc : r.ok)
-    body += "\r\nContent-Type: application/json\r\n\r\n" + doc + "\r\n--" + b;
+  for (std::size_t i = 0; i < r.ok.size(); ++i) {
+    if (i < r.related_boundary.size() && !r.related_boundary[i].empty()) {
+      body += "\r\nContent-Type: multipart/related; boundary=\"" + r.related_boundary[i] +
+              "\"\r\n\r\n" + r.related[i] + "\r\n--" + b;
+    } else {
+      body += "\r\nContent-Type: application/json\r\n\r\n" + r.ok[i] + "\r\n--" + b;
+    }
+  }
   for (const std::string& rev : r.missing)
     body += "\r\nContent-Type: application/json; error=\"true\"\r\n\r\n{\"missing\":" +
             core::json_string(rev) + "}\r\n--" + b;
@@ -475,7 +543,8 @@ storage::Result<OpenRevsResult> read_open_revs(storage::Transaction& tr, const c
                                                std::string_view id,
                                                const std::vector<core::StoredBranch>& all,
                                                const std::optional<std::vector<core::RevId>>& revs,
-                                               bool latest, bool with_revs) {
+                                               const DocQuery& q, bool multipart) {
+  const bool latest = q.latest;
   std::vector<const core::StoredBranch*> found;
   std::vector<core::RevId> missing;
   if (!revs) {
@@ -506,11 +575,25 @@ storage::Result<OpenRevsResult> read_open_revs(storage::Transaction& tr, const c
   missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
 
   core::DocReadOptions o;
-  o.revs = with_revs;
+  o.revs = q.revs;
+  set_att_options(o, q);
+  o.att_follows = multipart;
   OpenRevsResult out;
   for (const core::StoredBranch* b : found) {
-    auto json = core::branch_doc_json(tr, db, id, all, *b, o);
+    std::vector<core::AttInfo> follows;
+    auto json = core::branch_doc_json(tr, db, id, all, *b, o, &follows);
     if (!json.ok()) return json.error();
+    if (multipart) {
+      std::string boundary, related;
+      if (!follows.empty()) {
+        boundary = make_boundary();
+        auto body = multipart_related_body(tr, db, *json, follows, boundary);
+        if (!body.ok()) return body.error();
+        related = std::move(*body);
+      }
+      out.related.push_back(std::move(related));
+      out.related_boundary.push_back(std::move(boundary));
+    }
     out.ok.push_back(std::move(*json));
   }
   for (const core::RevId& rev : missing) out.missing.push_back(rev.str());
@@ -523,6 +606,47 @@ std::vector<core::RevId> open_revs_ids(const DocQuery& q) {
   std::vector<core::RevId> revs;
   for (const std::string& text : *q.open_revs) revs.push_back(parse_rev_or_throw(text));
   return revs;
+}
+
+// chttpd_db:send_doc_efficiently: with attachments asked for and a client that accepts
+// multipart/related, the document and its attachment bytes as one multipart/related body;
+// otherwise JSON (attachment bytes inline as base64 when asked for).
+Response send_doc(const Call& call, storage::Transaction& tr, const core::DbRef& db,
+                  const std::string& id, const std::vector<core::StoredBranch>& all,
+                  const core::StoredBranch& b, core::DocReadOptions o,
+                  const std::optional<std::string>& etag) {
+  const bool want_data = o.attachments || o.atts_since.has_value();
+  bool has_atts = false;
+  if (want_data) {
+    auto rec = core::read_rev(tr, db, id, b.branch.leaf);
+    if (!rec.ok()) return storage_error_response(call.req, rec.error());
+    has_atts = *rec && !(*rec)->atts.empty();
+  }
+  if (has_atts && accepts_type(call.req, "multipart/related")) {
+    if (etag && etag_matches(call.req, *etag)) return not_modified(call.req, *etag);
+    o.att_follows = true;
+    o.att_encoding_info = true;
+    std::vector<core::AttInfo> follows;
+    auto json = core::branch_doc_json(tr, db, id, all, b, o, &follows);
+    if (!json.ok()) return storage_error_response(call.req, json.error());
+    const std::string boundary = make_boundary();
+    auto body = multipart_related_body(tr, db, *json, follows, boundary);
+    if (!body.ok()) return storage_error_response(call.req, body.error());
+    Response r{Status::ok, call.req.version()};
+    r.set(field::server, kServerHeader);
+    r.set(field::date, http_date_now());
+    r.set(field::content_type, "multipart/related; boundary=\"" + boundary + "\"");
+    r.set(field::cache_control, "must-revalidate");
+    if (etag) r.set(field::etag, *etag);
+    r.keep_alive(call.req.keep_alive());
+    r.body() = std::move(*body);
+    r.prepare_payload();
+    if (call.is(verb::head)) r.body().clear();
+    return r;
+  }
+  auto json = core::branch_doc_json(tr, db, id, all, b, o);
+  if (!json.ok()) return storage_error_response(call.req, json.error());
+  return doc_response(call.req, std::move(*json), etag);
 }
 
 // The winning revision, all leaves when conflicts are asked for; the doc's meta members decide
@@ -548,8 +672,7 @@ Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRe
   o.conflicts = q.conflicts;
   o.deleted_conflicts = q.deleted_conflicts;
   o.local_seq = q.local_seq;
-  auto json = core::branch_doc_json(tr, db, id, all, winner, o);
-  if (!json.ok()) return storage_error_response(call.req, json.error());
+  set_att_options(o, q);
   bool meta = q.revs_info || q.local_seq;
   for (std::size_t i = 0; i + 1 < all.size(); ++i) {
     const bool deleted = all[i].branch.deleted;
@@ -557,7 +680,7 @@ Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRe
   }
   std::optional<std::string> etag;
   if (!meta) etag = dquote(winner.branch.leaf.str());
-  return doc_response(call.req, std::move(*json), etag);
+  return send_doc(call, tr, db, id, all, winner, o, etag);
 }
 
 Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const DocQuery& q) {
@@ -568,7 +691,8 @@ Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const
     auto all = core::read_branches(tr, db, t.id, storage::Snapshot::yes);
     if (!all.ok()) return storage_error_response(call.req, all.error());
     if (!revs && all->empty()) throw_couch(core::doc_not_found());
-    auto r = read_open_revs(tr, db, t.id, *all, revs, q.latest, q.revs);
+    const bool multipart = accepts_multipart_mixed(call.req);
+    auto r = read_open_revs(tr, db, t.id, *all, revs, q, multipart);
     if (!r.ok()) return storage_error_response(call.req, r.error());
     return open_revs_response(call.req, *r);
   }
@@ -577,10 +701,13 @@ Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const
     core::DocReadOptions o;
     o.revs = q.revs;
     o.rev = parse_rev_or_throw(*q.rev_text);
-    auto r = core::get_doc_json(tr, db, t.id, o);
-    if (!r.ok()) return storage_error_response(call.req, r.error());
-    if (core::failed(*r)) throw_couch(core::doc_not_found());
-    return doc_response(call.req, std::get<std::string>(std::move(*r)), dquote(o.rev->str()));
+    set_att_options(o, q);
+    auto all = core::read_branches(tr, db, t.id, storage::Snapshot::yes);
+    if (!all.ok()) return storage_error_response(call.req, all.error());
+    auto found = core::find_revision(tr, db, t.id, *all, *o.rev);
+    if (!found.ok()) return storage_error_response(call.req, found.error());
+    if (!*found) throw_couch(core::doc_not_found());
+    return send_doc(call, tr, db, t.id, *all, **found, o, dquote(o.rev->str()));
   }
   return get_winner(call, tr, db, t.id, q);
 }
@@ -647,7 +774,7 @@ boost::asio::awaitable<WriteResult> write_one(Call& call, core::DocWriteBatch::I
 core::DocWriteBatch::Item interactive_item(std::string id, std::optional<core::RevId> base,
                                            bool deleted, std::string body) {
   core::DocWriteBatch::Item it;
-  it.update = core::DocUpdate{std::move(id), std::move(base), deleted, std::move(body)};
+  it.update = core::DocUpdate{std::move(id), std::move(base), deleted, std::move(body), {}};
   return it;
 }
 
@@ -656,7 +783,7 @@ core::DocWriteBatch::Item local_item(std::string id, std::optional<std::string> 
   core::DocWriteBatch::Item it;
   it.local = true;
   it.local_rev = std::move(base);
-  it.update = core::DocUpdate{std::move(id), std::nullopt, deleted, std::move(body)};
+  it.update = core::DocUpdate{std::move(id), std::nullopt, deleted, std::move(body), {}};
   return it;
 }
 
@@ -744,17 +871,61 @@ core::DocWriteBatch::Item put_item(const Call& call, const Target& t, const DocQ
   return it;
 }
 
-MaybeResponse put_doc(Call& call, const Target& t, const DocQuery& q) {
-  if (auto e = core::validate_docid(t.id)) throw_couch(std::move(*e));
+// The JSON document of a PUT, and for multipart/related (couch_doc:doc_from_multi_part_stream)
+// the parts after it, which hold the bytes of the "follows" attachments in document order.
+Json put_body(const Call& call, std::vector<MultipartPart>& parts) {
   const std::string_view ctype = call.req[field::content_type];
-  if (lower(ctype).starts_with("multipart/related;")) throw_not_implemented();  // attachments
-  Json j = request_json(call.req);
+  if (!lower(ctype).starts_with("multipart/related")) return request_json(call.req);
+  auto boundary = multipart_boundary(ctype);
+  if (!boundary) throw_bad_request("Invalid multipart/related request: no boundary");
+  auto parsed = parse_multipart(call.req.body(), *boundary);
+  if (!parsed || parsed->empty()) throw_bad_request("Invalid multipart/related request body");
+  parts = std::move(*parsed);
+  const std::string_view json_text = parts.front().body;
+  if (json_depth(json_text) > kJsonDepthMax) throw_bad_request("invalid UTF-8 JSON");
+  try {
+    return Json::parse(json_text);
+  } catch (const Json::exception&) {
+    throw_bad_request("invalid UTF-8 JSON");
+  }
+}
+
+// The attachments of a document to write, their "follows" bytes taken from `parts` (after the
+// first) in order.
+std::vector<core::AttUpload> upload_atts(const Call& call, const core::ParsedDoc& d,
+                                         const std::vector<MultipartPart>& parts) {
+  if (!has_attachments(d)) return {};
+  auto parsed = core::parse_attachments_json(*d.attachments, call.ctx.max_attachment_size);
+  if (auto* e = std::get_if<core::CouchError>(&parsed)) throw_couch(std::move(*e));
+  auto atts = std::get<std::vector<core::AttUpload>>(std::move(parsed));
+  std::size_t next = 1;
+  for (core::AttUpload& u : atts) {
+    if (!u.follows) continue;
+    if (next >= parts.size()) throw_bad_request("Attachment data missing for " + u.name);
+    const std::string_view bytes = parts[next++].body;
+    if (bytes.size() > call.ctx.max_attachment_size)
+      throw HttpError(413, "attachment_too_large", u.name);
+    if (u.follows_length >= 0 && static_cast<std::size_t>(u.follows_length) != bytes.size())
+      throw_bad_request("Attachment length mismatch for " + u.name);
+    core::set_att_data(u, std::string(bytes));
+  }
+  return atts;
+}
+
+MaybeResponse put_doc(Call& call, const core::DbRef& db, const Target& t, const DocQuery& q) {
+  if (auto e = core::validate_docid(t.id)) throw_couch(std::move(*e));
+  std::vector<MultipartPart> parts;
+  Json j = put_body(call, parts);
   if (t.local) co_return co_await put_local(call, t, q, std::move(j));
   core::ParsedDoc d = parse_doc_or_throw(j);
   check_size(call, d);
-  if (has_attachments(d)) throw_not_implemented();
+  std::vector<core::AttUpload> atts = upload_atts(call, d, parts);
   const bool deleted = d.deleted;
   auto item = put_item(call, t, q, std::move(d));
+  auto& item_atts = item.replicated ? item.replicated_doc.atts : item.update.atts;
+  item_atts = std::move(atts);
+  if (storage::Status s = co_await preupload_attachments(call, db, item_atts); !s.ok())
+    co_return storage_error_response(call.req, s.error());
   auto w = co_await write_one(call, std::move(item));
   if (w.failure) co_return std::move(w.failure);
   if (call.query.get("batch") == "ok") {
@@ -951,41 +1122,6 @@ void open_for_attachment(const Call& call, const core::DbRef& db, const Target& 
   if (core::failed(*r)) throw_couch(std::get<core::CouchError>(*r));
 }
 
-// No document has attachments yet, so every attachment is missing: CouchDB's answers for that.
-Response attachment_request(const Call& call, const core::DbRef& db, const Target& t) {
-  std::string name;
-  for (const std::string& part : t.rest) name += (name.empty() ? "" : "/") + part;
-  const core::CouchError missing_att{404, "not_found", "Document is missing attachment"};
-  if (call.is(verb::get) || call.is(verb::head)) {
-    const DocQuery q = parse_doc_query(call);
-    open_for_attachment(call, db, t, q.rev_text);
-    throw_couch(missing_att);
-  }
-  if (!call.is(verb::put) && !call.is(verb::delete_)) require_method(call, kAttachmentMethods);
-  if (name.starts_with("_")) throw_bad_request("Attachment name can't start with '_'");
-  if (!core::is_valid_utf8(name)) throw_bad_request("Attachment name is not UTF-8 encoded");
-  if (call.is(verb::put)) throw_not_implemented();
-  std::optional<std::string> rev;
-  if (auto r = call.query.get("rev")) rev = *r;
-  auto im = if_match_text(call.req);
-  if (rev && im && local_rev_or_throw(*rev) != local_rev_or_throw(*im))
-    throw_bad_request("Document rev and etag have different values");
-  if (!rev) rev = im;
-  if (rev) {
-    // fabric:open_revs of an unknown revision is thrown as {{not_found, missing}, Rev}, which
-    // chttpd:error_info answers with this odd 409.
-    try {
-      open_for_attachment(call, db, t, rev);
-    } catch (const HttpError& e) {
-      if (e.error().status == 404) throw HttpError(409, "not_found", "missing_rev");
-      throw;
-    }
-  } else {
-    open_for_attachment(call, db, t, std::nullopt);
-  }
-  throw_couch(missing_att);
-}
-
 // /{db}/_design/{name}/_view/... and the other design handlers: CouchDB opens the design doc first.
 bool is_design_action(const Target& t) {
   return t.id.starts_with("_design/") && !t.rest.empty() &&
@@ -1021,7 +1157,11 @@ MaybeResponse handle_document(Call& call) {
     open_for_attachment(call, db, Target{t.id, false, {}}, std::nullopt);
     throw_not_implemented();
   }
-  if (!t.rest.empty()) co_return attachment_request(call, db, t);
+  if (!t.rest.empty()) {
+    std::string name;
+    for (const std::string& part : t.rest) name += (name.empty() ? "" : "/") + part;
+    co_return co_await handle_attachment(call, db, t.id, name);
+  }
   switch (call.method()) {
     case verb::get:
     case verb::head: {
@@ -1030,7 +1170,7 @@ MaybeResponse handle_document(Call& call) {
     }
     case verb::put: {
       const DocQuery q = parse_doc_query(call);
-      co_return co_await put_doc(call, t, q);
+      co_return co_await put_doc(call, db, t, q);
     }
     case verb::delete_:
       co_return co_await delete_doc(call, db, t);

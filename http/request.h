@@ -105,6 +105,13 @@ core::DbRef open_db_or_throw(const Call& call);
 // error that ended it, if any; batch.db_missing() tells a missing database.
 boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call, core::DocWriteBatch& batch);
 
+// Writes the bytes of large new attachments (over 1 MB) in transactions of their own, before the
+// document's transaction, and marks them preuploaded (their bytes leave memory). Defined in
+// endpoints_attachments.cc.
+boost::asio::awaitable<storage::Status> preupload_attachments(const Call& call,
+                                                              const core::DbRef& db,
+                                                              std::vector<core::AttUpload>& atts);
+
 // GET or HEAD (CouchDB answers HEAD like GET without the body).
 inline bool is_get(const Call& call) {
   return call.is(beast_http::verb::get) || call.is(beast_http::verb::head);

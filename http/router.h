@@ -20,6 +20,7 @@
 #include "storage/database.h"
 
 namespace chaise::core {
+struct DbRef;
 class ChangesNotifier;
 class TxIdJanitor;
 }
@@ -63,6 +64,8 @@ struct RouterContext {
   std::int64_t changes_timeout_ms = 60'000;
   // CouchDB's [couchdb] max_document_size: larger documents get 413 document_too_large.
   std::size_t max_document_size = 8'000'000;
+  // CouchDB's [couchdb] max_attachment_size: larger attachments get 413 attachment_too_large.
+  std::size_t max_attachment_size = 1024ull * 1024 * 1024;
   // CouchDB's [uuids] max_count for /_uuids.
   std::int64_t uuids_max_count = 1000;
   // Rows per storage transaction when streaming _all_docs / _changes.
@@ -98,6 +101,9 @@ MaybeResponse handle_server(Call& call);
 MaybeResponse handle_database(Call& call);
 // Documents: /{db}/{docid}, /{db}/_design/{id}, /{db}/_local/{id}.
 MaybeResponse handle_document(Call& call);
+// Attachments: /{db}/{docid}/{attname...} (GET, HEAD, PUT, DELETE), for an opened database.
+MaybeResponse handle_attachment(Call& call, const core::DbRef& db, const std::string& doc_id,
+                                const std::string& name);
 // Streamed views: /{db}/_all_docs, _design_docs, _local_docs, _all_docs/queries, _changes.
 MaybeResponse handle_views(Call& call);
 

@@ -65,6 +65,9 @@ struct Config {
   bool fsync = true;        // sync the WAL before acknowledging a commit (storage::Options::fsync)
   std::size_t max_request_body_bytes = 64 * 1024 * 1024;
   std::size_t max_document_size = 8'000'000;  // CouchDB's [couchdb] max_document_size
+  // CouchDB's [couchdb] max_attachment_size (its default is 1 GiB; a request body larger than
+  // max_request_body_bytes is refused before this is looked at).
+  std::size_t max_attachment_size = 1024ull * 1024 * 1024;
   std::size_t max_header_bytes = 64 * 1024;
   unsigned idle_timeout_seconds = 300;
   std::size_t max_connections = 10000;
@@ -113,6 +116,8 @@ void apply_setting(Config& config, std::string_view key, const std::string& valu
     config.fsync = parse_bool(key, value);
   } else if (key == "max_document_size") {
     config.max_document_size = parse_int<std::size_t>(key, value, 1, kSizeMax);
+  } else if (key == "max_attachment_size") {
+    config.max_attachment_size = parse_int<std::size_t>(key, value, 0, kSizeMax);
   } else if (key == "max_request_body_bytes") {
     config.max_request_body_bytes = parse_int<std::size_t>(key, value, 1, kSizeMax);
   } else if (key == "max_header_bytes") {
@@ -354,6 +359,7 @@ int run(const Config& config) {
   context.server_uuid = uuid;
   context.store = store.get();
   context.max_document_size = config.max_document_size;
+  context.max_attachment_size = config.max_attachment_size;
   context.janitor = janitor.get();
   context.notifier = notifier.get();
   chaise::http::Router router{std::move(context)};

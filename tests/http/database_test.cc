@@ -670,9 +670,8 @@ TEST_F(DatabaseTest, BulkDocsRequestErrors) {
   expect_error(post(url, R"({"docs":[{"_id":"ok","_rev":"1-abc"},{"_id":"y"}],
                             "new_edits":false})"),
                400, "bad_request", kNewEditsReason);
-  // Attachments are refused rather than dropped: Chaise does not store them yet.
-  expect_error(post(url, R"({"docs":[{"_id":"a","_attachments":{"f":{"data":"eA=="}}}]})"), 501,
-               "not_implemented", "this feature is not yet implemented");
+  expect_error(post(url, R"({"docs":[{"_id":"ok"},{"_id":"a","_attachments":{"f":{"data":"e"}}}]})"),
+               400, "bad_request", "Invalid attachment data for f");
   expect_error(post(url, R"({"docs":[{"_id":"_local/a","_attachments":{"f":{}}}]})"), 400,
                "bad_request", "_local documents do not accept attachments.");
   const Json i = info("db");

@@ -64,6 +64,10 @@ class DocumentTest : public ::testing::Test {
   HttpResponse del(const std::string& target, const Headers& headers = {}) {
     return call(verb::delete_, target, {}, headers);
   }
+  HttpResponse post(const std::string& target, const std::string& body,
+                    const Headers& headers = kJson) {
+    return call(verb::post, target, body, headers);
+  }
 
   // PUTs `body` and returns the new rev (empty, with a test failure, if it was not created).
   std::string create(const std::string& target, const std::string& body) {
@@ -271,20 +275,31 @@ TEST_F(DocumentTest, RevsAndRevsInfoShapes) {
   ASSERT_EQ(info.status, 200u);
   EXPECT_EQ(info.json()["_revs_info"],
             Json::parse(R"([{"rev":")" + r3 + R"(","status":"available"},{"rev":")" + r2 +
-                        R"(","status":"missing"},{"rev":")" + r1 + R"(","status":"missing"}])"));
+                        R"(","status":"available"},{"rev":")" + r1 + R"(","status":"available"}])"));
   EXPECT_EQ(info.header(field::etag), "");  // send_doc: no ETag when the doc carries meta
   EXPECT_FALSE(info.json().contains("_revisions"));
+  // Compaction drops superseded bodies: their revisions are "missing" from then on.
+  ASSERT_EQ(post("/db/_compact", "{}").status, 202u);
+  EXPECT_EQ(get("/db/doc?revs_info=true").json()["_revs_info"],
+            Json::parse(R"([{"rev":")" + r3 + R"(","status":"available"},{"rev":")" + r2 +
+                        R"(","status":"missing"},{"rev":")" + r1 + R"(","status":"missing"}])"));
 }
 
-TEST_F(DocumentTest, RevParamReadsALeafOnly) {
+TEST_F(DocumentTest, RevParamReadsSupersededRevisionsUntilCompaction) {
   const std::string r1 = create("/db/doc", R"({"v":1})");
   const std::string r2 = create("/db/doc", R"({"_rev":")" + r1 + R"(","v":2})");
   auto r = get("/db/doc?rev=" + r2);
   ASSERT_EQ(r.status, 200u);
   EXPECT_EQ(r.json()["v"], 2);
   EXPECT_EQ(r.header(field::etag), dq(r2));
-  // The body of a replaced revision is gone (as in CouchDB after compaction).
+  // Like CouchDB, a superseded revision stays readable until the database is compacted.
+  auto old = get("/db/doc?rev=" + r1 + "&revs=true");
+  ASSERT_EQ(old.status, 200u) << old.body;
+  EXPECT_EQ(old.json()["v"], 1);
+  EXPECT_EQ(old.json()["_revisions"], (Json{{"start", 1}, {"ids", {r1.substr(2)}}}));
+  ASSERT_EQ(post("/db/_compact", "{}").status, 202u);
   expect_error(get("/db/doc?rev=" + r1), 404, "not_found", "missing");
+  EXPECT_EQ(get("/db/doc?rev=" + r2).status, 200u);
   expect_error(get("/db/doc?rev=9-" + hash_of('a')), 404, "not_found", "missing");
   expect_error(get("/db/none?rev=" + r1), 404, "not_found", "missing");
 }
@@ -863,21 +878,42 @@ TEST_F(DocumentTest, BadUpdatesLeaveTheDocumentAlone) {
                "Bad special document member: _foo");
   expect_error(put("/db/doc", "[]"), 400, "bad_request", "Document must be a JSON object");
   expect_error(
-      put("/db/doc", R"({"_attachments":{"a.txt":{"data":"aGk="}},"_rev":")" + rev + "\"}"), 501,
-      "not_implemented", "this feature is not yet implemented");
+      put("/db/doc", R"({"_attachments":{"a.txt":{"stub":true}},"_rev":")" + rev + "\"}"), 412,
+      "missing_stub", "Invalid attachment stub in doc for a.txt");
+  expect_error(
+      put("/db/doc", R"({"_attachments":{"a.txt":{"data":"!!"}},"_rev":")" + rev + "\"}"), 400,
+      "bad_request", "Invalid attachment data for a.txt");
   auto g = get("/db/doc");
   EXPECT_EQ(g.json()["_rev"], rev);
   EXPECT_EQ(g.json()["v"], 1);
 }
 
-TEST_F(DocumentTest, MultipartRelatedUploadIsNotImplementedAndWritesNothing) {
+TEST_F(DocumentTest, MultipartRelatedUploadStoresFollowingAttachments) {
+  // What CouchDB's replicator sends: the document, then the bytes of each "follows" attachment.
   const std::string body =
       "--b\r\nContent-Type: application/json\r\n\r\n{\"_rev\":\"1-" + hash_of('a') +
-      "\",\"_attachments\":{\"a.txt\":{\"follows\":true,\"length\":2}}}\r\n--b\r\n\r\nhi\r\n--b--";
-  expect_error(
-      put("/db/mp?new_edits=false", body, {{"Content-Type", "multipart/related; boundary=\"b\""}}),
-      501, "not_implemented", "this feature is not yet implemented");
-  expect_error(get("/db/mp"), 404, "not_found", "missing");
+      "\",\"_attachments\":{\"a.txt\":{\"content_type\":\"text/plain\",\"revpos\":1,"
+      "\"follows\":true,\"length\":2},\"b.bin\":{\"follows\":true,\"length\":3}}}\r\n"
+      "--b\r\nContent-Disposition: attachment; filename=\"a.txt\"\r\n\r\nhi\r\n"
+      "--b\r\n\r\nxyz\r\n--b--";
+  auto r =
+      put("/db/mp?new_edits=false", body, {{"Content-Type", "multipart/related; boundary=\"b\""}});
+  ASSERT_EQ(r.status, 201u) << r.body;
+  auto a = get("/db/mp/a.txt");
+  ASSERT_EQ(a.status, 200u) << a.body;
+  EXPECT_EQ(a.body, "hi");
+  EXPECT_EQ(a.header(field::content_type), "text/plain");
+  EXPECT_EQ(get("/db/mp/b.bin").body, "xyz");
+  auto doc = get("/db/mp").json();
+  EXPECT_EQ(doc["_attachments"]["a.txt"]["digest"], "md5-SfaKXIST7CwL9ImCHCH8Ow==");
+  EXPECT_EQ(doc["_attachments"]["b.bin"]["content_type"], "application/octet-stream");
+  // A part missing for an announced attachment writes nothing.
+  const std::string short_body =
+      "--b\r\nContent-Type: application/json\r\n\r\n{\"_attachments\":{\"x\":{\"follows\":true}}}"
+      "\r\n--b--";
+  expect_error(put("/db/mp2", short_body, {{"Content-Type", "multipart/related; boundary=b"}}), 400,
+               "bad_request", "Attachment data missing for x");
+  expect_error(get("/db/mp2"), 404, "not_found", "missing");
 }
 
 TEST_F(DocumentTest, LocationHonoursForwardedHeaders) {

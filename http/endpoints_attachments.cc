@@ -1,0 +1,309 @@
+// http/endpoints_attachments.cc — /{db}/{docid}/{attname} (names may contain '/'): CouchDB's
+// chttpd_db:db_attachment_req. GET and HEAD answer the bytes (ETag from the MD5 digest,
+// If-None-Match, one byte range); PUT stores the request body as the attachment of a new revision
+// (the document's other attachments carried over as stubs); DELETE writes a revision without it.
+#include <algorithm>
+#include <boost/beast/http/field.hpp>
+#include <charconv>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/attachments.h"
+#include "core/documents.h"
+#include "http/request.h"
+#include "http/router.h"
+#include "http/txn.h"
+
+namespace chaise::http {
+namespace {
+
+using beast_http::field;
+using beast_http::verb;
+
+constexpr std::string_view kAttachmentMethods = "DELETE,GET,HEAD,PUT";
+// Attachments up to this size are answered with Content-Length from one read; larger ones stream
+// chunk by chunk (memory stays flat whatever the size).
+constexpr std::int64_t kWholeResponseBytesMax = 1 << 20;
+// Attachment bytes above this size are written before the document, in transactions of their
+// own, so that a document transaction stays far below FoundationDB's 10 MB.
+constexpr std::size_t kPreuploadBytesMin = 1 << 20;
+constexpr std::size_t kPreuploadBytesPerTransaction = 44 * core::kAttChunkBytes;  // ~4 MB
+
+core::CouchError missing_att() { return {404, "not_found", "Document is missing attachment"}; }
+
+// The revision named by ?rev= or If-Match (they must agree), unparsed.
+std::optional<std::string> requested_rev(const Call& call) {
+  std::optional<std::string> rev = call.query.get("rev");
+  std::optional<std::string> im;
+  if (auto it = call.req.find(field::if_match); it != call.req.end()) {
+    std::string_view v = it->value();
+    while (!v.empty() && v.front() == '"') v.remove_prefix(1);
+    while (!v.empty() && v.back() == '"') v.remove_suffix(1);
+    im = std::string(v);
+  }
+  if (rev && im && *rev != *im) throw_bad_request("Document rev and etag have different values");
+  return rev ? rev : im;
+}
+
+core::RevId parse_rev(std::string_view text) {
+  auto r = core::RevId::parse(text);
+  if (!r) throw_bad_request("Invalid rev format");
+  return *r;
+}
+
+// The revision a request reads or edits: the given one (a leaf, or a superseded revision whose
+// body is still stored), else the winner. nullopt when the document does not exist or, without
+// a rev, is deleted.
+struct Opened {
+  core::StoredBranch branch;
+  core::RevRecord record;
+};
+std::optional<Opened> open_revision(storage::Transaction& tr, const core::DbRef& db,
+                                    const std::string& id, const std::optional<core::RevId>& rev,
+                                    bool& deleted) {
+  auto all = value_or_throw(core::read_branches(tr, db, id, storage::Snapshot::yes));
+  deleted = false;
+  if (all.empty()) return std::nullopt;
+  std::optional<core::StoredBranch> chosen;
+  if (rev) {
+    chosen = value_or_throw(core::find_revision(tr, db, id, all, *rev));
+    if (!chosen) return std::nullopt;
+  } else {
+    if (all.back().branch.deleted) {
+      deleted = true;
+      return std::nullopt;
+    }
+    chosen = all.back();
+  }
+  auto rec = value_or_throw(core::read_rev(tr, db, id, chosen->branch.leaf));
+  return Opened{std::move(*chosen), rec ? std::move(*rec) : core::RevRecord{}};
+}
+
+Response bytes_head(const Request& req, Status status, const core::AttInfo& a,
+                    const std::string& etag) {
+  Response r{status, req.version()};
+  r.set(field::server, kServerHeader);
+  r.set(field::date, http_date_now());
+  r.set(field::content_type, a.content_type);
+  r.set(field::cache_control, "must-revalidate");
+  r.set(field::etag, etag);
+  r.set(field::accept_ranges, "bytes");
+  // CouchDB 3 sends attachments with this CSP: an HTML attachment cannot script the origin.
+  r.set("Content-Security-Policy", "sandbox");
+  r.keep_alive(req.keep_alive());
+  return r;
+}
+
+struct ByteRange {
+  std::int64_t from = 0, to = 0;  // inclusive
+};
+
+// "bytes=a-b", "bytes=a-", "bytes=-n" (one range). nullopt: no usable Range header (answer 200);
+// throws 416 when it is syntactically a byte range but cannot be satisfied.
+std::optional<ByteRange> parse_range(const Request& req, std::int64_t size) {
+  auto it = req.find(field::range);
+  if (it == req.end()) return std::nullopt;
+  std::string_view v = it->value();
+  if (!v.starts_with("bytes=")) return std::nullopt;
+  v.remove_prefix(6);
+  if (v.find(',') != std::string_view::npos) return std::nullopt;  // several ranges: whole body
+  const std::size_t dash = v.find('-');
+  if (dash == std::string_view::npos) return std::nullopt;
+  auto num = [](std::string_view s) -> std::optional<std::int64_t> {
+    std::int64_t n = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+    if (s.empty() || ec != std::errc{} || p != s.data() + s.size() || n < 0) return std::nullopt;
+    return n;
+  };
+  auto unsatisfiable = [] {
+    throw HttpError(416, "requested_range_not_satisfiable", "Requested range not satisfiable");
+  };
+  std::string_view a = v.substr(0, dash), b = v.substr(dash + 1);
+  ByteRange r;
+  if (a.empty()) {
+    auto n = num(b);
+    if (!n) return std::nullopt;
+    if (*n == 0 || size == 0) unsatisfiable();
+    r.from = std::max<std::int64_t>(0, size - *n);
+    r.to = size - 1;
+    return r;
+  }
+  auto from = num(a);
+  if (!from) return std::nullopt;
+  std::optional<std::int64_t> to = b.empty() ? std::optional<std::int64_t>(size - 1) : num(b);
+  if (!to) return std::nullopt;
+  if (*from > *to) return std::nullopt;  // invalid: ignored, as HTTP says
+  if (*from >= size) unsatisfiable();
+  r.from = *from;
+  r.to = std::min(*to, size - 1);
+  return r;
+}
+
+MaybeResponse get_attachment(Call& call, const core::DbRef& db, const std::string& id,
+                             const std::string& name) {
+  std::optional<core::RevId> rev;
+  if (auto r = call.query.get("rev")) rev = parse_rev(*r);
+  auto tr = call.store().create_transaction();
+  bool deleted = false;
+  auto opened = open_revision(tr, db, id, rev, deleted);
+  if (!opened) throw HttpError(deleted ? core::doc_deleted() : core::doc_not_found());
+  const core::AttInfo* att = nullptr;
+  for (const core::AttInfo& a : opened->record.atts)
+    if (a.name == name) att = &a;
+  if (!att) throw HttpError(missing_att());
+  const std::string etag = "\"" + core::base64_encode(att->md5) + "\"";
+  for (std::string_view inm = call.req[field::if_none_match]; !inm.empty();) {
+    if (inm.find(etag) != std::string_view::npos) {
+      Response r = bytes_head(call.req, Status::not_modified, *att, etag);
+      r.prepare_payload();
+      co_return r;
+    }
+    break;
+  }
+  const std::int64_t size = att->encoded_length;
+  std::optional<ByteRange> range = parse_range(call.req, size);
+  const std::int64_t from = range ? range->from : 0;
+  const std::int64_t len = range ? range->to - range->from + 1 : size;
+  Response head = bytes_head(call.req, range ? Status::partial_content : Status::ok, *att, etag);
+  if (range)
+    head.set(field::content_range, "bytes " + std::to_string(range->from) + "-" +
+                                       std::to_string(range->to) + "/" + std::to_string(size));
+  if (call.is(verb::head) || len <= kWholeResponseBytesMax) {
+    if (call.is(verb::head)) {
+      head.content_length(static_cast<std::uint64_t>(len));
+      co_return head;
+    }
+    head.body() = value_or_throw(core::read_att_stored(tr, db, *att, from, len));
+    head.prepare_payload();
+    co_return head;
+  }
+  // Large: stream it, one storage chunk at a time, each read in its own short transaction (the
+  // bytes under an address never change).
+  if (!co_await call.stream.begin(std::move(head))) co_return std::nullopt;
+  const core::AttInfo info = *att;
+  for (std::int64_t off = from; off < from + len;) {
+    const std::int64_t n =
+        std::min<std::int64_t>(static_cast<std::int64_t>(core::kAttChunkBytes) * 4,
+                               from + len - off);
+    auto piece_tr = call.store().create_transaction();
+    auto piece = core::read_att_stored(piece_tr, db, info, off, n);
+    if (!piece.ok()) co_return std::nullopt;  // the head is sent: all we can do is stop
+    if (!co_await call.stream.write(*piece)) co_return std::nullopt;
+    off += n;
+  }
+  co_await call.stream.finish();
+  co_return std::nullopt;
+}
+
+// The edit PUT and DELETE make: the opened revision's body and attachments (as stubs), with
+// `name` replaced by `upload` or removed.
+MaybeResponse write_attachment(Call& call, const core::DbRef& db, const std::string& id,
+                               const std::string& name, std::optional<core::AttUpload> upload) {
+  std::optional<core::RevId> rev;
+  if (auto text = requested_rev(call)) rev = parse_rev(*text);
+  auto tr = call.store().create_transaction();
+  bool deleted = false;
+  auto opened = open_revision(tr, db, id, rev, deleted);
+  if (rev && !opened) throw HttpError(409, "not_found", "missing_rev");  // chttpd's odd answer
+  if (!upload) {
+    if (!opened) throw HttpError(deleted ? core::doc_deleted() : core::doc_not_found());
+    if (!rev) throw HttpError(core::conflict());
+  } else if (opened && !rev) {
+    throw HttpError(core::conflict());  // the document exists: the edit must name its revision
+  }
+  core::DocUpdate u;
+  u.id = id;
+  u.base_rev = rev;
+  u.body = opened ? opened->record.body : "{}";
+  bool found = false;
+  // CouchDB puts the new attachment first, the others after it in their order.
+  if (upload) u.atts.push_back(std::move(*upload));
+  if (opened) {
+    for (const core::AttInfo& a : opened->record.atts) {
+      if (a.name == name) {
+        found = true;
+        continue;
+      }
+      core::AttUpload stub;
+      stub.name = a.name;
+      stub.stub = true;
+      u.atts.push_back(std::move(stub));
+    }
+  }
+  if (!upload && !found) throw HttpError(missing_att());
+  if (storage::Status s = co_await preupload_attachments(call, db, u.atts); !s.ok())
+    co_return storage_error_response(call.req, s.error());
+  core::DocWriteBatch::Item item;
+  item.update = std::move(u);
+  std::vector<core::DocWriteBatch::Item> items;
+  items.push_back(std::move(item));
+  core::DocWriteBatch batch(db.name, std::move(items));
+  storage::Status s = co_await run_doc_batch(call, batch);
+  if (!s.ok()) co_return storage_error_response(call.req, s.error());
+  if (batch.db_missing()) throw HttpError(core::db_not_found());
+  const auto& result = *batch.results().at(0);
+  if (auto* e = std::get_if<core::CouchError>(&result)) throw HttpError(*e);
+  const std::string new_rev = std::get<core::UpdateResult>(result).rev.str();
+  Response r = json_response(call.req, call.is(verb::delete_) ? Status::ok : Status::created,
+                             Json{{"ok", true}, {"id", id}, {"rev", new_rev}});
+  r.set(field::etag, "\"" + new_rev + "\"");
+  if (call.is(verb::put)) {
+    std::string host = std::string(call.req[field::host]);
+    if (host.empty()) host = "localhost";
+    r.set(field::location, "http://" + host + std::string(call.req.target().substr(
+                                                  0, call.req.target().find('?'))));
+  }
+  co_return r;
+}
+
+}  // namespace
+
+boost::asio::awaitable<storage::Status> preupload_attachments(const Call& call,
+                                                              const core::DbRef& db,
+                                                              std::vector<core::AttUpload>& atts) {
+  for (core::AttUpload& u : atts) {
+    if (u.stub || u.follows || u.stored.size() <= kPreuploadBytesMin) continue;
+    const std::string_view bytes = u.stored;
+    for (std::size_t off = 0; off < bytes.size(); off += kPreuploadBytesPerTransaction) {
+      // Chunk boundaries must match write_att_chunks': kPreuploadBytesPerTransaction is a
+      // multiple of kAttChunkBytes.
+      const std::string_view piece = bytes.substr(off, kPreuploadBytesPerTransaction);
+      const auto first = static_cast<std::int64_t>(off / core::kAttChunkBytes);
+      storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) {
+        std::int64_t chunk = first;
+        for (std::size_t p = 0; p < piece.size(); p += core::kAttChunkBytes)
+          tr.set(core::att_chunk_key(db, u.info.address, chunk++),
+                 piece.substr(p, core::kAttChunkBytes));
+        return storage::Status{};
+      });
+      if (!s.ok()) co_return s;
+    }
+    u.preuploaded = true;
+    u.stored = std::string();
+  }
+  co_return storage::Status{};
+}
+
+MaybeResponse handle_attachment(Call& call, const core::DbRef& db, const std::string& doc_id,
+                                const std::string& name) {
+  if (is_get(call)) co_return co_await get_attachment(call, db, doc_id, name);
+  if (!call.is(verb::put) && !call.is(verb::delete_)) require_method(call, kAttachmentMethods);
+  if (name.starts_with("_")) throw_bad_request("Attachment name can't start with '_'");
+  if (!core::is_valid_utf8(name)) throw_bad_request("Attachment name is not UTF-8 encoded");
+  if (auto e = core::validate_docid(doc_id)) throw HttpError(std::move(*e));
+  if (call.is(verb::delete_)) co_return co_await write_attachment(call, db, doc_id, name, {});
+  if (call.req.body().size() > call.ctx.max_attachment_size)
+    throw HttpError(413, "attachment_too_large", name);
+  core::AttUpload up;
+  up.name = name;
+  up.info.name = name;
+  std::string_view ctype = call.req[field::content_type];
+  up.info.content_type = ctype.empty() ? "application/octet-stream" : std::string(ctype);
+  core::set_att_data(up, std::string(call.req.body()));
+  co_return co_await write_attachment(call, db, doc_id, name, std::move(up));
+}
+
+}  // namespace chaise::http

@@ -1,0 +1,292 @@
+// Integration tests of attachments against the real chaise binary: inline base64 uploads, stubs,
+// /{db}/{doc}/{att} GET/HEAD/PUT/DELETE with ETag, If-None-Match and Range, attachments=true and
+// atts_since, multipart/related answers, open_revs with attachments, superseded revisions and
+// compaction, large attachments, max_attachment_size.
+//
+// Expected answers come from CouchDB 3.5 (chttpd_db:db_attachment_req, couch_att:to_json,
+// couch_doc:doc_to_multi_part_stream), checked side by side against a CouchDB 3.5.0.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/attachments.h"
+#include "http/multipart.h"
+#include "tests/http/test_server.h"
+
+namespace chaise::test {
+namespace {
+
+using beast_http::field;
+using beast_http::verb;
+using Json = nlohmann::ordered_json;
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+const Headers kJson = {{"Content-Type", "application/json"}};
+const Headers kAcceptJson = {{"Accept", "application/json"}};
+
+std::string md5_digest(const std::string& bytes) {
+  core::AttHasher h;
+  h.update(bytes);
+  std::string md5, address;
+  h.finish(md5, address);
+  return core::att_digest_str(md5);
+}
+
+class AttachmentsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { start({}); }
+  void start(const std::vector<std::string>& args) {
+    server_.emplace(dir_.path() / "data", args);
+    client_ = std::make_unique<HttpClient>(server_->port());
+    auto r = call(verb::put, "/db");
+    ASSERT_TRUE(r.status == 201u || r.status == 412u) << r.body;
+  }
+  void TearDown() override {
+    client_.reset();
+    EXPECT_EQ(server_->stop().exit_code, 0);
+  }
+
+  HttpResponse call(verb method, const std::string& target, std::string body = {},
+                    const Headers& headers = {}) {
+    return client_->request(method, target, std::move(body), headers);
+  }
+  HttpResponse get(const std::string& target, const Headers& headers = {}) {
+    return call(verb::get, target, {}, headers);
+  }
+  HttpResponse put(const std::string& target, const std::string& body,
+                   const Headers& headers = kJson) {
+    return call(verb::put, target, body, headers);
+  }
+  std::string rev_of(const std::string& doc) { return get("/db/" + doc).json()["_rev"]; }
+
+  TempDir dir_;
+  std::optional<ServerProcess> server_;
+  std::unique_ptr<HttpClient> client_;
+};
+
+void expect_error(const HttpResponse& r, unsigned status, const std::string& error,
+                  const std::string& reason) {
+  EXPECT_EQ(r.status, status) << r.body;
+  ASSERT_FALSE(r.body.empty());
+  EXPECT_EQ(r.json(), (Json{{"error", error}, {"reason", reason}})) << r.body;
+}
+
+TEST_F(AttachmentsTest, InlineUploadReadsBackAsStubDataAndBytes) {
+  auto p = put("/db/d", R"({"a":1,"_attachments":{"h.txt":{"content_type":"text/plain",
+                              "data":"aGVsbG8gd29ybGQ="}}})");
+  ASSERT_EQ(p.status, 201u) << p.body;
+  auto doc = get("/db/d");
+  ASSERT_EQ(doc.status, 200u);
+  // couch_att:to_json key order; _attachments comes last.
+  EXPECT_EQ(doc.body.substr(doc.body.find("\"a\":1")),
+            R"("a":1,"_attachments":{"h.txt":{"content_type":"text/plain","revpos":1,)"
+            R"("digest":")" + md5_digest("hello world") + R"(","length":11,"stub":true}}})" "\n");
+  auto inl = get("/db/d?attachments=true", kAcceptJson);
+  EXPECT_EQ(inl.json()["_attachments"]["h.txt"],
+            (Json{{"content_type", "text/plain"}, {"revpos", 1},
+                  {"digest", md5_digest("hello world")}, {"data", "aGVsbG8gd29ybGQ="}}));
+  auto raw = get("/db/d/h.txt");
+  ASSERT_EQ(raw.status, 200u);
+  EXPECT_EQ(raw.body, "hello world");
+  EXPECT_EQ(raw.header(field::content_type), "text/plain");
+  EXPECT_EQ(raw.header(field::etag), "\"" + md5_digest("hello world").substr(4) + "\"");
+  EXPECT_EQ(raw.header("Content-Security-Policy"), "sandbox");
+  auto head = call(verb::head, "/db/d/h.txt");
+  EXPECT_EQ(head.status, 200u);
+  EXPECT_EQ(head.header(field::content_length), "11");
+  EXPECT_EQ(get("/db/d/h.txt", {{"If-None-Match", raw.header(field::etag)}}).status, 304u);
+  expect_error(get("/db/d/nope.txt"), 404, "not_found", "Document is missing attachment");
+  expect_error(get("/db/none/x"), 404, "not_found", "missing");
+}
+
+TEST_F(AttachmentsTest, StubsCarryAttachmentsOverAndUnknownStubsAre412) {
+  const std::string r1 =
+      put("/db/d", R"({"_attachments":{"a":{"data":"YWFh"},"b":{"data":"YmJi"}}})").json()["rev"];
+  auto p = put("/db/d", R"({"_rev":")" + r1 +
+                            R"(","v":2,"_attachments":{"a":{"stub":true},"c":{"data":"Y2Nj"}}})");
+  ASSERT_EQ(p.status, 201u) << p.body;
+  auto doc = get("/db/d").json();
+  EXPECT_EQ(doc["_attachments"].size(), 2u);
+  EXPECT_EQ(doc["_attachments"]["a"]["revpos"], 1);
+  EXPECT_EQ(doc["_attachments"]["c"]["revpos"], 2);
+  EXPECT_EQ(get("/db/d/a").body, "aaa");
+  EXPECT_EQ(get("/db/d/c").body, "ccc");
+  expect_error(get("/db/d/b"), 404, "not_found", "Document is missing attachment");
+  // The superseded revision keeps its attachments until compaction.
+  EXPECT_EQ(get("/db/d/b?rev=" + r1).body, "bbb");
+  const std::string r2 = p.json()["rev"];
+  expect_error(put("/db/d", R"({"_rev":")" + r2 + R"(","_attachments":{"zz":{"stub":true}}})"),
+               412, "missing_stub", "Invalid attachment stub in d for zz");
+  expect_error(put("/db/new", R"({"_attachments":{"a":{"stub":true}}})"), 412, "missing_stub",
+               "Invalid attachment stub in new for a");
+  expect_error(put("/db/d2", R"({"_attachments":{"_a":{"data":"YQ=="}}})"), 400, "bad_request",
+               "Attachment name '_a' starts with prohibited character '_'");
+}
+
+TEST_F(AttachmentsTest, StandalonePutAndDeleteMakeRevisions) {
+  // No document yet: PUT creates it with the attachment alone.
+  auto p = put("/db/d/f.bin", "BINARYDATA", {{"Content-Type", "application/octet-stream"}});
+  ASSERT_EQ(p.status, 201u) << p.body;
+  const std::string r1 = p.json()["rev"];
+  EXPECT_EQ(p.header(field::etag), "\"" + r1 + "\"");
+  EXPECT_EQ(get("/db/d/f.bin").body, "BINARYDATA");
+  EXPECT_EQ(get("/db/d/f.bin?rev=" + r1).body, "BINARYDATA");
+  // The document exists: an edit must name its revision.
+  expect_error(put("/db/d/g.txt", "x", {{"Content-Type", "text/plain"}}), 409, "conflict",
+               "Document update conflict.");
+  auto p2 = put("/db/d/g.txt?rev=" + r1, "gee", {{"Content-Type", "text/plain"}});
+  ASSERT_EQ(p2.status, 201u) << p2.body;
+  const std::string r2 = p2.json()["rev"];
+  auto doc = get("/db/d").json();
+  ASSERT_EQ(doc["_attachments"].size(), 2u);
+  EXPECT_EQ(doc["_attachments"].begin().key(), "g.txt");  // CouchDB puts the new one first
+  expect_error(call(verb::delete_, "/db/d/f.bin?rev=" + r1), 409, "conflict",
+               "Document update conflict.");
+  expect_error(call(verb::delete_, "/db/d/g.txt?rev=" + r1), 404, "not_found",
+               "Document is missing attachment");  // r1 has no g.txt (CouchDB answers the same)
+  expect_error(call(verb::delete_, "/db/d/g.txt"), 409, "conflict", "Document update conflict.");
+  expect_error(call(verb::delete_, "/db/d/zzz?rev=" + r2), 404, "not_found",
+               "Document is missing attachment");
+  auto d = call(verb::delete_, "/db/d/g.txt", {}, {{"If-Match", r2}});
+  ASSERT_EQ(d.status, 200u) << d.body;
+  EXPECT_EQ(get("/db/d").json()["_attachments"].size(), 1u);
+  expect_error(get("/db/d/g.txt"), 404, "not_found", "Document is missing attachment");
+  EXPECT_EQ(get("/db/d/g.txt?rev=" + r2).body, "gee");
+}
+
+TEST_F(AttachmentsTest, RangeRequests) {
+  put("/db/d/r", "0123456789", {{"Content-Type", "application/octet-stream"}});
+  auto r = get("/db/d/r", {{"Range", "bytes=2-4"}});
+  EXPECT_EQ(r.status, 206u);
+  EXPECT_EQ(r.body, "234");
+  EXPECT_EQ(r.header(field::content_range), "bytes 2-4/10");
+  EXPECT_EQ(get("/db/d/r", {{"Range", "bytes=7-"}}).body, "789");
+  EXPECT_EQ(get("/db/d/r", {{"Range", "bytes=-3"}}).body, "789");
+  EXPECT_EQ(get("/db/d/r", {{"Range", "bytes=5-100"}}).body, "56789");
+  expect_error(get("/db/d/r", {{"Range", "bytes=10-12"}}), 416, "requested_range_not_satisfiable",
+               "Requested range not satisfiable");
+  EXPECT_EQ(get("/db/d/r", {{"Range", "bytes=4-2"}}).status, 200u);  // invalid: ignored
+}
+
+TEST_F(AttachmentsTest, AttsSinceSendsOnlyNewerBodies) {
+  const std::string r1 = put("/db/d", R"({"_attachments":{"a":{"data":"YWFh"}}})").json()["rev"];
+  const std::string r2 =
+      put("/db/d/b?rev=" + r1, "bbb", {{"Content-Type", "text/plain"}}).json()["rev"];
+  auto j = get("/db/d?atts_since=[\"" + r1 + "\"]", kAcceptJson).json();
+  EXPECT_TRUE(j["_attachments"]["a"]["stub"].get<bool>());
+  EXPECT_EQ(j["_attachments"]["b"]["data"], "YmJi");
+  auto all = get("/db/d?atts_since=[\"9-" + std::string(32, 'a') + "\"]", kAcceptJson).json();
+  EXPECT_EQ(all["_attachments"]["a"]["data"], "YWFh");
+  EXPECT_EQ(all["_rev"], r2);
+}
+
+TEST_F(AttachmentsTest, MultipartRelatedAnswerWhenAccepted) {
+  put("/db/d", R"({"x":1,"_attachments":{"a.txt":{"content_type":"text/plain","data":"aGk="}}})");
+  auto r = get("/db/d?attachments=true", {{"Accept", "multipart/related"}});
+  ASSERT_EQ(r.status, 200u) << r.body;
+  const std::string ctype = r.header(field::content_type);
+  ASSERT_TRUE(ctype.starts_with("multipart/related")) << ctype;
+  auto boundary = http::multipart_boundary(ctype);
+  ASSERT_TRUE(boundary);
+  auto parts = http::parse_multipart(r.body, *boundary);
+  ASSERT_TRUE(parts);
+  ASSERT_EQ(parts->size(), 2u);
+  Json doc = Json::parse((*parts)[0].body);
+  EXPECT_TRUE(doc["_attachments"]["a.txt"]["follows"].get<bool>());
+  EXPECT_EQ((*parts)[1].body, "hi");
+  EXPECT_EQ((*parts)[1].header("content-disposition"), "attachment; filename=\"a.txt\"");
+  // Asking for JSON gets JSON.
+  EXPECT_EQ(get("/db/d?attachments=true", kAcceptJson).json()["_attachments"]["a.txt"]["data"],
+            "aGk=");
+}
+
+TEST_F(AttachmentsTest, OpenRevsMultipartNestsAttachments) {
+  const std::string r1 =
+      put("/db/d", R"({"_attachments":{"a.txt":{"content_type":"text/plain","data":"aGk="}}})")
+          .json()["rev"];
+  auto r = get("/db/d?open_revs=[\"" + r1 + "\"]&attachments=true&revs=true",
+               {{"Accept", "multipart/mixed"}});
+  ASSERT_EQ(r.status, 200u) << r.body;
+  auto outer = http::parse_multipart(r.body, *http::multipart_boundary(r.header(field::content_type)));
+  ASSERT_TRUE(outer);
+  ASSERT_EQ(outer->size(), 1u);
+  const std::string inner_type((*outer)[0].header("content-type"));
+  ASSERT_TRUE(inner_type.starts_with("multipart/related")) << inner_type;
+  auto inner = http::parse_multipart((*outer)[0].body, *http::multipart_boundary(inner_type));
+  ASSERT_TRUE(inner);
+  ASSERT_EQ(inner->size(), 2u);
+  EXPECT_EQ(Json::parse((*inner)[0].body)["_revisions"]["start"], 1);
+  EXPECT_EQ((*inner)[1].body, "hi");
+  // Without attachments=true the document part is plain JSON with stubs.
+  auto plain = get("/db/d?open_revs=all", {{"Accept", "multipart/mixed"}});
+  EXPECT_NE(plain.body.find("\"stub\":true"), std::string::npos) << plain.body;
+}
+
+TEST_F(AttachmentsTest, CompactionRemovesBytesNoRevisionNames) {
+  const std::string r1 = put("/db/d/a", "first", {{"Content-Type", "text/plain"}}).json()["rev"];
+  const std::string r2 =
+      put("/db/d/a?rev=" + r1, "second", {{"Content-Type", "text/plain"}}).json()["rev"];
+  EXPECT_EQ(get("/db/d/a?rev=" + r1).body, "first");
+  ASSERT_EQ(call(verb::post, "/db/_compact", "{}", kJson).status, 202u);
+  expect_error(get("/db/d/a?rev=" + r1), 404, "not_found", "missing");
+  EXPECT_EQ(get("/db/d/a").body, "second");
+  // Equal bytes in two documents are stored once; compaction keeps them while one names them.
+  put("/db/e", R"({"_attachments":{"s":{"data":")" + core::base64_encode("second") + "\"}}}");
+  const std::string e_rev = rev_of("e");
+  ASSERT_EQ(call(verb::delete_, "/db/e/s?rev=" + e_rev).status, 200u);
+  ASSERT_EQ(call(verb::post, "/db/_compact", "{}", kJson).status, 202u);
+  EXPECT_EQ(get("/db/d/a").body, "second");
+  EXPECT_EQ(get("/db/d/a?rev=" + r2).body, "second");
+}
+
+TEST_F(AttachmentsTest, LargeAttachmentRoundTrips) {
+  std::string big(3 * 1024 * 1024 + 17, '\0');
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 7919) % 251);
+  auto p = put("/db/big/blob", big, {{"Content-Type", "application/octet-stream"}});
+  ASSERT_EQ(p.status, 201u) << p.body;
+  auto g = get("/db/big/blob");
+  ASSERT_EQ(g.status, 200u);
+  EXPECT_EQ(g.body.size(), big.size());
+  EXPECT_TRUE(g.body == big);
+  EXPECT_EQ(get("/db/big").json()["_attachments"]["blob"]["digest"], md5_digest(big));
+  auto tail = get("/db/big/blob", {{"Range", "bytes=-5"}});
+  EXPECT_EQ(tail.body, big.substr(big.size() - 5));
+}
+
+TEST_F(AttachmentsTest, MaxAttachmentSizeIsEnforced) {
+  TearDown();
+  const auto ini = dir_.path() / "small.ini";
+  std::ofstream(ini) << "[chaise]\nmax_attachment_size = 4\n";
+  start({"--config", ini.string()});
+  expect_error(put("/db/d/a", "12345", {{"Content-Type", "text/plain"}}), 413,
+               "attachment_too_large", "a");
+  expect_error(put("/db/d", R"({"_attachments":{"b":{"data":"MTIzNDU="}}})"), 413,
+               "attachment_too_large", "b");
+  EXPECT_EQ(put("/db/d/a", "1234", {{"Content-Type", "text/plain"}}).status, 201u);
+}
+
+TEST_F(AttachmentsTest, BulkDocsAndReplicatedWritesCarryAttachments) {
+  auto r = call(verb::post, "/db/_bulk_docs",
+                R"({"docs":[{"_id":"x","_attachments":{"f":{"data":"eHg="}}}]})", kJson);
+  ASSERT_EQ(r.status, 201u) << r.body;
+  EXPECT_EQ(get("/db/x/f").body, "xx");
+  const std::string rx = r.json()[0]["rev"];
+  // A replicated child revision whose attachment is a stub of its parent's.
+  const std::string child = "2-" + std::string(32, 'c');
+  auto rep = call(verb::post, "/db/_bulk_docs",
+                  R"({"new_edits":false,"docs":[{"_id":"x","_rev":")" + child +
+                      R"(","_revisions":{"start":2,"ids":[")" + std::string(32, 'c') + R"(",")" +
+                      rx.substr(2) + R"("]},"_attachments":{"f":{"stub":true,"revpos":1}}}]})",
+                  kJson);
+  ASSERT_EQ(rep.status, 201u) << rep.body;
+  EXPECT_EQ(rep.json(), Json::array());
+  EXPECT_EQ(get("/db/x/f").body, "xx");
+  EXPECT_EQ(rev_of("x"), child);
+}
+
+}  // namespace
+}  // namespace chaise::test
