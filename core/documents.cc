@@ -694,6 +694,36 @@ StorageResult<Outcome<std::vector<std::string>>> get_open_revs_json(
   return R(std::move(out));
 }
 
+OpenRevsSelection select_open_revs(const std::vector<StoredBranch>& all,
+                                   const std::optional<std::vector<RevId>>& revs, bool latest) {
+  OpenRevsSelection out;
+  if (!revs) {
+    for (const auto& b : all) out.found.push_back(&b);
+  } else {
+    for (const RevId& rev : *revs) {
+      bool any = false;
+      for (const auto& b : all) {
+        const std::int64_t depth = b.branch.leaf.pos - rev.pos;
+        const bool is_leaf = b.branch.leaf == rev;
+        const bool below = latest && depth >= 1 &&
+                           depth <= static_cast<std::int64_t>(b.branch.ancestors.size()) &&
+                           b.branch.ancestors[static_cast<std::size_t>(depth - 1)] == rev.hash;
+        if (is_leaf || below) {
+          out.found.push_back(&b);
+          any = true;
+        }
+      }
+      if (!any) out.missing.push_back(rev);
+    }
+  }
+  std::sort(out.found.begin(), out.found.end(),
+            [](const StoredBranch* a, const StoredBranch* b) { return a->branch.leaf < b->branch.leaf; });
+  out.found.erase(std::unique(out.found.begin(), out.found.end()), out.found.end());
+  std::sort(out.missing.begin(), out.missing.end());
+  out.missing.erase(std::unique(out.missing.begin(), out.missing.end()), out.missing.end());
+  return out;
+}
+
 StorageResult<std::optional<RevsDiff>> revs_diff(Transaction& tr, const DbRef& db,
                                                  std::string_view id,
                                                  const std::vector<std::string>& revs) {

@@ -139,6 +139,17 @@ struct CompactStats {
 StorageResult<bool> compact_step(Transaction& tr, const DbRef& db, std::string& cursor,
                                  CompactStats& stats);
 
+// fabric:open_revs' choice of revisions: all leaves when `revs` is nullopt; else each requested
+// revision that is a leaf, or with `latest` the leaves descending from it. `found` is sorted by
+// revision and without duplicates (pointers into `all`); `missing` the requested revisions that
+// matched nothing, sorted the same way.
+struct OpenRevsSelection {
+  std::vector<const StoredBranch*> found;
+  std::vector<RevId> missing;
+};
+OpenRevsSelection select_open_revs(const std::vector<StoredBranch>& all,
+                                   const std::optional<std::vector<RevId>>& revs, bool latest);
+
 // ---- _revs_diff ----
 struct RevsDiff {
   std::vector<std::string> missing;

@@ -51,7 +51,7 @@ constexpr std::string_view kDbMethods = "DELETE,GET,HEAD,POST";
 // Known CouchDB database endpoints Chaise does not serve yet: answered 501 rather than treated as
 // document ids, so that a client learns the feature is missing.
 constexpr std::string_view kNotImplemented[] = {
-    "_bulk_get",   "_security", "_purge",   "_purged_infos", "_purged_infos_limit",
+    "_security", "_purge",   "_purged_infos", "_purged_infos_limit",
     "_find",       "_index",    "_explain", "_partition",    "_temp_view",
     "_auto_purge", "_time_seq", "_shards",  "_sync_shards"};
 
@@ -656,6 +656,7 @@ MaybeResponse handle_database(Call& call) {
   }
   if (path.size() == 2) {
     if (op == "_bulk_docs") co_return co_await bulk_docs(call, db);
+    if (op == "_bulk_get") co_return co_await handle_bulk_get(call, db);
     if (op == "_revs_diff") co_return revs_diff(call, false);
     if (op == "_missing_revs") co_return revs_diff(call, true);
     if (op == "_revs_limit") co_return co_await revs_limit(call, db);

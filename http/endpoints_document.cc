@@ -544,36 +544,7 @@ storage::Result<OpenRevsResult> read_open_revs(storage::Transaction& tr, const c
                                                const std::vector<core::StoredBranch>& all,
                                                const std::optional<std::vector<core::RevId>>& revs,
                                                const DocQuery& q, bool multipart) {
-  const bool latest = q.latest;
-  std::vector<const core::StoredBranch*> found;
-  std::vector<core::RevId> missing;
-  if (!revs) {
-    for (const auto& b : all) found.push_back(&b);
-  } else {
-    for (const core::RevId& rev : *revs) {
-      bool any = false;
-      for (const auto& b : all) {
-        const std::int64_t depth = b.branch.leaf.pos - rev.pos;
-        const bool is_leaf = b.branch.leaf == rev;
-        const bool below = latest && depth >= 1 &&
-                           depth <= static_cast<std::int64_t>(b.branch.ancestors.size()) &&
-                           b.branch.ancestors[static_cast<std::size_t>(depth - 1)] == rev.hash;
-        if (is_leaf || below) {
-          found.push_back(&b);
-          any = true;
-        }
-      }
-      if (!any) missing.push_back(rev);
-    }
-  }
-  auto by_rev = [](const core::StoredBranch* a, const core::StoredBranch* b) {
-    return a->branch.leaf < b->branch.leaf;
-  };
-  std::sort(found.begin(), found.end(), by_rev);
-  found.erase(std::unique(found.begin(), found.end()), found.end());
-  std::sort(missing.begin(), missing.end());
-  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
-
+  auto [found, missing] = core::select_open_revs(all, revs, q.latest);
   core::DocReadOptions o;
   o.revs = q.revs;
   set_att_options(o, q);

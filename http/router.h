@@ -104,6 +104,8 @@ MaybeResponse handle_document(Call& call);
 // Attachments: /{db}/{docid}/{attname...} (GET, HEAD, PUT, DELETE), for an opened database.
 MaybeResponse handle_attachment(Call& call, const core::DbRef& db, const std::string& doc_id,
                                 const std::string& name);
+// POST /{db}/_bulk_get, for an opened database.
+MaybeResponse handle_bulk_get(Call& call, const core::DbRef& db);
 // Streamed views: /{db}/_all_docs, _design_docs, _local_docs, _all_docs/queries, _changes.
 MaybeResponse handle_views(Call& call);
 

@@ -949,5 +949,85 @@ TEST_F(DatabaseTest, MalformedRequestsWriteNothing) {
   EXPECT_EQ(get("/db/_revs_limit").body, "1000\n");
 }
 
+
+// ---- _bulk_get (chttpd_db _bulk_get, answers checked against CouchDB 3.5) ----------------------
+
+TEST_F(DatabaseTest, BulkGetAnswersEveryEntryInOrder) {
+  create_db("db");
+  const std::string a = hash_of('a'), b = hash_of('b');
+  // Two leaves of "c" (a conflict), one of "d".
+  ASSERT_EQ(post("/db/_bulk_docs", R"({"new_edits":false,"docs":[
+      {"_id":"c","_rev":"1-)" + a + R"(","v":1},{"_id":"c","_rev":"1-)" + b + R"(","v":2},
+      {"_id":"d","_rev":"1-)" + a + R"(","w":1}]})").status, 201u);
+  auto r = post("/db/_bulk_get?revs=true", R"({"docs":[{"id":"c"},{"id":"d","rev":"1-)" + a +
+                                               R"("},{"id":"d","rev":"9-)" + a +
+                                               R"("},{"id":"nope"},{"rev":"1-x"},5,{"id":"_bad"},
+      {"id":"d","rev":"zz"},{"id":"d","atts_since":"x"}]})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  const Json res = r.json()["results"];
+  ASSERT_EQ(res.size(), 9u) << r.body;
+  EXPECT_EQ(res[0]["id"], "c");
+  ASSERT_EQ(res[0]["docs"].size(), 2u);  // no rev: every leaf, sorted by revision
+  EXPECT_EQ(res[0]["docs"][0]["ok"]["_rev"], "1-" + a);
+  EXPECT_EQ(res[0]["docs"][1]["ok"]["_rev"], "1-" + b);
+  EXPECT_EQ(res[1]["docs"][0]["ok"]["_revisions"], (Json{{"start", 1}, {"ids", {a}}}));
+  auto err = [&](std::size_t i) { return res[i]["docs"][0]["error"].dump(); };
+  EXPECT_EQ(err(2), R"({"rev":"9-)" + a + R"(","reason":"missing","id":"d","error":"not_found"})");
+  EXPECT_EQ(err(3), R"({"rev":"undefined","reason":"missing","id":"nope","error":"not_found"})");
+  EXPECT_EQ(err(4), R"({"rev":null,"reason":"document id missed","id":null,"error":"bad_request"})");
+  EXPECT_EQ(err(5),
+            R"({"rev":null,"reason":"document must be a JSON object","id":null,"error":"bad_request"})");
+  EXPECT_EQ(err(6), R"({"rev":null,"reason":"Only reserved document ids may start with underscore.","id":"_bad","error":"illegal_docid"})");
+  EXPECT_EQ(err(7), R"({"rev":"zz","reason":"Invalid rev format","id":"d","error":"bad_request"})");
+  EXPECT_EQ(err(8),
+            R"({"rev":"x","reason":"att_since value must be array of revs.","id":"d","error":"bad_request"})");
+}
+
+TEST_F(DatabaseTest, BulkGetRequestErrors) {
+  create_db("db");
+  auto expect = [](const HttpResponse& r, unsigned status, const std::string& reason) {
+    EXPECT_EQ(r.status, status) << r.body;
+    EXPECT_EQ(r.json()["reason"], reason) << r.body;
+  };
+  expect(post("/db/_bulk_get", "{}"), 400, "Missing JSON list of 'docs'.");
+  expect(post("/db/_bulk_get?rev=1", R"({"docs":[]})"), 400,
+         "\"rev\" query parameter is not acceptable");
+  expect(get("/db/_bulk_get"), 405, "Only POST allowed");
+  expect(call(verb::post, "/db/_bulk_get", R"({"docs":[]})", {{"Content-Type", "text/plain"}}),
+         415, "Content-Type must be application/json");
+  expect(post("/db/_bulk_get", R"({"docs":5})"), 400, "`docs` parameter must be an array.");
+  expect(post("/nodb/_bulk_get", R"({"docs":[]})"), 404, "Database does not exist.");
+  auto empty = post("/db/_bulk_get", R"({"docs":[]})");
+  EXPECT_EQ(empty.status, 200u);
+  EXPECT_EQ(empty.json(), Json::parse(R"({"results":[]})"));
+}
+
+TEST_F(DatabaseTest, BulkGetWithAttachmentsAndLatest) {
+  create_db("db");
+  auto p = post("/db", R"({"_id":"x","_attachments":{"f":{"content_type":"text/plain","data":"aGk="}}})");
+  ASSERT_EQ(p.status, 201u) << p.body;
+  const std::string r1 = p.json()["rev"];
+  auto p2 = call(verb::put, "/db/x", R"({"_rev":")" + r1 + R"(","v":2,"_attachments":{"f":{"stub":true}}})",
+                 {{"Content-Type", "application/json"}});
+  ASSERT_EQ(p2.status, 201u) << p2.body;
+  auto r = post("/db/_bulk_get?latest=true&attachments=true",
+                R"({"docs":[{"id":"x","rev":")" + r1 + R"("},{"id":"x","atts_since":[")" +
+                    p2.json()["rev"].get<std::string>() + R"("]}]})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  const Json res = r.json()["results"];
+  // latest: the leaf that descends from r1; attachments inline.
+  EXPECT_EQ(res[0]["docs"][0]["ok"]["_rev"], p2.json()["rev"]);
+  EXPECT_EQ(res[0]["docs"][0]["ok"]["_attachments"]["f"]["data"], "aGk=");
+  // atts_since covering the attachment's revpos: a stub.
+  EXPECT_EQ(res[1]["docs"][0]["ok"]["_attachments"]["f"]["stub"], true);
+  // Multipart when the client accepts only multipart.
+  auto mp = call(verb::post, "/db/_bulk_get?attachments=true", R"({"docs":[{"id":"x"}]})",
+                 {{"Content-Type", "application/json"}, {"Accept", "multipart/mixed"}});
+  ASSERT_EQ(mp.status, 200u);
+  EXPECT_TRUE(mp.header(field::content_type).starts_with("multipart/mixed")) << mp.header(field::content_type);
+  EXPECT_NE(mp.body.find("X-Doc-Id: x"), std::string::npos) << mp.body;
+  EXPECT_NE(mp.body.find("\r\n\r\nhi\r\n"), std::string::npos) << mp.body;
+}
+
 }  // namespace
 }  // namespace chaise::test
