@@ -769,30 +769,23 @@ StorageResult<Outcome<std::string>> put_local(Transaction& tr, const DbRef& db, 
                                               bool deleted, std::string_view body) {
   using R = Outcome<std::string>;
   const std::string key = db.space.local_key(id);
-  auto v = tr.get(key);
-  if (!v.ok()) return v.error();
-  std::int64_t current = 0;  // a missing local document is at rev 0
-  if (v->has_value()) {
-    auto t = Tuple::unpack(**v);
-    if (!t || !t->get_int(1)) return storage::Error::io_error;
-    current = *t->get_int(1);
-  }
-  // CouchDB (couch_db_updater): the client's "0-N" must equal the stored N (0 when absent).
+  // CouchDB 3 (couch_db_updater:update_local_doc_revs) does not compare revisions of _local
+  // documents: the new revision is the client's "0-N" plus one (0 when none is given), and a
+  // delete always succeeds (the HTTP layer answers 404 for a missing one first).
   std::int64_t prev = 0;
   if (base_rev) {
     std::string_view r = *base_rev;
     if (r.size() < 3 || r.substr(0, 2) != "0-" ||
         r.find_first_not_of("0123456789", 2) != std::string_view::npos || r.size() > 20)
-      return R(conflict());
+      return R(bad_request("Invalid rev format"));
     prev = std::stoll(std::string(r.substr(2)));
   }
-  if (prev != current) return R(conflict());
   if (deleted) {
     tr.clear(key);
     return R(std::string("0-0"));
   }
-  tr.set(key, Tuple().add(keyspace::kLocalFormat).add(current + 1).add_bytes(body).pack());
-  return R("0-" + std::to_string(current + 1));
+  tr.set(key, Tuple().add(keyspace::kLocalFormat).add(prev + 1).add_bytes(body).pack());
+  return R("0-" + std::to_string(prev + 1));
 }
 
 // ---- DocWriteBatch ----
