@@ -90,6 +90,8 @@ StorageResult<std::string> AllDocsCursor::row_json(Transaction& tr, std::string_
     } else {
       DocReadOptions o{};
       o.conflicts = q_.conflicts;
+      o.attachments = q_.attachments;
+      o.att_encoding_info = q_.att_encoding_info;
       auto d = get_doc_json(tr, db_, id, o);
       if (!d.ok()) return d.error();
       doc = failed(*d) ? "null" : std::get<std::string>(*d);
@@ -189,6 +191,8 @@ StorageResult<std::vector<std::string>> all_docs_keys(Transaction& tr, const DbR
       } else {
         DocReadOptions o{};
         o.conflicts = q.conflicts;
+        o.attachments = q.attachments;
+        o.att_encoding_info = q.att_encoding_info;
         auto d = get_doc_json(tr, db, key, o);
         if (!d.ok()) return d.error();
         row += ",\"doc\":" + (failed(*d) ? std::string("null") : std::get<std::string>(*d));
@@ -320,6 +324,8 @@ StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& t
     } else {
       DocReadOptions o{};
       o.conflicts = q_.conflicts;
+      o.attachments = q_.attachments;
+      o.att_encoding_info = q_.att_encoding_info;
       auto d = branch_doc_json(tr, db_, id, branches, branches.back(), o);
       if (!d.ok()) return d.error();
       row += ",\"doc\":" + *d;

@@ -193,8 +193,8 @@ ParsedItem parse_item(const Json& doc, const core::DbRef& db, bool new_edits,
   if (parsed.body.size() > max_document_size)
     throw HttpError(413, "document_too_large", parsed.id.value_or(""));
   std::vector<core::AttUpload> atts;
-  if (parsed.attachments && !parsed.attachments->empty()) {
-    if (local) throw_bad_request("_local documents do not accept attachments.");
+  // CouchDB 3 accepts and drops the attachments of a _local document.
+  if (parsed.attachments && !parsed.attachments->empty() && !local) {
     auto a = core::parse_attachments_json(*parsed.attachments, max_attachment_size);
     if (auto* e = std::get_if<core::CouchError>(&a)) throw HttpError(std::move(*e));
     atts = std::get<std::vector<core::AttUpload>>(std::move(a));

@@ -794,10 +794,18 @@ MaybeResponse put_local(Call& call, const Target& t, const DocQuery& q, Json j) 
     body_rev = local_rev_or_throw(r.get_ref<const std::string&>());
     j.erase("_rev");
   }
+  // CouchDB keeps neither the history nor the attachments of a _local document: _revisions
+  // (start 0 is fine there) and _attachments are dropped.
+  if (j.is_object() && j.contains("_revisions")) {
+    const Json& r = j["_revisions"];
+    if (!body_rev && r.is_object() && r.contains("ids") && r["ids"].is_array() &&
+        !r["ids"].empty() && r["ids"][0].is_string())
+      body_rev = local_rev_or_throw("0-" + r["ids"][0].get<std::string>());
+    j.erase("_revisions");
+  }
+  if (j.is_object()) j.erase("_attachments");
   core::ParsedDoc d = parse_doc_or_throw(j);
-  if (!body_rev && d.rev) body_rev = d.rev->str();  // from _revisions
   check_size(call, d);
-  if (has_attachments(d)) throw_bad_request("_local documents do not accept attachments.");
   std::optional<std::string> qs_rev, im_rev;
   if (auto r = call.query.get("rev")) qs_rev = local_rev_or_throw(*r);
   if (auto r = if_match_text(call.req)) im_rev = local_rev_or_throw(*r);

@@ -107,6 +107,8 @@ AllDocsRequest parse_all_docs(const Params& p, AllDocsKind kind) {
   r.q.inclusive_end = p.boolean("inclusive_end", true);
   r.q.include_docs = p.boolean("include_docs", false);
   r.q.conflicts = p.boolean("conflicts", false);
+  r.q.attachments = p.boolean("attachments", false);
+  r.q.att_encoding_info = p.boolean("att_encoding_info", false);
   r.update_seq = p.boolean("update_seq", false);
   if (auto l = p.non_negative("limit")) r.q.limit = *l;
   if (auto s = p.non_negative("skip")) r.q.skip = *s;
@@ -324,6 +326,8 @@ ChangesRequest parse_changes(const Call& call, const Json* body, const core::DbR
   q.all_docs_style = style == "all_docs";
   q.include_docs = p.boolean("include_docs", false);
   q.conflicts = p.boolean("conflicts", false);
+  q.attachments = p.boolean("attachments", false);
+  q.att_encoding_info = p.boolean("att_encoding_info", false);
   if (auto si = p.string("seq_interval")) {
     std::int64_t n = 0;
     try {

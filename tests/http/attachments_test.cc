@@ -288,5 +288,17 @@ TEST_F(AttachmentsTest, BulkDocsAndReplicatedWritesCarryAttachments) {
   EXPECT_EQ(rev_of("x"), child);
 }
 
+TEST_F(AttachmentsTest, IncludeDocsWithAttachmentsInAllDocsAndChanges) {
+  put("/db/d", R"({"_attachments":{"a":{"content_type":"text/plain","data":"aGk="}}})");
+  auto all = get("/db/_all_docs?include_docs=true&attachments=true").json();
+  EXPECT_EQ(all["rows"][0]["doc"]["_attachments"]["a"]["data"], "aGk=");
+  auto stubs = get("/db/_all_docs?include_docs=true").json();
+  EXPECT_EQ(stubs["rows"][0]["doc"]["_attachments"]["a"]["stub"], true);
+  auto ch = get("/db/_changes?include_docs=true&attachments=true").json();
+  EXPECT_EQ(ch["results"][0]["doc"]["_attachments"]["a"]["data"], "aGk=");
+  auto keyed = get("/db/_all_docs?include_docs=true&attachments=true&keys=[\"d\"]").json();
+  EXPECT_EQ(keyed["rows"][0]["doc"]["_attachments"]["a"]["data"], "aGk=");
+}
+
 }  // namespace
 }  // namespace chaise::test

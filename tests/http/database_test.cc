@@ -672,8 +672,7 @@ TEST_F(DatabaseTest, BulkDocsRequestErrors) {
                400, "bad_request", kNewEditsReason);
   expect_error(post(url, R"({"docs":[{"_id":"ok"},{"_id":"a","_attachments":{"f":{"data":"e"}}}]})"),
                400, "bad_request", "Invalid attachment data for f");
-  expect_error(post(url, R"({"docs":[{"_id":"_local/a","_attachments":{"f":{}}}]})"), 400,
-               "bad_request", "_local documents do not accept attachments.");
+
   const Json i = info("db");
   EXPECT_EQ(i["doc_count"], 0);
   EXPECT_EQ(i["update_seq"], "0");

@@ -668,9 +668,16 @@ TEST_F(DocumentTest, LocalDocumentErrors) {
   expect_error(get("/db/_local"), 400, "bad_request", "Invalid _local document id.");
   expect_error(get("/db/_local/cp/att.txt"), 400, "bad_request",
                "_local documents do not accept attachments.");
-  expect_error(put("/db/_local/cp",
-                   R"({"_attachments":{"a.txt":{"content_type":"text/plain","data":"aGk="}}})"),
-               400, "bad_request", "_local documents do not accept attachments.");
+  // A _local document's attachments are dropped, as CouchDB 3.5 does (only the attachment path
+  // is refused).
+  auto with_atts =
+      put("/db/_local/att", R"({"_attachments":{"a.txt":{"content_type":"text/plain","data":"aGk="}}})");
+  EXPECT_EQ(with_atts.status, 201u) << with_atts.body;
+  EXPECT_EQ(get("/db/_local/att").body, "{\"_id\":\"_local/att\",\"_rev\":\"0-1\"}\n");
+  // _revisions of a _local document (PouchDB sends start 0) is accepted and not kept.
+  auto with_revs = put("/db/_local/att", R"({"_rev":"0-1","_revisions":{"start":0,"ids":["1"]}})");
+  EXPECT_EQ(with_revs.status, 201u) << with_revs.body;
+  EXPECT_FALSE(get("/db/_local/att").json().contains("_revisions"));
   expect_error(put("/db/_local/cp", R"({"_rev":"nodash"})"), 400, "bad_request",
                "Invalid rev format");
   expect_error(get("/db/_local/cp"), 404, "not_found", "missing");
