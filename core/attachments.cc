@@ -248,13 +248,30 @@ std::string att_member_json(const AttInfo& a, AttOutput out, bool encoding_info,
 }
 
 void set_att_data(AttUpload& u, std::string data) {
+  const auto length = static_cast<std::int64_t>(data.size());
+  if (is_compressible_type(u.info.content_type)) {
+    set_att_encoded_data(u, gzip_compress(data), "gzip", length);
+    return;
+  }
+  set_att_encoded_data(u, std::move(data), "", length);
+}
+
+void set_att_encoded_data(AttUpload& u, std::string encoded, std::string encoding,
+                          std::int64_t identity_length) {
   AttHasher h;
-  h.update(data);
+  h.update(encoded);
   h.finish(u.info.md5, u.info.address);
-  u.info.length = u.info.encoded_length = static_cast<std::int64_t>(data.size());
-  u.info.encoding.clear();
-  u.stored = std::move(data);
+  u.info.length = identity_length;
+  u.info.encoded_length = static_cast<std::int64_t>(encoded.size());
+  u.info.encoding = std::move(encoding);
+  u.stored = std::move(encoded);
   u.follows = false;
+}
+
+std::optional<std::string> att_identity(const AttInfo& a, std::string stored) {
+  if (a.encoding.empty()) return stored;
+  if (a.encoding != "gzip") return std::nullopt;
+  return gzip_decompress(stored, static_cast<std::size_t>(std::max<std::int64_t>(a.length, 0)));
 }
 
 std::variant<std::vector<AttUpload>, CouchError> parse_attachments_json(
@@ -284,6 +301,15 @@ std::variant<std::vector<AttUpload>, CouchError> parse_attachments_json(
       u.follows = true;
       auto len = props.find("length");
       if (len != props.end() && len->is_number_integer()) u.follows_length = len->get<std::int64_t>();
+      if (auto enc = props.find("encoding"); enc != props.end() && enc->is_string()) {
+        u.follows_encoding = enc->get<std::string>();
+        if (u.follows_encoding != "gzip" && u.follows_encoding != "identity")
+          return bad_request("Unsupported attachment encoding for " + name);
+        if (u.follows_encoding == "identity") u.follows_encoding.clear();
+        auto el = props.find("encoded_length");
+        if (el != props.end() && el->is_number_integer())
+          u.follows_encoded_length = el->get<std::int64_t>();
+      }
       if (u.follows_length > static_cast<std::int64_t>(max_attachment_size))
         return CouchError{413, "attachment_too_large", name};
     } else {

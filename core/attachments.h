@@ -111,10 +111,20 @@ struct AttUpload {
   // length the JSON announced (-1 if none).
   bool follows = false;
   std::int64_t follows_length = -1;
+  std::string follows_encoding;           // "gzip" when the part holds encoded bytes
+  std::int64_t follows_encoded_length = -1;
 };
 
-// Sets `u`'s data (identity bytes): lengths, digests, address; stored as given (identity).
+// Sets `u`'s data from identity bytes: lengths, digests, address. A compressible content type
+// (is_compressible_type) is stored gzip-compressed, as CouchDB does, so the digest is the MD5 of
+// the gzip stream (what CouchDB reports too); other types are stored as given.
 void set_att_data(AttUpload& u, std::string data);
+// Sets `u`'s data from bytes already encoded with `encoding` ("gzip"), as CouchDB's replicator
+// sends them: stored as given; `identity_length` is the decoded length the JSON announced.
+void set_att_encoded_data(AttUpload& u, std::string encoded, std::string encoding,
+                          std::int64_t identity_length);
+// The identity bytes of stored bytes (gunzip for "gzip"); nullopt if they do not decode.
+std::optional<std::string> att_identity(const AttInfo& a, std::string stored);
 
 // A document's `_attachments` object as uploads, in document order (couch_att:from_json): a
 // member with "stub": true is a stub; "follows": true waits for a multipart part; otherwise

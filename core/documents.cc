@@ -529,7 +529,9 @@ StorageResult<std::string> attachments_member(Transaction& tr, const DbRef& db, 
     } else {
       auto data = read_att_stored(tr, db, a, 0, a.encoded_length);
       if (!data.ok()) return data.error();
-      m += att_member_json(a, AttOutput::data, o.att_encoding_info, *data);
+      auto identity = att_identity(a, std::move(*data));  // "data" is always the decoded bytes
+      if (!identity) return storage::Error::io_error;
+      m += att_member_json(a, AttOutput::data, o.att_encoding_info, *identity);
     }
   }
   return m + "}";

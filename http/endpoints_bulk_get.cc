@@ -212,9 +212,7 @@ storage::Result<std::string> multipart_result(storage::Transaction& tr, const co
       auto bytes = core::read_att_stored(tr, db, att, 0, att.encoded_length);
       if (!bytes.ok()) return bytes.error();
       append_part(out, inner,
-                  {{"Content-Disposition", "attachment; filename=" + core::json_string(att.name)},
-                   {"Content-Type", att.content_type},
-                   {"Content-Length", std::to_string(bytes->size())}},
+                  attachment_part_headers(att.name, att.content_type, bytes->size(), att.encoding),
                   *bytes);
     }
     append_close(out, inner);

@@ -472,9 +472,7 @@ storage::Result<std::string> multipart_related_body(storage::Transaction& tr,
     auto bytes = core::read_att_stored(tr, db, a, 0, a.encoded_length);
     if (!bytes.ok()) return bytes.error();
     append_part(out, boundary,
-                {{"Content-Disposition", "attachment; filename=" + core::json_string(a.name)},
-                 {"Content-Type", a.content_type},
-                 {"Content-Length", std::to_string(bytes->size())}},
+                attachment_part_headers(a.name, a.content_type, bytes->size(), a.encoding),
                 *bytes);
   }
   append_close(out, boundary);
@@ -548,6 +546,9 @@ storage::Result<OpenRevsResult> read_open_revs(storage::Transaction& tr, const c
   core::DocReadOptions o;
   o.revs = q.revs;
   set_att_options(o, q);
+  // chttpd_db:send_docs_multipart always sends attachment bodies (only atts_since leaves some as
+  // stubs): CouchDB's replicator asks for open_revs without attachments=true and relies on it.
+  if (multipart) o.attachments = o.att_encoding_info = true;
   o.att_follows = multipart;
   OpenRevsResult out;
   for (const core::StoredBranch* b : found) {
@@ -884,6 +885,15 @@ std::vector<core::AttUpload> upload_atts(const Call& call, const core::ParsedDoc
     const std::string_view bytes = parts[next++].body;
     if (bytes.size() > call.ctx.max_attachment_size)
       throw HttpError(413, "attachment_too_large", u.name);
+    if (!u.follows_encoding.empty()) {
+      // Encoded bytes (CouchDB's replicator sends gzip-stored attachments as they are stored).
+      if (u.follows_encoded_length >= 0 &&
+          static_cast<std::size_t>(u.follows_encoded_length) != bytes.size())
+        throw_bad_request("Attachment length mismatch for " + u.name);
+      if (u.follows_length < 0) throw_bad_request("Attachment length missing for " + u.name);
+      core::set_att_encoded_data(u, std::string(bytes), u.follows_encoding, u.follows_length);
+      continue;
+    }
     if (u.follows_length >= 0 && static_cast<std::size_t>(u.follows_length) != bytes.size())
       throw_bad_request("Attachment length mismatch for " + u.name);
     core::set_att_data(u, std::string(bytes));

@@ -126,6 +126,23 @@ void append_part(std::string& out, std::string_view boundary,
   out += "\r\n";
 }
 
+std::vector<std::pair<std::string, std::string>> attachment_part_headers(
+    std::string_view name, std::string_view content_type, std::size_t length,
+    std::string_view encoding) {
+  std::string quoted = "\"";
+  for (char c : name) {
+    if (c == '"' || c == '\\') quoted.push_back('\\');
+    quoted.push_back(c);
+  }
+  quoted.push_back('"');
+  std::vector<std::pair<std::string, std::string>> h = {
+      {"Content-Disposition", "attachment; filename=" + quoted},
+      {"Content-Type", std::string(content_type)},
+      {"Content-Length", std::to_string(length)}};
+  if (!encoding.empty()) h.emplace_back("Content-Encoding", std::string(encoding));
+  return h;
+}
+
 void append_close(std::string& out, std::string_view boundary) {
   out += "--";
   out += boundary;

@@ -41,6 +41,12 @@ std::string make_boundary();
 void append_part(std::string& out, std::string_view boundary,
                  const std::vector<std::pair<std::string, std::string>>& headers,
                  std::string_view body);
+// The headers of one attachment's part (couch_doc:atts_to_mp): Content-Disposition with the name,
+// Content-Type, Content-Length and, for encoded bytes, Content-Encoding.
+std::vector<std::pair<std::string, std::string>> attachment_part_headers(
+    std::string_view name, std::string_view content_type, std::size_t length,
+    std::string_view encoding);
+
 // Appends the closing delimiter "--boundary--".
 void append_close(std::string& out, std::string_view boundary);
 
