@@ -844,8 +844,7 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
   auto maps = read_shard_maps(tr, db, storage::Snapshot::no);
   if (!maps.ok()) return maps.error();
 
-  // This round: the first not-yet-done occurrence of each id. Interactive duplicates conflict
-  // (they were made against the same base); replicated ones wait for a later round.
+  // This round: the first not-yet-done occurrence of each id; later ones wait for a later round.
   round_.clear();
   std::unordered_set<std::string_view> seen_ids;  // views into items_, which outlives the round
   std::uint16_t vs_user = 0;
@@ -863,13 +862,10 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
     if (!round_.empty() && (round_.size() >= kDocsPerTransactionMax ||
                             round_bytes + item_bytes > kBodyBytesPerTransactionMax))
       break;
-    if (seen_ids.count(id)) {
-      if (!items_[i].replicated) {
-        results_[i] = ItemResult(conflict());
-        done_[i] = true;
-      }
-      continue;
-    }
+    // A second edit of one id waits for a later round, so that edits of one document apply in
+    // request order, each against the tree the previous one left (couch_db_updater
+    // merge_rev_trees): one against another leaf succeeds, one against a consumed leaf conflicts.
+    if (seen_ids.count(id)) continue;
     seen_ids.insert(id);
     round_.push_back(i);
     round_bytes += item_bytes;

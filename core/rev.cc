@@ -222,6 +222,21 @@ MergeResult merge_path(const std::vector<Branch>& branches, const Branch& incomi
       return result;
     }
   }
+  // A new branch that forks from inside an existing one: the history below the fork is shared,
+  // so it is known here even when the client sent less of it (CouchDB's key tree merges the two
+  // paths). If the client's oldest revision is on a stored branch, continue with what is below.
+  if (!incoming.ancestors.empty()) {
+    const RevId oldest = incoming.rev_at(incoming.ancestors.size());
+    for (const Branch& old : branches) {
+      const std::int64_t depth = old.leaf.pos - oldest.pos;
+      if (depth < 1 || depth > static_cast<std::int64_t>(old.ancestors.size()) ||
+          old.ancestors[static_cast<std::size_t>(depth - 1)] != oldest.hash)
+        continue;
+      for (std::size_t k = static_cast<std::size_t>(depth); k < old.ancestors.size(); ++k)
+        result.branch.ancestors.push_back(old.ancestors[k]);
+      break;
+    }
+  }
   result.kind = MergeResult::Kind::new_branch;
   stem(result.branch, revs_limit);
   return result;

@@ -430,15 +430,9 @@ MaybeResponse bulk_docs(Call& call, const core::DbRef& db) {
       co_return storage_error_response(call.req, s.error());
   }
 
-  // Interactive edits of one id in one request were all made against the same revision: the
-  // first is applied, the others conflict (couch_db_updater merge_rev_trees). Answered here so
-  // that splitting the request into several transactions cannot change the outcome.
-  std::vector<bool> duplicate(items.size(), false);
-  if (new_edits) {
-    std::unordered_set<std::string> seen;
-    for (std::size_t i = 0; i < items.size(); ++i)
-      if (!items[i].local && !seen.insert(items[i].update.id).second) duplicate[i] = true;
-  }
+  // Several edits of one id apply in request order, each against the tree the previous one left
+  // (couch_db_updater merge_rev_trees); DocWriteBatch puts each in a later transaction.
+  const std::vector<bool> skip_none(items.size(), false);
   // Kept for the answer: write_items moves the items away.
   std::vector<std::string> ids;
   std::vector<std::string> replicated_revs;
@@ -450,16 +444,12 @@ MaybeResponse bulk_docs(Call& call, const core::DbRef& db) {
     local.push_back(it.local);
   }
 
-  WriteOutcome w = co_await write_items(call, db.name, items, duplicate);
+  WriteOutcome w = co_await write_items(call, db.name, items, skip_none);
   if (w.db_missing) throw HttpError(core::db_not_found());
   if (w.error != storage::Error::success) co_return storage_error_response(call.req, w.error);
 
   Json out = Json::array();
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (duplicate[i]) {
-      out.push_back(error_entry(ids[i], std::nullopt, core::conflict()));
-      continue;
-    }
     if (!w.results[i]) {  // cannot happen: every item not skipped has a result
       out.push_back(
           error_entry(ids[i], std::nullopt, core::CouchError{500, "unknown_error", "no result"}));

@@ -273,6 +273,16 @@ TEST(MergePath, NewBranchWhenTheIncomingPathForksFromAnAncestor) {
   EXPECT_EQ(r.branch, branch(2, "f"));
 }
 
+TEST(MergePath, NewBranchKeepsTheSharedHistoryTheClientDidNotSend) {
+  // CouchDB's key tree merges paths: 3-e forks from 2-b, whose parent 1-a is known here.
+  const std::vector<Branch> branches = {branch(3, "cba")};
+  auto r = merge_path(branches, branch(3, "eb"), 1000);
+  EXPECT_EQ(r.kind, MergeResult::Kind::new_branch);
+  EXPECT_EQ(r.branch, branch(3, "eba"));
+  r = merge_path(branches, branch(4, "feb"), 2);  // and is stemmed like any branch
+  EXPECT_EQ(r.branch, branch(4, "fe"));
+}
+
 TEST(MergePath, NewBranchForANewDocument) {
   auto r = merge_path({}, branch(3, "cba", true), 1000);
   EXPECT_EQ(r.kind, MergeResult::Kind::new_branch);

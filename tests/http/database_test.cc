@@ -644,6 +644,39 @@ TEST_F(DatabaseTest, BulkDocsInteractiveEdits) {
   EXPECT_EQ(bulk("db", Json::array()), Json::array());
 }
 
+TEST_F(DatabaseTest, BulkDocsEditsOfOneIdApplyInOrder) {
+  create_db("db");
+  const std::string a = hash_of('a'), b = hash_of('b');
+  EXPECT_EQ(bulk("db", Json::array({{{"_id", "x"}, {"_rev", "1-" + a}, {"v", 1}},
+                                    {{"_id", "x"}, {"_rev", "1-" + b}, {"v", 2}}}),
+                 false),
+            Json::array());
+  // Deleting both leaves of a conflict in one request: each edit targets its own leaf, so both
+  // succeed (CouchDB 3.5 answers the same); a third against a consumed leaf conflicts.
+  Json r = bulk("db", Json::array({{{"_id", "x"}, {"_rev", "1-" + b}, {"_deleted", true}},
+                                   {{"_id", "x"}, {"_rev", "1-" + a}, {"_deleted", true}},
+                                   {{"_id", "x"}, {"_rev", "1-" + a}, {"v", 3}}}));
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0]["rev"], "2-d57ce398f63417fd01c5c372e5e048e6") << r.dump();
+  EXPECT_EQ(r[1]["rev"], "2-feb66c19c888ee9b72419b1cf5e7b7c7") << r.dump();
+  EXPECT_EQ(r[2]["error"], "conflict");
+  EXPECT_EQ(call(verb::get, "/db/x").status, 404u);
+  EXPECT_EQ(info("db")["doc_del_count"], 1);
+}
+
+TEST_F(DatabaseTest, ReplicatedBranchKeepsTheSharedHistoryBelowItsFork) {
+  create_db("db");
+  const std::string a = hash_of('a'), b = hash_of('b'), c = hash_of('c'), e = hash_of('e');
+  bulk("db", Json::array({{{"_id", "x"}, {"_rev", "3-" + c},
+                           {"_revisions", {{"start", 3}, {"ids", {c, b, a}}}}}}), false);
+  // The client sends a sibling of 3-c with only 2-b as history; 1-a is known here.
+  bulk("db", Json::array({{{"_id", "x"}, {"_rev", "3-" + e},
+                           {"_revisions", {{"start", 3}, {"ids", {e, b}}}}}}), false);
+  auto r = call(verb::get, "/db/x?rev=3-" + e + "&revs=true");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.json()["_revisions"], (Json{{"start", 3}, {"ids", {e, b, a}}}));
+}
+
 TEST_F(DatabaseTest, BulkDocsRequestErrors) {
   create_db("db");
   const std::string url = "/db/_bulk_docs";
