@@ -734,22 +734,32 @@ StorageResult<std::optional<RevsDiff>> revs_diff(Transaction& tr, const DbRef& d
   std::vector<Branch> branches;
   for (const StoredBranch& sb : *all) branches.push_back(sb.branch);
   RevsDiff d;
+  if (branches.empty()) {  // couch_db:get_missing_revs: an unknown document misses them all
+    d.missing = revs;
+    if (d.missing.empty()) return std::optional<RevsDiff>();
+    return std::optional<RevsDiff>(std::move(d));
+  }
+  // couch_key_tree:find_missing answers the missing revisions sorted; possible_ancestors are the
+  // leaves in winner order (couch_doc:to_doc_info) below the highest missing position.
+  std::vector<RevId> missing;
+  std::vector<std::string> unparsed;
   for (const std::string& text : revs) {
     auto rev = RevId::parse(text);
-    if (rev && contains_rev(branches, *rev)) continue;
-    d.missing.push_back(text);
-    if (!rev) continue;
-    // Leaves older than the missing revision may be its ancestors (CouchDB's possible_ancestors).
-    for (const Branch& b : branches) {
-      if (b.leaf.pos < rev->pos) {
-        std::string s = b.leaf.str();
-        if (std::find(d.possible_ancestors.begin(), d.possible_ancestors.end(), s) ==
-            d.possible_ancestors.end())
-          d.possible_ancestors.push_back(std::move(s));
-      }
+    if (!rev) {
+      unparsed.push_back(text);
+    } else if (!contains_rev(branches, *rev)) {
+      missing.push_back(std::move(*rev));
     }
   }
+  std::sort(missing.begin(), missing.end());
+  for (const RevId& r : missing) d.missing.push_back(r.str());
+  d.missing.insert(d.missing.end(), unparsed.begin(), unparsed.end());
   if (d.missing.empty()) return std::optional<RevsDiff>();
+  if (!missing.empty()) {
+    const std::int64_t max_pos = missing.back().pos;
+    for (auto it = branches.rbegin(); it != branches.rend(); ++it)
+      if (it->leaf.pos < max_pos) d.possible_ancestors.push_back(it->leaf.str());
+  }
   return std::optional<RevsDiff>(std::move(d));
 }
 

@@ -677,6 +677,23 @@ TEST_F(DatabaseTest, ReplicatedBranchKeepsTheSharedHistoryBelowItsFork) {
   EXPECT_EQ(r.json()["_revisions"], (Json{{"start", 3}, {"ids", {e, b, a}}}));
 }
 
+TEST_F(DatabaseTest, RevsDiffOrdersLikeCouchDB) {
+  create_db("db");
+  const std::string a = hash_of('a'), b = hash_of('b'), d = hash_of('d');
+  bulk("db", Json::array({{{"_id", "x"}, {"_rev", "1-" + a}},
+                          {{"_id", "x"}, {"_rev", "2-" + b}, {"_revisions", {{"start", 2}, {"ids", {b, d}}}}},
+                          {{"_id", "x"}, {"_rev", "3-" + d},
+                           {"_revisions", {{"start", 3}, {"ids", {d, a, b}}}}}}),
+       false);
+  // CouchDB 3.5's answer to the same request: missing sorted, possible_ancestors in winner order.
+  auto r = post_json("/db/_revs_diff",
+                     Json{{"x", {"4-" + a, "5-" + a, "2-" + d, "3-" + b, "6-" + b, "1-" + a}}});
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.json()["x"]["missing"],
+            Json({"2-" + d, "3-" + b, "4-" + a, "5-" + a, "6-" + b}));
+  EXPECT_EQ(r.json()["x"]["possible_ancestors"], Json({"3-" + d, "2-" + b, "1-" + a}));
+}
+
 TEST_F(DatabaseTest, BulkDocsRequestErrors) {
   create_db("db");
   const std::string url = "/db/_bulk_docs";
@@ -796,7 +813,7 @@ TEST_F(DatabaseTest, RevsDiffReportsMissingAndPossibleAncestors) {
   ASSERT_EQ(r.status, 200u) << r.body;
   const Json body = r.json();
   EXPECT_EQ(keys_of(body), (std::vector<std::string>{"doc", "unknown"}));
-  EXPECT_EQ(body["doc"]["missing"], Json({future, other}));
+  EXPECT_EQ(body["doc"]["missing"], Json({other, future}));  // sorted, as CouchDB answers
   // The leaf 2-x is older than the missing 3-f, so it may be one of its ancestors.
   EXPECT_EQ(body["doc"]["possible_ancestors"], Json({revs[1]}));
   EXPECT_EQ(body["unknown"].dump(), R"({"missing":["1-)" + hash_of('a') + R"("]})");
