@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/design_doc.h"  // design documents are also checked on write (validate_design_doc)
 #include "core/error.h"
 #include "core/rev.h"
 

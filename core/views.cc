@@ -1,6 +1,8 @@
 #include "core/views.h"
 
 #include <algorithm>
+#include <limits>
+#include <tuple>
 
 namespace chaise::core {
 
@@ -25,6 +27,22 @@ std::string rows_value(const RevId& rev, bool deleted) {
   std::string v = "{\"rev\":" + json_string(rev.str());
   if (deleted) v += ",\"deleted\":true";
   return v + "}";
+}
+
+// Keys in [b, e), counted a page at a time; the count stops once it reaches `cap`.
+StorageResult<std::int64_t> count_range(
+    Transaction& tr, std::string b, const std::string& e,
+    std::int64_t cap = std::numeric_limits<std::int64_t>::max()) {
+  constexpr int kPageKeys = 10'000;
+  std::int64_t n = 0;
+  while (b < e && n < cap) {
+    auto kvs = tr.get_range(b, e, kPageKeys, Reverse::no, Snapshot::yes);
+    if (!kvs.ok()) return kvs.error();
+    n += static_cast<std::int64_t>(kvs->size());
+    if (kvs->size() < static_cast<std::size_t>(kPageKeys)) break;
+    b = storage::key_after(kvs->back().key);
+  }
+  return n;
 }
 
 }  // namespace
@@ -56,8 +74,15 @@ AllDocsCursor::AllDocsCursor(DbRef db, AllDocsQuery q) : db_(std::move(db)), q_(
 }
 
 StorageResult<std::int64_t> AllDocsCursor::total_rows(Transaction& tr) {
-  if (q_.kind == AllDocsKind::local_docs) return std::int64_t{-1};
-  return read_counter(tr, db_, keyspace::kDocCount);
+  if (total_rows_) return *total_rows_;
+  StorageResult<std::int64_t> total = std::int64_t{-1};
+  if (q_.kind == AllDocsKind::all_docs) total = read_counter(tr, db_, keyspace::kDocCount);
+  // No counter of design documents: they are counted (there are few, and by_id holds only live
+  // documents, so the count is CouchDB's doc_design_count).
+  if (q_.kind == AllDocsKind::design_docs)
+    total = count_range(tr, id_key(db_, q_.kind, kDesignPrefix), id_key(db_, q_.kind, "_design0"));
+  if (total.ok()) total_rows_ = *total;
+  return total;
 }
 
 StorageResult<std::int64_t> AllDocsCursor::offset(Transaction& tr) {
@@ -66,15 +91,12 @@ StorageResult<std::int64_t> AllDocsCursor::offset(Transaction& tr) {
   std::string b = q_.descending ? std::max(begin_, end_) : ib;
   std::string e = q_.descending ? ie : std::min(begin_, ie);
   if (q_.descending && end_ < ie) b = end_;
-  std::int64_t n = 0;
-  while (b < e) {
-    auto kvs = tr.get_range(b, e, 10'000, Reverse::no, Snapshot::yes);
-    if (!kvs.ok()) return kvs.error();
-    n += static_cast<std::int64_t>(kvs->size());
-    if (kvs->size() < 10'000) break;
-    b = storage::key_after(kvs->back().key);
-  }
-  return n + to_skip_;
+  auto before = count_range(tr, b, e);
+  if (!before.ok()) return before.error();
+  // fabric_view_all_docs: min(total_rows, offset + skip); total_rows < 0 has no offset.
+  auto total = total_rows(tr);
+  if (!total.ok()) return total.error();
+  return std::min(*total, *before + to_skip_);
 }
 
 StorageResult<std::string> AllDocsCursor::row_json(Transaction& tr, std::string_view id,
@@ -207,10 +229,19 @@ StorageResult<std::vector<std::string>> all_docs_keys(Transaction& tr, const DbR
 
 ChangesCursor::ChangesCursor(DbRef db, ChangesQuery q)
     : db_(std::move(db)), q_(std::move(q)), last_seq_(q_.since) {
-  // CouchDB (couch_changes): a descending feed starts at the newest change whatever `since` says.
-  if (q_.descending) last_seq_ = Sequence{};
   done_ = q_.limit == 0;
   by_doc_ids_ = q_.doc_ids && q_.doc_ids->size() <= kDocIdsLookupMax;
+  lookup_ = by_doc_ids_ || q_.design_only;
+}
+
+std::pair<std::string, std::string> ChangesCursor::shard_range(std::int64_t shard) const {
+  auto [b, e] = db_.space.changes().range(Tuple().add(shard));
+  if (!q_.since.is_zero() && !q_.descending) {
+    std::string k = db_.space.changes().pack(
+        Tuple().add(shard).add(q_.since.incarnation).add(q_.since.versionstamp));
+    b = std::max(b, storage::key_after(k));
+  }
+  return {std::move(b), std::move(e)};
 }
 
 StorageResult<bool> ChangesCursor::init(Transaction& tr) {
@@ -226,15 +257,15 @@ StorageResult<bool> ChangesCursor::init(Transaction& tr) {
   for (std::int64_t shard : shards) {
     ShardScan scan;
     scan.shard = shard;
-    auto [b, e] = db_.space.changes().range(Tuple().add(shard));
-    scan.begin = b;
-    scan.end = e;
-    if (!q_.since.is_zero() && !q_.descending) {
-      std::string k = db_.space.changes().pack(
-          Tuple().add(shard).add(q_.since.incarnation).add(q_.since.versionstamp));
-      scan.begin = std::max(scan.begin, storage::key_after(k));
-    }
+    std::tie(scan.begin, scan.end) = shard_range(shard);
     scans_.push_back(std::move(scan));
+  }
+  if (q_.descending) {
+    // CouchDB starts a descending feed at the update_seq, whatever `since` says; that is its
+    // last_seq until a change is scanned.
+    auto u = update_seq(tr, db_);
+    if (!u.ok()) return u.error();
+    last_seq_ = *u;
   }
   return true;
 }
@@ -264,12 +295,24 @@ storage::Status ChangesCursor::fetch(Transaction& tr, ShardScan& scan, std::size
   return {};
 }
 
-void ChangesCursor::finish() {
+storage::Status ChangesCursor::finish(Transaction& tr) {
   done_ = true;
   if (q_.shard && !maps_.empty()) {
     const auto& current = maps_.back().shards;
     topology_changed_ = std::find(current.begin(), current.end(), *q_.shard) == current.end();
   }
+  // CouchDB (couch_changes:send_lookup_changes) ends a lookup that ran to its end at the
+  // update_seq (ascending) or at the last row it sent (descending). Not for one shard's feed: its
+  // last_seq must stay inside the shard's topology (RFC 004).
+  if (!lookup_ || q_.shard || stopped_by_limit()) return {};
+  if (q_.descending && last_row_seq_) {
+    last_seq_ = *last_row_seq_;
+    return {};
+  }
+  auto u = update_seq(tr, db_);
+  if (!u.ok()) return u.error();
+  last_seq_ = *u;
+  return {};
 }
 
 StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& tr,
@@ -308,8 +351,12 @@ StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& t
         changes += ",{\"rev\":" + json_string(it->branch.leaf.str()) + "}";
   }
   changes += "]";
+  const std::int64_t sendable =
+      q_.limit >= 0 ? q_.limit - emitted_
+                    : ChangesQuery::kCouchLimitDefault - q_.rows_sent_before - emitted_;
+  const bool show_seq = q_.seq_interval <= 0 || sendable % q_.seq_interval == 0;
   ++emitted_;
-  const bool show_seq = q_.seq_interval <= 0 || emitted_ % q_.seq_interval == 0;
+  last_row_seq_ = seq;
   std::string row = "{\"seq\":" + (show_seq ? json_string(seq.str()) : std::string("null")) +
                     ",\"id\":" + json_string(id) + ",\"changes\":" + changes;
   if (deleted) row += ",\"deleted\":true";
@@ -364,14 +411,13 @@ StorageResult<bool> ChangesCursor::next_page_by_doc_ids(Transaction& tr,
     if (!row.ok()) return row.error();
     if (*row) out.push_back(std::move(**row));
   }
-  finish();
+  if (auto st = finish(tr); !st) return st.error();
   return false;
 }
 
 StorageResult<bool> ChangesCursor::next_page(Transaction& tr, std::size_t rows_max,
                                              std::vector<std::string>& out) {
-  if (done_) return false;
-  if (!initialized_) {
+  if (!initialized_) {  // also for limit=0: pending and a descending last_seq need the scans
     auto known = init(tr);
     if (!known.ok()) return known.error();
     if (!*known) {  // an unknown shard id has no changes
@@ -379,6 +425,7 @@ StorageResult<bool> ChangesCursor::next_page(Transaction& tr, std::size_t rows_m
       return false;
     }
   }
+  if (done_) return false;
   if (by_doc_ids_) return next_page_by_doc_ids(tr, out);
   for (std::size_t consumed = 0; consumed < rows_max;) {
     ShardScan* best = nullptr;
@@ -392,7 +439,7 @@ StorageResult<bool> ChangesCursor::next_page(Transaction& tr, std::size_t rows_m
         best = &scan;
     }
     if (!best) {
-      finish();
+      if (auto st = finish(tr); !st) return st.error();
       return false;
     }
     Entry e = std::move(best->buffer.front());
@@ -411,37 +458,52 @@ StorageResult<bool> ChangesCursor::next_page(Transaction& tr, std::size_t rows_m
     if (!row.ok()) return row.error();
     if (*row) out.push_back(std::move(**row));
     if (q_.limit > 0 && emitted_ >= q_.limit) {
-      finish();
+      if (auto st = finish(tr); !st) return st.error();
       return false;
     }
   }
   return true;
 }
 
-StorageResult<std::int64_t> ChangesCursor::pending(Transaction& tr) {
-  if (by_doc_ids_ || (done_ && !(q_.limit > 0 && emitted_ >= q_.limit))) return std::int64_t{0};
-  std::int64_t n = 0;
-  for (const ShardScan& scan : scans_) {
-    n += static_cast<std::int64_t>(scan.buffer.size());
-    std::string b = scan.begin, e = scan.end;
-    while (!scan.exhausted && b < e && n < kPendingCountMax) {
-      auto kvs = tr.get_range(b, e, 10'000, q_.descending ? Reverse::yes : Reverse::no, Snapshot::yes);
-      if (!kvs.ok()) return kvs.error();
-      n += static_cast<std::int64_t>(kvs->size());
-      if (kvs->size() < 10'000) break;
-      if (q_.descending) {
-        e = kvs->back().key;
-      } else {
-        b = storage::key_after(kvs->back().key);
-      }
-    }
-  }
-  if (n < kPendingCountMax) return n;
+StorageResult<std::int64_t> ChangesCursor::bounded(Transaction& tr, std::int64_t counted) {
+  if (counted < kPendingCountMax) return counted;
   auto dc = read_counter(tr, db_, keyspace::kDocCount);
   auto ddc = read_counter(tr, db_, keyspace::kDocDelCount);
   if (!dc.ok()) return dc.error();
   if (!ddc.ok()) return ddc.error();
-  return std::max(n, *dc + *ddc);
+  return std::max(counted, *dc + *ddc);
+}
+
+StorageResult<std::int64_t> ChangesCursor::pending(Transaction& tr) {
+  if (!initialized_) {
+    auto known = init(tr);
+    if (!known.ok()) return known.error();
+    if (!*known) return std::int64_t{0};
+  }
+  std::int64_t n = 0;
+  if (lookup_) {
+    // couch_changes:send_lookup_changes: CouchDB starts from every change after `since` (all of
+    // them descending) and takes one off per document its lookup returns; here those are exactly
+    // the rows emitted.
+    for (const ShardScan& scan : scans_) {
+      auto [b, e] = shard_range(scan.shard);
+      auto c = count_range(tr, std::move(b), e, kPendingCountMax - n);
+      if (!c.ok()) return c.error();
+      n += *c;
+    }
+    auto total = bounded(tr, n);
+    if (!total.ok()) return total.error();
+    return std::max<std::int64_t>(0, *total - emitted_);
+  }
+  if (done_ && !stopped_by_limit()) return std::int64_t{0};
+  for (const ShardScan& scan : scans_) {
+    n += static_cast<std::int64_t>(scan.buffer.size());
+    if (scan.exhausted) continue;
+    auto c = count_range(tr, scan.begin, scan.end, kPendingCountMax - n);
+    if (!c.ok()) return c.error();
+    n += *c;
+  }
+  return bounded(tr, n);
 }
 
 }  // namespace chaise::core

@@ -11,6 +11,7 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/documents.h"
@@ -41,8 +42,11 @@ class AllDocsCursor {
   // Appends up to `rows_max` serialized rows to `out`. Returns true while more may follow.
   StorageResult<bool> next_page(Transaction& tr, std::size_t rows_max,
                                 std::vector<std::string>& out);
-  // total_rows (doc_count; -1 for _local_docs, which CouchDB answers with null) and offset (rows
-  // before the first returned one in iteration order, skip included). Call before the first page.
+  // total_rows and offset as CouchDB 3.5 reports them (couch_mrview all_docs_fold,
+  // fabric_view_all_docs). total_rows: doc_count for _all_docs, the number of design documents for
+  // _design_docs, -1 for _local_docs (CouchDB: null). offset: the documents of the whole by-id
+  // index (design and others alike, also for _design_docs) before the first one the range selects
+  // in iteration order, plus skip, at most total_rows. Call before the first page.
   StorageResult<std::int64_t> total_rows(Transaction& tr);
   StorageResult<std::int64_t> offset(Transaction& tr);
 
@@ -54,6 +58,7 @@ class AllDocsCursor {
   std::int64_t to_skip_;
   std::int64_t to_emit_;  // -1: unlimited
   bool done_ = false;
+  std::optional<std::int64_t> total_rows_;  // read once
 };
 
 // `keys=[...]` lookups for _all_docs: one row per key, in order (deleted docs and unknown keys as
@@ -75,7 +80,16 @@ struct ChangesQuery {
   bool design_only = false;                         // filter=_design
   std::optional<Selector> selector;                 // filter=_selector: the winning doc must match
   std::optional<std::int64_t> shard;                // one shard's feed (RFC 004); else all, merged
-  std::int64_t seq_interval = 0;                    // >0: only every Nth row carries its seq
+  // > 0: a row carries its seq only when the number of rows the feed may still send, counted
+  // before the row, is a multiple of seq_interval; the others have "seq":null. CouchDB counts down
+  // from `limit`, or from kCouchLimitDefault without one (fabric_view_changes), so with
+  // seq_interval=3 and no limit the 2nd, 5th, 8th... rows carry theirs.
+  std::int64_t seq_interval = 0;
+  // Rows earlier cursors of the same live feed have sent (`limit` is then what is left of it).
+  std::int64_t rows_sent_before = 0;
+
+  // CouchDB's #changes_args{} limit when none is given.
+  static constexpr std::int64_t kCouchLimitDefault = 1'000'000'000'000'000;
 };
 
 // Reads one shard, or merges every shard that ever existed by sequence (a k-way merge: sequences
@@ -85,10 +99,16 @@ class ChangesCursor {
   ChangesCursor(DbRef db, ChangesQuery q);
   StorageResult<bool> next_page(Transaction& tr, std::size_t rows_max,
                                 std::vector<std::string>& out);
-  // The sequence of the last change scanned (emitted or filtered out), else `since`.
+  // Where the feed got to, as CouchDB reports it in last_seq: the sequence of the last change
+  // scanned (emitted or filtered out); before any, `since` (descending: the update_seq).
+  // filter=_doc_ids (looked up) and filter=_design report CouchDB's lookup results instead: the
+  // update_seq once an ascending feed of every shard is complete, else the last row's sequence.
   const Sequence& last_seq() const { return last_seq_; }
   std::int64_t emitted() const { return emitted_; }
-  // Changes after last_seq() in iteration order: exact up to kPendingCountMax, beyond that the
+  // CouchDB's "pending": the changes after last_seq() in iteration order (with a filter, those
+  // the filter has not looked at yet), also when limit=0 stopped the feed before its first row.
+  // For filter=_doc_ids (looked up) and filter=_design CouchDB counts the changes after `since`
+  // less the rows emitted, and so does this. Exact up to kPendingCountMax, beyond that the
   // database's total number of changes bounds it (CouchDB's own value is an estimate too).
   StorageResult<std::int64_t> pending(Transaction& tr);
   // A single-shard feed that reached the end of a shard no longer in the current map: the
@@ -114,11 +134,18 @@ class ChangesCursor {
   };
   StorageResult<bool> init(Transaction& tr);
   storage::Status fetch(Transaction& tr, ShardScan& scan, std::size_t rows_max);
+  // The keys of `shard` in the changes index that the feed covers: after `since` ascending,
+  // all of them descending.
+  std::pair<std::string, std::string> shard_range(std::int64_t shard) const;
+  // `counted` changes, or beyond kPendingCountMax the database's number of changes (one per
+  // document) if that is more.
+  StorageResult<std::int64_t> bounded(Transaction& tr, std::int64_t counted);
+  bool stopped_by_limit() const { return q_.limit >= 0 && emitted_ >= q_.limit; }
   StorageResult<std::optional<std::string>> row_json(Transaction& tr, const Sequence& seq,
                                                      const std::string& id, const RevId& rev,
                                                      std::int64_t branch_count, bool deleted);
   StorageResult<bool> next_page_by_doc_ids(Transaction& tr, std::vector<std::string>& out);
-  void finish();
+  storage::Status finish(Transaction& tr);
 
   DbRef db_;
   ChangesQuery q_;
@@ -129,6 +156,8 @@ class ChangesCursor {
   bool initialized_ = false;
   bool done_ = false;
   bool by_doc_ids_ = false;
+  bool lookup_ = false;  // CouchDB serves this feed by a lookup (by_doc_ids_, design_only)
+  std::optional<Sequence> last_row_seq_;
   bool topology_changed_ = false;
 };
 

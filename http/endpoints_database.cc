@@ -192,6 +192,9 @@ ParsedItem parse_item(const Json& doc, const core::DbRef& db, bool new_edits,
 
   if (parsed.body.size() > max_document_size)
     throw HttpError(413, "document_too_large", parsed.id.value_or(""));
+  if (auto e = core::validate_design_doc(parsed.id.value_or(""), doc,
+                                        core::Partitioned{db.partitioned}))
+    throw HttpError(std::move(*e));
   std::vector<core::AttUpload> atts;
   // CouchDB 3 accepts and drops the attachments of a _local document.
   if (parsed.attachments && !parsed.attachments->empty() && !local) {

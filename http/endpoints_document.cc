@@ -908,6 +908,8 @@ MaybeResponse put_doc(Call& call, const core::DbRef& db, const Target& t, const 
   if (t.local) co_return co_await put_local(call, t, q, std::move(j));
   core::ParsedDoc d = parse_doc_or_throw(j);
   check_size(call, d);
+  if (auto e = core::validate_design_doc(t.id, j, core::Partitioned{db.partitioned}))
+    throw_couch(std::move(*e));
   std::vector<core::AttUpload> atts = upload_atts(call, d, parts);
   const bool deleted = d.deleted;
   auto item = put_item(call, t, q, std::move(d));

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/databases.h"
+#include "http/etag.h"
 #include "http/request.h"
 #include "http/router.h"
 
@@ -158,6 +159,18 @@ std::optional<core::AllDbsQuery> all_dbs_query(const Query& query) {
   return q;
 }
 
+// A 200 JSON answer with an ETag, or 304 when the client has it (chttpd:etag_respond). CouchDB
+// sends one on GET /_all_dbs and GET /_dbs_info, derived from its _dbs database, so it changes
+// when databases come and go; Chaise's is a hash of the body itself, so a 304 is never stale.
+Response etagged_json(const Call& call, const Json& body) {
+  const std::string etag =
+      EtagBuilder().add(body.dump(-1, ' ', false, Json::error_handler_t::replace)).str();
+  if (if_none_match_has(call.req, etag)) return not_modified_response(call.req, etag);
+  Response response = json_response(call.req, Status::ok, body);
+  response.set(beast_http::field::etag, etag);
+  return response;
+}
+
 std::vector<std::string> list_dbs(storage::Transaction& tr, const Query& query) {
   auto q = all_dbs_query(query);
   if (!q) return {};
@@ -174,7 +187,7 @@ Response all_dbs(const Call& call) {
   auto tr = call.store().create_transaction();
   Json names = Json::array();
   for (std::string& name : list_dbs(tr, call.query)) names.push_back(std::move(name));
-  return json_response(call.req, Status::ok, names);
+  return etagged_json(call, names);
 }
 
 // The info of `name`, or nullopt if there is no such database.
@@ -201,7 +214,7 @@ Response dbs_info(const Call& call) {
       if (auto info = info_of(tr, names[i]))
         out.push_back({{"key", names[i]}, {"info", std::move(*info)}});
     }
-    return json_response(call.req, Status::ok, out);
+    return etagged_json(call, out);
   }
   if (!call.is(beast_http::verb::post)) throw_method_not_allowed("GET,HEAD,POST");
   require_json_content_type(call);
@@ -240,15 +253,6 @@ std::optional<std::int64_t> parse_count(std::string_view text) {
   return negative ? -value : value;
 }
 
-std::string etag_of(std::string_view text) {
-  std::uint64_t hash = 1469598103934665603ULL;  // FNV-1a
-  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ULL;
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string etag = "\"";
-  for (int shift = 60; shift >= 0; shift -= 4) etag.push_back(kHex[(hash >> shift) & 0xf]);
-  return etag + "\"";
-}
-
 // GET /_uuids?count=N
 Response uuids(const Call& call) {
   if (!is_get(call)) throw_method_not_allowed("GET");
@@ -274,7 +278,7 @@ Response uuids(const Call& call) {
   response.set(beast_http::field::cache_control, "no-cache");
   response.set(beast_http::field::expires, "Mon, 01 Jan 1990 00:00:00 GMT");  // past, on purpose
   response.set(beast_http::field::pragma, "no-cache");
-  response.set(beast_http::field::etag, etag_of(all));
+  response.set(beast_http::field::etag, EtagBuilder().add(all).str());
   return response;
 }
 

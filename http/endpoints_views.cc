@@ -21,6 +21,7 @@
 #include "http/txn.h"
 
 #include "core/views.h"
+#include "http/etag.h"
 #include "http/request.h"
 #include "http/router.h"
 
@@ -80,16 +81,16 @@ class Params {
   const Json* body_;
 };
 
-// Doc ids are strings; CouchDB collates other JSON keys around them (null, booleans and numbers
-// before every string, arrays and objects after), which decides what such a bound selects.
-enum class Side { below_all, at, above_all };
+// Doc ids are strings. _all_docs compares keys in raw (Erlang term) order, not with the view
+// collation: every other JSON value, arrays and objects included, sorts before every string
+// (CouchDB 3.5: startkey={} selects every document, endkey={} none).
+enum class Side { below_all, at };
 struct Bound {
   Side side = Side::at;
   std::string key;
 };
 Bound to_bound(const Json& j) {
   if (j.is_string()) return {Side::at, j.get<std::string>()};
-  if (j.is_array() || j.is_object()) return {Side::above_all, {}};
   return {Side::below_all, {}};
 }
 
@@ -98,6 +99,8 @@ struct AllDocsRequest {
   std::optional<std::vector<std::string>> keys;
   bool update_seq = false;
   bool empty = false;  // bounds that select nothing
+  // ... because of the start bound: every document comes before it, so offset is total_rows.
+  bool empty_before_start = false;
 };
 
 AllDocsRequest parse_all_docs(const Params& p, AllDocsKind kind) {
@@ -126,8 +129,8 @@ AllDocsRequest parse_all_docs(const Params& p, AllDocsKind kind) {
     end = p.json("endkey");
     if (!end) end = p.json("end_key");
   }
-  // In iteration order a start "below all strings" means: from the first key (ascending) or, when
-  // descending, nothing at all; symmetric for the other cases.
+  // A bound below every id is no bound at the low end (an ascending start, a descending end) and
+  // selects nothing at the high end.
   auto apply = [&](const std::optional<Json>& j, bool is_start) {
     if (!j) return;
     Bound b = to_bound(*j);
@@ -135,8 +138,9 @@ AllDocsRequest parse_all_docs(const Params& p, AllDocsKind kind) {
     const bool lower_side = is_start != r.q.descending;  // this bound limits the low end
     if (b.side == Side::at) {
       slot = b.key;
-    } else if ((b.side == Side::below_all) != lower_side) {
+    } else if (!lower_side) {
       r.empty = true;  // e.g. ascending end key below every id
+      r.empty_before_start = r.empty_before_start || is_start;
     }
   };
   apply(start, true);
@@ -144,11 +148,12 @@ AllDocsRequest parse_all_docs(const Params& p, AllDocsKind kind) {
   return r;
 }
 
+// `offset` < 0: null (CouchDB's answer for _local_docs and for any `keys` query).
 std::string all_docs_head(std::int64_t total, std::int64_t offset, const std::string* seq) {
   std::string head = "{\"total_rows\":";
   head += total < 0 ? "null" : std::to_string(total);
   head += ",\"offset\":";
-  head += total < 0 ? "null" : std::to_string(offset);
+  head += offset < 0 ? "null" : std::to_string(offset);
   if (seq) head += ",\"update_seq\":" + core::json_string(*seq);
   return head + ",\"rows\":[\r\n";
 }
@@ -171,11 +176,11 @@ boost::asio::awaitable<bool> write_all_docs(const Call& call, const core::DbRef&
   core::AllDocsCursor cursor(db, r.q);
   auto total = cursor.total_rows(tr);
   if (!total.ok()) throw HttpError(core::storage_failure(total.error()));
-  std::int64_t offset = 0;
+  std::int64_t offset = -1;
   if (*total >= 0 && !r.keys) {
     auto o = cursor.offset(tr);
     if (!o.ok()) throw HttpError(core::storage_failure(o.error()));
-    offset = *o;
+    offset = r.empty_before_start ? *total : *o;
   }
   std::optional<std::string> seq;
   if (r.update_seq) {
@@ -183,7 +188,7 @@ boost::asio::awaitable<bool> write_all_docs(const Call& call, const core::DbRef&
     if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
     seq = s->str();
   }
-  const std::string head = all_docs_head(*total, r.keys ? 0 : offset, seq ? &*seq : nullptr);
+  const std::string head = all_docs_head(*total, offset, seq ? &*seq : nullptr);
   if (!co_await emit(head)) co_return false;
   bool first = true;
   std::string chunk;
@@ -243,6 +248,18 @@ MaybeResponse all_docs_queries(Call& call, AllDocsKind kind) {
   const Query no_query;
   for (const Json& q : body["queries"]) {
     if (!q.is_object()) throw_bad_request("Each query must be a JSON object.");
+    // couch_mrview_http:parse_param reads a one-element `keys` of a query here as `key`: a
+    // range, so its answer has an offset and no not_found or deleted rows.
+    const auto keys = q.find("keys");
+    if (keys != q.end() && keys->is_array() && keys->size() == 1 && !q.contains("key") &&
+        !q.contains("startkey") && !q.contains("start_key") && !q.contains("endkey") &&
+        !q.contains("end_key")) {
+      Json single = q;
+      single.erase("keys");
+      single["key"] = (*keys)[0];
+      requests.push_back(parse_all_docs(Params(no_query, &single), kind));
+      continue;
+    }
     requests.push_back(parse_all_docs(Params(no_query, &q), kind));
   }
   if (!co_await call.stream.begin(stream_head(call.req))) co_return std::nullopt;
@@ -267,6 +284,110 @@ struct ChangesRequest {
   std::optional<std::int64_t> heartbeat_ms;  // live feeds: send a newline this often
   std::int64_t timeout_ms = 60'000;          // live feeds without heartbeat: give up after this
 };
+
+// fabric_view_changes accepts a sequence in double quotes too; that is how the JSON "id:" of an
+// eventsource event comes back in Last-Event-ID.
+std::string_view unquote_seq(std::string_view seq) {
+  if (seq.starts_with('"')) seq.remove_prefix(1);
+  if (seq.ends_with('"')) seq.remove_suffix(1);
+  return seq;
+}
+
+// mochiweb_util:unquote, which couch_changes applies to each part of a filter or view name:
+// %XX decoded, '+' is a space, anything else (a malformed escape too) kept.
+std::string unquote_name_part(std::string_view s) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out.push_back(' ');
+    } else if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+// "ddoc/name" as couch_changes:configure_filter splits it (string:tokens: empty parts dropped).
+std::vector<std::string> name_parts(std::string_view name) {
+  std::vector<std::string> parts;
+  while (!name.empty()) {
+    const std::size_t slash = name.find('/');
+    const std::string_view part = name.substr(0, slash);
+    if (!part.empty()) parts.push_back(unquote_name_part(part));
+    if (slash == std::string_view::npos) break;
+    name.remove_prefix(slash + 1);
+  }
+  return parts;
+}
+
+// Opens _design/<ddoc> and follows `section`.`member` in it, with CouchDB's answers
+// (couch_changes:open_ddoc and couch_util:get_nested_json_value): 404 "missing" or "deleted" for
+// the document, 404 "missing json key: <key>", or 404 "json_mismatch" when `section` is not an
+// object.
+void require_ddoc_member(storage::Transaction& tr, const core::DbRef& db, const std::string& ddoc,
+                         const std::string& section, const std::string& member) {
+  auto doc = core::get_doc_json(tr, db, "_design/" + ddoc, core::DocReadOptions{});
+  if (!doc.ok()) throw HttpError(core::storage_failure(doc.error()));
+  if (auto* e = std::get_if<core::CouchError>(&*doc)) throw HttpError(*e);
+  const Json body = Json::parse(std::get<std::string>(*doc));
+  const auto s = body.find(section);
+  if (s == body.end()) throw HttpError(404, "not_found", "missing json key: " + section);
+  if (!s->is_object()) throw HttpError(404, "not_found", "json_mismatch");
+  if (!s->contains(member)) throw HttpError(404, "not_found", "missing json key: " + member);
+}
+
+// couch_changes:configure_filter: the built-in filters, then "ddoc/name" (an empty name or one
+// of only slashes means no filter). Filters that need JavaScript or a view index, which Chaise
+// does not have, are refused with a 400 once CouchDB's own checks have passed.
+void configure_filter(const std::string& filter, const Params& p, const core::DbRef& db,
+                      storage::Transaction& tr, core::ChangesQuery& q) {
+  if (filter == "_doc_ids") {
+    std::optional<Json> ids = p.json("doc_ids");
+    if (!ids || !ids->is_array())
+      throw_bad_request("`doc_ids` filter parameter is not a list of doc ids.");
+    q.doc_ids.emplace();
+    for (const Json& id : *ids) {
+      if (!id.is_string())
+        throw_bad_request("`doc_ids` filter parameter is not a list of doc ids.");
+      q.doc_ids->push_back(id.get<std::string>());
+    }
+  } else if (filter == "_design") {
+    q.design_only = true;
+  } else if (filter == "_selector") {
+    std::optional<Json> sel = p.json("selector");
+    if (!sel) throw_bad_request("Selector must be specified in POST payload");
+    auto parsed = core::Selector::parse(*sel);
+    if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(*e);
+    q.selector = std::get<core::Selector>(std::move(parsed));
+  } else if (filter == "_view") {
+    const std::string view = p.string("view").value_or("");
+    if (view.empty()) throw_bad_request("`view` filter parameter is not provided.");
+    const auto parts = name_parts(view);
+    // One part, or more than two, is a 500 (case_clause) in CouchDB 3.5.
+    if (parts.size() != 2) throw_bad_request("`view` must be of the form `designname/viewname`");
+    require_ddoc_member(tr, db, parts[0], "views", parts[1]);
+    throw_bad_request("filter=" + filter + " is not available in this version of Chaise");
+  } else if (filter.starts_with('_')) {
+    throw_bad_request("unknown builtin filter name");
+  } else if (!filter.empty()) {
+    const auto parts = name_parts(filter);
+    if (parts.empty()) return;
+    if (parts.size() != 2)
+      throw_bad_request("`filter` must be of the form `designname/filtername`");
+    require_ddoc_member(tr, db, parts[0], "filters", parts[1]);
+    throw_bad_request("Chaise has no JavaScript engine: filter functions (" + filter +
+                      ") are not supported");
+  }
+}
 
 ChangesRequest parse_changes(const Call& call, const Json* body, const core::DbRef& db,
                              storage::Transaction& tr) {
@@ -307,13 +428,19 @@ ChangesRequest parse_changes(const Call& call, const Json* body, const core::DbR
       r.heartbeat_ms = v;
     }
   }
-  if (auto since = p.string("since")) {
+  std::optional<std::string> since = p.string("since");
+  // A browser's EventSource reconnects with the id of the last event it got (chttpd_db
+  // parse_changes_query: it overrides `since`).
+  if (const auto last_event_id = call.req["Last-Event-ID"];
+      r.feed == Feed::eventsource && !last_event_id.empty())
+    since = std::string(last_event_id);
+  if (since) {
     if (*since == "now") {
       auto s = core::update_seq(tr, db);
       if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
       q.since = *s;
     } else {
-      auto s = core::Sequence::parse(*since);
+      auto s = core::Sequence::parse(unquote_seq(*since));
       if (!s) throw_bad_request("Malformed sequence supplied in 'since' parameter.");
       q.since = *s;
     }
@@ -338,40 +465,18 @@ ChangesRequest parse_changes(const Call& call, const Json* body, const core::DbR
     if (n <= 0) throw_bad_request("invalid_seq_interval");
     q.seq_interval = n;
   }
-  if (auto filter = p.string("filter")) {
-    if (*filter == "_doc_ids") {
-      std::optional<Json> ids = p.json("doc_ids");
-      if (!ids || !ids->is_array())
-        throw_bad_request("`doc_ids` filter parameter is not a list of doc ids.");
-      q.doc_ids.emplace();
-      for (const Json& id : *ids) {
-        if (!id.is_string()) throw_bad_request("`doc_ids` filter parameter is not a list of doc ids.");
-        q.doc_ids->push_back(id.get<std::string>());
-      }
-    } else if (*filter == "_design") {
-      q.design_only = true;
-    } else if (*filter == "_selector") {
-      std::optional<Json> sel = p.json("selector");
-      if (!sel) throw_bad_request("Selector must be specified in POST payload");
-      auto parsed = core::Selector::parse(*sel);
-      if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(*e);
-      q.selector = std::get<core::Selector>(std::move(parsed));
-    } else if (*filter == "_view") {
-      throw_bad_request("filter=" + *filter + " is not available in this version of Chaise");
-    } else {
-      throw_bad_request("Chaise has no JavaScript engine: filter functions (" + *filter +
-                        ") are not supported");
-    }
-  }
+  if (auto filter = p.string("filter")) configure_filter(*filter, p, db, tr, q);
   return r;
 }
 
-// The "seq" of a serialized change row ({"seq":"...", ...}); empty when it is null.
-std::string_view row_seq(std::string_view row) {
-  constexpr std::string_view kPrefix = "{\"seq\":\"";
-  if (row.substr(0, kPrefix.size()) != kPrefix) return {};
+// The "seq" of a serialized change row ({"seq":<seq>, ...}) as JSON: a quoted sequence or null.
+// (Sequences are hex digits: no escapes inside the quotes.)
+std::string_view row_seq_json(std::string_view row) {
+  constexpr std::string_view kPrefix = "{\"seq\":";
+  if (!row.starts_with(kPrefix)) return "null";
   row.remove_prefix(kPrefix.size());
-  return row.substr(0, row.find('"'));
+  if (!row.starts_with('"')) return "null";
+  return row.substr(0, row.find('"', 1) + 1);
 }
 
 // Frames rows of one feed type.
@@ -397,10 +502,11 @@ class FeedWriter {
           chunk_ += "\n";
           break;
         case Feed::eventsource:
+          // The id is the seq as JSON, as CouchDB writes it: "id: \"<seq>\"" or "id: null".
           chunk_ += "data: ";
           chunk_ += row;
           chunk_ += "\nid: ";
-          chunk_ += row_seq(row);
+          chunk_ += row_seq_json(row);
           chunk_ += "\n\n";
           break;
       }
@@ -408,15 +514,33 @@ class FeedWriter {
     }
     rows.clear();
     if (chunk_.empty()) co_return true;
+    sent_ = true;
+    rows_since_wait_ = true;
     if (!co_await stream_.write(chunk_)) co_return false;
     // Live feeds deliver each batch as soon as it exists.
     if (feed_ != Feed::normal) co_return co_await stream_.flush();
     co_return true;
   }
+  // The feed is about to wait for changes. CouchDB (chttpd_db changes_callback
+  // waiting_for_updates) sends an eventsource feed that has sent nothing yet a lone newline.
+  // Returns whether to send that newline (newline()) first.
+  bool waiting() {
+    rows_since_wait_ = false;
+    if (feed_ != Feed::eventsource || sent_) return false;
+    sent_ = true;
+    return true;
+  }
+  boost::asio::awaitable<bool> newline() {
+    // (A named view, not a literal in the co_await expression: GCC 12 miscompiles that.)
+    const std::string_view text = "\n";
+    if (!co_await stream_.write(text)) co_return false;
+    co_return co_await stream_.flush();
+  }
   boost::asio::awaitable<bool> heartbeat() {
     // (Kept out of the co_await expression: GCC 12 miscompiles a conditional there.)
     std::string_view beat = "\n";
     if (feed_ == Feed::eventsource) beat = "event: heartbeat\ndata: \n\n";
+    sent_ = true;
     if (!co_await stream_.write(beat)) co_return false;
     co_return co_await stream_.flush();
   }
@@ -437,8 +561,14 @@ class FeedWriter {
         if (!co_await stream_.write("{" + tail_fields)) co_return false;
         break;
       case Feed::eventsource:
+        // CouchDB sends no last_seq event: the stream just ends, with a newline when rows came
+        // since the feed last waited (a feed that timed out ends right after what it sent).
         if (topology_changed && !co_await stream_.write("event: topology_changed\ndata: {" + tail_fields + "\n"))
           co_return false;
+        if (!topology_changed && rows_since_wait_) {
+          const std::string_view text = "\n";  // (named: see newline())
+          if (!co_await stream_.write(text)) co_return false;
+        }
         break;
     }
     co_return co_await stream_.finish();
@@ -448,6 +578,8 @@ class FeedWriter {
   ResponseStream& stream_;
   Feed feed_;
   bool first_ = true;
+  bool sent_ = false;             // anything written after the head
+  bool rows_since_wait_ = false;  // rows written since the last waiting()
   std::string chunk_;
 };
 
@@ -460,6 +592,23 @@ struct FeedWait {
   bool closed = false;
 };
 
+// The ETag of a normal feed (CouchDB sends one, and answers If-None-Match with 304). CouchDB
+// derives it from the database info alone; Chaise's covers what decides the answer: the database,
+// its update_seq, the request (query string and body), and for one shard's feed the shard maps
+// (a reshard can set topology_changed without a new change).
+std::string changes_etag(const Call& call, const core::DbRef& db, storage::Transaction& tr,
+                         const std::vector<core::ShardMap>* maps) {
+  auto seq = core::update_seq(tr, db);
+  if (!seq.ok()) throw HttpError(core::storage_failure(seq.error()));
+  EtagBuilder etag;
+  etag.add(db.name).add(seq->str()).add(call.req.target()).add(call.req.body());
+  if (maps) {
+    etag.add(std::to_string(maps->size()));
+    for (const core::ShardMap& m : *maps) etag.add(m.start.str()).add(m.tombstone ? "t" : "f");
+  }
+  return etag.str();
+}
+
 MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
   require_method(call, "GET,HEAD,POST");
   const core::DbRef db = open_db_or_throw(call);
@@ -467,24 +616,38 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
   if (call.is(beast_http::verb::post)) body = parse_json_object_body(call.req);
   storage::Database& store = call.store();
   ChangesRequest r;
+  std::optional<std::string> etag;
   {
     auto tr = store.create_transaction();
     r = parse_changes(call, body ? &*body : nullptr, db, tr);
+    std::optional<std::vector<core::ShardMap>> maps;
     if (shard) {
-      auto maps = core::read_shard_maps(tr, db, storage::Snapshot::yes);
-      if (!maps.ok()) throw HttpError(core::storage_failure(maps.error()));
-      auto ids = core::all_shards(*maps);
+      auto m = core::read_shard_maps(tr, db, storage::Snapshot::yes);
+      if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
+      auto ids = core::all_shards(*m);
       if (std::find(ids.begin(), ids.end(), *shard) == ids.end())
         throw HttpError(404, "not_found", "No such changes shard: " + std::to_string(*shard));
       r.q.shard = shard;
+      maps = std::move(*m);
     }
+    if (r.feed == Feed::normal) etag = changes_etag(call, db, tr, maps ? &*maps : nullptr);
   }
-  if (call.is(beast_http::verb::head)) co_return raw_json_response(call.req, Status::ok, "");
+  if (etag && if_none_match_has(call.req, *etag)) co_return not_modified_response(call.req, *etag);
+  if (call.is(beast_http::verb::head)) {
+    // (Not named like `head` below: GCC 12 gives same-named locals of a coroutine one frame slot.)
+    Response answer = raw_json_response(call.req, Status::ok, "");
+    if (etag) answer.set(beast_http::field::etag, *etag);
+    co_return answer;
+  }
   const bool live = r.feed != Feed::normal;
   if (live && !call.ctx.notifier) throw_bad_request("live feeds are not enabled");
 
   Response head = stream_head(call.req);
-  if (r.feed == Feed::eventsource) head.set(beast_http::field::content_type, "text/event-stream");
+  if (etag) head.set(beast_http::field::etag, *etag);
+  if (r.feed == Feed::eventsource) {
+    head.set(beast_http::field::content_type, "text/event-stream");
+    head.set(beast_http::field::cache_control, "no-cache");
+  }
   if (!co_await call.stream.begin(std::move(head))) co_return std::nullopt;
   FeedWriter out(call.stream, r.feed);
   if (!co_await out.open()) co_return std::nullopt;
@@ -505,6 +668,7 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
     core::ChangesQuery q = r.q;
     q.since = since;
     if (r.q.limit >= 0) q.limit = r.q.limit - emitted;
+    q.rows_sent_before = emitted;
     last_cursor.emplace(db, std::move(q));
     core::ChangesCursor& cursor = *last_cursor;
     std::int64_t counter = 0;
@@ -528,6 +692,9 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
     if (r.feed == Feed::longpoll && emitted > 0) break;
 
     // Nothing (more) to send: wait for the database to change.
+    bool newline_sent = true;
+    if (out.waiting()) newline_sent = co_await out.newline();
+    if (!newline_sent) co_return std::nullopt;
     wait->woken = false;
     auto waiter = call.ctx.notifier->wait(db, counter, [wait, executor] {
       boost::asio::post(executor, [wait] {

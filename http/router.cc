@@ -18,9 +18,10 @@ namespace {
 // CouchDB advertises optional capabilities in the welcome document; clients use the list to decide
 // which endpoints to call. A feature is listed only once its endpoints work in Chaise, so that no
 // client is sent down a path that answers 404.
-const std::array<std::string_view, 1> kFeatures = {
-    "pluggable-storage-engines",  // storage/ is an FDB-shaped API; RocksDB is one engine behind it
-};
+// CouchDB 3.5 lists access-ready, partitioned, pluggable-storage-engines, reshard and scheduler.
+// Chaise has none of them as CouchDB means them (no ?engine=, no /_partition, no _reshard, no
+// _scheduler, no _access), so it claims none: clients use this list to decide what to call.
+const std::array<std::string_view, 0> kFeatures = {};
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';

@@ -121,16 +121,73 @@ TEST_F(FeedsTest, HeartbeatsKeepTheFeedOpenAndTakePrecedenceOverTimeout) {
 
 TEST_F(FeedsTest, EventSourceFrames) {
   FeedClient feed(port(), "/db/_changes?feed=eventsource&since=now&timeout=2000");
+  // Nothing to send yet: CouchDB's lone newline before it waits.
+  ASSERT_TRUE(feed.wait_for("\n", 3s));
   write("e1");
-  ASSERT_TRUE(feed.wait_for("\n\n", 3s));
+  ASSERT_TRUE(feed.wait_for("\n\n", 3s, 1));
   EXPECT_NE(feed.head().find("text/event-stream"), std::string::npos);
-  const std::string& b = feed.body();
-  ASSERT_EQ(b.rfind("data: ", 0), 0u) << b;
-  auto data_end = b.find('\n');
-  Json row = Json::parse(b.substr(6, data_end - 6));
+  const std::string b = feed.body();
+  ASSERT_EQ(b.rfind("\ndata: ", 0), 0u) << b;
+  auto data_end = b.find('\n', 1);
+  Json row = Json::parse(b.substr(7, data_end - 7));
   EXPECT_EQ(row["id"], "e1");
-  EXPECT_EQ(b.substr(data_end + 1, 4), "id: ");
-  EXPECT_EQ(b.substr(data_end + 5, row["seq"].get<std::string>().size()), row["seq"]);
+  // The id is the seq as JSON, quotes included (chttpd_db changes_callback).
+  EXPECT_EQ(b.substr(data_end + 1), "id: " + row["seq"].dump() + "\n\n");
+}
+
+// CouchDB 3.5's eventsource feed: Cache-Control no-cache; `timeout` ends it with no closing event
+// (only the newline it sent before waiting); `limit` ends it after the rows and a newline; rows
+// without a seq (seq_interval) have "id: null"; Last-Event-ID resumes after the given seq, quoted
+// or not.
+TEST_F(FeedsTest, EventSourceHonoursTimeoutAndEndsLikeCouchDb) {
+  const auto t0 = std::chrono::steady_clock::now();
+  FeedClient idle(port(), "/db/_changes?feed=eventsource&since=now&timeout=300");
+  ASSERT_TRUE(idle.wait_end(5s));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 250ms);
+  EXPECT_EQ(idle.body(), "\n");
+  EXPECT_NE(idle.head().find("Cache-Control: no-cache"), std::string::npos) << idle.head();
+
+  write("a");
+  write("b");
+  write("c");
+  auto limited = client_->get("/db/_changes?feed=eventsource&limit=2&seq_interval=2");
+  ASSERT_EQ(limited.status, 200u);
+  EXPECT_EQ(limited.header("Cache-Control"), "no-cache");
+  EXPECT_EQ(limited.header("Content-Type"), "text/event-stream");
+  const std::string& b = limited.body;
+  const Json normal = client_->get("/db/_changes").json();
+  const Json first = normal["results"][0];
+  const Json second = normal["results"][1];
+  // limit=2, seq_interval=2: 2 rows left before the first (it has its seq), 1 before the second.
+  ASSERT_EQ(count(b, "data: "), 2u) << b;
+  EXPECT_EQ(b.find("data: {\"seq\":" + first["seq"].dump() + ",\"id\":\"a\""), 0u) << b;
+  EXPECT_NE(b.find("\nid: " + first["seq"].dump() + "\n\n"), std::string::npos) << b;
+  EXPECT_NE(b.find("data: {\"seq\":null,\"id\":\"b\""), std::string::npos) << b;
+  EXPECT_NE(b.find("\nid: null\n\n"), std::string::npos) << b;
+  EXPECT_EQ(b.substr(b.size() - 3), "\n\n\n") << "rows, then the closing newline";
+
+  // Rows that came before the feed waited, then a timeout: no closing newline.
+  FeedClient tail(port(), "/db/_changes?feed=eventsource&timeout=300");
+  ASSERT_TRUE(tail.wait_end(5s));
+  EXPECT_EQ(count(tail.body(), "data: "), 3u);
+  EXPECT_EQ(tail.body().substr(tail.body().size() - 2), "\n\n");
+  EXPECT_NE(tail.body().substr(tail.body().size() - 3), "\n\n\n");
+
+  for (const std::string& id : {second["seq"].dump(), second["seq"].get<std::string>()}) {
+    auto resumed = client_->request(verb::get, "/db/_changes?feed=eventsource&limit=1", {},
+                                    {{"Last-Event-ID", id}});
+    ASSERT_EQ(resumed.status, 200u);
+    EXPECT_NE(resumed.body.find("\"id\":\"c\""), std::string::npos) << id << ": " << resumed.body;
+    EXPECT_EQ(count(resumed.body, "data: "), 1u);
+  }
+  // A quoted sequence is a valid `since` too (fabric_view_changes strips the quotes).
+  auto quoted = client_->get("/db/_changes?since=%22" + second["seq"].get<std::string>() + "%22");
+  ASSERT_EQ(quoted.status, 200u) << quoted.body;
+  EXPECT_EQ(quoted.json()["results"].size(), 1u);
+  // Other feeds ignore Last-Event-ID.
+  auto normal_feed = client_->request(verb::get, "/db/_changes", {},
+                                      {{"Last-Event-ID", second["seq"].get<std::string>()}});
+  EXPECT_EQ(normal_feed.json()["results"].size(), 3u);
 }
 
 TEST_F(FeedsTest, LiveFeedsHonourFiltersAndIncludeDocs) {

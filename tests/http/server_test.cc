@@ -127,6 +127,61 @@ TEST_F(ServerTest, HeadSendsGetHeadersWithoutBody) {
   EXPECT_EQ(client.get("/_up").body, "{\"status\":\"ok\",\"seeds\":{}}\n");
 }
 
+// CouchDB 3.5 sends an ETag on GET /_all_dbs and GET /_dbs_info and answers If-None-Match with
+// 304, empty body and the ETag (chttpd_misc handle_all_dbs_info_req, chttpd:etag_respond).
+TEST_F(ServerTest, AllDbsAndDbsInfoCarryETagsAndAnswer304) {
+  HttpClient client{port()};
+  ASSERT_EQ(client.request(verb::put, "/a").status, 201u);
+  for (const std::string path : {"/_all_dbs", "/_dbs_info"}) {
+    const HttpResponse first = client.get(path);
+    ASSERT_EQ(first.status, 200u) << path;
+    const std::string etag = first.header(field::etag);
+    ASSERT_EQ(etag.size(), 18u) << path << ": " << etag;  // an opaque quoted value
+    EXPECT_EQ(etag.front(), '"');
+    EXPECT_EQ(etag.back(), '"');
+    EXPECT_EQ(client.get(path).header(field::etag), etag) << "stable while nothing changes";
+    EXPECT_EQ(client.head(path).header(field::etag), etag) << "HEAD answers like GET";
+
+    const HttpResponse cached = client.request(verb::get, path, {}, {{"If-None-Match", etag}});
+    EXPECT_EQ(cached.status, 304u) << path;
+    EXPECT_TRUE(cached.body.empty());
+    EXPECT_EQ(cached.header(field::etag), etag);
+    // chttpd:etag_match: a list of tokens, weak ones too.
+    EXPECT_EQ(client.request(verb::get, path, {}, {{"If-None-Match", "\"x\", W/" + etag}}).status,
+              304u);
+    EXPECT_EQ(client.request(verb::get, path, {}, {{"If-None-Match", "\"x\""}}).status, 200u);
+  }
+  const std::string before = client.get("/_all_dbs").header(field::etag);
+  ASSERT_EQ(client.request(verb::put, "/b").status, 201u);
+  const HttpResponse after =
+      client.request(verb::get, "/_all_dbs", {}, {{"If-None-Match", before}});
+  EXPECT_EQ(after.status, 200u) << "a new database changes the answer and its ETag";
+  EXPECT_EQ(after.body, "[\"a\",\"b\"]\n");
+  EXPECT_NE(after.header(field::etag), before);
+  // POST /_dbs_info has none (CouchDB neither).
+  EXPECT_TRUE(client
+                  .request(verb::post, "/_dbs_info", R"({"keys":["a"]})",
+                           {{"Content-Type", "application/json"}})
+                  .header(field::etag)
+                  .empty());
+}
+
+// GET /{db} "cluster" as a single-node CouchDB 3.5 reports it: q is the number of shard ranges
+// (one: Chaise does not split a database), n the copies, w and r = n div 2 + 1
+// (fabric_db_info:get_cluster_info).
+TEST_F(ServerTest, DbInfoClusterIsOneNodeOneRange) {
+  HttpClient client{port()};
+  ASSERT_EQ(client.request(verb::put, "/db").status, 201u);
+  ASSERT_EQ(client.request(verb::put, "/pdb?partitioned=true").status, 201u);
+  for (const std::string db : {"/db", "/pdb"}) {
+    const auto info = client.get(db).json();
+    EXPECT_EQ(info["cluster"].dump(), R"({"q":1,"n":1,"w":1,"r":1})") << db;
+  }
+  const auto infos = client.get("/_dbs_info").json();
+  ASSERT_EQ(infos.size(), 2u);
+  EXPECT_EQ(infos[0]["info"]["cluster"].dump(), R"({"q":1,"n":1,"w":1,"r":1})");
+}
+
 TEST_F(ServerTest, WrongMethodIs405WithAllowHeader) {
   HttpClient client{port()};
   for (const auto& [method, target] :

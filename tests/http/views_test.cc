@@ -98,7 +98,10 @@ TEST_F(ViewsTest, AllDocsParameters) {
   EXPECT_EQ(ids(get("/db/_all_docs?startkey=1&endkey=%22b%22").json()["rows"]),
             (std::vector<std::string>{"a", "b"}));
   EXPECT_TRUE(get("/db/_all_docs?endkey=1").json()["rows"].empty());
-  EXPECT_EQ(get("/db/_all_docs?startkey=%22d%22&endkey=%7B%7D").json()["rows"].size(), 2u);
+  // Raw order, as CouchDB 3.5's _all_docs: objects and arrays sort before every id too.
+  EXPECT_TRUE(get("/db/_all_docs?startkey=%22d%22&endkey=%7B%7D").json()["rows"].empty());
+  EXPECT_EQ(get("/db/_all_docs?startkey=%7B%7D").json()["rows"].size(), 5u);
+  EXPECT_EQ(get("/db/_all_docs?endkey=%5B%5D&descending=true").json()["rows"].size(), 5u);
   auto seq = get("/db/_all_docs?update_seq=true&limit=0").json();
   EXPECT_TRUE(seq["update_seq"].is_string());
   EXPECT_TRUE(seq["rows"].empty());
@@ -264,9 +267,10 @@ TEST_F(ViewsTest, ChangesFilters) {
             (std::vector<std::string>{"_design/app"}));
   auto bad = get("/db/_changes?filter=_doc_ids&doc_ids=%22a%22");
   EXPECT_EQ(bad.status, 400);
+  // Without a limit CouchDB counts down from 10^15, which 2 divides: the first row has its seq.
   auto interval = get("/db/_changes?seq_interval=2").json();
-  EXPECT_TRUE(interval["results"][0]["seq"].is_null());
-  EXPECT_TRUE(interval["results"][1]["seq"].is_string());
+  EXPECT_TRUE(interval["results"][0]["seq"].is_string());
+  EXPECT_TRUE(interval["results"][1]["seq"].is_null());
 }
 
 TEST_F(ViewsTest, ChangesErrors) {
@@ -281,6 +285,263 @@ TEST_F(ViewsTest, ChangesErrors) {
   EXPECT_EQ(get("/db/_changes?seq_interval=0").status, 400);
   EXPECT_EQ(get("/nope/_changes").status, 404);
   EXPECT_EQ(client_->request(verb::post, "/db/_changes", "{}").status, 415);
+}
+
+// total_rows and offset as CouchDB 3.5 reports them (each checked against it): offset counts the
+// whole by-id index before the range, plus skip, at most total_rows; a `keys` query has offset
+// null; _design_docs counts design documents.
+TEST_F(ViewsTest, AllDocsOffsetAndTotalRowsAsCouchDb) {
+  for (auto id : {"d1", "d2", "d3", "d4", "d5"}) put_doc(id, {});
+  put_doc("_design/x", {});
+  put_doc("_design/y", {});
+  auto head = [&](const std::string& q) {
+    Json j = get("/db/" + q).json();
+    return std::make_pair(j["total_rows"], j["offset"]);
+  };
+  using P = std::pair<Json, Json>;
+  EXPECT_EQ(head("_all_docs"), P(7, 0));
+  EXPECT_EQ(head("_all_docs?skip=2&limit=2"), P(7, 2));
+  EXPECT_EQ(head("_all_docs?skip=2&limit=2&descending=true"), P(7, 2));
+  EXPECT_EQ(head("_all_docs?startkey=%22d3%22&skip=1"), P(7, 5));
+  EXPECT_EQ(head("_all_docs?skip=100"), P(7, 7));  // clamped
+  EXPECT_EQ(head("_all_docs?startkey=%22zzz%22"), P(7, 7));
+  EXPECT_EQ(head("_all_docs?endkey=%22d3%22&descending=true"), P(7, 0));
+  EXPECT_EQ(head("_all_docs?startkey=1&descending=true"), P(7, 7));  // starts after everything
+  EXPECT_EQ(head("_all_docs?keys=%5B%22d1%22,%22zz%22%5D"), P(7, nullptr));
+  EXPECT_EQ(head("_all_docs?keys=%5B%22d1%22%5D&skip=1"), P(7, nullptr));
+  auto posted = post("/db/_all_docs", R"({"keys":["d2"]})").json();
+  EXPECT_TRUE(posted["offset"].is_null());
+  // _design_docs: the design documents are counted; the offset still counts the whole index
+  // (documents after the design ones too when descending), at most total_rows.
+  EXPECT_EQ(head("_design_docs"), P(2, 0));
+  EXPECT_EQ(head("_design_docs?skip=1"), P(2, 1));
+  EXPECT_EQ(head("_design_docs?descending=true"), P(2, 2));
+  EXPECT_EQ(head("_design_docs?startkey=%22_design/xa%22"), P(2, 1));
+  EXPECT_EQ(head("_design_docs?keys=%5B%22_design/x%22%5D"), P(2, nullptr));
+  EXPECT_EQ(head("_local_docs"), P(nullptr, nullptr));
+  // /queries reads a one-element `keys` as `key` (couch_mrview_http:parse_param): a range.
+  auto q = post("/db/_all_docs/queries",
+                R"({"queries":[{"keys":["d4"]},{"keys":["d1","d2"]},{"keys":["zz"]}]})");
+  ASSERT_EQ(q.status, 200) << q.body;
+  Json res = q.json()["results"];
+  EXPECT_EQ(res[0]["offset"], 5);
+  EXPECT_EQ(ids(res[0]["rows"]), (std::vector<std::string>{"d4"}));
+  EXPECT_TRUE(res[1]["offset"].is_null());
+  EXPECT_EQ(res[2]["offset"], 7);
+  EXPECT_TRUE(res[2]["rows"].empty());  // a range, not a {"key","error":"not_found"} row
+}
+
+// "pending" is CouchDB's: the changes after the last row (with a filter: after the last change it
+// looked at), also for limit=0; filter=_doc_ids and filter=_design report the changes after
+// `since` less the rows sent, and end at the update_seq. Checked against CouchDB 3.5.
+TEST_F(ViewsTest, ChangesPendingAndLastSeqAsCouchDb) {
+  for (int i = 1; i <= 6; ++i) put_doc("d" + std::to_string(i), {{"v", i}});
+  put_doc("_design/x", {});
+  put_doc("d7", {{"v", 7}});
+  const std::string update_seq = get("/db").json()["update_seq"];
+  auto feed = [&](const std::string& q) { return get("/db/_changes?" + q).json(); };
+  auto rows = [](const Json& j) {
+    std::vector<std::string> out;
+    for (const auto& r : j["results"]) out.push_back(r["id"]);
+    return out;
+  };
+  using V = std::vector<std::string>;
+  const Json all = feed("");
+  ASSERT_EQ(all["results"].size(), 8u);
+  auto seq_of = [&](int i) { return all["results"][i]["seq"].get<std::string>(); };
+
+  Json j = feed("limit=0");
+  EXPECT_TRUE(j["results"].empty());
+  EXPECT_EQ(j["pending"], 8);
+  EXPECT_EQ(j["last_seq"], "0");
+  j = feed("limit=0&descending=true");
+  EXPECT_EQ(j["pending"], 8);
+  EXPECT_EQ(j["last_seq"], update_seq);  // a descending feed starts at the update_seq
+  j = feed("limit=3");
+  EXPECT_EQ(j["pending"], 5);
+  EXPECT_EQ(j["last_seq"], seq_of(2));
+  j = feed("limit=3&descending=true");
+  EXPECT_EQ(j["pending"], 5);
+  EXPECT_EQ(j["last_seq"], seq_of(5));
+  j = feed("limit=0&since=" + seq_of(4));
+  EXPECT_EQ(j["pending"], 3);
+  // A selector counts what it has not looked at yet.
+  auto sel =
+      post("/db/_changes?filter=_selector&limit=1", R"({"selector":{"v":{"$gt":4}}})").json();
+  EXPECT_EQ(rows(sel), (V{"d5"}));
+  EXPECT_EQ(sel["pending"], 3);
+  sel = post("/db/_changes?filter=_selector", R"({"selector":{"v":{"$gt":4}}})").json();
+  EXPECT_EQ(sel["pending"], 0);
+  EXPECT_EQ(sel["last_seq"], update_seq);
+  // Looked-up filters.
+  j = feed("filter=_doc_ids&doc_ids=%5B%22d2%22,%22d5%22%5D");
+  EXPECT_EQ(rows(j), (V{"d2", "d5"}));
+  EXPECT_EQ(j["pending"], 6);
+  EXPECT_EQ(j["last_seq"], update_seq);
+  j = feed("filter=_doc_ids&doc_ids=%5B%22d2%22,%22d5%22%5D&limit=1");
+  EXPECT_EQ(j["pending"], 7);
+  EXPECT_EQ(j["last_seq"], seq_of(1));
+  j = feed("filter=_doc_ids&doc_ids=%5B%22d2%22,%22d5%22%5D&descending=true");
+  EXPECT_EQ(rows(j), (V{"d5", "d2"}));
+  EXPECT_EQ(j["pending"], 6);
+  EXPECT_EQ(j["last_seq"], seq_of(1));
+  j = feed("filter=_doc_ids&doc_ids=%5B%22zz%22%5D&descending=true");
+  EXPECT_EQ(j["pending"], 8);
+  EXPECT_EQ(j["last_seq"], update_seq);
+  j = feed("filter=_design");
+  EXPECT_EQ(rows(j), (V{"_design/x"}));
+  EXPECT_EQ(j["pending"], 7);
+  EXPECT_EQ(j["last_seq"], update_seq);
+  j = feed("filter=_design&descending=true");
+  EXPECT_EQ(j["pending"], 7);
+  EXPECT_EQ(j["last_seq"], seq_of(6));
+}
+
+// seq_interval=N: a row has its seq when the rows the feed may still send (limit, or CouchDB's
+// default 10^15), counted before it, are a multiple of N; the others have null.
+TEST_F(ViewsTest, ChangesSeqIntervalCountsDownFromTheLimit) {
+  for (int i = 1; i <= 9; ++i) put_doc("d" + std::to_string(i), {});
+  auto with_seq = [&](const std::string& q) {
+    std::vector<int> out;
+    Json j = get("/db/_changes?" + q).json();
+    for (std::size_t i = 0; i < j["results"].size(); ++i)
+      if (!j["results"][i]["seq"].is_null()) out.push_back(static_cast<int>(i) + 1);
+    EXPECT_TRUE(j["last_seq"].is_string());
+    return out;
+  };
+  EXPECT_EQ(with_seq("seq_interval=3"), (std::vector<int>{2, 5, 8}));
+  EXPECT_EQ(with_seq("seq_interval=3&limit=5"), (std::vector<int>{3}));
+  EXPECT_EQ(with_seq("seq_interval=2&limit=5&descending=true"), (std::vector<int>{2, 4}));
+  EXPECT_EQ(with_seq("seq_interval=1&limit=2"), (std::vector<int>{1, 2}));
+  auto bad = get("/db/_changes?seq_interval=x");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.json()["reason"], "invalid_seq_interval");
+}
+
+// filter=ddoc/name and filter=_view follow couch_changes:configure_filter: the design document
+// and the member must exist (404 otherwise) before Chaise refuses to run JavaScript or views.
+TEST_F(ViewsTest, ChangesFilterFunctionsAndViewsNeedTheirDesignDocs) {
+  put_doc("a", {});
+  put_doc("_design/nofilters", {{"views", Json::object()}});
+  put_doc("_design/f", {{"filters", {{"even", "function(doc) { return true; }"}}}});
+  const std::string gone = put_doc("_design/gone", {{"filters", {{"x", "function() {}"}}}});
+  ASSERT_EQ(client_->request(verb::delete_, "/db/_design/gone?rev=" + gone).status, 200);
+  auto expect = [&](const std::string& q, unsigned status, const std::string& error,
+                    const std::string& reason) {
+    auto r = get("/db/_changes?" + q);
+    EXPECT_EQ(r.status, status) << q << ": " << r.body;
+    if (status != 200) {
+      EXPECT_EQ(r.json()["error"], error) << q;
+      EXPECT_EQ(r.json()["reason"], reason) << q;
+    }
+  };
+  expect("filter=nope/f", 404, "not_found", "missing");
+  expect("filter=gone/x", 404, "not_found", "deleted");
+  expect("filter=nofilters/f", 404, "not_found", "missing json key: filters");
+  expect("filter=f/odd", 404, "not_found", "missing json key: odd");
+  expect("filter=a//b", 404, "not_found", "missing");  // empty parts are dropped
+  expect("filter=f", 400, "bad_request", "`filter` must be of the form `designname/filtername`");
+  expect("filter=a/b/c", 400, "bad_request",
+         "`filter` must be of the form `designname/filtername`");
+  expect("filter=f%252Feven", 400, "bad_request",
+         "`filter` must be of the form `designname/filtername`");
+  expect("filter=_nope", 400, "bad_request", "unknown builtin filter name");
+  expect("filter=_design/f/even", 400, "bad_request", "unknown builtin filter name");
+  expect("filter=_view", 400, "bad_request", "`view` filter parameter is not provided.");
+  expect("filter=_view&view=nope/v", 404, "not_found", "missing");
+  expect("filter=_view&view=nofilters/v", 404, "not_found", "missing json key: v");
+  expect("filter=_view&view=f/v", 404, "not_found", "missing json key: views");
+  // CouchDB answers these with 500 case_clause; Chaise with a 400.
+  expect("filter=_view&view=f", 400, "bad_request",
+         "`view` must be of the form `designname/viewname`");
+  // No filter at all: an empty name or only slashes.
+  EXPECT_EQ(get("/db/_changes?filter=").json()["results"].size(), 4u);
+  EXPECT_EQ(get("/db/_changes?filter=/").json()["results"].size(), 4u);
+  // An existing filter function: Chaise has no JavaScript engine.
+  auto js = get("/db/_changes?filter=f/even");
+  EXPECT_EQ(js.status, 400);
+  EXPECT_EQ(js.json()["error"], "bad_request");
+}
+
+// A normal feed carries an ETag and answers If-None-Match with 304 (chttpd_db
+// handle_changes_req1); the value changes with the database and with the request.
+TEST_F(ViewsTest, ChangesNormalFeedHasETagAndAnswers304) {
+  put_doc("a", {});
+  auto r = get("/db/_changes");
+  ASSERT_EQ(r.status, 200);
+  const std::string etag = r.header("ETag");
+  ASSERT_FALSE(etag.empty());
+  EXPECT_EQ(get("/db/_changes").header("ETag"), etag);
+  EXPECT_EQ(client_->head("/db/_changes").header("ETag"), etag);
+  auto cached = client_->request(verb::get, "/db/_changes", {}, {{"If-None-Match", etag}});
+  EXPECT_EQ(cached.status, 304);
+  EXPECT_TRUE(cached.body.empty());
+  EXPECT_EQ(cached.header("ETag"), etag);
+  // Another query has another answer, so another ETag.
+  EXPECT_NE(get("/db/_changes?limit=1&include_docs=true").header("ETag"), etag);
+  auto posted = post("/db/_changes?filter=_doc_ids", R"({"doc_ids":["a"]})");
+  EXPECT_FALSE(posted.header("ETag").empty());
+  EXPECT_NE(posted.header("ETag"), etag);
+  // A write changes it.
+  put_doc("b", {});
+  auto fresh = client_->request(verb::get, "/db/_changes", {}, {{"If-None-Match", etag}});
+  EXPECT_EQ(fresh.status, 200);
+  EXPECT_EQ(fresh.json()["results"].size(), 2u);
+  EXPECT_NE(fresh.header("ETag"), etag);
+  // Errors come first, as in CouchDB: the filter is checked before the ETag.
+  EXPECT_EQ(
+      client_->request(verb::get, "/db/_changes?filter=x/y", {}, {{"If-None-Match", etag}}).status,
+      404);
+  // Live feeds have none.
+  EXPECT_TRUE(get("/db/_changes?feed=longpoll").header("ETag").empty());
+}
+
+// Design documents are checked when written (couch_mrview:validate), on every write path.
+TEST_F(ViewsTest, DesignDocsAreValidatedOnWrite) {
+  auto expect_invalid = [](const HttpResponse& r, const std::string& reason) {
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_EQ(r.json()["error"], "invalid_design_doc") << r.body;
+    EXPECT_EQ(r.json()["reason"], reason) << r.body;
+  };
+  expect_invalid(client_->request(verb::put, "/db/_design/a", R"({"views":{"v":{"map":1}}})"),
+                 "`views.v.map` field must have string type");
+  expect_invalid(client_->request(verb::put, "/db/_design/a", R"({"views":{"v":{}}})"),
+                 "View `v` must contain map function");
+  expect_invalid(client_->request(verb::put, "/db/_design/a", R"({"_deleted":true,"views":1})"),
+                 "`views` field must have object type");
+  expect_invalid(client_->request(verb::put, "/db/_design/a?new_edits=false",
+                                  R"({"_rev":"1-abc","language":1})"),
+                 "`language` field must have string type");
+  expect_invalid(post("/db", R"({"_id":"_design/a","filters":{"f":1}})"),
+                 "`filters.f` field must have string or object type");
+  expect_invalid(client_->request(verb::put, "/db/_design/a",
+                                  R"({"views":{"v":{"map":"function(d){}","reduce":"_median"}}})"),
+                 "`_median` is not a supported reduce function.");
+  expect_invalid(
+      client_->request(verb::put, "/db/_design/a", R"({"options":{"partitioned":true}})"),
+      "partitioned option cannot be true in a non-partitioned database.");
+  // _bulk_docs: the bad design document is refused with its reason and not written.
+  auto bulk_r = post("/db/_bulk_docs", R"({"docs":[{"_id":"_design/b","rewrites":{}}]})");
+  const Json bj = bulk_r.json();
+  const Json& err = bj.is_array() ? bj[0] : bj;
+  EXPECT_EQ(err["error"], "invalid_design_doc") << bulk_r.body;
+  EXPECT_EQ(err["reason"], "`rewrites` field must have array or string type");
+  EXPECT_EQ(get("/db/_design/b").status, 404);
+  EXPECT_EQ(get("/db/_design/a").status, 404);
+  // Valid ones, and the same members on other documents, are written.
+  EXPECT_EQ(
+      client_
+          ->request(
+              verb::put, "/db/_design/ok",
+              R"({"language":"javascript","views":{"lib":{"x":1},"v":{"map":"function(d){}","reduce":"_sum"}},"options":{"local_seq":true},"rewrites":[],"filters":{"f":"function(){}"}})")
+          .status,
+      201);
+  EXPECT_EQ(client_->request(verb::put, "/db/plain", R"({"views":1})").status, 201);
+  EXPECT_EQ(client_->request(verb::put, "/db/_local/x", R"({"views":1})").status, 201);
+  ASSERT_EQ(client_->request(verb::put, "/pdb?partitioned=true").status, 201);
+  EXPECT_EQ(
+      client_->request(verb::put, "/pdb/_design/p", R"({"options":{"partitioned":true}})").status,
+      201);
 }
 
 TEST_F(ViewsTest, ChangesStreamsManyRowsWithSequencesStrictlyIncreasing) {
