@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 .ONESHELL:
 .SHELLFLAGS := -euo pipefail -c
-.PHONY: deps build run test asan tsan bench
+.PHONY: deps interop-deps build run test asan tsan bench
 
 # Debian 12 packages needed to build and test.
 PACKAGES := build-essential cmake ccache libboost-all-dev nlohmann-json3-dev libspdlog-dev \
@@ -24,6 +24,18 @@ deps:
 	apt-get update
 	apt-get install -y --no-install-recommends $(PACKAGES)
 
+# The interop tests (tests/interop/) need node, npm and python3; installed from Debian when one
+# of them is missing (a node from elsewhere is kept).
+interop-deps:
+	@if command -v node >/dev/null && command -v npm >/dev/null && command -v python3 >/dev/null; then exit 0; fi
+	if [ "$$(id -u)" -ne 0 ]; then
+	  echo "make interop-deps: node, npm or python3 missing; run as root (or: sudo apt-get install -y nodejs npm python3)" >&2
+	  exit 1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update
+	apt-get install -y --no-install-recommends nodejs npm python3
+
 build: deps
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
 	cmake --build build -j$(JOBS)
@@ -31,7 +43,7 @@ build: deps
 run: build
 	exec build/server/chaise --config config/default.ini --data-dir ./data
 
-test: build
+test: build interop-deps
 	ctest --test-dir build --output-on-failure -j2
 
 asan: deps
