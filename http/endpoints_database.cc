@@ -179,6 +179,9 @@ Item make_item(core::ParsedDoc parsed, std::string id, bool local,
 struct ParsedItem {
   Item item;
   bool id_given = true;
+  // A per-document refusal that does not fail the whole request (an invalid design document:
+  // _bulk_docs answers it in its entry and writes the others, as CouchDB does).
+  std::optional<core::CouchError> error;
 };
 
 ParsedItem parse_item(const Json& doc, const core::DbRef& db, bool new_edits,
@@ -192,9 +195,8 @@ ParsedItem parse_item(const Json& doc, const core::DbRef& db, bool new_edits,
 
   if (parsed.body.size() > max_document_size)
     throw HttpError(413, "document_too_large", parsed.id.value_or(""));
-  if (auto e = core::validate_design_doc(parsed.id.value_or(""), doc,
-                                        core::Partitioned{db.partitioned}))
-    throw HttpError(std::move(*e));
+  std::optional<core::CouchError> design_error = core::validate_design_doc(
+      parsed.id.value_or(""), doc, core::Partitioned{db.partitioned});
   std::vector<core::AttUpload> atts;
   // CouchDB 3 accepts and drops the attachments of a _local document.
   if (parsed.attachments && !parsed.attachments->empty() && !local) {
@@ -215,6 +217,7 @@ ParsedItem parse_item(const Json& doc, const core::DbRef& db, bool new_edits,
   std::string id = parsed.id ? std::move(*parsed.id) : new_uuid();
   out.item = make_item(std::move(parsed), std::move(id), local, std::move(local_rev), new_edits);
   (out.item.replicated ? out.item.replicated_doc.atts : out.item.update.atts) = std::move(atts);
+  out.error = std::move(design_error);
   return out;
 }
 
@@ -368,6 +371,7 @@ MaybeResponse post_document(Call& call, const core::DbRef& db) {
   const Json body = parse_json_body(call.req, false);
   ParsedItem parsed =
       parse_item(body, db, true, call.ctx.max_document_size, call.ctx.max_attachment_size);
+  if (parsed.error) throw HttpError(std::move(*parsed.error));
   // CouchDB (chttpd_db db_req POST): a document without _id is new, whatever _rev it carries.
   if (!parsed.id_given) parsed.item.update.base_rev.reset();
   const std::string id = item_id(parsed.item);
@@ -423,10 +427,14 @@ MaybeResponse bulk_docs(Call& call, const core::DbRef& db) {
   }
 
   std::vector<Item> items;
+  std::vector<std::optional<core::CouchError>> refused;  // answered without being written
   items.reserve(docs->size());
-  for (const Json& doc : *docs)
-    items.push_back(parse_item(doc, db, new_edits, call.ctx.max_document_size,
-                                 call.ctx.max_attachment_size).item);
+  for (const Json& doc : *docs) {
+    ParsedItem p = parse_item(doc, db, new_edits, call.ctx.max_document_size,
+                              call.ctx.max_attachment_size);
+    items.push_back(std::move(p.item));
+    refused.push_back(std::move(p.error));
+  }
   for (Item& it : items) {
     auto& atts = it.replicated ? it.replicated_doc.atts : it.update.atts;
     if (storage::Status s = co_await preupload_attachments(call, db, atts); !s.ok())
@@ -435,7 +443,8 @@ MaybeResponse bulk_docs(Call& call, const core::DbRef& db) {
 
   // Several edits of one id apply in request order, each against the tree the previous one left
   // (couch_db_updater merge_rev_trees); DocWriteBatch puts each in a later transaction.
-  const std::vector<bool> skip_none(items.size(), false);
+  std::vector<bool> skip(items.size(), false);
+  for (std::size_t i = 0; i < items.size(); ++i) skip[i] = refused[i].has_value();
   // Kept for the answer: write_items moves the items away.
   std::vector<std::string> ids;
   std::vector<std::string> replicated_revs;
@@ -447,12 +456,18 @@ MaybeResponse bulk_docs(Call& call, const core::DbRef& db) {
     local.push_back(it.local);
   }
 
-  WriteOutcome w = co_await write_items(call, db.name, items, skip_none);
+  WriteOutcome w = co_await write_items(call, db.name, items, skip);
   if (w.db_missing) throw HttpError(core::db_not_found());
   if (w.error != storage::Error::success) co_return storage_error_response(call.req, w.error);
 
   Json out = Json::array();
   for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (refused[i]) {
+      out.push_back(error_entry(
+          ids[i], new_edits ? std::nullopt : std::optional<std::string>(replicated_revs[i]),
+          *refused[i]));
+      continue;
+    }
     if (!w.results[i]) {  // cannot happen: every item not skipped has a result
       out.push_back(
           error_entry(ids[i], std::nullopt, core::CouchError{500, "unknown_error", "no result"}));
