@@ -117,6 +117,10 @@ AllDocsRequest parse_all_docs(const Params& p, AllDocsKind kind) {
   if (auto s = p.non_negative("skip")) r.q.skip = *s;
   if (auto keys = p.json("keys")) {
     if (!keys->is_array()) throw_bad_request("`keys` parameter must be an array.");
+    // couch_mrview_util:validate_args (checked against CouchDB 3.5).
+    for (std::string_view bound : {"key", "startkey", "start_key", "endkey", "end_key"})
+      if (p.json(bound))
+        throw_query_parse_error("`keys` is incompatible with `key`, `start_key` and `end_key`");
     r.keys.emplace();
     for (const Json& k : *keys) r.keys->push_back(k.is_string() ? k.get<std::string>() : k.dump());
     return r;

@@ -568,5 +568,16 @@ TEST_F(ViewsTest, ChangesStreamsManyRowsWithSequencesStrictlyIncreasing) {
   EXPECT_EQ(seen.size(), 2200u);
 }
 
+TEST_F(ViewsTest, AllDocsKeysWithBoundsIsAQueryParseError) {
+  for (const std::string q : {"key=%221%22", "startkey=%22a%22", "end_key=%22a%22"}) {
+    auto r = client_->request(verb::post, "/db/_all_docs?" + q, R"({"keys":["1"]})",
+                              {{"Content-Type", "application/json"}});
+    EXPECT_EQ(r.status, 400) << q;
+    EXPECT_EQ(r.json(), Json::parse(R"({"error":"query_parse_error",)"
+                                    R"("reason":"`keys` is incompatible with `key`, `start_key` and `end_key`"})"))
+        << q;
+  }
+}
+
 }  // namespace
 }  // namespace chaise::test
