@@ -992,6 +992,7 @@ Destination parse_destination(const Request& req) {
 struct SourceDoc {
   std::string body;
   bool deleted = false;
+  std::vector<core::AttInfo> atts;  // copied by reference: their bytes are already stored
 };
 
 // couch_doc_open for COPY's source: the winner (404 missing / deleted) or the given revision.
@@ -1011,9 +1012,10 @@ std::optional<SourceDoc> read_source(const Call& call, storage::Transaction& tr,
     chosen = &all->back();
     if (chosen->branch.deleted) throw_couch(core::doc_deleted());
   }
-  auto body = core::read_body(tr, db, id, chosen->branch.leaf);
-  if (!body.ok()) return failure = storage_error_response(call.req, body.error()), std::nullopt;
-  return SourceDoc{body->value_or("{}"), chosen->branch.deleted};
+  auto rec = core::read_rev(tr, db, id, chosen->branch.leaf);
+  if (!rec.ok()) return failure = storage_error_response(call.req, rec.error()), std::nullopt;
+  if (!*rec) return SourceDoc{"{}", chosen->branch.deleted, {}};
+  return SourceDoc{std::move((*rec)->body), chosen->branch.deleted, std::move((*rec)->atts)};
 }
 
 std::optional<SourceDoc> read_local_source(const Call& call, storage::Transaction& tr,
@@ -1026,7 +1028,7 @@ std::optional<SourceDoc> read_local_source(const Call& call, storage::Transactio
   Json j = Json::parse(std::get<std::string>(*r));
   j.erase("_id");
   j.erase("_rev");
-  return SourceDoc{j.dump(-1, ' ', false, Json::error_handler_t::replace), false};
+  return SourceDoc{j.dump(-1, ' ', false, Json::error_handler_t::replace), false, {}};
 }
 
 MaybeResponse copy_doc(Call& call, const core::DbRef& db, const Target& t) {
@@ -1064,6 +1066,17 @@ MaybeResponse copy_doc(Call& call, const core::DbRef& db, const Target& t) {
   if (failure) co_return std::move(failure);
   auto item = dest_local ? local_item(dest.id, dest_local_rev, src->deleted, src->body)
                          : interactive_item(dest.id, dest_rev, src->deleted, src->body);
+  // CouchDB copies the attachments too (a _local destination keeps none). Their bytes are in
+  // this database already, so the new revision only names them (and counts a reference).
+  if (!dest_local) {
+    for (core::AttInfo& a : src->atts) {
+      core::AttUpload u;
+      u.name = a.name;
+      u.info = std::move(a);
+      u.preuploaded = true;
+      item.update.atts.push_back(std::move(u));
+    }
+  }
   auto w = co_await write_one(call, std::move(item));
   if (w.failure) co_return std::move(w.failure);
   const std::string rev = written_rev(w);

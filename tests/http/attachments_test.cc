@@ -320,5 +320,22 @@ TEST_F(AttachmentsTest, IncludeDocsWithAttachmentsInAllDocsAndChanges) {
   EXPECT_EQ(keyed["rows"][0]["doc"]["_attachments"]["a"]["data"], "aGk=");
 }
 
+TEST_F(AttachmentsTest, CopyCarriesAttachments) {
+  put("/db/src", R"({"v":1,"_attachments":{"a.bin":{"content_type":"application/octet-stream",
+                    "data":"AAEC"},"t.txt":{"content_type":"text/plain","data":"aGk="}}})");
+  auto c = call(verb::copy, "/db/src", {}, {{"Destination", "dst"}});
+  ASSERT_EQ(c.status, 201u) << c.body;
+  auto dst = get("/db/dst").json();
+  EXPECT_EQ(dst["v"], 1);
+  ASSERT_EQ(dst["_attachments"].size(), 2u) << dst.dump();
+  EXPECT_EQ(dst["_attachments"]["a.bin"]["digest"], get("/db/src").json()["_attachments"]["a.bin"]["digest"]);
+  EXPECT_EQ(get("/db/dst/a.bin").body, std::string("\0\1\2", 3));
+  EXPECT_EQ(get("/db/dst/t.txt").body, "hi");
+  // The copy holds its own reference: deleting and compacting the source keeps the bytes.
+  ASSERT_EQ(call(verb::delete_, "/db/src?rev=" + rev_of("src")).status, 200u);
+  ASSERT_EQ(call(verb::post, "/db/_compact", "{}", kJson).status, 202u);
+  EXPECT_EQ(get("/db/dst/t.txt").body, "hi");
+}
+
 }  // namespace
 }  // namespace chaise::test
