@@ -264,6 +264,54 @@ StorageResult<std::optional<StoredBranch>> read_winner(Transaction& tr, const Db
   return std::optional<StoredBranch>(std::move(*sb));
 }
 
+namespace {
+// Integers below zero are type codes 0x0c..0x13 in FoundationDB's tuple encoding, zero is 0x14.
+constexpr unsigned char kTupleIntZero = 0x14;
+bool is_header_chunk(std::string_view key, std::size_t chunk_at) {
+  return static_cast<unsigned char>(key[chunk_at]) < kTupleIntZero;
+}
+
+RevRecord decode_header_or_empty(std::string_view header, bool& ok) {
+  RevRecord r;
+  ok = true;
+  if (header.empty()) return r;
+  auto t = Tuple::unpack(header);
+  auto deleted = t && t->size() == 3 ? t->get_bool(1) : std::nullopt;
+  const std::string* atts = t && t->size() == 3 ? t->get_bytes(2) : nullptr;
+  auto decoded = atts ? decode_atts(*atts) : std::nullopt;
+  if (!deleted || !decoded) {
+    ok = false;
+    return r;
+  }
+  r.deleted = *deleted;
+  r.atts = std::move(*decoded);
+  return r;
+}
+}  // namespace
+
+StorageResult<RevStatus> rev_status(Transaction& tr, const DbRef& db, std::string_view id,
+                                    const RevId& rev) {
+  auto [b, e] = db.space.body_range(id, rev.pos, rev.hash);
+  // One key is enough unless the header is split over several chunks (a very long attachment
+  // list): body chunk 0 first means a live revision without a header.
+  auto kvs = tr.get_range(b, e, 1, Reverse::no, Snapshot::yes);
+  if (!kvs.ok()) return kvs.error();
+  if (kvs->empty()) return RevStatus::missing;
+  const std::size_t chunk_at = b.size() - 1;
+  const KeyValue& first = kvs->front();
+  if (first.key.size() <= chunk_at) return storage::Error::io_error;
+  if (!is_header_chunk(first.key, chunk_at)) return RevStatus::available;
+  bool ok = false;
+  RevRecord h = decode_header_or_empty(first.value, ok);
+  if (!ok) {  // a split header: read the whole record
+    auto rec = read_rev(tr, db, id, rev);
+    if (!rec.ok()) return rec.error();
+    if (!*rec) return RevStatus::missing;
+    return (*rec)->deleted ? RevStatus::deleted : RevStatus::available;
+  }
+  return h.deleted ? RevStatus::deleted : RevStatus::available;
+}
+
 StorageResult<std::optional<RevRecord>> read_rev(Transaction& tr, const DbRef& db,
                                                  std::string_view id, const RevId& rev,
                                                  Snapshot snapshot) {
@@ -273,22 +321,18 @@ StorageResult<std::optional<RevRecord>> read_rev(Transaction& tr, const DbRef& d
   if (kvs->empty()) return std::optional<RevRecord>();
   RevRecord r;
   std::string header;
+  // Every key is b without its last byte, then the packed Chunk; the tuple layer's integer type
+  // code tells the sign, so no key is unpacked on this path (every document read goes here).
+  const std::size_t chunk_at = b.size() - 1;
   for (const KeyValue& kv : *kvs) {
-    auto k = db.space.docs().unpack(kv.key);
-    auto chunk = k && k->size() == 4 ? k->get_int(3) : std::nullopt;
-    if (!chunk) return storage::Error::io_error;
-    (*chunk < 0 ? header : r.body) += kv.value;
+    if (kv.key.size() <= chunk_at) return storage::Error::io_error;
+    (is_header_chunk(kv.key, chunk_at) ? header : r.body) += kv.value;
   }
-  if (!header.empty()) {
-    auto t = Tuple::unpack(header);
-    auto deleted = t && t->size() == 3 ? t->get_bool(1) : std::nullopt;
-    const std::string* atts = t && t->size() == 3 ? t->get_bytes(2) : nullptr;
-    if (!deleted || !atts) return storage::Error::io_error;
-    auto decoded = decode_atts(*atts);
-    if (!decoded) return storage::Error::io_error;
-    r.deleted = *deleted;
-    r.atts = std::move(*decoded);
-  }
+  bool ok = false;
+  RevRecord h = decode_header_or_empty(header, ok);
+  if (!ok) return storage::Error::io_error;
+  r.deleted = h.deleted;
+  r.atts = std::move(h.atts);
   return std::optional<RevRecord>(std::move(r));
 }
 
@@ -547,9 +591,10 @@ StorageResult<std::string> revs_info_member(Transaction& tr, const DbRef& db, st
     if (i == 0) {
       status = b.deleted ? "deleted" : "available";
     } else {
-      auto rec = read_rev(tr, db, id, r);
-      if (!rec.ok()) return rec.error();
-      status = !*rec ? "missing" : (*rec)->deleted ? "deleted" : "available";
+      auto st = rev_status(tr, db, id, r);  // not the bodies: up to revs_limit ancestors
+      if (!st.ok()) return st.error();
+      status = *st == RevStatus::missing ? "missing" : *st == RevStatus::deleted ? "deleted"
+                                                                                 : "available";
     }
     if (i) ri.push_back(',');
     ri += "{\"rev\":" + json_string(r.str()) + ",\"status\":\"" + status + "\"}";
@@ -586,7 +631,7 @@ StorageResult<std::optional<StoredBranch>> find_revision(Transaction& tr, const 
 StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std::string_view id,
                                            const std::vector<StoredBranch>& all,
                                            const StoredBranch& b, const DocReadOptions& o,
-                                           std::vector<AttInfo>* atts_out) {
+                                           RenderedAtts* atts_out) {
   auto rec = read_rev(tr, db, id, b.branch.leaf);
   if (!rec.ok()) return rec.error();
   std::string json =
@@ -617,7 +662,9 @@ StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std
     if (w.seq) tail.push_back("\"_local_seq\":" + json_string(w.seq->str()));
   }
   if (*rec) {
-    auto am = attachments_member(tr, db, b.branch, (*rec)->atts, o, atts_out);
+    if (atts_out) atts_out->any = !(*rec)->atts.empty();
+    auto am = attachments_member(tr, db, b.branch, (*rec)->atts, o,
+                                 atts_out ? &atts_out->follows : nullptr);
     if (!am.ok()) return am.error();
     if (!am->empty()) tail.push_back(std::move(*am));
   }

@@ -55,6 +55,10 @@ struct RevRecord {
   bool deleted = false;
   std::vector<AttInfo> atts;
 };
+// Whether a revision's body is still stored, and as a tombstone: at most one key is read.
+enum class RevStatus { missing, available, deleted };
+StorageResult<RevStatus> rev_status(Transaction& tr, const DbRef& db, std::string_view id,
+                                    const RevId& rev);
 StorageResult<std::optional<RevRecord>> read_rev(Transaction& tr, const DbRef& db,
                                                  std::string_view id, const RevId& rev,
                                                  storage::Snapshot snapshot = storage::Snapshot::yes);
@@ -115,13 +119,17 @@ StorageResult<Outcome<std::string>> get_doc_json(Transaction& tr, const DbRef& d
 StorageResult<Outcome<std::vector<std::string>>> get_open_revs_json(
     Transaction& tr, const DbRef& db, std::string_view id,
     const std::optional<std::vector<RevId>>& revs, bool latest, const DocReadOptions& o);
+// What branch_doc_json tells about the attachments it rendered.
+struct RenderedAtts {
+  bool any = false;               // the revision has attachments
+  std::vector<AttInfo> follows;   // rendered as "follows" (att_follows), in document order: their
+                                  // bytes go in the parts after the document in a multipart answer
+};
 // Serializes a stored branch as a document (tombstones as {"_id","_rev","_deleted":true}).
-// `atts_out`, when given, receives the attachments rendered as "follows" (with att_follows), in
-// document order: their bytes go in the parts after the document in a multipart answer.
 StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std::string_view id,
                                            const std::vector<StoredBranch>& all,
                                            const StoredBranch& b, const DocReadOptions& o,
-                                           std::vector<AttInfo>* atts_out = nullptr);
+                                           RenderedAtts* atts_out = nullptr);
 // The revision `rev` of a document as a branch ending there: a leaf's own branch, or for a
 // superseded revision whose body is still stored, the path below it on the branch that holds it.
 // nullopt if neither.

@@ -135,7 +135,7 @@ std::string error_json(const Json& id, const Json& rev, const core::CouchError& 
 struct Answer {
   struct Doc {
     std::string json;
-    std::vector<core::AttInfo> follows;
+    core::RenderedAtts atts;
     std::string rev;
   };
   std::vector<Doc> docs;
@@ -163,7 +163,7 @@ storage::Result<Answer> answer_entry(storage::Transaction& tr, const core::DbRef
   o.atts_since = e.atts_since;
   for (const core::StoredBranch* b : sel.found) {
     Answer::Doc d;
-    auto json = core::branch_doc_json(tr, db, id, *all, *b, o, &d.follows);
+    auto json = core::branch_doc_json(tr, db, id, *all, *b, o, &d.atts);
     if (!json.ok()) return json.error();
     d.json = std::move(*json);
     d.rev = b->branch.leaf.str();
@@ -200,7 +200,7 @@ storage::Result<std::string> multipart_result(storage::Transaction& tr, const co
   for (const auto& d : a.docs) {
     out += "\r\n--";
     out += boundary;
-    if (d.follows.empty()) {
+    if (d.atts.follows.empty()) {
       out += "\r\nContent-Type: application/json\r\n\r\n" + d.json;
       continue;
     }
@@ -208,7 +208,7 @@ storage::Result<std::string> multipart_result(storage::Transaction& tr, const co
     out += "\r\nX-Doc-Id: " + e.id.get<std::string>() + "\r\nX-Rev-Id: " + d.rev +
            "\r\nContent-Type: multipart/related; boundary=\"" + inner + "\"\r\n\r\n";
     append_part(out, inner, {{"Content-Type", "application/json"}}, d.json);
-    for (const core::AttInfo& att : d.follows) {
+    for (const core::AttInfo& att : d.atts.follows) {
       auto bytes = core::read_att_stored(tr, db, att, 0, att.encoded_length);
       if (!bytes.ok()) return bytes.error();
       append_part(out, inner,

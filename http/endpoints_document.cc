@@ -552,8 +552,9 @@ storage::Result<OpenRevsResult> read_open_revs(storage::Transaction& tr, const c
   o.att_follows = multipart;
   OpenRevsResult out;
   for (const core::StoredBranch* b : found) {
-    std::vector<core::AttInfo> follows;
-    auto json = core::branch_doc_json(tr, db, id, all, *b, o, &follows);
+    core::RenderedAtts rendered;
+    auto json = core::branch_doc_json(tr, db, id, all, *b, o, &rendered);
+    const std::vector<core::AttInfo>& follows = rendered.follows;
     if (!json.ok()) return json.error();
     if (multipart) {
       std::string boundary, related;
@@ -587,38 +588,30 @@ Response send_doc(const Call& call, storage::Transaction& tr, const core::DbRef&
                   const std::string& id, const std::vector<core::StoredBranch>& all,
                   const core::StoredBranch& b, core::DocReadOptions o,
                   const std::optional<std::string>& etag) {
+  if (etag && etag_matches(call.req, *etag)) return not_modified(call.req, *etag);
   const bool want_data = o.attachments || o.atts_since.has_value();
-  bool has_atts = false;
-  if (want_data) {
-    auto rec = core::read_rev(tr, db, id, b.branch.leaf);
-    if (!rec.ok()) return storage_error_response(call.req, rec.error());
-    has_atts = *rec && !(*rec)->atts.empty();
-  }
-  if (has_atts && accepts_type(call.req, "multipart/related")) {
-    if (etag && etag_matches(call.req, *etag)) return not_modified(call.req, *etag);
-    o.att_follows = true;
-    o.att_encoding_info = true;
-    std::vector<core::AttInfo> follows;
-    auto json = core::branch_doc_json(tr, db, id, all, b, o, &follows);
-    if (!json.ok()) return storage_error_response(call.req, json.error());
-    const std::string boundary = make_boundary();
-    auto body = multipart_related_body(tr, db, *json, follows, boundary);
-    if (!body.ok()) return storage_error_response(call.req, body.error());
-    Response r{Status::ok, call.req.version()};
-    r.set(field::server, kServerHeader);
-    r.set(field::date, http_date_now());
-    r.set(field::content_type, "multipart/related; boundary=\"" + boundary + "\"");
-    r.set(field::cache_control, "must-revalidate");
-    if (etag) r.set(field::etag, *etag);
-    r.keep_alive(call.req.keep_alive());
-    r.body() = std::move(*body);
-    r.prepare_payload();
-    if (call.is(verb::head)) r.body().clear();
-    return r;
-  }
-  auto json = core::branch_doc_json(tr, db, id, all, b, o);
+  const bool multipart = want_data && accepts_type(call.req, "multipart/related");
+  // Rendered once, in the form a multipart answer needs; a document without attachments looks
+  // the same either way and is answered as JSON (send_doc_efficiently's atts = [] clause).
+  if (multipart) o.att_follows = o.att_encoding_info = true;
+  core::RenderedAtts rendered;
+  auto json = core::branch_doc_json(tr, db, id, all, b, o, &rendered);
   if (!json.ok()) return storage_error_response(call.req, json.error());
-  return doc_response(call.req, std::move(*json), etag);
+  if (!multipart || !rendered.any) return doc_response(call.req, std::move(*json), etag);
+  const std::string boundary = make_boundary();
+  auto body = multipart_related_body(tr, db, *json, rendered.follows, boundary);
+  if (!body.ok()) return storage_error_response(call.req, body.error());
+  Response r{Status::ok, call.req.version()};
+  r.set(field::server, kServerHeader);
+  r.set(field::date, http_date_now());
+  r.set(field::content_type, "multipart/related; boundary=\"" + boundary + "\"");
+  r.set(field::cache_control, "must-revalidate");
+  if (etag) r.set(field::etag, *etag);
+  r.keep_alive(call.req.keep_alive());
+  r.body() = std::move(*body);
+  r.prepare_payload();
+  if (call.is(verb::head)) r.body().clear();
+  return r;
 }
 
 // The winning revision, all leaves when conflicts are asked for; the doc's meta members decide

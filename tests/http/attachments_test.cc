@@ -337,5 +337,19 @@ TEST_F(AttachmentsTest, CopyCarriesAttachments) {
   EXPECT_EQ(get("/db/dst/t.txt").body, "hi");
 }
 
+TEST_F(AttachmentsTest, RevsInfoReadsTheStatusOfEveryStoredRevision) {
+  // A revision with attachments (a header is stored), its tombstone, then a re-creation: CouchDB
+  // 3.5 answers available, deleted, available for the same edits.
+  const std::string r1 = put("/db/d", R"({"_attachments":{"a":{"data":"AAEC"}}})").json()["rev"];
+  ASSERT_EQ(call(verb::delete_, "/db/d?rev=" + r1).status, 200u);
+  ASSERT_EQ(put("/db/d", R"({"v":3})").status, 201u);
+  auto info = get("/db/d?revs_info=true").json()["_revs_info"];
+  ASSERT_EQ(info.size(), 3u) << info.dump();
+  EXPECT_EQ(info[0]["status"], "available");
+  EXPECT_EQ(info[1]["status"], "deleted");
+  EXPECT_EQ(info[2]["status"], "available");
+  EXPECT_EQ(info[2]["rev"], r1);
+}
+
 }  // namespace
 }  // namespace chaise::test
