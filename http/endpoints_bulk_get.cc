@@ -42,28 +42,6 @@ BulkGetOptions parse_query(const Call& call) {
   return o;
 }
 
-// mochiweb_request:accepts_content_type: a missing Accept header accepts everything.
-bool accepts(const Request& req, std::string_view type) {
-  auto it = req.find(field::accept);
-  if (it == req.end()) return true;
-  std::string v(it->value());
-  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  const std::string major = std::string(type.substr(0, type.find('/'))) + "/*";
-  std::string_view rest = v;
-  while (!rest.empty()) {
-    const std::size_t comma = rest.find(',');
-    std::string_view item = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    std::string_view t = item.substr(0, item.find(';'));
-    while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
-    const bool q0 = item.find("q=0") != std::string_view::npos &&
-                    item.find("q=0.") == std::string_view::npos;
-    if (!q0 && (t == type || t == "*/*" || t == major)) return true;
-  }
-  return false;
-}
-
 // One requested entry, checked as bulk_get_parse_arg does.
 struct Entry {
   Json id;                              // the "id" as given (null if none)
@@ -236,9 +214,9 @@ MaybeResponse handle_bulk_get(Call& call, const core::DbRef& db) {
   // CouchDB answers 500 function_clause for a "docs" that is not a list.
   if (!docs->is_array()) throw_bad_request("`docs` parameter must be an array.");
   const BulkGetOptions q = parse_query(call);
-  const bool multipart = !accepts(call.req, "application/json") &&
-                         (accepts(call.req, "multipart/mixed") ||
-                          accepts(call.req, "multipart/related"));
+  const bool multipart = !accepts_media_type(call.req, "application/json") &&
+                         (accepts_media_type(call.req, "multipart/mixed") ||
+                          accepts_media_type(call.req, "multipart/related"));
   std::vector<Entry> entries;
   entries.reserve(docs->size());
   for (const Json& d : *docs) entries.push_back(parse_entry(d));
@@ -251,7 +229,7 @@ MaybeResponse handle_bulk_get(Call& call, const core::DbRef& db) {
   const std::string boundary = "--" + make_boundary();
   if (multipart) {
     const char* type =
-        accepts(call.req, "multipart/mixed") ? "multipart/mixed" : "multipart/related";
+        accepts_media_type(call.req, "multipart/mixed") ? "multipart/mixed" : "multipart/related";
     head.set(field::content_type, std::string(type) + "; boundary=\"" + boundary + "\"");
   } else {
     head.set(field::content_type, "application/json");

@@ -112,12 +112,6 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 std::optional<std::string> header(const Request& req, field f) {
   auto it = req.find(f);
   if (it == req.end()) return std::nullopt;
@@ -379,56 +373,6 @@ std::string local_etag(std::string_view doc_json) {
   return dquote(base36(fnv(0xcbf29ce484222325ULL)) + base36(fnv(0x84222325cbf29ce4ULL)));
 }
 
-// mochiweb_request:accepts_content_type("multipart/mixed"); a missing Accept header means */*.
-bool accepts_multipart_mixed(const Request& req) {
-  auto accept = header(req, field::accept);
-  const std::string value = lower(accept ? *accept : "*/*");
-  bool accepted = false, refused = false;
-  std::string_view rest = value;
-  while (!rest.empty()) {
-    const std::size_t comma = rest.find(',');
-    std::string_view item = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-    std::string type(trim(item.substr(0, item.find(';'))));
-    double q = 1.0;
-    std::string_view params = item.find(';') == std::string_view::npos
-                                  ? std::string_view{}
-                                  : item.substr(item.find(';') + 1);
-    while (!params.empty()) {
-      const std::size_t semi = params.find(';');
-      std::string_view p = trim(params.substr(0, semi));
-      params = semi == std::string_view::npos ? std::string_view{} : params.substr(semi + 1);
-      if (p.starts_with("q=")) {
-        try {
-          q = std::stod(std::string(p.substr(2)));
-        } catch (const std::exception&) {
-          return false;  // mochiweb: bad_accept_header; answer JSON
-        }
-      } else if (!p.empty()) {
-        type += ";" + std::string(p);
-      }
-    }
-    const bool match = type == "multipart/mixed" || type == "multipart/*";
-    if (q > 0.0 && (match || type == "*/*")) accepted = true;
-    if (q == 0.0 && match) refused = true;
-  }
-  return accepted && !refused;
-}
-
-std::string random_boundary() {
-  // couch_uuids:random(): 32 lowercase hex digits.
-  static constexpr char kHex[] = "0123456789abcdef";
-  thread_local std::uint64_t state = [] {
-    std::uint64_t seed = static_cast<std::uint64_t>(std::random_device{}()) << 32;
-    return seed ^ std::random_device{}();
-  }();
-  std::string out;
-  for (int i = 0; i < 32; ++i) {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    out.push_back(kHex[(state >> 59) & 15]);
-  }
-  return out;
-}
 
 // The attachment options of a read.
 void set_att_options(core::DocReadOptions& o, const DocQuery& q) {
@@ -440,24 +384,6 @@ void set_att_options(core::DocReadOptions& o, const DocQuery& q) {
       if (auto r = core::RevId::parse(text)) since.push_back(std::move(*r));
     o.atts_since = std::move(since);
   }
-}
-
-// mochiweb_request:accepts_content_type(Type) for a multipart type; no Accept header means */*.
-bool accepts_type(const Request& req, std::string_view wanted) {
-  auto accept = header(req, field::accept);
-  if (!accept) return true;
-  const std::string value = lower(*accept);
-  std::string_view rest = value;
-  while (!rest.empty()) {
-    const std::size_t comma = rest.find(',');
-    std::string_view item = trim(rest.substr(0, comma));
-    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-    std::string_view type = trim(item.substr(0, item.find(';')));
-    if (item.find("q=0") != std::string_view::npos && item.find("q=0.") == std::string_view::npos)
-      continue;
-    if (type == wanted || type == "*/*" || type == "multipart/*") return true;
-  }
-  return false;
 }
 
 // A document and the bytes of its "follows" attachments as one multipart/related body
@@ -493,7 +419,7 @@ struct OpenRevsResult {
 // chttpd_db:send_docs_multipart: every document is its own application/json part (it would be a
 // nested multipart/related with attachments); a missing rev is an error="true" part.
 Response open_revs_multipart(const Request& req, const OpenRevsResult& r) {
-  const std::string b = random_boundary();
+  const std::string b = make_boundary();
   std::string body = "--" + b;
   for (std::size_t i = 0; i < r.ok.size(); ++i) {
     if (i < r.related_boundary.size() && !r.related_boundary[i].empty()) {
@@ -520,7 +446,7 @@ Response open_revs_multipart(const Request& req, const OpenRevsResult& r) {
 }
 
 Response open_revs_response(const Request& req, const OpenRevsResult& r) {
-  if (accepts_multipart_mixed(req)) return open_revs_multipart(req, r);
+  if (accepts_media_type(req, "multipart/mixed")) return open_revs_multipart(req, r);
   std::string body = "[";
   for (const std::string& doc : r.ok) {
     if (body.size() > 1) body.push_back(',');
@@ -590,7 +516,7 @@ Response send_doc(const Call& call, storage::Transaction& tr, const core::DbRef&
                   const std::optional<std::string>& etag) {
   if (etag && etag_matches(call.req, *etag)) return not_modified(call.req, *etag);
   const bool want_data = o.attachments || o.atts_since.has_value();
-  const bool multipart = want_data && accepts_type(call.req, "multipart/related");
+  const bool multipart = want_data && accepts_media_type(call.req, "multipart/related");
   // Rendered once, in the form a multipart answer needs; a document without attachments looks
   // the same either way and is answered as JSON (send_doc_efficiently's atts = [] clause).
   if (multipart) o.att_follows = o.att_encoding_info = true;
@@ -656,7 +582,7 @@ Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const
     auto all = core::read_branches(tr, db, t.id, storage::Snapshot::yes);
     if (!all.ok()) return storage_error_response(call.req, all.error());
     if (!revs && all->empty()) throw_couch(core::doc_not_found());
-    const bool multipart = accepts_multipart_mixed(call.req);
+    const bool multipart = accepts_media_type(call.req, "multipart/mixed");
     auto r = read_open_revs(tr, db, t.id, *all, revs, q, multipart);
     if (!r.ok()) return storage_error_response(call.req, r.error());
     return open_revs_response(call.req, *r);

@@ -1,5 +1,7 @@
 #include "http/request.h"
 
+#include <cctype>
+
 #include <charconv>
 
 #include "core/databases.h"
@@ -183,6 +185,52 @@ boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call, core::Do
     batch.committed();
   }
   co_return storage::Status{};
+}
+
+bool accepts_media_type(const Request& req, std::string_view type) {
+  auto lower = [](std::string_view v) {
+    std::string out(v);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  auto trim = [](std::string_view v) {
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+    return v;
+  };
+  auto it = req.find(beast_http::field::accept);
+  const std::string value = it == req.end() ? std::string("*/*") : lower(it->value());
+  const std::string wanted = lower(type);
+  const std::string major = wanted.substr(0, wanted.find('/')) + "/*";
+  bool accepted = false, refused = false;
+  std::string_view rest = value;
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    std::string entry(trim(item.substr(0, item.find(';'))));
+    double q = 1.0;
+    std::string_view params =
+        item.find(';') == std::string_view::npos ? std::string_view{} : item.substr(item.find(';') + 1);
+    while (!params.empty()) {
+      const std::size_t semi = params.find(';');
+      std::string_view p = trim(params.substr(0, semi));
+      params = semi == std::string_view::npos ? std::string_view{} : params.substr(semi + 1);
+      if (p.starts_with("q=")) {
+        try {
+          q = std::stod(std::string(p.substr(2)));
+        } catch (const std::exception&) {
+          return false;
+        }
+      } else if (!p.empty()) {
+        entry += ";" + std::string(p);
+      }
+    }
+    const bool match = entry == wanted || entry == major;
+    if (q > 0.0 && (match || entry == "*/*")) accepted = true;
+    if (q == 0.0 && match) refused = true;
+  }
+  return accepted && !refused;
 }
 
 void throw_method_not_allowed(std::string_view allowed) {

@@ -112,6 +112,11 @@ boost::asio::awaitable<storage::Status> preupload_attachments(const Call& call,
                                                               const core::DbRef& db,
                                                               std::vector<core::AttUpload>& atts);
 
+// mochiweb_request:accepts_content_type(type): some Accept entry with q > 0 is `type`, its
+// "major/*" or "*/*", and none refuses `type` or "major/*" with q=0. A missing Accept header
+// accepts everything; a malformed q value accepts nothing (mochiweb: bad_accept_header).
+bool accepts_media_type(const Request& req, std::string_view type);
+
 // GET or HEAD (CouchDB answers HEAD like GET without the body).
 inline bool is_get(const Call& call) {
   return call.is(beast_http::verb::get) || call.is(beast_http::verb::head);
