@@ -14,6 +14,7 @@
 #include "core/attachments.h"
 #include "core/documents.h"
 #include "http/request.h"
+#include "http/etag.h"
 #include "http/router.h"
 #include "http/txn.h"
 
@@ -193,13 +194,10 @@ MaybeResponse get_attachment(Call& call, const core::DbRef& db, const std::strin
     if (a.name == name) att = &a;
   if (!att) throw HttpError(missing_att());
   const std::string etag = "\"" + core::base64_encode(att->md5) + "\"";
-  for (std::string_view inm = call.req[field::if_none_match]; !inm.empty();) {
-    if (inm.find(etag) != std::string_view::npos) {
-      Response r = bytes_head(call.req, Status::not_modified, *att, etag);
-      r.prepare_payload();
-      co_return r;
-    }
-    break;
+  if (if_none_match_has(call.req, etag)) {  // chttpd:etag_match's token rules
+    Response r = bytes_head(call.req, Status::not_modified, *att, etag);
+    r.prepare_payload();
+    co_return r;
   }
   if (!att->encoding.empty()) co_return encoded_attachment(call, tr, db, *att, etag);
   const std::int64_t size = att->encoded_length;
