@@ -40,8 +40,11 @@ build: deps
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
 	cmake --build build -j$(JOBS)
 
+# The first run creates the server admin 'admin' with a random password, prints it once and keeps
+# its hash in data/local.ini (COUCHDB_USER/COUCHDB_PASSWORD in the environment name one instead).
 run: build
-	exec build/server/chaise --config config/default.ini --data-dir ./data
+	mkdir -p data && touch data/local.ini
+	exec build/server/chaise --config config/default.ini --config data/local.ini --data-dir ./data --create-admin
 
 test: build interop-deps
 	ctest --test-dir build --output-on-failure -j2

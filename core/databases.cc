@@ -148,6 +148,16 @@ void set_revs_limit(Transaction& tr, const DbRef& db, int limit) {
   tr.set(db.space.meta_key(keyspace::kRevsLimit), Tuple().add(static_cast<std::int64_t>(limit)).pack());
 }
 
+StorageResult<std::optional<std::string>> read_security_json(Transaction& tr, const DbRef& db) {
+  auto v = tr.get(db.space.meta_key(keyspace::kSecurity), Snapshot::no);
+  if (!v.ok()) return v.error();
+  return std::move(*v);
+}
+
+void set_security_json(Transaction& tr, const DbRef& db, std::string_view json) {
+  tr.set(db.space.meta_key(keyspace::kSecurity), json);
+}
+
 StorageResult<DbInfo> db_info(Transaction& tr, const DbRef& db) {
   DbInfo info;
   info.name = db.name;

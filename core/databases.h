@@ -75,6 +75,10 @@ StorageResult<DbInfo> db_info(Transaction& tr, const DbRef& db);
 StorageResult<Sequence> update_seq(Transaction& tr, const DbRef& db);
 StorageResult<int> revs_limit(Transaction& tr, const DbRef& db);
 void set_revs_limit(Transaction& tr, const DbRef& db, int limit);
+// The security object's JSON text as stored (nullopt: never set). Not a snapshot read: a request
+// checked against it conflicts with a concurrent change.
+StorageResult<std::optional<std::string>> read_security_json(Transaction& tr, const DbRef& db);
+void set_security_json(Transaction& tr, const DbRef& db, std::string_view json);
 // A counter's value (0 when never written). Snapshot read: counters only ever move by atomic add.
 StorageResult<std::int64_t> read_counter(Transaction& tr, const DbRef& db, std::string_view name);
 

@@ -239,6 +239,14 @@ MaybeResponse get_attachment(Call& call, const core::DbRef& db, const std::strin
 // `name` replaced by `upload` or removed.
 MaybeResponse write_attachment(Call& call, const core::DbRef& db, const std::string& id,
                                const std::string& name, std::optional<core::AttUpload> upload) {
+  {
+    Json probe{{"_id", id}};
+    if (id.starts_with("_design/")) {
+      if (auto e = check_doc_write(call, db, probe)) throw HttpError(std::move(*e));
+    }
+    if (db.name == core::kUsersDb && !call.user.is_server_admin())
+      throw HttpError(403, "forbidden", "Only admins may change attachments in the users database.");
+  }
   std::optional<core::RevId> rev;
   if (auto text = requested_rev(call)) rev = parse_rev(*text);
   auto tr = call.store().create_transaction();

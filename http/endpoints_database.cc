@@ -31,6 +31,7 @@
 #include <spdlog/spdlog.h>
 
 #include "http/request.h"
+#include "config/config.h"
 #include "http/router.h"
 #include "http/txn.h"
 
@@ -51,7 +52,7 @@ constexpr std::string_view kDbMethods = "DELETE,GET,HEAD,POST";
 // Known CouchDB database endpoints Chaise does not serve yet: answered 501 rather than treated as
 // document ids, so that a client learns the feature is missing.
 constexpr std::string_view kNotImplemented[] = {
-    "_security", "_purge",   "_purged_infos", "_purged_infos_limit",
+    "_purge",   "_purged_infos", "_purged_infos_limit",
     "_find",       "_index",    "_explain", "_partition",    "_temp_view",
     "_auto_purge", "_time_seq", "_shards",  "_sync_shards"};
 
@@ -184,9 +185,19 @@ struct ParsedItem {
   std::optional<core::CouchError> error;
 };
 
-ParsedItem parse_item(const Json& doc, const core::DbRef& db, bool new_edits,
+ParsedItem parse_item(const Call& call, const Json& original, const core::DbRef& db, bool new_edits,
                       std::size_t max_document_size, std::size_t max_attachment_size) {
-  if (!doc.is_object()) throw_bad_request("Document must be a JSON object");
+  if (!original.is_object()) throw_bad_request("Document must be a JSON object");
+  // Design documents need a db admin; _users documents are checked and their password hashed.
+  Json rewritten;
+  std::optional<core::CouchError> write_error;
+  const bool users_db = db.name == core::kUsersDb;
+  if (users_db || original.value("_id", Json()).is_string()) {
+    if (users_db) rewritten = original;
+    Json probe = users_db ? Json() : Json::object({{"_id", original["_id"]}});
+    write_error = check_doc_write(call, db, users_db ? rewritten : probe);
+  }
+  const Json& doc = users_db && !write_error ? rewritten : original;
   const auto id_member = doc.find("_id");
   const bool local = id_member != doc.end() && id_member->is_string() &&
                      is_local_id(id_member->get_ref<const std::string&>());
@@ -217,7 +228,7 @@ ParsedItem parse_item(const Json& doc, const core::DbRef& db, bool new_edits,
   std::string id = parsed.id ? std::move(*parsed.id) : new_uuid();
   out.item = make_item(std::move(parsed), std::move(id), local, std::move(local_rev), new_edits);
   (out.item.replicated ? out.item.replicated_doc.atts : out.item.update.atts) = std::move(atts);
-  out.error = std::move(design_error);
+  out.error = write_error ? std::move(write_error) : std::move(design_error);
   return out;
 }
 
@@ -307,6 +318,10 @@ MaybeResponse create_database(Call& call) {
   if (partitioned && is_system_db_for_partitioning(name))
     throw_bad_request("Cannot partition a system database");
 
+  // CouchDB 3's [couchdb] default_security: admin_only unless set to everyone.
+  const bool admin_only =
+      call.ctx.config == nullptr || call.ctx.config->get("couchdb", "default_security") != "everyone";
+  const core::SecurityObject default_security = core::default_security(admin_only);
   // The creation time doubles as this request's mark: a retry after commit_unknown_result that
   // finds the database with our timestamp knows the first attempt committed.
   const std::int64_t created_us = now_us();
@@ -321,7 +336,11 @@ MaybeResponse create_database(Call& call) {
         }
         auto r = core::create_db(tr, name, partitioned, created_us);
         if (!r.ok()) return r.error();
-        if (core::failed(*r)) error = std::get<core::CouchError>(*r);
+        if (core::failed(*r)) {
+          error = std::get<core::CouchError>(*r);
+        } else {
+          core::set_security_json(tr, std::get<core::DbRef>(*r), default_security.raw.dump());
+        }
         return {};
       });
   if (!s.ok()) co_return storage_error_response(call.req, s.error());
@@ -370,7 +389,7 @@ MaybeResponse post_document(Call& call, const core::DbRef& db) {
   require_json_content_type(call);
   const Json body = parse_json_body(call.req, false);
   ParsedItem parsed =
-      parse_item(body, db, true, call.ctx.max_document_size, call.ctx.max_attachment_size);
+      parse_item(call, body, db, true, call.ctx.max_document_size, call.ctx.max_attachment_size);
   if (parsed.error) throw HttpError(std::move(*parsed.error));
   // CouchDB (chttpd_db db_req POST): a document without _id is new, whatever _rev it carries.
   if (!parsed.id_given) parsed.item.update.base_rev.reset();
@@ -430,7 +449,7 @@ MaybeResponse bulk_docs(Call& call, const core::DbRef& db) {
   std::vector<std::optional<core::CouchError>> refused;  // answered without being written
   items.reserve(docs->size());
   for (const Json& doc : *docs) {
-    ParsedItem p = parse_item(doc, db, new_edits, call.ctx.max_document_size,
+    ParsedItem p = parse_item(call, doc, db, new_edits, call.ctx.max_document_size,
                               call.ctx.max_attachment_size);
     items.push_back(std::move(p.item));
     refused.push_back(std::move(p.error));
@@ -564,6 +583,7 @@ MaybeResponse revs_limit(Call& call, const core::DbRef& db) {
     co_return raw_json_response(call.req, Status::ok, std::to_string(limit));
   }
   if (!call.is(beast_http::verb::put)) throw_method_not_allowed("PUT,GET");
+  require_db_admin(call);
   // chttpd:json_body: no Content-Type check. CouchDB answers 500 function_clause for a value that
   // is not a positive integer; Chaise answers 400, and caps the limit (RFC 003: a branch's
   // revision ids must fit one value).
@@ -584,6 +604,39 @@ MaybeResponse revs_limit(Call& call, const core::DbRef& db) {
         // The same name may now be another database: only the one the request opened counts.
         missing = core::failed(*r) || std::get<core::DbRef>(*r).id != db.id;
         if (!missing) core::set_revs_limit(tr, std::get<core::DbRef>(*r), limit);
+        return {};
+      });
+  if (!s.ok()) co_return storage_error_response(call.req, s.error());
+  if (missing) throw HttpError(core::db_not_found());
+  co_return json_response(call.req, Status::ok, Json{{"ok", true}});
+}
+
+// ---- /{db}/_security ------------------------------------------------------------------------
+
+// GET answers the stored object (members may read it); PUT replaces it (db admins only). CouchDB
+// 3.5 answers a malformed object with 500 no_majority (a cluster artefact); Chaise says 400 and
+// why. _users' object is read-only unless [couchdb] users_db_security_editable is not "false".
+MaybeResponse security(Call& call, const core::DbRef& db) {
+  if (is_get(call)) co_return json_response(call.req, Status::ok, call.security.raw);
+  if (!call.is(beast_http::verb::put)) throw_method_not_allowed("PUT,GET");
+  if (db.name == core::kUsersDb &&
+      (call.ctx.config == nullptr ||
+       call.ctx.config->get("couchdb", "users_db_security_editable").value_or("false") == "false")) {
+    throw HttpError(403, "forbidden", "You can't edit the security object of the user database.");
+  }
+  require_db_admin(call);
+  const Json body = parse_json_body(call.req, false);
+  auto parsed = core::parse_security(body);
+  if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(std::move(*e));
+  const std::string text = body.dump();
+  if (text.size() > 1024 * 1024) throw HttpError(413, "too_large", "the security object is too large");
+  bool missing = false;
+  storage::Status s =
+      co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+        auto r = core::open_db(tr, db.name);
+        if (!r.ok()) return r.error();
+        missing = core::failed(*r) || std::get<core::DbRef>(*r).id != db.id;
+        if (!missing) core::set_security_json(tr, std::get<core::DbRef>(*r), text);
         return {};
       });
   if (!s.ok()) co_return storage_error_response(call.req, s.error());
@@ -644,11 +697,7 @@ MaybeResponse handle_database(Call& call) {
   if (path.size() == 1 && call.is(beast_http::verb::delete_))
     co_return co_await delete_database(call);
 
-  core::DbRef db;
-  {
-    auto tr = call.store().create_transaction();
-    db = open_db_at(tr, path.front());
-  }
+  const core::DbRef db = open_db_or_throw(call);
   if (path.size() == 1) {
     if (is_get(call)) co_return database_info(call);
     if (call.is(beast_http::verb::post)) co_return co_await post_document(call, db);
@@ -656,7 +705,10 @@ MaybeResponse handle_database(Call& call) {
   }
 
   const std::string& op = path[1];
-  // CouchDB's db_handler table matches these whatever follows them.
+  // CouchDB's db_handler table matches these whatever follows them; chttpd_auth_request wants a
+  // db admin for them, and says so with a 401 whoever asks.
+  if ((op == "_compact" || op == "_view_cleanup") && !core::is_db_admin(call.user, call.security))
+    throw HttpError(401, "unauthorized", "You are not a server or db admin.");
   if (op == "_compact") co_return co_await compact(call, db);
   if (op == "_view_cleanup") {
     if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
@@ -664,10 +716,15 @@ MaybeResponse handle_database(Call& call) {
   }
   if (path.size() == 2) {
     if (op == "_bulk_docs") co_return co_await bulk_docs(call, db);
+    // _users documents are each readable only by their owner; _bulk_get would skip that rule.
+    if (op == "_bulk_get" && db.name == core::kUsersDb &&
+        !core::is_db_admin(call.user, call.security))
+      require_server_admin(call);
     if (op == "_bulk_get") co_return co_await handle_bulk_get(call, db);
     if (op == "_revs_diff") co_return revs_diff(call, false);
     if (op == "_missing_revs") co_return revs_diff(call, true);
     if (op == "_revs_limit") co_return co_await revs_limit(call, db);
+    if (op == "_security") co_return co_await security(call, db);
     if (op == "_ensure_full_commit") {
       if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
       require_json_content_type(call);

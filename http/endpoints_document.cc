@@ -574,7 +574,19 @@ Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRe
   return send_doc(call, tr, db, id, all, winner, o, etag);
 }
 
+// couch_users_db:after_doc_read: in _users, a non-admin reads only their own document; design
+// documents only admins.
+void check_users_read(const Call& call, const core::DbRef& db, const Target& t) {
+  if (db.name != core::kUsersDb || core::is_db_admin(call.user, call.security)) return;
+  if (t.id.starts_with("_design/")) {
+    throw HttpError(403, "forbidden",
+                    "Only administrators can view design docs in the users database.");
+  }
+  if (!core::may_read_user_doc(call.user, t.id)) throw_couch(core::doc_not_found());
+}
+
 Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const DocQuery& q) {
+  check_users_read(call, db, t);
   auto tr = call.store().create_transaction();
   if (q.open_revs || q.open_revs_all) {
     std::optional<std::vector<core::RevId>> revs;
@@ -825,6 +837,12 @@ MaybeResponse put_doc(Call& call, const core::DbRef& db, const Target& t, const 
   std::vector<MultipartPart> parts;
   Json j = put_body(call, parts);
   if (t.local) co_return co_await put_local(call, t, q, std::move(j));
+  if (j.is_object()) {
+    Json checked = j;
+    checked["_id"] = t.id;
+    if (auto e = check_doc_write(call, db, checked)) throw_couch(std::move(*e));
+    if (db.name == core::kUsersDb) j = std::move(checked);
+  }
   core::ParsedDoc d = parse_doc_or_throw(j);
   check_size(call, d);
   if (auto e = core::validate_design_doc(t.id, j, core::Partitioned{db.partitioned}))
@@ -870,6 +888,10 @@ MaybeResponse delete_doc(Call& call, const core::DbRef& db, const Target& t) {
   if (!winner.ok()) co_return storage_error_response(call.req, winner.error());
   if (!*winner) throw_couch(core::doc_not_found());
   if ((*winner)->branch.deleted) throw_couch(core::doc_deleted());
+  {
+    Json tombstone{{"_id", t.id}, {"_deleted", true}};
+    if (auto e = check_doc_write(call, db, tombstone)) throw_couch(std::move(*e));
+  }
   std::optional<core::RevId> qs_rev, im_rev;
   if (auto r = call.query.get("rev")) qs_rev = parse_rev_or_throw(*r);
   if (auto r = if_match_text(call.req)) im_rev = parse_rev_or_throw(*r);
@@ -962,6 +984,15 @@ MaybeResponse copy_doc(Call& call, const core::DbRef& db, const Target& t) {
   }
   const Destination dest = parse_destination(call.req);
   if (auto e = core::validate_docid(dest.id)) throw_couch(std::move(*e));
+  if (dest.id.starts_with("_design/") || db.name == core::kUsersDb) {
+    // The copy's body is not known yet; a design destination needs a db admin, and _users
+    // documents are written through PUT (their passwords must be hashed there).
+    Json probe{{"_id", dest.id}};
+    if (db.name == core::kUsersDb && !call.user.is_server_admin())
+      throw HttpError(403, "forbidden", "Only admins may copy documents in the users database.");
+    if (auto e = check_doc_write(call, db, probe); e && dest.id.starts_with("_design/"))
+      throw_couch(std::move(*e));
+  }
   const bool dest_local = dest.id.starts_with(kLocalPrefix);
   std::optional<core::RevId> dest_rev;
   std::optional<std::string> dest_local_rev;

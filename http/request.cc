@@ -167,16 +167,6 @@ Response storage_error_response(const Request& req, storage::Error e) {
   }
 }
 
-core::DbRef open_db_or_throw(const Call& call) {
-  const std::string& name = call.path.at(0);
-  auto tr = call.store().create_transaction();
-  auto r = core::open_db(tr, name);
-  if (!r.ok()) throw HttpError(core::storage_failure(r.error()));
-  // CouchDB answers 404 for a missing database whatever its name; only PUT checks the name.
-  if (core::failed(*r)) throw HttpError(std::get<core::CouchError>(*r));
-  return std::get<core::DbRef>(std::move(*r));
-}
-
 boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call, core::DocWriteBatch& batch) {
   while (batch.has_more()) {
     storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) { return batch(tr); });

@@ -16,6 +16,7 @@
 #include "core/databases.h"
 #include "core/documents.h"
 #include "core/error.h"
+#include "core/security.h"
 #include "http/response_stream.h"
 #include "http/router.h"
 #include "storage/database.h"
@@ -71,6 +72,12 @@ struct Call {
   const RouterContext& ctx;
   std::vector<std::string> path;  // percent-decoded segments
   Query query;
+  // Who the request acts for (http/auth.h); a server admin when the router has no authenticator.
+  core::UserCtx user = core::UserCtx{std::nullopt, {std::string(core::kAdminRole)}};
+  // "default", "cookie", "proxy" or "" (anonymous): GET /_session's info.authenticated.
+  std::string auth_handler;
+  // The security object of the database open_db_or_throw opened (its member check passed).
+  mutable core::SecurityObject security;
 
   storage::Database& store() const { return *ctx.store; }
   beast_http::verb method() const { return req.method(); }
@@ -97,8 +104,25 @@ Response couch_error_response(const Request& req, const core::CouchError& e);
 Response storage_error_response(const Request& req, storage::Error e);
 
 // Opens the database named in path[0]; throws 404 not_found "Database does not exist." (and 400 for
-// a bad name).
+// a bad name), then 401/403 unless the user is a member (CouchDB's check_is_member). Leaves the
+// database's security object in call.security.
 core::DbRef open_db_or_throw(const Call& call);
+
+// ---- Authorization (http/authz.cc; CouchDB's chttpd_auth_request and couch_db checks) ----------
+
+// The rules that need no database: server-admin-only paths, PUT/DELETE /{db}, ...
+void authorize_request(const Call& call);
+// 401 unauthorized "You are not a server admin." unless the user is one.
+void require_server_admin(const Call& call);
+// 401 (anonymous) / 403 "You are not a db or server admin." unless the user is an admin of the
+// database open_db_or_throw opened.
+void require_db_admin(const Call& call);
+// The per-document write rules: a design document needs a db admin; a _users document is checked
+// and its password hashed (couch_users_db). Returns the document's error or nullopt; may rewrite
+// `doc`. `doc` must be an object.
+std::optional<core::CouchError> check_doc_write(const Call& call, const core::DbRef& db, Json& doc);
+// The security object of `db` as of `tr` (the default one when none was ever stored).
+core::SecurityObject read_security(storage::Transaction& tr, const core::DbRef& db);
 
 // Runs a DocWriteBatch to completion (every round, each its own transaction, without blocking the
 // io thread) and hands each committed round's transaction id to the janitor. Returns the storage

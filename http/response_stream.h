@@ -12,6 +12,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include <functional>
+#include <string>
 #include <string_view>
 
 #include "http/router.h"
@@ -37,6 +38,8 @@ class ResponseStream {
   // handler is still producing: how an idle feed notices a client that went away. At most one
   // watch; it ends with the handler.
   virtual void watch_peer(std::function<void()> closed) = 0;
+  // The client's IP address as text ("" when unknown).
+  virtual std::string peer_address() const { return {}; }
 };
 
 }  // namespace chaise::http

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/databases.h"
+#include "http/auth.h"
 #include "http/request.h"
 
 #include <array>
@@ -56,14 +57,66 @@ bool is_get_or_head(const Request& request) {
 
 Router::Router(RouterContext context) : context_(std::move(context)) {}
 
-MaybeResponse Router::handle(const Request& request, ResponseStream& stream) const {
+namespace {
+
+// Adds a Set-Cookie header (a refreshed AuthSession) to a streamed response's head.
+class CookieStream final : public ResponseStream {
+ public:
+  CookieStream(ResponseStream& inner, std::string cookie)
+      : inner_(inner), cookie_(std::move(cookie)) {}
+  boost::asio::awaitable<bool> begin(Response head) override {
+    if (head.find(beast_http::field::set_cookie) == head.end()) {
+      head.set(beast_http::field::set_cookie, cookie_);
+    }
+    return inner_.begin(std::move(head));
+  }
+  boost::asio::awaitable<bool> write(std::string_view data) override { return inner_.write(data); }
+  boost::asio::awaitable<bool> flush() override { return inner_.flush(); }
+  boost::asio::awaitable<bool> finish() override { return inner_.finish(); }
+  bool begun() const override { return inner_.begun(); }
+  void watch_peer(std::function<void()> closed) override { inner_.watch_peer(std::move(closed)); }
+  std::string peer_address() const override { return inner_.peer_address(); }
+
+ private:
+  ResponseStream& inner_;
+  std::string cookie_;
+};
+
+// chttpd:error_headers for a 401: WWW-Authenticate only when the client asks for it with
+// X-CouchDB-WWW-Authenticate, or when require_valid_user is on.
+void add_unauthorized_headers(const Request& request, const RouterContext& ctx, Response& response) {
+  if (response.result() != Status::unauthorized) return;
+  if (const auto asked = request.find("X-CouchDB-WWW-Authenticate"); asked != request.end()) {
+    response.set(beast_http::field::www_authenticate, asked->value());
+    return;
+  }
+  if (ctx.auth != nullptr && ctx.auth->settings()->require_valid_user) {
+    response.set(beast_http::field::www_authenticate, "Basic realm=\"server\"");
+  }
+}
+
+}  // namespace
+
+MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream) const {
   std::optional<Response> response;
   std::optional<core::CouchError> error;
   std::string allow;
+  AuthResult auth;
+  if (context_.auth != nullptr) {
+    auth = context_.auth->authenticate(request, raw_stream.peer_address());
+  } else {
+    auth.user.roles = {std::string(core::kAdminRole)};
+  }
+  std::optional<CookieStream> cookie_stream;
+  if (auth.set_cookie) cookie_stream.emplace(raw_stream, *auth.set_cookie);
+  ResponseStream& stream = cookie_stream ? static_cast<ResponseStream&>(*cookie_stream) : raw_stream;
   try {
+    if (auth.error) throw HttpError(*auth.error);
     const auto segments = path_segments(request.target());
     if (!segments) throw HttpError(400, "bad_request", "Invalid request path");
-    Call call{request, stream, context_, std::move(*segments), Query::parse(request.target())};
+    Call call{request,          stream, context_, std::move(*segments), Query::parse(request.target()),
+              std::move(auth.user), std::move(auth.handler), core::SecurityObject{}};
+    authorize_request(call);
     response = co_await dispatch(call);
   } catch (const HttpError& e) {
     error = e.error();
@@ -71,10 +124,18 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& stream) con
   } catch (const std::exception& e) {
     error = core::CouchError{500, "unknown_error", e.what()};
   }
-  if (!error) co_return response;
+  if (!error) {
+    if (response && auth.set_cookie && response->find(beast_http::field::set_cookie) == response->end()) {
+      response->set(beast_http::field::set_cookie, *auth.set_cookie);
+    }
+    co_return response;
+  }
   if (stream.begun()) co_return std::nullopt;  // mid-stream: nothing sane to add; the connection ends
   if (!allow.empty()) co_return method_not_allowed(request, allow);
-  co_return couch_error_response(request, *error);
+  Response answer = couch_error_response(request, *error);
+  add_unauthorized_headers(request, context_, answer);
+  if (auth.set_cookie) answer.set(beast_http::field::set_cookie, *auth.set_cookie);
+  co_return answer;
 }
 
 MaybeResponse Router::dispatch(Call& call) const {

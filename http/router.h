@@ -19,6 +19,9 @@
 
 #include "storage/database.h"
 
+namespace chaise::config {
+class Config;
+}
 namespace chaise::core {
 struct DbRef;
 class ChangesNotifier;
@@ -49,6 +52,7 @@ inline constexpr std::string_view kServerHeader = "Chaise/0.1.0";
 
 class ResponseStream;
 struct Call;
+class Authenticator;
 
 // Everything the router needs to know about the server it runs in.
 struct RouterContext {
@@ -70,6 +74,10 @@ struct RouterContext {
   std::int64_t uuids_max_count = 1000;
   // Rows per storage transaction when streaming _all_docs / _changes.
   std::size_t stream_page_rows = 1000;
+  // The configuration (config API, settings read per request); nullptr in router unit tests.
+  config::Config* config = nullptr;
+  // Authenticates requests; nullptr: every request is a server admin (router unit tests).
+  const Authenticator* auth = nullptr;
 };
 
 using MaybeResponse = boost::asio::awaitable<std::optional<Response>>;
@@ -96,6 +104,8 @@ class Router {
 // Endpoint groups, one file each (declared here, defined in http/endpoints_*.cc).
 // Server level: /_all_dbs, /_dbs_info, /_uuids.
 MaybeResponse handle_server(Call& call);
+// /_session: cookie login, the session's user, logout (endpoints_session.cc).
+Response handle_session(Call& call);
 // Database level: /{db}, /{db}/_bulk_docs, _revs_diff, _missing_revs, _revs_limit,
 // _ensure_full_commit, _compact, _view_cleanup.
 MaybeResponse handle_database(Call& call);

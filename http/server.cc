@@ -120,6 +120,7 @@ class StreamWriter final : public ResponseStream {
   asio::awaitable<bool> finish() override;
   bool begun() const override { return begun_; }
   void watch_peer(std::function<void()> closed) override;
+  std::string peer_address() const override;
   bool completed() const { return finished_ && ok_; }
   // Ends the peer watch (the handler is done; the connection may read its next request).
   void stop_watching();
@@ -152,6 +153,11 @@ class Session {
   }
 
   asio::any_io_executor executor() { return stream_.get_executor(); }
+  std::string remote_address() const {
+    error_code ec;
+    const auto endpoint = stream_.socket().remote_endpoint(ec);
+    return ec ? std::string() : endpoint.address().to_string();
+  }
 
   static asio::awaitable<void> run(std::shared_ptr<Session> self) { co_await self->serve(); }
 
@@ -181,6 +187,8 @@ class Session {
   bool close_requested_ = false;
   std::function<void()> peer_closed_;  // set while a handler watches the peer (StreamWriter)
 };
+
+std::string StreamWriter::peer_address() const { return session_.remote_address(); }
 
 asio::awaitable<void> Session::serve() {
   const ServerOptions& options = state_.options;

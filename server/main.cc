@@ -7,14 +7,17 @@
 // Contract with the tests and with scripts: once the listener is bound, exactly one line
 //   chaise listening on <bind_address>:<port>
 // is written to stdout and flushed (the real port, also when --port 0 asked the OS for one).
+#include "config/config.h"
+#include "config/settings.h"
+#include "core/databases.h"
+#include "core/security.h"
+#include "http/auth.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "core/changes_notifier.h"
 #include "core/txid_janitor.h"
 #include "storage/database.h"
 
-#include <boost/property_tree/ini_parser.hpp>
-#include <boost/property_tree/ptree.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -55,122 +58,45 @@ namespace fs = std::filesystem;
 constexpr int kExitStartupFailed = 1;
 constexpr int kExitUsage = 2;
 
-// Every key of the [chaise] section, with its default. An unknown key in the file is an error, so a
-// typo cannot silently leave a default in force.
-struct Config {
-  std::string bind_address = "127.0.0.1";
-  std::uint16_t port = 5984;
-  fs::path data_dir = "./data";
-  unsigned io_threads = 0;  // 0 = one per core
-  bool fsync = true;        // sync the WAL before acknowledging a commit (storage::Options::fsync)
-  std::size_t max_request_body_bytes = 64 * 1024 * 1024;
-  std::size_t max_document_size = 8'000'000;  // CouchDB's [couchdb] max_document_size
-  // CouchDB's [couchdb] max_attachment_size (its default is 1 GiB; a request body larger than
-  // max_request_body_bytes is refused before this is looked at).
-  std::size_t max_attachment_size = 1024ull * 1024 * 1024;
-  std::size_t max_header_bytes = 64 * 1024;
-  unsigned idle_timeout_seconds = 300;
-  std::size_t max_connections = 10000;
-  std::string log_level = "info";
-};
-
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
 void print_usage(std::ostream& out) {
-  out << "usage: chaise [--config PATH] [--port N] [--bind ADDR] [--data-dir DIR] [--io-threads N]\n"
-         "              [--help] [--version]\n"
-         "Options override the [chaise] section of the ini file given with --config.\n";
+  out << "usage: chaise [-c|--config PATH]... [--port N] [--bind ADDR] [--data-dir DIR]\n"
+         "              [--io-threads N] [--admin-party] [--create-admin] [--help] [--version]\n"
+         "Config files are read in order, later ones overriding earlier ones; changes made through\n"
+         "the config API (and hashed admin passwords) are written to the last one. Options override\n"
+         "the files.\n"
+         "--admin-party   no admin configured: every request is a server admin (local development)\n"
+         "--create-admin  no admin configured: create 'admin' with a random password, print it\n"
+         "                once and store its hash in the last config file\n";
 }
 
-template <typename Int>
-Int parse_int(std::string_view name, std::string_view text, Int min, Int max) {
-  Int value{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || end != text.data() + text.size() || value < min || value > max) {
-    throw UsageError(std::string(name) + ": expected an integer in [" + std::to_string(min) + ", " +
-                     std::to_string(max) + "], got '" + std::string(text) + "'");
-  }
-  return value;
-}
-
-bool parse_bool(std::string_view name, std::string_view text) {
-  if (text == "true") return true;
-  if (text == "false") return false;
-  throw UsageError(std::string(name) + ": expected true or false, got '" + std::string(text) + "'");
-}
-
-void apply_setting(Config& config, std::string_view key, const std::string& value) {
-  constexpr auto kSizeMax = std::numeric_limits<std::size_t>::max();
-  if (key == "bind_address") {
-    config.bind_address = value;
-  } else if (key == "port") {
-    config.port = parse_int<std::uint16_t>(key, value, 0, 65535);
-  } else if (key == "data_dir") {
-    if (value.empty()) throw UsageError("data_dir: must not be empty");
-    config.data_dir = value;
-  } else if (key == "io_threads") {
-    config.io_threads = parse_int<unsigned>(key, value, 0, 1024);
-  } else if (key == "fsync") {
-    config.fsync = parse_bool(key, value);
-  } else if (key == "max_document_size") {
-    config.max_document_size = parse_int<std::size_t>(key, value, 1, kSizeMax);
-  } else if (key == "max_attachment_size") {
-    config.max_attachment_size = parse_int<std::size_t>(key, value, 0, kSizeMax);
-  } else if (key == "max_request_body_bytes") {
-    config.max_request_body_bytes = parse_int<std::size_t>(key, value, 1, kSizeMax);
-  } else if (key == "max_header_bytes") {
-    config.max_header_bytes = parse_int<std::size_t>(key, value, 1024, UINT32_MAX);
-  } else if (key == "idle_timeout_seconds") {
-    config.idle_timeout_seconds = parse_int<unsigned>(key, value, 1, 24 * 3600);
-  } else if (key == "max_connections") {
-    config.max_connections = parse_int<std::size_t>(key, value, 1, kSizeMax);
-  } else if (key == "log_level") {
-    if (spdlog::level::from_str(value) == spdlog::level::off && value != "off") {
-      throw UsageError("log_level: expected trace, debug, info, warn, error, critical or off");
-    }
-    config.log_level = value;
-  } else {
-    throw UsageError("unknown config key '" + std::string(key) + "'");
-  }
-}
-
-void load_ini(Config& config, const std::string& path) {
-  boost::property_tree::ptree tree;
-  try {
-    boost::property_tree::ini_parser::read_ini(path, tree);
-  } catch (const boost::property_tree::ini_parser_error& e) {
-    throw UsageError(std::string("config: ") + e.what());
-  }
-  for (const auto& [section, keys] : tree) {
-    if (section != "chaise") {
-      throw UsageError(path + ": unknown section [" + section + "] (settings go in [chaise])");
-    }
-    for (const auto& [key, value] : keys) {
-      try {
-        apply_setting(config, key, value.data());
-      } catch (const UsageError& e) {
-        throw UsageError(path + ": " + e.what());
-      }
-    }
-  }
-}
+// What the command line asks for.
+struct Command {
+  std::vector<fs::path> config_files;
+  // (section, key, value) set over the files, not persisted.
+  std::vector<std::array<std::string, 3>> overrides;
+  bool admin_party = false;
+  bool create_admin = false;
+};
 
 // Flags are "--name VALUE" or "--name=VALUE". Returns nullopt when the process should exit 0 after
 // --help / --version.
-std::optional<Config> parse_command_line(int argc, char** argv) {
+std::optional<Command> parse_command_line(int argc, char** argv) {
   struct Flag {
     std::string_view name;
-    std::string_view key;  // the ini key it overrides; "" for --config
+    std::string_view section;  // "" for --config
+    std::string_view key;
   };
-  static constexpr std::array<Flag, 5> kFlags = {{{"--config", ""},
-                                                  {"--port", "port"},
-                                                  {"--bind", "bind_address"},
-                                                  {"--data-dir", "data_dir"},
-                                                  {"--io-threads", "io_threads"}}};
-  std::optional<std::string> config_path;
-  std::vector<std::pair<std::string_view, std::string>> overrides;
+  static constexpr std::array<Flag, 6> kFlags = {{{"--config", "", ""},
+                                                  {"-c", "", ""},
+                                                  {"--port", "chttpd", "port"},
+                                                  {"--bind", "chttpd", "bind_address"},
+                                                  {"--data-dir", "couchdb", "database_dir"},
+                                                  {"--io-threads", "chaise", "io_threads"}}};
+  Command command;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -180,6 +106,14 @@ std::optional<Config> parse_command_line(int argc, char** argv) {
     if (arg == "--version") {
       std::cout << "chaise " << chaise::http::kChaiseVersion << "\n";
       return std::nullopt;
+    }
+    if (arg == "--admin-party") {
+      command.admin_party = true;
+      continue;
+    }
+    if (arg == "--create-admin") {
+      command.create_admin = true;
+      continue;
     }
     std::optional<std::string> inline_value;
     if (const auto eq = arg.find('='); eq != std::string_view::npos) {
@@ -193,16 +127,22 @@ std::optional<Config> parse_command_line(int argc, char** argv) {
       if (i + 1 >= argc) throw UsageError(std::string(arg) + " needs a value");
       inline_value = argv[++i];
     }
-    if (flag->key.empty()) {
-      config_path = *inline_value;
+    if (flag->section.empty()) {
+      command.config_files.emplace_back(*inline_value);
     } else {
-      overrides.emplace_back(flag->key, *inline_value);
+      if (auto problem = chaise::config::validate(flag->section, flag->key, *inline_value)) {
+        throw UsageError(std::string(arg) + ": " + *problem);
+      }
+      command.overrides.push_back(
+          {std::string(flag->section), std::string(flag->key), *inline_value});
     }
   }
-  Config config;
-  if (config_path) load_ini(config, *config_path);
-  for (const auto& [key, value] : overrides) apply_setting(config, key, value);
-  return config;
+  for (const auto& file : command.config_files) {
+    if (!fs::is_regular_file(file)) {
+      throw UsageError("config file " + file.string() + " does not exist");
+    }
+  }
+  return command;
 }
 
 bool is_server_uuid(std::string_view text) {
@@ -293,13 +233,21 @@ void notify_systemd(std::string_view state) {
   ::close(fd);
 }
 
+// CouchDB's [log] level names, mapped onto spdlog's.
+spdlog::level::level_enum log_level(const std::string& level) {
+  if (level == "warning" || level == "warn" || level == "notice") return spdlog::level::warn;
+  if (level == "alert" || level == "emergency" || level == "critical") return spdlog::level::critical;
+  if (level == "none" || level == "off") return spdlog::level::off;
+  return spdlog::level::from_str(level);
+}
+
 void setup_logging(const std::string& level) {
   auto logger = spdlog::stderr_color_mt("chaise");
   spdlog::set_default_logger(logger);
-  spdlog::set_level(spdlog::level::from_str(level));
+  spdlog::set_level(log_level(level));
 }
 
-chaise::http::ServerOptions server_options(const Config& config) {
+chaise::http::ServerOptions server_options(const chaise::config::ServerSettings& config) {
   chaise::http::ServerOptions options;
   options.bind_address = config.bind_address;
   options.port = config.port;
@@ -324,8 +272,70 @@ sigset_t block_shutdown_signals() {
   return signals;
 }
 
-int run(const Config& config) {
+// Server admins, as CouchDB sets them up at start: COUCHDB_USER/COUCHDB_PASSWORD add one (as
+// CouchDB's Docker image does), plain-text passwords in [admins] are replaced by their PBKDF2 hash
+// (written back to the last config file), and --create-admin makes one when there is none.
+// Returns false when the server must not start (no admin, no --admin-party).
+bool prepare_admins(chaise::config::Config& config, const Command& command) {
+  namespace config_ns = chaise::config;
+  const auto persist = [&](const std::string& name, const std::string& value) {
+    try {
+      config.set("admins", name, value, /*persist=*/true);
+    } catch (const config_ns::ConfigError& e) {
+      spdlog::warn("cannot store the hashed password of admin '{}': {}", name, e.what());
+      config.set("admins", name, value, /*persist=*/false);
+    }
+    const char* from_env = std::getenv("COUCHDB_USER");
+    if (config.writable_file().empty() && (from_env == nullptr || name != from_env)) {
+      spdlog::warn("admin '{}' is kept in memory only: give a writable --config file", name);
+    }
+  };
+  const auto values = config.snapshot();
+  const std::string prf = config_ns::get_auth(*values, "pbkdf2_prf", "sha256");
+  const std::int64_t iterations = std::atoll(config_ns::get_auth(*values, "iterations", "600000").c_str());
+  const char* env_user = std::getenv("COUCHDB_USER");
+  const char* env_password = std::getenv("COUCHDB_PASSWORD");
+  if (env_user != nullptr && *env_user != '\0' && env_password != nullptr) {
+    const auto existing = config.get("admins", env_user);
+    const auto parsed = existing ? chaise::core::parse_admin_hash(*existing) : std::nullopt;
+    if (!parsed || !chaise::core::verify_password(*parsed, env_password)) {
+      config.set("admins", env_user, env_password, /*persist=*/false);
+    }
+  }
+  const auto before_hashing = config.snapshot();  // held: persist() replaces the live one
+  if (const auto admins = before_hashing->find("admins"); admins != before_hashing->end()) {
+    for (const auto& [name, value] : admins->second) {
+      if (chaise::core::parse_admin_hash(value)) continue;
+      const auto hash = chaise::core::hash_password(value, prf, iterations);
+      persist(name, chaise::core::format_admin_hash(hash));
+    }
+  }
+  const auto after_hashing = config.snapshot();
+  const auto admins = after_hashing->find("admins");
+  const bool have_admin = admins != after_hashing->end() && !admins->second.empty();
+  if (have_admin) return true;
+  if (command.create_admin) {
+    const std::string password = chaise::core::random_hex32().substr(0, 20);
+    persist("admin", chaise::core::format_admin_hash(chaise::core::hash_password(password, prf, iterations)));
+    std::printf("chaise created the server admin 'admin' with password %s (stored hashed in %s)\n",
+                password.c_str(), config.writable_file().string().c_str());
+    std::fflush(stdout);
+    return true;
+  }
+  if (command.admin_party) {
+    spdlog::warn("admin party: no server admin is configured and every request is an admin");
+    return true;
+  }
+  spdlog::critical(
+      "no server admin configured: add one under [admins] in a config file, set COUCHDB_USER and "
+      "COUCHDB_PASSWORD, or start with --create-admin (or --admin-party for local development)");
+  return false;
+}
+
+int run(chaise::config::Config& config_store, const chaise::config::ServerSettings& config,
+        const Command& command) {
   const sigset_t signals = block_shutdown_signals();
+  if (!prepare_admins(config_store, command)) return kExitStartupFailed;
   std::error_code fs_error;
   fs::create_directories(config.data_dir, fs_error);
   if (fs_error) {
@@ -334,7 +344,7 @@ int run(const Config& config) {
   }
   std::string uuid;
   try {
-    uuid = load_or_create_server_uuid(config.data_dir);
+    uuid = config.uuid ? *config.uuid : load_or_create_server_uuid(config.data_dir);
   } catch (const std::exception& e) {
     spdlog::critical("server uuid: {}", e.what());
     return kExitStartupFailed;
@@ -354,14 +364,19 @@ int run(const Config& config) {
 
   auto janitor = std::make_unique<chaise::core::TxIdJanitor>(*store);
   auto notifier = std::make_unique<chaise::core::ChangesNotifier>(*store);
+  chaise::http::Authenticator authenticator{config_store, *store, command.admin_party};
 
   chaise::http::RouterContext context;
   context.server_uuid = uuid;
   context.store = store.get();
   context.max_document_size = config.max_document_size;
   context.max_attachment_size = config.max_attachment_size;
+  context.changes_timeout_ms = config.changes_timeout_ms;
+  context.uuids_max_count = config.uuids_max_count;
   context.janitor = janitor.get();
   context.notifier = notifier.get();
+  context.config = &config_store;
+  context.auth = &authenticator;
   chaise::http::Router router{std::move(context)};
   chaise::http::Server server{
       server_options(config),
@@ -396,18 +411,30 @@ int run(const Config& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::optional<Config> config;
+  std::optional<Command> command;
+  std::unique_ptr<chaise::config::Config> config;
+  chaise::config::ServerSettings settings;
+  std::vector<std::string> warnings;
   try {
-    config = parse_command_line(argc, argv);
+    command = parse_command_line(argc, argv);
+    if (!command) return 0;
+    config = std::make_unique<chaise::config::Config>(command->config_files);
+    for (const auto& [section, key, value] : command->overrides) {
+      config->set(section, key, value, /*persist=*/false);
+    }
+    settings = chaise::config::server_settings(*config->snapshot(), warnings);
   } catch (const UsageError& e) {
     std::cerr << "chaise: " << e.what() << "\n";
     print_usage(std::cerr);
     return kExitUsage;
+  } catch (const chaise::config::ConfigError& e) {
+    std::cerr << "chaise: config: " << e.what() << "\n";
+    return kExitUsage;
   }
-  if (!config) return 0;
-  setup_logging(config->log_level);
+  setup_logging(settings.log_level);
+  for (const auto& warning : warnings) spdlog::warn("config: {}", warning);
   try {
-    return run(*config);
+    return run(*config, settings, *command);
   } catch (const std::exception& e) {
     spdlog::critical("fatal: {}", e.what());
     return kExitStartupFailed;

@@ -30,7 +30,7 @@ if [[ "${1:-}" == "--chaise" ]]; then
   datadir="$(mktemp -d /tmp/chaise-bench-XXXXXX)"
   fifo="$datadir/out"
   mkfifo "$fifo"
-  "${CHAISE_BIN:-$root/build/server/chaise}" --port 0 --data-dir "$datadir/data" --config "$root/config/default.ini" >"$fifo" 2>"$datadir/log" &
+  "${CHAISE_BIN:-$root/build/server/chaise}" --port 0 --data-dir "$datadir/data" --config "$root/config/default.ini" --admin-party >"$fifo" 2>"$datadir/log" &
   pid=$!
   read -r line <"$fifo"
   exec 3<"$fifo"  # keep the pipe open so the server never gets SIGPIPE on stdout

@@ -280,7 +280,7 @@ TEST_F(AttachmentsTest, LargeAttachmentRoundTrips) {
 TEST_F(AttachmentsTest, MaxAttachmentSizeIsEnforced) {
   TearDown();
   const auto ini = dir_.path() / "small.ini";
-  std::ofstream(ini) << "[chaise]\nmax_attachment_size = 4\n";
+  std::ofstream(ini) << "[couchdb]\nmax_attachment_size = 4\n";
   start({"--config", ini.string()});
   expect_error(put("/db/d/a", "12345", {{"Content-Type", "text/plain"}}), 413,
                "attachment_too_large", "a");

@@ -329,7 +329,7 @@ class ConfiguredServerTest : public ::testing::Test {
 };
 
 TEST_F(ConfiguredServerTest, BodyOverLimitIs413TooLarge) {
-  ServerProcess& server = start_with_ini("[chaise]\nmax_request_body_bytes = 1024\n");
+  ServerProcess& server = start_with_ini("[chttpd]\nmax_http_request_size = 1024\n");
   HttpClient client{server.port()};
   const HttpResponse small = client.request(verb::post, "/", std::string(1024, 'x'));
   EXPECT_EQ(small.status, 405u);  // within the limit: reaches the router
@@ -380,7 +380,8 @@ TEST_F(ConfiguredServerTest, CommandLineOverridesIniFile) {
   // The ini asks for port 1 and an unusable data_dir; the flags ServerProcess passes (--port 0,
   // --data-dir) must win over the file, whatever their position on the command line.
   ServerProcess& server = start_with_ini(
-      "[chaise]\nport = 1\ndata_dir = /nonexistent/never\nio_threads = 1\nfsync = false\n");
+      "[chttpd]\nport = 1\n[couchdb]\ndatabase_dir = /nonexistent/never\n[chaise]\nio_threads = 1\n"
+      "fsync = false\n");
   EXPECT_NE(server.port(), 1);
   EXPECT_EQ(HttpClient{server.port()}.get("/").status, 200u);
   EXPECT_TRUE(fs::exists(dir_.path() / "data" / "server_uuid"));
@@ -394,10 +395,14 @@ TEST_F(ConfiguredServerTest, DefaultIniFileIsAccepted) {
 TEST_F(ConfiguredServerTest, BadConfigurationFailsStartup) {
   const fs::path data = dir_.path() / "data";
   const fs::path config = dir_.path() / "bad.ini";
-  write_file(config, "[chaise]\nno_such_key = 1\n");
+  // A key of the old all-in-[chaise] layout names where it moved.
+  write_file(config, "[chaise]\nport = 1\n");
   EXPECT_EQ(run_chaise_to_exit({"--config", config.string(), "--data-dir", data.string()}).exit_code,
             2);
-  write_file(config, "[chaise]\nport = 70000\n");
+  write_file(config, "[chttpd]\nport = 70000\n");
+  EXPECT_EQ(run_chaise_to_exit({"--config", config.string(), "--data-dir", data.string()}).exit_code,
+            2);
+  write_file(config, "[chaise]\nfsync = maybe\n");
   EXPECT_EQ(run_chaise_to_exit({"--config", config.string(), "--data-dir", data.string()}).exit_code,
             2);
   EXPECT_EQ(run_chaise_to_exit({"--no-such-flag"}).exit_code, 2);
@@ -407,7 +412,8 @@ TEST_F(ConfiguredServerTest, BadConfigurationFailsStartup) {
 TEST_F(ConfiguredServerTest, PortInUseFailsStartup) {
   ServerProcess& first = start();
   const ExitStatus second = run_chaise_to_exit(
-      {"--port", std::to_string(first.port()), "--data-dir", (dir_.path() / "data2").string()});
+      {"--port", std::to_string(first.port()), "--data-dir", (dir_.path() / "data2").string(),
+       "--admin-party"});
   EXPECT_EQ(second.exit_code, 1);
   EXPECT_EQ(HttpClient{first.port()}.get("/").status, 200u);
 }

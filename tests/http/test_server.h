@@ -170,8 +170,18 @@ class ServerProcess {
   explicit ServerProcess(const fs::path& data_dir, const std::vector<std::string>& extra_args = {},
                          const std::vector<std::string>& env = {},
                          std::chrono::milliseconds startup_timeout = 30s) {
+    // Admin party unless the test configures admins itself (then it passes --no-admin-party,
+    // which this harness consumes).
     std::vector<std::string> args = {"--port", "0", "--data-dir", data_dir.string()};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    bool admin_party = true;
+    for (const auto& arg : extra_args) {
+      if (arg == "--no-admin-party") {
+        admin_party = false;
+      } else {
+        args.push_back(arg);
+      }
+    }
+    if (admin_party) args.push_back("--admin-party");
     int pipe_fds[2];
     if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
       throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));

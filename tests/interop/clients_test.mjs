@@ -123,6 +123,8 @@ let base = null; // http://127.0.0.1:PORT
 // per-run prefix and are deleted at the end.
 const EXTERNAL = process.env.CHAISE_INTEROP_URL ? new URL(process.env.CHAISE_INTEROP_URL) : null;
 let credBase = null; // base with credentials, for PouchDB and nano
+const ADMIN_USER = 'interop_admin';
+const ADMIN_PASSWORD = 'interop-secret';
 let authHeader = {};
 const DB_PREFIX = EXTERNAL ? `interop_${process.pid}_` : 'interop_';
 const createdDbs = [];
@@ -140,8 +142,11 @@ async function startServer() {
   }
   if (!fs.existsSync(BINARY)) throw new Error(`chaise binary not found: ${BINARY} (set CHAISE_BINARY)`);
   const logFd = fs.openSync(serverLog, 'a');
+  // A server admin from the environment, as CouchDB's Docker image takes it; every request below
+  // authenticates with Basic (PouchDB and nano: credentials in the URL).
   server = spawn(BINARY, ['--port', '0', '--bind', '127.0.0.1', '--data-dir', path.join(tmpDir, 'data')],
-                 { stdio: ['ignore', 'pipe', logFd] });
+                 { stdio: ['ignore', 'pipe', logFd],
+                   env: { ...process.env, COUCHDB_USER: ADMIN_USER, COUCHDB_PASSWORD: ADMIN_PASSWORD } });
   fs.closeSync(logFd);
   server.on('exit', (code, signal) => { serverExited = { code, signal }; });
   const port = await withTimeout(new Promise((resolve, reject) => {
@@ -157,7 +162,9 @@ async function startServer() {
       reject(new Error(`chaise exited before listening (code ${code}, signal ${signal}); log:\n${logTail()}`)));
     server.on('error', reject);
   }), 30000, 'chaise to print "chaise listening on"');
-  base = credBase = `http://127.0.0.1:${port}`;
+  base = `http://127.0.0.1:${port}`;
+  credBase = `http://${ADMIN_USER}:${ADMIN_PASSWORD}@127.0.0.1:${port}`;
+  authHeader = { Authorization: 'Basic ' + Buffer.from(`${ADMIN_USER}:${ADMIN_PASSWORD}`).toString('base64') };
   log(`chaise pid ${server.pid} listening on ${base} (data in ${tmpDir})`);
 }
 

@@ -68,8 +68,12 @@ def couch_reachable():
 class Chaise:
     def __init__(self):
         self.dir = tempfile.TemporaryDirectory(prefix="chaise-interop-")
+        # A server admin from the environment (as CouchDB's Docker image takes it); every request
+        # and both replicators authenticate with Basic.
+        env = dict(os.environ, COUCHDB_USER="interop_admin", COUCHDB_PASSWORD="interop-secret")
         self.proc = subprocess.Popen([BINARY, "--port", "0", "--data-dir", self.dir.name + "/data"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                     env=env)
         deadline = time.time() + 30
         self.port = None
         while time.time() < deadline and self.port is None:
@@ -81,7 +85,7 @@ class Chaise:
         if self.port is None:
             self.stop()
             raise RuntimeError("chaise did not report its port")
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://interop_admin:interop-secret@127.0.0.1:{self.port}"
 
     def stop(self):
         if self.proc.poll() is None:

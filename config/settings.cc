@@ -1,0 +1,252 @@
+#include "config/settings.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <limits>
+
+namespace chaise::config {
+
+namespace {
+
+enum class Kind { kString, kNonEmpty, kBool, kInt, kSizeOrInfinity, kHex32, kLogLevel, kOneOf };
+
+struct Key {
+  std::string_view section;
+  std::string_view key;
+  Kind kind;
+  std::int64_t min = 0;
+  std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  std::string_view choices = {};  // kOneOf: '|'-separated
+};
+
+constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+
+// Every key Chaise reads. [admins] is open: every key is an admin name.
+constexpr auto kKeys = std::to_array<Key>({
+    {"chttpd", "bind_address", Kind::kNonEmpty},
+    {"chttpd", "port", Kind::kInt, 0, 65535},
+    {"chttpd", "max_http_request_size", Kind::kInt, 1, kMax},
+    {"chttpd", "require_valid_user", Kind::kBool},
+    {"chttpd", "changes_timeout", Kind::kInt, 1, kMax},
+    {"chttpd", "enable_cors", Kind::kBool},
+    {"chttpd", "authentication_handlers", Kind::kString},
+    {"chttpd", "admin_only_all_dbs", Kind::kBool},
+    {"chttpd", "require_valid_user_except_for_up", Kind::kBool},
+    {"couchdb", "database_dir", Kind::kNonEmpty},
+    {"couchdb", "uuid", Kind::kHex32},
+    {"couchdb", "max_document_size", Kind::kInt, 1, kMax},
+    {"couchdb", "max_attachment_size", Kind::kSizeOrInfinity},
+    {"couchdb", "default_security", Kind::kOneOf, 0, 0, "admin_only|everyone"},
+    {"couchdb", "users_db_security_editable", Kind::kBool},
+    {"chttpd_auth", "secret", Kind::kString},
+    {"chttpd_auth", "timeout", Kind::kInt, 1, kMax},
+    {"chttpd_auth", "allow_persistent_cookies", Kind::kBool},
+    {"chttpd_auth", "same_site", Kind::kOneOf, 0, 0, "|strict|lax|none|Strict|Lax|None"},
+    {"chttpd_auth", "cookie_domain", Kind::kString},
+    {"chttpd_auth", "iterations", Kind::kInt, 1, 100'000'000},
+    {"chttpd_auth", "pbkdf2_prf", Kind::kOneOf, 0, 0, "sha|sha224|sha256|sha384|sha512"},
+    {"chttpd_auth", "password_scheme", Kind::kOneOf, 0, 0, "pbkdf2"},
+    {"chttpd_auth", "require_valid_user", Kind::kBool},
+    {"chttpd_auth", "proxy_use_secret", Kind::kBool},
+    {"chttpd_auth", "x_auth_username", Kind::kNonEmpty},
+    {"chttpd_auth", "x_auth_roles", Kind::kNonEmpty},
+    {"chttpd_auth", "x_auth_token", Kind::kNonEmpty},
+    {"chttpd_auth", "authentication_db", Kind::kOneOf, 0, 0, "_users"},
+    {"chttpd_auth", "hash_algorithms", Kind::kString},
+    {"chttpd_auth", "public_fields", Kind::kString},
+    {"chttpd_auth", "users_db_public", Kind::kBool},
+    {"chaise", "io_threads", Kind::kInt, 0, 1024},
+    {"chaise", "fsync", Kind::kBool},
+    {"chaise", "max_header_bytes", Kind::kInt, 1024, 0xffffffff},
+    {"chaise", "idle_timeout_seconds", Kind::kInt, 1, 24 * 3600},
+    {"chaise", "max_connections", Kind::kInt, 1, kMax},
+    {"log", "level", Kind::kLogLevel},
+    {"uuids", "max_count", Kind::kInt, 1, kMax},
+    {"cors", "origins", Kind::kString},
+    {"cors", "credentials", Kind::kBool},
+    {"cors", "methods", Kind::kString},
+    {"cors", "headers", Kind::kString},
+    {"cors", "max_age", Kind::kInt, 0, kMax},
+});
+
+// Keys of the old all-in-[chaise] layout, and where each lives now. Refused with that hint, so an
+// old file cannot silently lose its settings.
+constexpr auto kMoved = std::to_array<std::array<std::string_view, 3>>({
+    {"bind_address", "chttpd", "bind_address"},
+    {"port", "chttpd", "port"},
+    {"data_dir", "couchdb", "database_dir"},
+    {"max_document_size", "couchdb", "max_document_size"},
+    {"max_attachment_size", "couchdb", "max_attachment_size"},
+    {"max_request_body_bytes", "chttpd", "max_http_request_size"},
+    {"log_level", "log", "level"},
+});
+
+const Key* find_key(std::string_view section, std::string_view key) {
+  // [couch_httpd_auth] is CouchDB's older name of [chttpd_auth]; both are read.
+  if (section == "couch_httpd_auth") section = "chttpd_auth";
+  for (const Key& k : kKeys) {
+    if (k.section == section && k.key == key) return &k;
+  }
+  return nullptr;
+}
+
+std::optional<std::int64_t> to_int(std::string_view text) {
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+bool one_of(std::string_view choices, std::string_view value) {
+  while (true) {
+    const auto bar = choices.find('|');
+    if (choices.substr(0, bar) == value) return true;
+    if (bar == std::string_view::npos) return false;
+    choices.remove_prefix(bar + 1);
+  }
+}
+
+std::string lookup(const Sections& values, std::string_view section, std::string_view key,
+                   bool& found) {
+  found = false;
+  const auto s = values.find(section);
+  if (s == values.end()) return {};
+  const auto k = s->second.find(std::string(key));
+  if (k == s->second.end()) return {};
+  found = true;
+  return k->second;
+}
+
+}  // namespace
+
+std::optional<std::string> validate(std::string_view section, std::string_view key,
+                                    std::string_view value) {
+  if (section == "chaise") {
+    for (const auto& moved : kMoved) {
+      if (moved[0] == key) {
+        return "moved: set [" + std::string(moved[1]) + "] " + std::string(moved[2]) +
+               " instead of [chaise] " + std::string(key);
+      }
+    }
+  }
+  const Key* k = find_key(section, key);
+  if (k == nullptr) return std::nullopt;
+  switch (k->kind) {
+    case Kind::kString:
+      return std::nullopt;
+    case Kind::kNonEmpty:
+      if (value.empty()) return std::string("must not be empty");
+      return std::nullopt;
+    case Kind::kBool:
+      if (value == "true" || value == "false") return std::nullopt;
+      return "expected true or false, got '" + std::string(value) + "'";
+    case Kind::kInt: {
+      const auto n = to_int(value);
+      if (n && *n >= k->min && *n <= k->max) return std::nullopt;
+      return "expected an integer in [" + std::to_string(k->min) + ", " + std::to_string(k->max) +
+             "], got '" + std::string(value) + "'";
+    }
+    case Kind::kSizeOrInfinity: {
+      if (value == "infinity") return std::nullopt;
+      const auto n = to_int(value);
+      if (n && *n >= 0) return std::nullopt;
+      return "expected a size in bytes or infinity, got '" + std::string(value) + "'";
+    }
+    case Kind::kHex32:
+      if (value.size() == 32 &&
+          value.find_first_not_of("0123456789abcdef") == std::string_view::npos) {
+        return std::nullopt;
+      }
+      return std::string("expected 32 lowercase hex digits");
+    case Kind::kLogLevel:
+      if (one_of("trace|debug|info|notice|warn|warning|error|critical|alert|emergency|none|off",
+                 value)) {
+        return std::nullopt;
+      }
+      return "expected a log level (debug, info, warning, error, ...), got '" + std::string(value) +
+             "'";
+    case Kind::kOneOf:
+      if (one_of(k->choices, value)) return std::nullopt;
+      return "expected one of " + std::string(k->choices) + ", got '" + std::string(value) + "'";
+  }
+  return std::nullopt;
+}
+
+bool is_known(std::string_view section, std::string_view key) {
+  return section == "admins" || find_key(section, key) != nullptr;
+}
+
+bool get_bool(const Sections& values, std::string_view section, std::string_view key,
+              bool fallback) {
+  bool found = false;
+  const std::string v = lookup(values, section, key, found);
+  if (v == "true") return true;
+  if (v == "false") return false;
+  return fallback;
+}
+
+std::int64_t get_int(const Sections& values, std::string_view section, std::string_view key,
+                     std::int64_t fallback) {
+  bool found = false;
+  const std::string v = lookup(values, section, key, found);
+  if (!found) return fallback;
+  return to_int(v).value_or(fallback);
+}
+
+std::string get_string(const Sections& values, std::string_view section, std::string_view key,
+                       std::string fallback) {
+  bool found = false;
+  std::string v = lookup(values, section, key, found);
+  return found ? v : fallback;
+}
+
+std::string get_auth(const Sections& values, std::string_view key, std::string fallback) {
+  bool found = false;
+  std::string v = lookup(values, "chttpd_auth", key, found);
+  if (found) return v;
+  v = lookup(values, "couch_httpd_auth", key, found);
+  return found ? v : fallback;
+}
+
+ServerSettings server_settings(const Sections& values, std::vector<std::string>& warnings) {
+  for (const auto& [section, keys] : values) {
+    for (const auto& [key, value] : keys) {
+      if (auto problem = validate(section, key, value)) {
+        throw ConfigError("[" + section + "] " + key + ": " + *problem);
+      }
+      if (!is_known(section, key)) {
+        warnings.push_back("[" + section + "] " + key + " is not a setting Chaise reads; ignored");
+      }
+    }
+  }
+  ServerSettings s;
+  s.bind_address = get_string(values, "chttpd", "bind_address", s.bind_address);
+  s.port = static_cast<std::uint16_t>(get_int(values, "chttpd", "port", s.port));
+  s.data_dir = get_string(values, "couchdb", "database_dir", s.data_dir.string());
+  if (auto uuid = get_string(values, "couchdb", "uuid"); !uuid.empty()) s.uuid = uuid;
+  s.io_threads = static_cast<unsigned>(get_int(values, "chaise", "io_threads", s.io_threads));
+  s.fsync = get_bool(values, "chaise", "fsync", s.fsync);
+  s.max_request_body_bytes = static_cast<std::size_t>(get_int(
+      values, "chttpd", "max_http_request_size", static_cast<std::int64_t>(s.max_request_body_bytes)));
+  s.max_document_size = static_cast<std::size_t>(get_int(
+      values, "couchdb", "max_document_size", static_cast<std::int64_t>(s.max_document_size)));
+  const std::string att = get_string(values, "couchdb", "max_attachment_size");
+  if (att == "infinity") {
+    s.max_attachment_size = std::numeric_limits<std::size_t>::max();
+  } else if (!att.empty()) {
+    s.max_attachment_size = static_cast<std::size_t>(*to_int(att));
+  }
+  s.max_header_bytes = static_cast<std::size_t>(
+      get_int(values, "chaise", "max_header_bytes", static_cast<std::int64_t>(s.max_header_bytes)));
+  s.idle_timeout_seconds = static_cast<unsigned>(
+      get_int(values, "chaise", "idle_timeout_seconds", s.idle_timeout_seconds));
+  s.max_connections = static_cast<std::size_t>(
+      get_int(values, "chaise", "max_connections", static_cast<std::int64_t>(s.max_connections)));
+  s.changes_timeout_ms = get_int(values, "chttpd", "changes_timeout", s.changes_timeout_ms);
+  s.uuids_max_count = get_int(values, "uuids", "max_count", s.uuids_max_count);
+  s.log_level = get_string(values, "log", "level", s.log_level);
+  return s;
+}
+
+}  // namespace chaise::config

@@ -1,0 +1,63 @@
+// config/settings.h — what the configuration's strings mean: which (section, key) pairs Chaise
+// reads, which values each accepts, and the typed settings the server starts with.
+//
+// CouchDB's sections are used where CouchDB has the setting ([chttpd] port, [couchdb]
+// max_document_size, [chttpd_auth] timeout, [admins], [log] level, ...); Chaise's own settings live
+// in [chaise]. Unknown sections and keys are reported as warnings (a CouchDB local.ini carries many
+// keys Chaise has no use for); a known key with a bad value is an error that stops startup, and a
+// 400 from the config API.
+#pragma once
+
+#include "config/config.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chaise::config {
+
+// nullopt when `value` is acceptable for [section] key (or the key is not one Chaise reads);
+// otherwise what is wrong with it.
+std::optional<std::string> validate(std::string_view section, std::string_view key,
+                                    std::string_view value);
+// True when Chaise reads [section] key ([admins] accepts any key).
+bool is_known(std::string_view section, std::string_view key);
+
+// "true"/"false" as CouchDB's config:get_boolean reads them; anything else gives `fallback`.
+bool get_bool(const Sections& values, std::string_view section, std::string_view key,
+              bool fallback);
+std::int64_t get_int(const Sections& values, std::string_view section, std::string_view key,
+                     std::int64_t fallback);
+std::string get_string(const Sections& values, std::string_view section, std::string_view key,
+                       std::string fallback = {});
+// [chttpd_auth] key, falling back to [couch_httpd_auth] key as CouchDB 3 does.
+std::string get_auth(const Sections& values, std::string_view key, std::string fallback = {});
+
+// Read once at startup.
+struct ServerSettings {
+  std::string bind_address = "127.0.0.1";     // [chttpd] bind_address
+  std::uint16_t port = 5984;                  // [chttpd] port
+  std::filesystem::path data_dir = "./data";  // [couchdb] database_dir
+  std::optional<std::string> uuid;            // [couchdb] uuid
+  unsigned io_threads = 0;                    // [chaise] io_threads; 0 = one per core
+  bool fsync = true;                          // [chaise] fsync
+  std::size_t max_request_body_bytes = 64 * 1024 * 1024;   // [chttpd] max_http_request_size
+  std::size_t max_document_size = 8'000'000;               // [couchdb] max_document_size
+  std::size_t max_attachment_size = 1024ull * 1024 * 1024;  // [couchdb] max_attachment_size
+  std::size_t max_header_bytes = 64 * 1024;                 // [chaise] max_header_bytes
+  unsigned idle_timeout_seconds = 300;                      // [chaise] idle_timeout_seconds
+  std::size_t max_connections = 10000;                      // [chaise] max_connections
+  std::int64_t changes_timeout_ms = 60'000;                 // [chttpd] changes_timeout
+  std::int64_t uuids_max_count = 1000;                      // [uuids] max_count
+  std::string log_level = "info";                           // [log] level
+};
+
+// Validates every known key of `values` (ConfigError naming the first bad one) and returns the
+// startup settings; unknown sections/keys are appended to `warnings`.
+ServerSettings server_settings(const Sections& values, std::vector<std::string>& warnings);
+
+}  // namespace chaise::config

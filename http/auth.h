@@ -1,0 +1,129 @@
+// http/auth.h — who sent a request: HTTP Basic, the AuthSession cookie and proxy headers, as
+// CouchDB 3.5's chttpd_auth / couch_httpd_auth do it, against the server admins of [admins] and
+// the user documents of _users.
+//
+// The Authenticator is shared by every io thread. It re-reads its settings from the config when the
+// config's generation changes, caches verified Basic credentials (PBKDF2 costs ~0.3 s at CouchDB's
+// 600,000 iterations) keyed by a salted SHA-256 of the password and checked against the user doc's
+// current revision on every use, and throttles failed logins per user and per address.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "config/config.h"
+#include "core/error.h"
+#include "core/security.h"
+#include "http/router.h"
+#include "storage/database.h"
+
+namespace chaise::http {
+
+// The [chttpd_auth] / [chttpd] / [admins] settings in force.
+struct AuthSettings {
+  std::unordered_map<std::string, core::PasswordHash> admins;
+  bool admin_party = false;  // --admin-party and no admin configured: everyone is a server admin
+  bool require_valid_user = false;
+  std::string secret;  // empty: cookie auth disabled until the first login creates one
+  std::int64_t timeout_s = 600;
+  bool allow_persistent_cookies = true;
+  std::string same_site;  // "", "Strict", "Lax" or "None"
+  std::string cookie_domain;
+  std::vector<std::string> hash_algorithms = {"sha256", "sha"};
+  bool proxy_enabled = false;
+  bool proxy_use_secret = false;
+  std::string x_auth_username = "X-Auth-CouchDB-UserName";
+  std::string x_auth_roles = "X-Auth-CouchDB-Roles";
+  std::string x_auth_token = "X-Auth-CouchDB-Token";
+  std::vector<std::string> public_fields;
+  core::UserDbRules user_rules;
+};
+
+AuthSettings auth_settings(const config::Sections& values, bool admin_party);
+
+// The outcome of authenticating one request.
+struct AuthResult {
+  core::UserCtx user;
+  // "default" (Basic), "cookie" or "proxy"; empty for anonymous.
+  std::string handler;
+  // A Set-Cookie header value to add to the response (a refreshed AuthSession).
+  std::optional<std::string> set_cookie;
+  // Set when the request must be answered with this error instead (bad credentials, malformed
+  // header or cookie, require_valid_user).
+  std::optional<core::CouchError> error;
+};
+
+class Authenticator {
+ public:
+  // `config` and `store` outlive the Authenticator. `admin_party` is honoured only while no admin
+  // is configured.
+  Authenticator(config::Config& config, storage::Database& store, bool admin_party);
+
+  std::shared_ptr<const AuthSettings> settings() const;
+  // `peer` is the client's address (for the failed-login throttle).
+  AuthResult authenticate(const Request& req, std::string_view peer) const;
+
+  // POST /_session: name and password checked; on success the user and the Set-Cookie value.
+  struct Login {
+    std::optional<core::UserCtx> user;  // nullopt: wrong name or password
+    std::string set_cookie;             // AuthSession, or a clearing cookie after a failure
+    std::optional<core::CouchError> error;  // throttled
+  };
+  Login login(const Request& req, std::string_view name, std::string_view password,
+              std::string_view peer) const;
+  // The Set-Cookie value that removes the AuthSession cookie.
+  std::string clear_cookie(const Request& req) const;
+  // The names CouchDB lists in GET /_session info.authentication_handlers.
+  std::vector<std::string> handler_names() const;
+
+  config::Config& config() const { return config_; }
+  storage::Database& store() const { return store_; }
+
+ private:
+  struct Creds {
+    core::UserCtx user;
+    std::optional<core::PasswordHash> hash;
+    std::string salt;
+    std::string rev;  // the user doc's rev; "" for a config admin without a user doc
+  };
+  std::optional<Creds> lookup(const AuthSettings& s, std::string_view name) const;
+  bool check_password(const AuthSettings& s, const Creds& creds, std::string_view name,
+                      std::string_view password) const;
+  std::string make_cookie(const Request& req, const AuthSettings& s, std::string_view name,
+                          std::string_view salt, std::int64_t now) const;
+  std::string ensure_secret() const;
+  // Failed-login throttle: true when `key` failed too often recently.
+  bool throttled(const std::string& key) const;
+  void record_failure(const std::string& key) const;
+
+  config::Config& config_;
+  storage::Database& store_;
+  const bool admin_party_;
+
+  mutable std::mutex mutex_;
+  mutable std::uint64_t generation_ = 0;
+  mutable std::shared_ptr<const AuthSettings> settings_;
+  struct CacheEntry {
+    std::string password_digest;  // SHA-256(cache_salt || password)
+    std::string rev;
+  };
+  mutable std::unordered_map<std::string, CacheEntry> verified_;  // by name
+  std::string cache_salt_;
+  struct Failures {
+    int count = 0;
+    std::chrono::steady_clock::time_point window_start;
+  };
+  mutable std::unordered_map<std::string, Failures> failures_;
+};
+
+// "name" / "roles" etc. of an AuthResult as the HTTP layer needs them.
+bool is_https(const Request& req);
+
+}  // namespace chaise::http
