@@ -127,7 +127,7 @@ std::optional<std::string> cookie_value(const Request& req, std::string_view nam
 
 std::int64_t now_seconds() { return static_cast<std::int64_t>(std::time(nullptr)); }
 
-// "Wed, 16 May 2007 20:45:50 GMT"
+// mochiweb_cookies' RFC 2109 date: "Wed, 16-May-2007 20:45:50 GMT"
 std::string cookie_date(std::int64_t seconds) {
   static constexpr std::array<const char*, 7> kDays = {"Sun", "Mon", "Tue", "Wed",
                                                        "Thu", "Fri", "Sat"};
@@ -137,7 +137,7 @@ std::string cookie_date(std::int64_t seconds) {
   std::tm tm{};
   gmtime_r(&t, &tm);
   char buffer[40];
-  std::snprintf(buffer, sizeof buffer, "%s, %02d %s %04d %02d:%02d:%02d GMT", kDays[tm.tm_wday],
+  std::snprintf(buffer, sizeof buffer, "%s, %02d-%s-%04d %02d:%02d:%02d GMT", kDays[tm.tm_wday],
                 tm.tm_mday, kMonths[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
                 tm.tm_sec);
   return buffer;

@@ -1,0 +1,82 @@
+// Password hashes, security objects and the _users rules (core/security.h).
+#include <gtest/gtest.h>
+
+#include "core/security.h"
+
+namespace chaise::core {
+namespace {
+
+using OJson = nlohmann::ordered_json;
+
+TEST(Pbkdf2, MatchesRfc6070AndCouchDbFormats) {
+  // RFC 6070 test vector 2 (HMAC-SHA1, 2 iterations, 20 bytes).
+  EXPECT_EQ(pbkdf2_hex("sha", "password", "salt", 2), "ea6c014dc72d6f8ccd1ed92ace1d41f0d8de8957");
+  // PBKDF2-HMAC-SHA256("password", "salt", 1), 32 bytes.
+  EXPECT_EQ(pbkdf2_hex("sha256", "password", "salt", 1),
+            "120fb6cffcf8b32c43e7225256c4f837a86548c92ccc35480805987cb70be17b");
+  EXPECT_EQ(pbkdf2_hex("md5", "p", "s", 1), "");
+  const PasswordHash h = hash_password("secret", "sha256", 5);
+  EXPECT_EQ(h.salt.size(), 32u);
+  const std::string text = format_admin_hash(h);
+  EXPECT_TRUE(text.starts_with("-pbkdf2:sha256-")) << text;
+  const auto parsed = parse_admin_hash(text);
+  ASSERT_TRUE(parsed);
+  EXPECT_TRUE(verify_password(*parsed, "secret"));
+  EXPECT_FALSE(verify_password(*parsed, "secreT"));
+  // CouchDB 2's form (sha1) and plain text.
+  const auto old = parse_admin_hash("-pbkdf2-" + pbkdf2_hex("sha", "pw", "abc", 3) + ",abc,3");
+  ASSERT_TRUE(old);
+  EXPECT_TRUE(verify_password(*old, "pw"));
+  EXPECT_FALSE(parse_admin_hash("plain password"));
+  EXPECT_FALSE(parse_admin_hash("-pbkdf2:md5-aa,bb,1"));
+  EXPECT_FALSE(parse_admin_hash("-pbkdf2:sha256-aa,bb,0"));
+}
+
+TEST(SecurityObject, MembersAndAdmins) {
+  const UserCtx anon;
+  const UserCtx bob{"bob", {"r"}};
+  const UserCtx admin{"root", {"_admin"}};
+  SecurityObject open;
+  EXPECT_TRUE(is_db_member(anon, open));
+  EXPECT_FALSE(is_db_admin(bob, open));
+  const SecurityObject locked = default_security(true);
+  EXPECT_FALSE(is_db_member(bob, locked));
+  EXPECT_TRUE(is_db_member(admin, locked));
+  EXPECT_EQ(locked.raw.dump(), R"({"members":{"roles":["_admin"]},"admins":{"roles":["_admin"]}})");
+  auto sec = std::get<SecurityObject>(parse_security(
+      OJson::parse(R"({"admins":{"names":["bob"]},"members":{"roles":["x"]},"other":1})")));
+  EXPECT_TRUE(is_db_admin(bob, sec));
+  EXPECT_TRUE(is_db_member(bob, sec));
+  EXPECT_FALSE(is_db_member(UserCtx{"carol", {"y"}}, sec));
+  EXPECT_TRUE(is_db_member(UserCtx{"carol", {"x"}}, sec));
+  EXPECT_TRUE(std::holds_alternative<CouchError>(parse_security(OJson::parse("[]"))));
+  EXPECT_TRUE(std::holds_alternative<CouchError>(
+      parse_security(OJson::parse(R"({"members":{"names":[1]}})"))));
+}
+
+TEST(UsersDb, HashesPasswordsInCouchDbOrder) {
+  const UserDbRules rules{"sha256", 7};
+  const OJson doc = OJson::parse(
+      R"({"_id":"org.couchdb.user:bob","name":"bob","password":"pw","roles":[],"type":"user"})");
+  auto out = prepare_user_doc(doc, std::nullopt, UserCtx{}, rules);
+  ASSERT_TRUE(std::holds_alternative<OJson>(out)) << std::get<CouchError>(out).reason;
+  const OJson& stored = std::get<OJson>(out);
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : stored.items()) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"_id", "password_scheme", "pbkdf2_prf", "salt",
+                                            "iterations", "derived_key", "name", "roles", "type"}));
+  const auto creds = user_doc_password(stored);
+  ASSERT_TRUE(creds);
+  EXPECT_TRUE(verify_password(*creds, "pw"));
+  // Another named user writing bob's document: "missing".
+  auto other = prepare_user_doc(doc, std::nullopt, UserCtx{"eve", {}}, rules);
+  EXPECT_EQ(std::get<CouchError>(other).status, 404);
+  // A colon in the name.
+  auto colon = prepare_user_doc(
+      OJson::parse(R"({"_id":"org.couchdb.user:a:b","name":"a:b","roles":[],"type":"user"})"),
+      std::nullopt, UserCtx{"x", {"_admin"}}, rules);
+  EXPECT_EQ(std::get<CouchError>(colon).reason, "Character `:` is not allowed in usernames.");
+}
+
+}  // namespace
+}  // namespace chaise::core

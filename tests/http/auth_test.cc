@@ -1,0 +1,431 @@
+// Authentication and authorization through the real server: admins from the config, Basic, the
+// AuthSession cookie, proxy headers, /_session, per-database _security, _users, and the startup
+// rules for admins. Expected bodies were checked against CouchDB 3.5.0.
+#include <gtest/gtest.h>
+
+#include <boost/beast/core/detail/base64.hpp>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "test_server.h"
+
+namespace chaise::test {
+namespace {
+
+using beast_http::field;
+using beast_http::verb;
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+std::string base64(std::string_view text) {
+  std::string out(boost::beast::detail::base64::encoded_size(text.size()), '\0');
+  out.resize(boost::beast::detail::base64::encode(out.data(), text.data(), text.size()));
+  return out;
+}
+
+Headers basic(std::string_view user, std::string_view password) {
+  return {{"Authorization", "Basic " + base64(std::string(user) + ":" + std::string(password))}};
+}
+
+Headers with(Headers h, std::string name, std::string value) {
+  h.emplace_back(std::move(name), std::move(value));
+  return h;
+}
+
+const Headers kJson = {{"Content-Type", "application/json"}};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+void write_file(const fs::path& path, std::string_view text) { std::ofstream(path) << text; }
+
+// "AuthSession=<value>" from a Set-Cookie header.
+std::string session_cookie(const HttpResponse& r) {
+  const std::string set = r.header(field::set_cookie);
+  const auto end = set.find(';');
+  return set.substr(0, end);
+}
+
+class AuthTest : public ::testing::Test {
+ protected:
+  // A server whose only admin is admin/secret (hashed with few iterations to keep tests fast),
+  // plus `extra` ini text.
+  void start(std::string_view extra = "") {
+    ini_ = dir_.path() / "local.ini";
+    write_file(ini_, std::string("[chttpd_auth]\niterations = 10\n[admins]\nadmin = secret\n") +
+                         std::string(extra));
+    server_ = std::make_unique<ServerProcess>(
+        dir_.path() / "data",
+        std::vector<std::string>{"--no-admin-party", "--config", ini_.string()});
+    client_ = std::make_unique<HttpClient>(server_->port());
+  }
+
+  HttpResponse call(verb method, const std::string& target, std::string body = {},
+                    const Headers& headers = {}) {
+    return client_->request(method, target, std::move(body), headers);
+  }
+  HttpResponse as_admin(verb method, const std::string& target, std::string body = {}) {
+    return call(method, target, std::move(body), with(basic("admin", "secret"), "Content-Type",
+                                                      "application/json"));
+  }
+  // Creates user `name` (password `password`, roles) in _users as the admin.
+  void add_user(const std::string& name, const std::string& password,
+                const std::string& roles = "[]") {
+    as_admin(verb::put, "/_users");
+    const auto r = as_admin(verb::put, "/_users/org.couchdb.user:" + name,
+                            R"({"name":")" + name + R"(","password":")" + password +
+                                R"(","roles":)" + roles + R"(,"type":"user"})");
+    ASSERT_EQ(r.status, 201u) << r.body;
+  }
+
+  TempDir dir_;
+  fs::path ini_;
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<HttpClient> client_;
+};
+
+TEST_F(AuthTest, PlainAdminPasswordIsHashedIntoTheConfigFile) {
+  start();
+  const std::string ini = read_file(ini_);
+  EXPECT_EQ(ini.find("admin = secret"), std::string::npos) << ini;
+  EXPECT_NE(ini.find("admin = -pbkdf2:sha256-"), std::string::npos) << ini;
+  EXPECT_NE(ini.find(",10\n"), std::string::npos) << ini;  // the configured iterations
+  EXPECT_EQ(call(verb::get, "/_session", {}, basic("admin", "secret")).json()["userCtx"],
+            nlohmann::ordered_json::parse(R"({"name":"admin","roles":["_admin"]})"));
+  // The hashed form still works after a restart.
+  server_.reset();
+  server_ = std::make_unique<ServerProcess>(
+      dir_.path() / "data", std::vector<std::string>{"--no-admin-party", "--config", ini_.string()});
+  client_ = std::make_unique<HttpClient>(server_->port());
+  EXPECT_EQ(call(verb::get, "/_all_dbs", {}, basic("admin", "secret")).status, 200u);
+}
+
+TEST_F(AuthTest, NoAdminRefusesToStartUnlessAskedOtherwise) {
+  const fs::path data = dir_.path() / "data";
+  EXPECT_EQ(run_chaise_to_exit({"--port", "0", "--data-dir", data.string()}).exit_code, 1);
+
+  // --create-admin: one admin with a random password, printed once, stored hashed.
+  const fs::path ini = dir_.path() / "created.ini";
+  write_file(ini, "[chttpd_auth]\niterations = 10\n");
+  int out_pipe[2];
+  ASSERT_EQ(::pipe2(out_pipe, O_CLOEXEC), 0);
+  const pid_t pid = spawn_chaise({"--port", "0", "--data-dir", data.string(), "--config",
+                                  ini.string(), "--create-admin"},
+                                 {}, out_pipe[1]);
+  ::close(out_pipe[1]);
+  std::string printed;
+  char buffer[512];
+  while (printed.find("listening on") == std::string::npos) {
+    const ssize_t n = ::read(out_pipe[0], buffer, sizeof buffer);
+    if (n <= 0) break;
+    printed.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(out_pipe[0]);
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const auto at = printed.find("with password ");
+  ASSERT_NE(at, std::string::npos) << printed;
+  const std::string password = printed.substr(at + 14, printed.find(' ', at + 14) - at - 14);
+  EXPECT_EQ(password.size(), 20u);
+  const std::string stored = read_file(ini);
+  EXPECT_NE(stored.find("admin = -pbkdf2:sha256-"), std::string::npos) << stored;
+  EXPECT_EQ(stored.find(password), std::string::npos);
+
+  // A second start finds the admin and neither creates nor prints another.
+  ServerProcess again{data, {"--no-admin-party", "--config", ini.string(), "--create-admin"}};
+  HttpClient client{again.port()};
+  EXPECT_EQ(client.request(verb::get, "/_all_dbs", {}, basic("admin", password)).status, 200u);
+}
+
+TEST_F(AuthTest, EnvironmentAdminAsCouchDbDockerImage) {
+  ServerProcess server{dir_.path() / "data",
+                       {"--no-admin-party"},
+                       {"COUCHDB_USER=docker", "COUCHDB_PASSWORD=pw"}};
+  HttpClient client{server.port()};
+  EXPECT_EQ(client.request(verb::get, "/_all_dbs", {}, basic("docker", "pw")).status, 200u);
+  EXPECT_EQ(client.request(verb::get, "/_all_dbs", {}, basic("docker", "nope")).status, 401u);
+}
+
+TEST_F(AuthTest, BasicAuthAndServerAdminPaths) {
+  start();
+  // Anonymous: the welcome, _up, _uuids and _session are open; _all_dbs and db creation are not.
+  EXPECT_EQ(call(verb::get, "/").status, 200u);
+  EXPECT_EQ(call(verb::get, "/_up").status, 200u);
+  EXPECT_EQ(call(verb::get, "/_uuids").status, 200u);
+  auto r = call(verb::get, "/_all_dbs");
+  EXPECT_EQ(r.status, 401u);
+  EXPECT_EQ(r.body, R"({"error":"unauthorized","reason":"You are not a server admin."})" "\n");
+  EXPECT_EQ(r.header(field::www_authenticate), "");
+  EXPECT_EQ(call(verb::put, "/db").status, 401u);
+  // Asked for, the 401 carries WWW-Authenticate.
+  r = call(verb::get, "/_all_dbs", {}, {{"X-CouchDB-WWW-Authenticate", "Cookie"}});
+  EXPECT_EQ(r.header(field::www_authenticate), "Cookie");
+
+  EXPECT_EQ(as_admin(verb::put, "/db").status, 201u);
+  EXPECT_EQ(as_admin(verb::get, "/_all_dbs").body, R"(["db"])" "\n");
+  r = call(verb::get, "/_all_dbs", {}, basic("admin", "wrong"));
+  EXPECT_EQ(r.status, 401u);
+  EXPECT_EQ(r.body, R"({"error":"unauthorized","reason":"Name or password is incorrect."})" "\n");
+  r = call(verb::get, "/_all_dbs", {}, basic("nobody", "x"));
+  EXPECT_EQ(r.status, 401u);
+  // Malformed: invalid base64 is a 400; "Basic:" (PouchDB sends it once) is no credential.
+  r = call(verb::get, "/db", {}, {{"Authorization", "Basic !!!"}});
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_EQ(r.body,
+            R"({"error":"bad_request","reason":"Authorization header has invalid base64 value"})"
+            "\n");
+  r = call(verb::get, "/db", {}, {{"Authorization", "Basic: YWRtaW46c2VjcmV0"}});
+  EXPECT_EQ(r.status, 401u);
+  EXPECT_EQ(r.body,
+            R"({"error":"unauthorized","reason":"You are not authorized to access this db."})"
+            "\n");
+  // Config and node paths are for server admins.
+  EXPECT_EQ(call(verb::get, "/_node/_local/_config").status, 401u);
+}
+
+TEST_F(AuthTest, NewDatabasesAreAdminOnlyAndSecurityGrantsMembers) {
+  start();
+  add_user("bob", "pw", R"(["readers"])");
+  add_user("carol", "pw");
+  ASSERT_EQ(as_admin(verb::put, "/db").status, 201u);
+  EXPECT_EQ(as_admin(verb::get, "/db/_security").body,
+            R"({"members":{"roles":["_admin"]},"admins":{"roles":["_admin"]}})" "\n");
+  auto r = call(verb::get, "/db", {}, basic("bob", "pw"));
+  EXPECT_EQ(r.status, 403u);
+  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"You are not allowed to access this db."})" "\n");
+  EXPECT_EQ(call(verb::get, "/db/_all_docs").status, 401u);
+  EXPECT_EQ(call(verb::get, "/db/_changes", {}, basic("bob", "pw")).status, 403u);
+
+  // Members by role, admins by name.
+  r = as_admin(verb::put, "/db/_security",
+               R"({"admins":{"names":["carol"],"roles":[]},"members":{"names":[],"roles":["readers"]}})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.body, "{\"ok\":true}\n");
+  const Headers bob = with(basic("bob", "pw"), "Content-Type", "application/json");
+  const Headers carol = with(basic("carol", "pw"), "Content-Type", "application/json");
+  EXPECT_EQ(call(verb::get, "/db", {}, bob).status, 200u);
+  EXPECT_EQ(call(verb::put, "/db/doc", R"({"a":1})", bob).status, 201u);
+  EXPECT_EQ(call(verb::get, "/db/doc", {}, bob).status, 200u);
+  EXPECT_EQ(call(verb::get, "/db/_changes", {}, bob).status, 200u);
+  EXPECT_EQ(call(verb::get, "/db/_security", {}, bob).status, 200u);
+  // Design documents and the security object: db admins only.
+  r = call(verb::put, "/db/_design/d", R"({"views":{}})", bob);
+  EXPECT_EQ(r.status, 403u);
+  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"You are not a db or server admin."})" "\n");
+  r = call(verb::post, "/db/_bulk_docs", R"({"docs":[{"_id":"_design/x"},{"_id":"plain"}]})", bob);
+  EXPECT_EQ(r.status, 201u);
+  EXPECT_EQ(r.json()[0]["error"], "forbidden");
+  EXPECT_EQ(r.json()[1]["ok"], true);
+  EXPECT_EQ(call(verb::put, "/db/_security", "{}", bob).status, 403u);
+  EXPECT_EQ(call(verb::put, "/db/_revs_limit", "5", bob).status, 403u);
+  r = call(verb::post, "/db/_compact", "{}", bob);
+  EXPECT_EQ(r.status, 401u);
+  EXPECT_EQ(r.body, R"({"error":"unauthorized","reason":"You are not a server or db admin."})" "\n");
+  EXPECT_EQ(call(verb::put, "/db/_design/d", R"({"views":{}})", carol).status, 201u);
+  EXPECT_EQ(call(verb::post, "/db/_compact", "{}", carol).status, 202u);
+  // A db admin still may not delete the database: that is a server admin's.
+  EXPECT_EQ(call(verb::delete_, "/db", {}, carol).status, 401u);
+  // Anonymous writes to a members-only database: 401.
+  EXPECT_EQ(call(verb::put, "/db/anon", "{}", kJson).status, 401u);
+  // A malformed security object is refused and changes nothing.
+  r = as_admin(verb::put, "/db/_security", R"({"admins":{"names":"carol"}})");
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_EQ(call(verb::get, "/db", {}, bob).status, 200u);
+  // Emptied members: the database is public.
+  ASSERT_EQ(as_admin(verb::put, "/db/_security", "{}").status, 200u);
+  EXPECT_EQ(call(verb::get, "/db/doc").status, 200u);
+  EXPECT_EQ(as_admin(verb::get, "/db/_security").body, "{}\n");
+}
+
+TEST_F(AuthTest, CookieLoginSessionAndLogout) {
+  start();
+  add_user("bob", "pw", R"(["r1"])");
+  // Form body.
+  auto r = call(verb::post, "/_session", "name=bob&password=pw",
+                {{"Content-Type", "application/x-www-form-urlencoded"}});
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.body, R"({"ok":true,"name":"bob","roles":["r1"]})" "\n");
+  const std::string set_cookie = r.header(field::set_cookie);
+  EXPECT_TRUE(set_cookie.starts_with("AuthSession=")) << set_cookie;
+  EXPECT_NE(set_cookie.find("; Version=1; Expires="), std::string::npos) << set_cookie;
+  EXPECT_NE(set_cookie.find("; Max-Age=600; Path=/; HttpOnly"), std::string::npos) << set_cookie;
+  const std::string cookie = session_cookie(r);
+  // The secret generated at the first login is kept in the writable config file.
+  EXPECT_NE(read_file(ini_).find("secret = "), std::string::npos);
+
+  r = call(verb::get, "/_session", {}, {{"Cookie", cookie}});
+  EXPECT_EQ(r.body,
+            R"({"ok":true,"userCtx":{"name":"bob","roles":["r1"]},"info":{"authentication_handlers":["cookie","default"],"authenticated":"cookie"}})"
+            "\n");
+  // JSON body, "username" as well as "name".
+  r = call(verb::post, "/_session", R"({"username":"bob","password":"pw"})", kJson);
+  EXPECT_EQ(r.status, 200u);
+  r = call(verb::post, "/_session", R"({"name":"bob","password":"no"})", kJson);
+  EXPECT_EQ(r.status, 401u);
+  EXPECT_TRUE(r.header(field::set_cookie).starts_with("AuthSession=; Version=1"));
+  r = call(verb::post, "/_session", R"({"password":"pw"})", kJson);
+  EXPECT_EQ(r.body, R"({"error":"bad_request","reason":"request body must contain a username"})" "\n");
+  r = call(verb::post, "/_session", "x", {{"Content-Type", "text/plain"}});
+  EXPECT_EQ(r.status, 415u);
+  // A cookie that does not decode is a 400; a forged or foreign one is ignored (anonymous).
+  r = call(verb::get, "/_session", {}, {{"Cookie", "AuthSession=%%%"}});
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_EQ(r.body,
+            R"({"error":"bad_request","reason":"Malformed AuthSession cookie. Please clear your cookies."})"
+            "\n");
+  std::string forged = cookie;
+  forged[forged.size() - 3] = forged[forged.size() - 3] == 'A' ? 'B' : 'A';
+  r = call(verb::get, "/_session", {}, {{"Cookie", forged}});
+  EXPECT_EQ(r.json()["userCtx"]["name"], nullptr);
+  // ?basic=true asks an anonymous caller to log in.
+  EXPECT_EQ(call(verb::get, "/_session?basic=true").status, 401u);
+  // Logout clears the cookie.
+  r = call(verb::delete_, "/_session");
+  EXPECT_EQ(r.body, "{\"ok\":true}\n");
+  EXPECT_TRUE(r.header(field::set_cookie).starts_with("AuthSession=; Version=1"));
+  EXPECT_EQ(call(verb::put, "/_session").status, 405u);
+}
+
+TEST_F(AuthTest, CookieIsRefreshedAfterTenthOfItsLifetimeAndExpires) {
+  start("[chttpd_auth]\ntimeout = 3\n");
+  auto r = call(verb::post, "/_session", "name=admin&password=secret",
+                {{"Content-Type", "application/x-www-form-urlencoded"}});
+  const std::string cookie = session_cookie(r);
+  // Fresh: no new cookie.
+  r = call(verb::get, "/_session", {}, {{"Cookie", cookie}});
+  EXPECT_EQ(r.json()["userCtx"]["name"], "admin");
+  EXPECT_EQ(r.header(field::set_cookie), "");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  r = call(verb::get, "/_all_dbs", {}, {{"Cookie", cookie}});
+  EXPECT_EQ(r.status, 200u);
+  EXPECT_TRUE(r.header(field::set_cookie).starts_with("AuthSession=")) << r.header(field::set_cookie);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  r = call(verb::get, "/_session", {}, {{"Cookie", cookie}});
+  EXPECT_EQ(r.json()["userCtx"]["name"], nullptr);  // expired
+}
+
+TEST_F(AuthTest, UsersDatabaseRules) {
+  start("[couchdb]\ndefault_security = everyone\n");
+  ASSERT_EQ(as_admin(verb::put, "/_users").status, 201u);
+  // Anonymous sign-up into a public _users; the password is hashed, never stored.
+  auto r = call(verb::put, "/_users/org.couchdb.user:bob",
+                R"({"name":"bob","password":"pw","roles":[],"type":"user"})", kJson);
+  ASSERT_EQ(r.status, 201u) << r.body;
+  const auto doc = as_admin(verb::get, "/_users/org.couchdb.user:bob").json();
+  EXPECT_FALSE(doc.contains("password"));
+  EXPECT_EQ(doc["password_scheme"], "pbkdf2");
+  EXPECT_EQ(doc["pbkdf2_prf"], "sha256");
+  EXPECT_EQ(doc["iterations"], 10);
+  EXPECT_EQ(doc["derived_key"].get<std::string>().size(), 64u);
+  EXPECT_EQ(call(verb::get, "/_session", {}, basic("bob", "pw")).json()["userCtx"]["name"], "bob");
+  // Signing up with roles, or a system name: refused.
+  r = call(verb::put, "/_users/org.couchdb.user:eve",
+           R"({"name":"eve","password":"pw","roles":["boss"],"type":"user"})", kJson);
+  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"Only _admin may set roles"})" "\n");
+  r = call(verb::put, "/_users/org.couchdb.user:_x",
+           R"({"name":"_x","password":"pw","roles":[],"type":"user"})", kJson);
+  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"Username may not start with underscore."})" "\n");
+  r = call(verb::put, "/_users/org.couchdb.user:zed", R"({"name":"zed","roles":[]})", kJson);
+  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"doc.type must be user"})" "\n");
+
+  // Bob edits his own document (password change) but not his roles.
+  const Headers as_bob = with(basic("bob", "pw"), "Content-Type", "application/json");
+  auto mine = call(verb::get, "/_users/org.couchdb.user:bob", {}, as_bob).json();
+  mine["roles"] = {"boss"};
+  r = call(verb::put, "/_users/org.couchdb.user:bob", mine.dump(), as_bob);
+  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"Only _admin may edit roles"})" "\n");
+  mine["roles"] = nlohmann::ordered_json::array();
+  mine["password"] = "pw2";
+  r = call(verb::put, "/_users/org.couchdb.user:bob", mine.dump(), as_bob);
+  ASSERT_EQ(r.status, 201u) << r.body;
+  // The old password stops working at once (the verified-credential cache follows the doc).
+  EXPECT_EQ(call(verb::get, "/_session", {}, basic("bob", "pw")).status, 401u);
+  EXPECT_EQ(call(verb::get, "/_session", {}, basic("bob", "pw2")).status, 200u);
+
+  // Other users' documents are missing to bob; listing _users is for server admins.
+  add_user("carol", "pw");
+  const Headers as_bob2 = with(basic("bob", "pw2"), "Content-Type", "application/json");
+  EXPECT_EQ(call(verb::get, "/_users/org.couchdb.user:carol", {}, as_bob2).status, 404u);
+  r = call(verb::put, "/_users/org.couchdb.user:carol",
+           R"({"name":"carol","password":"x","roles":[],"type":"user"})", as_bob2);
+  EXPECT_EQ(r.status, 404u);
+  EXPECT_EQ(call(verb::get, "/_users/_all_docs", {}, as_bob2).status, 401u);
+  EXPECT_EQ(call(verb::get, "/_users/_changes", {}, as_bob2).status, 401u);
+  // The _users security object is not editable by default.
+  r = as_admin(verb::put, "/_users/_security", "{}");
+  EXPECT_EQ(r.status, 403u);
+  EXPECT_EQ(r.body,
+            R"({"error":"forbidden","reason":"You can't edit the security object of the user database."})"
+            "\n");
+  // The admin deletes a user; the credential stops working.
+  const auto carol = as_admin(verb::get, "/_users/org.couchdb.user:carol").json();
+  EXPECT_EQ(call(verb::get, "/_session", {}, basic("carol", "pw")).json()["userCtx"]["name"], "carol");
+  EXPECT_EQ(as_admin(verb::delete_, "/_users/org.couchdb.user:carol?rev=" +
+                                        carol["_rev"].get<std::string>())
+                .status,
+            200u);
+  EXPECT_EQ(call(verb::get, "/_session", {}, basic("carol", "pw")).status, 401u);
+}
+
+TEST_F(AuthTest, RepeatedFailuresLockTheAccountForThatAddress) {
+  start();
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(call(verb::get, "/_session", {}, basic("admin", "bad")).status, 401u);
+  }
+  const auto r = call(verb::get, "/_session", {}, basic("admin", "secret"));
+  EXPECT_EQ(r.status, 403u);
+  EXPECT_EQ(r.body,
+            R"({"error":"forbidden","reason":"Account is temporarily locked due to multiple authentication failures"})"
+            "\n");
+}
+
+TEST_F(AuthTest, RequireValidUser) {
+  start("[chttpd]\nrequire_valid_user = true\n");
+  auto r = call(verb::get, "/");
+  EXPECT_EQ(r.status, 401u);
+  EXPECT_EQ(r.body, R"({"error":"unauthorized","reason":"Authentication required."})" "\n");
+  EXPECT_EQ(r.header(field::www_authenticate), "Basic realm=\"server\"");
+  EXPECT_EQ(call(verb::get, "/", {}, basic("admin", "secret")).status, 200u);
+  // Logging in stays possible.
+  r = call(verb::post, "/_session", R"({"name":"admin","password":"secret"})", kJson);
+  EXPECT_EQ(r.status, 200u);
+  EXPECT_EQ(call(verb::get, "/_all_dbs", {}, {{"Cookie", session_cookie(r)}}).status, 200u);
+}
+
+TEST_F(AuthTest, ProxyAuthenticationWithSecret) {
+  start(
+      "[chttpd]\nauthentication_handlers = {chttpd_auth, proxy_authentication_handler}, "
+      "{chttpd_auth, cookie_authentication_handler}, {chttpd_auth, default_authentication_handler}\n"
+      "[chttpd_auth]\nproxy_use_secret = true\nsecret = s3cr3t\n");
+  // HMAC-SHA256("s3cr3t", "pat"), lowercase hex.
+  const std::string token = "e8b313b41b35c3949d354add99ba712889ce18a043423396ee9e9bc3b83b45e4";
+  auto r = call(verb::get, "/_session", {},
+                {{"X-Auth-CouchDB-UserName", "pat"}, {"X-Auth-CouchDB-Roles", "a, b"}});
+  EXPECT_EQ(r.json()["userCtx"]["name"], nullptr);  // no token: not accepted
+  EXPECT_EQ(r.json()["info"]["authentication_handlers"],
+            nlohmann::ordered_json::parse(R"(["proxy","cookie","default"])"));
+  r = call(verb::get, "/_session", {},
+           {{"X-Auth-CouchDB-UserName", "pat"},
+            {"X-Auth-CouchDB-Roles", "a, b"},
+            {"X-Auth-CouchDB-Token", token}});
+  EXPECT_EQ(r.json()["userCtx"], nlohmann::ordered_json::parse(R"({"name":"pat","roles":["a","b"]})"));
+  EXPECT_EQ(r.json()["info"]["authenticated"], "proxy");
+}
+
+TEST_F(AuthTest, AdminPartyFlagMakesEveryoneAdmin) {
+  ServerProcess server{dir_.path() / "data"};  // the harness's default: --admin-party
+  HttpClient client{server.port()};
+  const auto r = client.get("/_session");
+  EXPECT_EQ(r.json()["userCtx"],
+            nlohmann::ordered_json::parse(R"({"name":null,"roles":["_admin"]})"));
+  EXPECT_EQ(client.request(verb::put, "/db").status, 201u);
+}
+
+}  // namespace
+}  // namespace chaise::test
