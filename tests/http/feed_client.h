@@ -51,6 +51,14 @@ class FeedClient {
       if (ended_ || !read_some(deadline)) return body_.find(needle, from) != std::string::npos;
     }
   }
+  // Reads until the response head has arrived (the server has begun answering). Returns whether it
+  // did within the time.
+  bool wait_head(std::chrono::milliseconds within) {
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    while (head_.empty() && !ended_)
+      if (!read_some(deadline)) break;
+    return !head_.empty();
+  }
   // Reads until the response ends (last chunk) or the deadline passes. Returns whether it ended.
   bool wait_end(std::chrono::milliseconds within) {
     const auto deadline = std::chrono::steady_clock::now() + within;

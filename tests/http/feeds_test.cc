@@ -207,8 +207,7 @@ TEST_F(FeedsTest, OneWriteReachesAHundredWaitingFeeds) {
   for (int i = 0; i < 100; ++i)
     feeds.push_back(std::make_unique<FeedClient>(port(), "/db/_changes?feed=continuous&since=now&timeout=10000"));
   // Every feed is connected and waiting before the write (its response head has arrived).
-  for (auto& f : feeds) f->wait_for("", 10ms);
-  std::this_thread::sleep_for(300ms);
+  for (auto& f : feeds) ASSERT_TRUE(f->wait_head(10s));
   const auto t0 = std::chrono::steady_clock::now();
   write("broadcast");
   std::chrono::steady_clock::duration worst{};
