@@ -304,6 +304,7 @@ MaybeResponse handle_server(Call& call) {
   if (first == "_dbs_info") co_return dbs_info(call);
   if (first == "_uuids") co_return uuids(call);
   if (first == "_session") co_return handle_session(call);
+  if (first == "_node") co_return handle_node(call);
   not_a_database(call);
 }
 

@@ -106,6 +106,8 @@ class Router {
 MaybeResponse handle_server(Call& call);
 // /_session: cookie login, the session's user, logout (endpoints_session.cc).
 Response handle_session(Call& call);
+// /_node/{node}/_config...: the config API (endpoints_node.cc).
+Response handle_node(Call& call);
 // Database level: /{db}, /{db}/_bulk_docs, _revs_diff, _missing_revs, _revs_limit,
 // _ensure_full_commit, _compact, _view_cleanup.
 MaybeResponse handle_database(Call& call);

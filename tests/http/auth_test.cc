@@ -418,6 +418,47 @@ TEST_F(AuthTest, ProxyAuthenticationWithSecret) {
   EXPECT_EQ(r.json()["info"]["authenticated"], "proxy");
 }
 
+TEST_F(AuthTest, ConfigApiReadsWritesAndPersists) {
+  start();
+  EXPECT_EQ(call(verb::get, "/_node/_local/_config").status, 401u);
+  EXPECT_EQ(as_admin(verb::get, "/_node/_local").body, R"({"name":"nonode@nohost"})" "\n");
+  EXPECT_EQ(as_admin(verb::get, "/_node/_local/_config/chttpd_auth/iterations").body, "\"10\"\n");
+  auto r = as_admin(verb::get, "/_node/_local/_config/foo/bar");
+  EXPECT_EQ(r.status, 404u);
+  EXPECT_EQ(r.body, R"({"error":"not_found","reason":"unknown_config_value"})" "\n");
+  // PUT answers the old value ("" when none), trims, and writes the last config file.
+  EXPECT_EQ(as_admin(verb::put, "/_node/_local/_config/foo/bar", R"(" baz ")").body, "\"\"\n");
+  EXPECT_EQ(as_admin(verb::put, "/_node/_local/_config/foo/bar", R"("qux")").body, "\"baz\"\n");
+  EXPECT_NE(read_file(ini_).find("[foo]\nbar = qux"), std::string::npos) << read_file(ini_);
+  EXPECT_EQ(as_admin(verb::get, "/_node/_local/_config/foo").body, R"({"bar":"qux"})" "\n");
+  // Not persisted when asked so.
+  r = call(verb::put, "/_node/_local/_config/foo/temp", R"("1")",
+           with(basic("admin", "secret"), "X-Couch-Persist", "false"));
+  EXPECT_EQ(r.status, 200u);
+  EXPECT_EQ(read_file(ini_).find("temp"), std::string::npos);
+  EXPECT_EQ(as_admin(verb::get, "/_node/_local/_config/foo/temp").body, "\"1\"\n");
+  // Bad values of known keys, non-strings and blacklisted sections are refused.
+  r = as_admin(verb::put, "/_node/_local/_config/chttpd_auth/timeout", R"("soon")");
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_EQ(as_admin(verb::put, "/_node/_local/_config/foo/bar", "12").body,
+            R"({"error":"bad_request","reason":"a JSON string expected"})" "\n");
+  EXPECT_EQ(as_admin(verb::put, "/_node/_local/_config/query_servers/js", R"("x")").status, 403u);
+  EXPECT_EQ(as_admin(verb::delete_, "/_node/_local/_config/foo/bar").body, "\"qux\"\n");
+  EXPECT_EQ(as_admin(verb::delete_, "/_node/_local/_config/foo/bar").status, 404u);
+  EXPECT_EQ(read_file(ini_).find("bar = qux"), std::string::npos);
+  // A new admin through the API: stored hashed, usable at once.
+  EXPECT_EQ(as_admin(verb::put, "/_node/_local/_config/admins/second", R"("pw2")").status, 200u);
+  EXPECT_TRUE(as_admin(verb::get, "/_node/_local/_config/admins/second")
+                  .json()
+                  .get<std::string>()
+                  .starts_with("-pbkdf2:sha256-"));
+  EXPECT_EQ(call(verb::get, "/_all_dbs", {}, basic("second", "pw2")).status, 200u);
+  // Auth settings take effect without a restart.
+  EXPECT_EQ(call(verb::get, "/").status, 200u);
+  as_admin(verb::put, "/_node/_local/_config/chttpd/require_valid_user", R"("true")");
+  EXPECT_EQ(call(verb::get, "/").status, 401u);
+}
+
 TEST_F(AuthTest, AdminPartyFlagMakesEveryoneAdmin) {
   ServerProcess server{dir_.path() / "data"};  // the harness's default: --admin-party
   HttpClient client{server.port()};
