@@ -21,6 +21,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "core/security.h"
+#include "http/cors.h"
 #include "http/router.h"
 #include "storage/database.h"
 
@@ -44,6 +45,7 @@ struct AuthSettings {
   std::string x_auth_token = "X-Auth-CouchDB-Token";
   std::vector<std::string> public_fields;
   core::UserDbRules user_rules;
+  CorsSettings cors;  // re-read with the rest when the config changes
 };
 
 AuthSettings auth_settings(const config::Sections& values, bool admin_party);

@@ -59,15 +59,14 @@ Router::Router(RouterContext context) : context_(std::move(context)) {}
 
 namespace {
 
-// Adds a Set-Cookie header (a refreshed AuthSession) to a streamed response's head.
-class CookieStream final : public ResponseStream {
+// Adds the headers every answer gets (a refreshed AuthSession cookie, CORS) to a streamed
+// response's head.
+class DecoratedStream final : public ResponseStream {
  public:
-  CookieStream(ResponseStream& inner, std::string cookie)
-      : inner_(inner), cookie_(std::move(cookie)) {}
+  DecoratedStream(ResponseStream& inner, std::function<void(Response&)> decorate)
+      : inner_(inner), decorate_(std::move(decorate)) {}
   boost::asio::awaitable<bool> begin(Response head) override {
-    if (head.find(beast_http::field::set_cookie) == head.end()) {
-      head.set(beast_http::field::set_cookie, cookie_);
-    }
+    decorate_(head);
     return inner_.begin(std::move(head));
   }
   boost::asio::awaitable<bool> write(std::string_view data) override { return inner_.write(data); }
@@ -79,7 +78,7 @@ class CookieStream final : public ResponseStream {
 
  private:
   ResponseStream& inner_;
-  std::string cookie_;
+  std::function<void(Response&)> decorate_;
 };
 
 // chttpd:error_headers for a 401: WWW-Authenticate only when the client asks for it with
@@ -102,14 +101,22 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
   std::optional<core::CouchError> error;
   std::string allow;
   AuthResult auth;
+  std::shared_ptr<const AuthSettings> settings;
   if (context_.auth != nullptr) {
+    settings = context_.auth->settings();
+    // A CORS preflight is answered before authentication: browsers send no credentials with it.
+    if (auto preflight = cors_preflight(request, settings->cors)) co_return std::move(*preflight);
     auth = context_.auth->authenticate(request, raw_stream.peer_address());
   } else {
     auth.user.roles = {std::string(core::kAdminRole)};
   }
-  std::optional<CookieStream> cookie_stream;
-  if (auth.set_cookie) cookie_stream.emplace(raw_stream, *auth.set_cookie);
-  ResponseStream& stream = cookie_stream ? static_cast<ResponseStream&>(*cookie_stream) : raw_stream;
+  const auto decorate = [&](Response& r) {
+    if (auth.set_cookie && r.find(beast_http::field::set_cookie) == r.end()) {
+      r.set(beast_http::field::set_cookie, *auth.set_cookie);
+    }
+    if (settings) add_cors_headers(request, settings->cors, r);
+  };
+  DecoratedStream stream{raw_stream, decorate};
   try {
     if (auth.error) throw HttpError(*auth.error);
     const auto segments = path_segments(request.target());
@@ -125,16 +132,18 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
     error = core::CouchError{500, "unknown_error", e.what()};
   }
   if (!error) {
-    if (response && auth.set_cookie && response->find(beast_http::field::set_cookie) == response->end()) {
-      response->set(beast_http::field::set_cookie, *auth.set_cookie);
-    }
+    if (response) decorate(*response);
     co_return response;
   }
   if (stream.begun()) co_return std::nullopt;  // mid-stream: nothing sane to add; the connection ends
-  if (!allow.empty()) co_return method_not_allowed(request, allow);
+  if (!allow.empty()) {
+    Response answer = method_not_allowed(request, allow);
+    decorate(answer);
+    co_return answer;
+  }
   Response answer = couch_error_response(request, *error);
   add_unauthorized_headers(request, context_, answer);
-  if (auth.set_cookie) answer.set(beast_http::field::set_cookie, *auth.set_cookie);
+  decorate(answer);
   co_return answer;
 }
 

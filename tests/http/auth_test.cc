@@ -459,6 +459,49 @@ TEST_F(AuthTest, ConfigApiReadsWritesAndPersists) {
   EXPECT_EQ(call(verb::get, "/").status, 401u);
 }
 
+TEST_F(AuthTest, CorsPreflightAndResponseHeaders) {
+  start("[chttpd]\nenable_cors = true\n[cors]\norigins = http://app.example, http://b.example\n"
+        "credentials = true\n");
+  // Preflight: answered 204 before authentication, for accepted origins, methods and headers.
+  auto r = call(verb::options, "/db", {},
+                {{"Origin", "http://app.example"},
+                 {"Access-Control-Request-Method", "PUT"},
+                 {"Access-Control-Request-Headers", "Content-Type, Authorization"}});
+  EXPECT_EQ(r.status, 204u);
+  EXPECT_EQ(r.header(field::access_control_allow_origin), "http://app.example");
+  EXPECT_EQ(r.header(field::access_control_allow_credentials), "true");
+  EXPECT_EQ(r.header(field::access_control_allow_headers), "Content-Type, Authorization");
+  EXPECT_EQ(r.header(field::access_control_max_age), "600");
+  EXPECT_NE(r.header(field::access_control_allow_methods).find("PUT"), std::string::npos);
+  r = call(verb::options, "/db", {},
+           {{"Origin", "http://evil.example"}, {"Access-Control-Request-Method", "PUT"}});
+  EXPECT_NE(r.status, 204u);
+  EXPECT_EQ(r.header(field::access_control_allow_origin), "");
+  r = call(verb::options, "/db", {},
+           {{"Origin", "http://app.example"},
+            {"Access-Control-Request-Method", "PUT"},
+            {"Access-Control-Request-Headers", "X-Not-Allowed"}});
+  EXPECT_NE(r.status, 204u);
+  // Ordinary answers (errors and streams too) carry the headers for an accepted origin only.
+  r = call(verb::get, "/_all_dbs", {}, {{"Origin", "http://app.example"}});
+  EXPECT_EQ(r.status, 401u);
+  EXPECT_EQ(r.header(field::access_control_allow_origin), "http://app.example");
+  EXPECT_EQ(r.header(field::access_control_expose_headers),
+            "content-type, cache-control, accept-ranges, etag, server, x-couch-request-id, "
+            "x-couch-update-newrev, x-couchdb-body-time");
+  ASSERT_EQ(as_admin(verb::put, "/db").status, 201u);
+  r = call(verb::get, "/db/_changes", {},
+           with(basic("admin", "secret"), "Origin", "http://b.example"));
+  EXPECT_EQ(r.status, 200u);
+  EXPECT_EQ(r.header(field::access_control_allow_origin), "http://b.example");
+  r = call(verb::get, "/", {}, {{"Origin", "http://App.example"}});  // case-sensitive, as CouchDB
+  EXPECT_EQ(r.header(field::access_control_allow_origin), "");
+  // Disabled (the default): nothing.
+  as_admin(verb::put, "/_node/_local/_config/chttpd/enable_cors", R"("false")");
+  r = call(verb::get, "/", {}, {{"Origin", "http://app.example"}});
+  EXPECT_EQ(r.header(field::access_control_allow_origin), "");
+}
+
 TEST_F(AuthTest, AdminPartyFlagMakesEveryoneAdmin) {
   ServerProcess server{dir_.path() / "data"};  // the harness's default: --admin-party
   HttpClient client{server.port()};
