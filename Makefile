@@ -43,7 +43,7 @@ build: deps
 # The first run creates the server admin 'admin' with a random password, prints it once and keeps
 # its hash in data/local.ini (COUCHDB_USER/COUCHDB_PASSWORD in the environment name one instead).
 run: build
-	mkdir -p data && touch data/local.ini
+	mkdir -p data
 	exec build/server/chaise --config config/default.ini --config data/local.ini --data-dir ./data --create-admin
 
 test: build interop-deps

@@ -39,6 +39,8 @@ constexpr auto kKeys = std::to_array<Key>({
     {"couchdb", "max_attachment_size", Kind::kSizeOrInfinity},
     {"couchdb", "default_security", Kind::kOneOf, 0, 0, "admin_only|everyone"},
     {"couchdb", "users_db_security_editable", Kind::kBool},
+    {"couchdb", "maintenance_mode", Kind::kOneOf, 0, 0, "true|false|nolb"},
+    {"log", "access_log", Kind::kBool},
     {"chttpd_auth", "secret", Kind::kString},
     {"chttpd_auth", "timeout", Kind::kInt, 1, kMax},
     {"chttpd_auth", "allow_persistent_cookies", Kind::kBool},

@@ -9,6 +9,7 @@
 #include "config/settings.h"
 #include "core/security.h"
 #include "http/request.h"
+#include "http/metrics.h"
 
 namespace chaise::http {
 
@@ -138,6 +139,30 @@ Response handle_node(Call& call) {
     return json_response(call.req, Status::ok, Json{{"name", kNodeName}});
   }
   if (path[2] == "_config") return config_request(call);
+  if (path[2] == "_stats" || path[2] == "_prometheus") {
+    if (!is_get(call)) throw_method_not_allowed("GET");
+    if (call.ctx.metrics == nullptr) throw HttpError(404, "not_found", "missing");
+    const storage::StoreStats store = call.store().stats();
+    if (path[2] == "_prometheus") {
+      if (path.size() != 3) throw HttpError(404, "not_found", "missing");
+      Response r = json_response(call.req, Status::ok, Json::object());
+      r.set(beast_http::field::content_type, "text/plain; version=2.0");
+      r.body() = call.ctx.metrics->prometheus(store);
+      r.prepare_payload();
+      if (call.is(beast_http::verb::head)) r.body().clear();
+      return r;
+    }
+    // /_stats/a/b/...: the part of the tree the path names (null when there is none), as CouchDB.
+    Json node = call.ctx.metrics->stats(store);
+    for (std::size_t i = 3; i < path.size(); ++i) {
+      if (!node.is_object() || !node.contains(path[i])) {
+        node = nullptr;
+        break;
+      }
+      node = Json(node[path[i]]);
+    }
+    return json_response(call.req, Status::ok, node);
+  }
   throw HttpError(404, "not_found", "missing");
 }
 

@@ -23,6 +23,7 @@
 #include "core/views.h"
 #include "http/etag.h"
 #include "http/request.h"
+#include "http/metrics.h"
 #include "http/router.h"
 
 namespace chaise::http {
@@ -637,6 +638,8 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
     if (r.feed == Feed::normal) etag = changes_etag(call, db, tr, maps ? &*maps : nullptr);
   }
   if (etag && if_none_match_has(call.req, *etag)) co_return not_modified_response(call.req, *etag);
+  const std::optional<FeedGauge> feed_gauge =
+      r.feed == Feed::normal ? std::nullopt : std::make_optional<FeedGauge>(call.ctx.metrics);
   if (call.is(beast_http::verb::head)) {
     // (Not named like `head` below: GCC 12 gives same-named locals of a coroutine one frame slot.)
     Response answer = raw_json_response(call.req, Status::ok, "");

@@ -3,7 +3,12 @@
 #include <algorithm>
 
 #include "core/databases.h"
+#include "config/config.h"
 #include "http/auth.h"
+#include "http/metrics.h"
+
+#include <spdlog/spdlog.h>
+#include <chrono>
 #include "http/request.h"
 
 #include <array>
@@ -67,9 +72,15 @@ class DecoratedStream final : public ResponseStream {
       : inner_(inner), decorate_(std::move(decorate)) {}
   boost::asio::awaitable<bool> begin(Response head) override {
     decorate_(head);
+    status_ = head.result_int();
     return inner_.begin(std::move(head));
   }
-  boost::asio::awaitable<bool> write(std::string_view data) override { return inner_.write(data); }
+  boost::asio::awaitable<bool> write(std::string_view data) override {
+    bytes_ += data.size();
+    return inner_.write(data);
+  }
+  std::size_t bytes() const { return bytes_; }
+  unsigned status() const { return status_; }
   boost::asio::awaitable<bool> flush() override { return inner_.flush(); }
   boost::asio::awaitable<bool> finish() override { return inner_.finish(); }
   bool begun() const override { return inner_.begun(); }
@@ -79,6 +90,8 @@ class DecoratedStream final : public ResponseStream {
  private:
   ResponseStream& inner_;
   std::function<void(Response&)> decorate_;
+  std::size_t bytes_ = 0;
+  unsigned status_ = 0;
 };
 
 // chttpd:error_headers for a 401: WWW-Authenticate only when the client asks for it with
@@ -97,6 +110,22 @@ void add_unauthorized_headers(const Request& request, const RouterContext& ctx, 
 }  // namespace
 
 MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream) const {
+  const auto started = std::chrono::steady_clock::now();
+  std::string user_name;
+  std::size_t streamed_bytes = 0;
+  // One access-log line and the metrics, for whatever answer leaves here.
+  const auto done = [&](const std::optional<Response>& r, unsigned streamed_status) {
+    const unsigned status = r ? r->result_int() : streamed_status;
+    const auto took = std::chrono::steady_clock::now() - started;
+    if (context_.metrics != nullptr) context_.metrics->record_request(request.method(), status, took);
+    if (context_.access_log) {
+      const std::size_t bytes = r ? r->body().size() : streamed_bytes;
+      spdlog::info("{} {} {} {} {:.3f}ms {}", std::string_view(request.method_string()),
+                   std::string_view(request.target()), status, bytes,
+                   std::chrono::duration<double, std::milli>(took).count(),
+                   user_name.empty() ? "-" : user_name);
+    }
+  };
   std::optional<Response> response;
   std::optional<core::CouchError> error;
   std::string allow;
@@ -105,8 +134,14 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
   if (context_.auth != nullptr) {
     settings = context_.auth->settings();
     // A CORS preflight is answered before authentication: browsers send no credentials with it.
-    if (auto preflight = cors_preflight(request, settings->cors)) co_return std::move(*preflight);
+    if (auto preflight = cors_preflight(request, settings->cors)) {
+      done(preflight, 0);
+      co_return std::move(*preflight);
+    }
     auth = context_.auth->authenticate(request, raw_stream.peer_address());
+    if (auth.error && auth.error->status == 401 && context_.metrics != nullptr) {
+      context_.metrics->record_auth_failure();
+    }
   } else {
     auth.user.roles = {std::string(core::kAdminRole)};
   }
@@ -117,6 +152,7 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
     if (settings) add_cors_headers(request, settings->cors, r);
   };
   DecoratedStream stream{raw_stream, decorate};
+  if (auth.user.name) user_name = *auth.user.name;
   try {
     if (auth.error) throw HttpError(*auth.error);
     const auto segments = path_segments(request.target());
@@ -131,19 +167,26 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
   } catch (const std::exception& e) {
     error = core::CouchError{500, "unknown_error", e.what()};
   }
+  streamed_bytes = stream.bytes();
   if (!error) {
     if (response) decorate(*response);
+    done(response, stream.status());
     co_return response;
   }
-  if (stream.begun()) co_return std::nullopt;  // mid-stream: nothing sane to add; the connection ends
+  if (stream.begun()) {  // mid-stream: nothing sane to add; the connection ends
+    done(std::nullopt, stream.status());
+    co_return std::nullopt;
+  }
   if (!allow.empty()) {
-    Response answer = method_not_allowed(request, allow);
-    decorate(answer);
+    std::optional<Response> answer = method_not_allowed(request, allow);
+    decorate(*answer);
+    done(answer, 0);
     co_return answer;
   }
-  Response answer = couch_error_response(request, *error);
-  add_unauthorized_headers(request, context_, answer);
-  decorate(answer);
+  std::optional<Response> answer = couch_error_response(request, *error);
+  add_unauthorized_headers(request, context_, *answer);
+  decorate(*answer);
+  done(answer, 0);
   co_return answer;
 }
 
@@ -178,10 +221,15 @@ Response Router::welcome(const Request& request) const {
   return json_response(request, Status::ok, body);
 }
 
-// GET /_up -- CouchDB 3's health check. Maintenance mode (404 {"status":"maintenance_mode"}) does
-// not exist in Chaise yet.
+// GET /_up -- CouchDB 3's health check: 404 {"status":"maintenance_mode"} (or "nolb") while
+// [couchdb] maintenance_mode says so, for load balancers to take the node out.
 Response Router::up(const Request& request) const {
   if (!is_get_or_head(request)) return method_not_allowed(request, "GET,HEAD");
+  if (context_.config != nullptr) {
+    const auto mode = context_.config->get("couchdb", "maintenance_mode");
+    if (mode == "true") return json_response(request, Status::not_found, Json{{"status", "maintenance_mode"}});
+    if (mode == "nolb") return json_response(request, Status::not_found, Json{{"status", "nolb"}});
+  }
   const Json body = {{"status", "ok"}, {"seeds", Json::object()}};
   return json_response(request, Status::ok, body);
 }

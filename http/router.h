@@ -53,6 +53,7 @@ inline constexpr std::string_view kServerHeader = "Chaise/0.1.0";
 class ResponseStream;
 struct Call;
 class Authenticator;
+class Metrics;
 
 // Everything the router needs to know about the server it runs in.
 struct RouterContext {
@@ -78,6 +79,10 @@ struct RouterContext {
   config::Config* config = nullptr;
   // Authenticates requests; nullptr: every request is a server admin (router unit tests).
   const Authenticator* auth = nullptr;
+  // Request counters and latency; nullptr: not recorded.
+  Metrics* metrics = nullptr;
+  // One info line per request (method, target, status, bytes, duration, user).
+  bool access_log = false;
 };
 
 using MaybeResponse = boost::asio::awaitable<std::optional<Response>>;

@@ -431,6 +431,11 @@ Server::Server(ServerOptions options, Handler handler)
 
 Server::~Server() { stop(); }
 
+std::size_t Server::open_connections() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->sessions.size();
+}
+
 std::uint16_t Server::port() const { return state_->port; }
 
 error_code Server::start() {

@@ -77,6 +77,8 @@ class Server {
   // The port the listener is bound to (the OS-assigned one when options.port was 0). Valid after
   // a successful start().
   std::uint16_t port() const;
+  // Connections open now.
+  std::size_t open_connections() const;
 
   // Stops accepting, closes idle connections, lets responses being written finish (bounded by
   // options.shutdown_grace), then joins the io threads. Idempotent; safe to call from any thread

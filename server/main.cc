@@ -12,6 +12,7 @@
 #include "core/databases.h"
 #include "core/security.h"
 #include "http/auth.h"
+#include "http/metrics.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "core/changes_notifier.h"
@@ -137,10 +138,15 @@ std::optional<Command> parse_command_line(int argc, char** argv) {
           {std::string(flag->section), std::string(flag->key), *inline_value});
     }
   }
-  for (const auto& file : command.config_files) {
-    if (!fs::is_regular_file(file)) {
-      throw UsageError("config file " + file.string() + " does not exist");
-    }
+  // Every file must exist, except the last (where changes are written), which is created on the
+  // first write when its directory exists.
+  for (std::size_t i = 0; i < command.config_files.size(); ++i) {
+    const fs::path& file = command.config_files[i];
+    const bool last = i + 1 == command.config_files.size();
+    if (fs::is_regular_file(file)) continue;
+    const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+    if (last && !fs::exists(file) && fs::is_directory(dir)) continue;
+    throw UsageError("config file " + file.string() + " does not exist");
   }
   return command;
 }
@@ -377,12 +383,16 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   context.notifier = notifier.get();
   context.config = &config_store;
   context.auth = &authenticator;
+  chaise::http::Metrics metrics;
+  context.metrics = &metrics;
+  context.access_log = chaise::config::get_bool(*config_store.snapshot(), "log", "access_log", true);
   chaise::http::Router router{std::move(context)};
   chaise::http::Server server{
       server_options(config),
       [&router](const chaise::http::Request& request, chaise::http::ResponseStream& stream) {
         return router.handle(request, stream);
       }};
+  metrics.set_connection_counter([&server] { return server.open_connections(); });
   if (const auto ec = server.start()) {
     spdlog::critical("cannot listen on {}:{}: {}", config.bind_address, config.port, ec.message());
     return kExitStartupFailed;

@@ -275,6 +275,7 @@ void Engine::process_batch(std::vector<std::unique_ptr<CommitRequest>>& batch) {
                (req->read_version >= 0 &&
                 resolver_.conflicts(req->read_version, req->read_conflicts))) {
       outcomes.emplace_back(Error::not_committed);
+      stat_conflicts_.fetch_add(1, std::memory_order_relaxed);
     } else if (fault == CommitFault::unknown_result_not_applied) {
       outcomes.emplace_back(Error::commit_unknown_result);
     } else {
@@ -300,6 +301,8 @@ void Engine::process_batch(std::vector<std::unique_ptr<CommitRequest>>& batch) {
           outcomes[i] = Error::io_error;
     } else {
       committed_version_.store(version, std::memory_order_release);
+      stat_commits_.fetch_add(accepted.size(), std::memory_order_relaxed);
+      stat_batches_.fetch_add(1, std::memory_order_relaxed);
       // Under watch_mu_, not via watch_count_: a registration reads the value and inserts its
       // watch under the same mutex, so it either sees this batch's write or is seen here.
       fire_watches(accepted);
@@ -381,6 +384,19 @@ Database::~Database() = default;
 
 Transaction Database::create_transaction() { return Transaction(engine_.get()); }
 std::int64_t Database::committed_version() const { return engine_->committed_version(); }
+
+StoreStats Database::stats() const { return engine_->stats(); }
+
+StoreStats Engine::stats() const {
+  StoreStats s;
+  s.commits = stat_commits_.load(std::memory_order_relaxed);
+  s.conflicts = stat_conflicts_.load(std::memory_order_relaxed);
+  s.batches = stat_batches_.load(std::memory_order_relaxed);
+  std::uint64_t value = 0;
+  if (db_->GetIntProperty(data_cf_, "rocksdb.total-sst-files-size", &value)) s.disk_bytes += value;
+  if (db_->GetIntProperty(data_cf_, "rocksdb.cur-size-all-mem-tables", &value)) s.disk_bytes += value;
+  return s;
+}
 const Options& Database::options() const { return engine_->options(); }
 int Database::run_attempts_max() const { return engine_->options().run_attempts_max; }
 void Database::set_commit_fault_hook(std::function<CommitFault()> hook) {

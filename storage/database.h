@@ -89,6 +89,14 @@ struct Options {
 
 class Engine;
 
+// What the store has done since it was opened, and how big it is.
+struct StoreStats {
+  std::uint64_t commits = 0;    // transactions committed
+  std::uint64_t conflicts = 0;  // transactions refused with not_committed
+  std::uint64_t batches = 0;    // commit batches written (one WAL write each)
+  std::uint64_t disk_bytes = 0;  // SST files plus memtables
+};
+
 class Database {
  public:
   // Opens (creating if allowed) the store at `path`. Error::io_error if RocksDB cannot open it.
@@ -108,6 +116,8 @@ class Database {
 
   // The newest committed (durable and visible) version.
   std::int64_t committed_version() const;
+  // Counters since open and the store's size, for metrics.
+  StoreStats stats() const;
   const Options& options() const;
 
   // Test hooks.

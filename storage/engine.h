@@ -87,6 +87,8 @@ class Engine {
     return committed_version_.load(std::memory_order_acquire);
   }
 
+  StoreStats stats() const;
+
   // Queues a write transaction for the commit pipeline; req->done runs on the commit thread.
   void submit(std::unique_ptr<CommitRequest> req);
   // Activates watches (after their transaction committed). Fires at once if the value already
@@ -121,6 +123,9 @@ class Engine {
   std::int64_t last_version_ = 0;
   bool failed_ = false;  // a RocksDB write failed: every later commit fails with io_error
   std::atomic<std::int64_t> committed_version_{0};
+  std::atomic<std::uint64_t> stat_commits_{0};
+  std::atomic<std::uint64_t> stat_conflicts_{0};
+  std::atomic<std::uint64_t> stat_batches_{0};
 
   // Watches by key, guarded by watch_mu_.
   std::mutex watch_mu_;

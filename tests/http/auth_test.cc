@@ -502,6 +502,56 @@ TEST_F(AuthTest, CorsPreflightAndResponseHeaders) {
   EXPECT_EQ(r.header(field::access_control_allow_origin), "");
 }
 
+TEST_F(AuthTest, MetricsStatsActiveTasksAndMaintenanceMode) {
+  start();
+  EXPECT_EQ(call(verb::get, "/_node/_local/_prometheus").status, 401u);
+  EXPECT_EQ(call(verb::get, "/_active_tasks").status, 401u);
+  ASSERT_EQ(as_admin(verb::put, "/db").status, 201u);
+  as_admin(verb::put, "/db/d1", "{}");
+  call(verb::get, "/nope", {}, basic("admin", "wrong"));
+  auto r = as_admin(verb::get, "/_node/_local/_prometheus");
+  ASSERT_EQ(r.status, 200u);
+  EXPECT_EQ(r.header(field::content_type), "text/plain; version=2.0");
+  const std::string& text = r.body;
+  EXPECT_NE(text.find("# TYPE couchdb_httpd_requests_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("couchdb_httpd_request_methods{method=\"PUT\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("couchdb_httpd_status_codes{code=\"201\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("couchdb_httpd_status_codes{code=\"401\"} 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("chaise_auth_failures_total 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("chaise_request_duration_seconds_bucket{le=\"+Inf\"} "), std::string::npos);
+  EXPECT_NE(text.find("chaise_open_connections 1\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("chaise_store_commits_total 0\n"), std::string::npos) << text;  // some commits
+  // _stats: CouchDB's JSON shape, a path picks a part.
+  r = as_admin(verb::get, "/_node/_local/_stats/couchdb/httpd/requests");
+  EXPECT_EQ(r.json()["type"], "counter");
+  EXPECT_GE(r.json()["value"].get<int>(), 6);
+  EXPECT_EQ(as_admin(verb::get, "/_node/_local/_stats/no/such").body, "null\n");
+  EXPECT_EQ(as_admin(verb::get, "/_active_tasks").body, "[]\n");
+  // A live feed shows up while it is open.
+  {
+    HttpClient feed_client{server_->port()};
+    const auto feed_headers = basic("admin", "secret");
+    std::thread feed([&] {
+      feed_client.request(verb::get, "/db/_changes?feed=longpoll&since=now&timeout=1500", {},
+                          feed_headers);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    r = as_admin(verb::get, "/_node/_local/_prometheus");
+    EXPECT_NE(r.body.find("couchdb_httpd_clients_requesting_changes 1\n"), std::string::npos);
+    feed.join();
+  }
+  r = as_admin(verb::get, "/_node/_local/_prometheus");
+  EXPECT_NE(r.body.find("couchdb_httpd_clients_requesting_changes 0\n"), std::string::npos);
+  // Maintenance mode takes the node out of a load balancer's rotation.
+  EXPECT_EQ(call(verb::get, "/_up").body, R"({"status":"ok","seeds":{}})" "\n");
+  as_admin(verb::put, "/_node/_local/_config/couchdb/maintenance_mode", R"("true")");
+  r = call(verb::get, "/_up");
+  EXPECT_EQ(r.status, 404u);
+  EXPECT_EQ(r.body, R"({"status":"maintenance_mode"})" "\n");
+  as_admin(verb::delete_, "/_node/_local/_config/couchdb/maintenance_mode");
+  EXPECT_EQ(call(verb::get, "/_up").status, 200u);
+}
+
 TEST_F(AuthTest, AdminPartyFlagMakesEveryoneAdmin) {
   ServerProcess server{dir_.path() / "data"};  // the harness's default: --admin-party
   HttpClient client{server.port()};
