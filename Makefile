@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 .ONESHELL:
 .SHELLFLAGS := -euo pipefail -c
-.PHONY: deps interop-deps build run test asan tsan bench
+.PHONY: deps interop-deps browser-deps ui build run test asan tsan bench
 
 # Debian 12 packages needed to build and test.
 PACKAGES := build-essential cmake ccache libboost-all-dev nlohmann-json3-dev libspdlog-dev \
@@ -36,17 +36,33 @@ interop-deps:
 	apt-get update
 	apt-get install -y --no-install-recommends nodejs npm python3
 
+# The browser test (tests/interop/browser_test.mjs) drives Debian's Chromium headless.
+browser-deps:
+	@if [ -x /usr/bin/chromium ]; then exit 0; fi
+	if [ "$$(id -u)" -ne 0 ]; then
+	  echo "make browser-deps: chromium missing; run as root (or: sudo apt-get install -y chromium)" >&2
+	  exit 1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update
+	apt-get install -y --no-install-recommends chromium
+
+# The web UI at /_utils: Fauxton from npm (ui/package.json), installed once.
+ui: interop-deps
+	@if [ -f ui/node_modules/pouchdb-fauxton/www/index.html ]; then exit 0; fi
+	npm ci --prefix ui --no-audit --no-fund
+
 build: deps
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
 	cmake --build build -j$(JOBS)
 
 # The first run creates the server admin 'admin' with a random password, prints it once and keeps
 # its hash in data/local.ini (COUCHDB_USER/COUCHDB_PASSWORD in the environment name one instead).
-run: build
+run: build ui
 	mkdir -p data
 	exec build/server/chaise --config config/default.ini --config data/local.ini --data-dir ./data --create-admin
 
-test: build interop-deps
+test: build interop-deps browser-deps
 	ctest --test-dir build --output-on-failure -j2
 
 asan: deps

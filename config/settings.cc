@@ -60,6 +60,7 @@ constexpr auto kKeys = std::to_array<Key>({
     {"chttpd_auth", "users_db_public", Kind::kBool},
     {"chaise", "io_threads", Kind::kInt, 0, 1024},
     {"chaise", "fsync", Kind::kBool},
+    {"chaise", "fauxton_dir", Kind::kString},
     {"chaise", "max_header_bytes", Kind::kInt, 1024, 0xffffffff},
     {"chaise", "idle_timeout_seconds", Kind::kInt, 1, 24 * 3600},
     {"chaise", "max_connections", Kind::kInt, 1, kMax},

@@ -113,6 +113,8 @@ MaybeResponse handle_server(Call& call);
 Response handle_session(Call& call);
 // /_node/{node}/_config...: the config API (endpoints_node.cc).
 Response handle_node(Call& call);
+// /_utils: the web UI's static files (endpoints_utils.cc).
+Response handle_utils(Call& call);
 // Database level: /{db}, /{db}/_bulk_docs, _revs_diff, _missing_revs, _revs_limit,
 // _ensure_full_commit, _compact, _view_cleanup.
 MaybeResponse handle_database(Call& call);

@@ -552,6 +552,31 @@ TEST_F(AuthTest, MetricsStatsActiveTasksAndMaintenanceMode) {
   EXPECT_EQ(call(verb::get, "/_up").status, 200u);
 }
 
+TEST_F(AuthTest, UtilsServesTheWebUiFilesAndNothingElse) {
+  const fs::path ui = dir_.path() / "ui";
+  fs::create_directories(ui / "assets");
+  write_file(ui / "index.html", "<html>ui</html>");
+  write_file(ui / "assets" / "app.js", "let x = 1;");
+  write_file(dir_.path() / "secret.txt", "no");
+  fs::create_symlink(dir_.path() / "secret.txt", ui / "link.txt");
+  start("[chaise]\nfauxton_dir = " + ui.string() + "\n");
+  auto r = call(verb::get, "/_utils");
+  EXPECT_EQ(r.status, 301u);
+  EXPECT_EQ(r.header(field::location), "/_utils/");
+  r = call(verb::get, "/_utils/");  // open to everyone: the UI logs in itself
+  EXPECT_EQ(r.status, 200u);
+  EXPECT_EQ(r.body, "<html>ui</html>");
+  EXPECT_EQ(r.header(field::content_type), "text/html; charset=utf-8");
+  r = call(verb::get, "/_utils/assets/app.js");
+  EXPECT_EQ(r.body, "let x = 1;");
+  EXPECT_EQ(r.header(field::content_type), "application/javascript");
+  EXPECT_EQ(call(verb::get, "/_utils/..%2Fsecret.txt").status, 404u);
+  EXPECT_EQ(call(verb::get, "/_utils/link.txt").status, 404u);  // a symlink out of the UI
+  EXPECT_EQ(call(verb::get, "/_utils/assets").status, 404u);
+  EXPECT_EQ(call(verb::get, "/_utils/missing.js").status, 404u);
+  EXPECT_EQ(call(verb::post, "/_utils/").status, 401u);  // as CouchDB: only GET/HEAD are open
+}
+
 TEST_F(AuthTest, AdminPartyFlagMakesEveryoneAdmin) {
   ServerProcess server{dir_.path() / "data"};  // the harness's default: --admin-party
   HttpClient client{server.port()};
