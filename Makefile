@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 .ONESHELL:
 .SHELLFLAGS := -euo pipefail -c
-.PHONY: deps interop-deps browser-deps ui build run test asan tsan bench
+.PHONY: deps interop-deps browser-deps ui install build run test asan tsan bench
 
 # Debian 12 packages needed to build and test.
 PACKAGES := build-essential cmake ccache libboost-all-dev nlohmann-json3-dev libspdlog-dev \
@@ -61,6 +61,24 @@ build: deps
 run: build ui
 	mkdir -p data
 	exec build/server/chaise --config config/default.ini --config data/local.ini --data-dir ./data --create-admin
+
+# As root: the binary, the web UI, /etc/chaise/chaise.ini (kept when it exists) and the systemd
+# unit; then `systemctl daemon-reload && systemctl enable --now chaise`.
+PREFIX ?= /usr/local
+install: build ui
+	install -D -m 0755 build/server/chaise $(DESTDIR)$(PREFIX)/bin/chaise
+	mkdir -p $(DESTDIR)$(PREFIX)/share/chaise
+	rm -rf $(DESTDIR)$(PREFIX)/share/chaise/www
+	cp -r ui/node_modules/pouchdb-fauxton/www $(DESTDIR)$(PREFIX)/share/chaise/www
+	if [ ! -f $(DESTDIR)/etc/chaise/chaise.ini ]; then
+	  mkdir -p $(DESTDIR)/etc/chaise
+	  sed -e 's|^database_dir = .*|database_dir = /var/lib/chaise|' \
+	      -e 's|^fauxton_dir = .*|fauxton_dir = $(PREFIX)/share/chaise/www|' \
+	      config/default.ini > $(DESTDIR)/etc/chaise/chaise.ini
+	fi
+	sed 's|/usr/local/bin/chaise|$(PREFIX)/bin/chaise|' systemd/chaise.service > chaise.service.tmp
+	install -D -m 0644 chaise.service.tmp $(DESTDIR)/etc/systemd/system/chaise.service
+	rm -f chaise.service.tmp
 
 test: build interop-deps browser-deps
 	ctest --test-dir build --output-on-failure -j2

@@ -41,6 +41,8 @@ constexpr auto kKeys = std::to_array<Key>({
     {"couchdb", "users_db_security_editable", Kind::kBool},
     {"couchdb", "maintenance_mode", Kind::kOneOf, 0, 0, "true|false|nolb"},
     {"log", "access_log", Kind::kBool},
+    {"log", "writer", Kind::kOneOf, 0, 0, "stderr|file|journald"},
+    {"log", "file", Kind::kNonEmpty},
     {"chttpd_auth", "secret", Kind::kString},
     {"chttpd_auth", "timeout", Kind::kInt, 1, kMax},
     {"chttpd_auth", "allow_persistent_cookies", Kind::kBool},

@@ -27,6 +27,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <exception>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -430,6 +431,13 @@ Server::Server(ServerOptions options, Handler handler)
     : state_(std::make_unique<State>(std::move(options), std::move(handler))) {}
 
 Server::~Server() { stop(); }
+
+bool Server::probe(std::chrono::milliseconds within) const {
+  auto answered = std::make_shared<std::promise<void>>();
+  auto future = answered->get_future();
+  asio::post(state_->ioc, [answered] { answered->set_value(); });
+  return future.wait_for(within) == std::future_status::ready;
+}
 
 std::size_t Server::open_connections() const {
   std::lock_guard lock(state_->mutex);

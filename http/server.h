@@ -79,6 +79,8 @@ class Server {
   std::uint16_t port() const;
   // Connections open now.
   std::size_t open_connections() const;
+  // True when an io thread runs a posted handler within `within` (the watchdog's health probe).
+  bool probe(std::chrono::milliseconds within) const;
 
   // Stops accepting, closes idle connections, lets responses being written finish (bounded by
   // options.shutdown_grace), then joins the io threads. Idempotent; safe to call from any thread

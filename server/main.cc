@@ -19,6 +19,7 @@
 #include "core/txid_janitor.h"
 #include "storage/database.h"
 
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -247,10 +248,32 @@ spdlog::level::level_enum log_level(const std::string& level) {
   return spdlog::level::from_str(level);
 }
 
-void setup_logging(const std::string& level) {
-  auto logger = spdlog::stderr_color_mt("chaise");
+// Logs go to stderr (journald under systemd) or, with [log] writer = file, to [log] file, which
+// SIGHUP reopens (for logrotate).
+void setup_logging(const std::string& level, const std::string& file) {
+  std::shared_ptr<spdlog::logger> logger;
+  if (file.empty()) {
+    logger = std::make_shared<spdlog::logger>(
+        "chaise", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  } else {
+    logger = std::make_shared<spdlog::logger>(
+        "chaise", std::make_shared<spdlog::sinks::basic_file_sink_mt>(file));
+    logger->flush_on(spdlog::level::info);
+  }
   spdlog::set_default_logger(logger);
   spdlog::set_level(log_level(level));
+}
+
+// The interval systemd expects WATCHDOG=1 pings at (half its WatchdogSec), or nullopt.
+std::optional<std::chrono::microseconds> watchdog_interval() {
+  const char* usec = std::getenv("WATCHDOG_USEC");
+  if (usec == nullptr) return std::nullopt;
+  if (const char* pid = std::getenv("WATCHDOG_PID"); pid != nullptr && std::atol(pid) != getpid()) {
+    return std::nullopt;
+  }
+  const long long value = std::atoll(usec);
+  if (value <= 0) return std::nullopt;
+  return std::chrono::microseconds(value / 2);
 }
 
 chaise::http::ServerOptions server_options(const chaise::config::ServerSettings& config) {
@@ -272,6 +295,7 @@ sigset_t block_shutdown_signals() {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   // A peer that vanishes must cost its connection, not the process.
   std::signal(SIGPIPE, SIG_IGN);
@@ -339,7 +363,7 @@ bool prepare_admins(chaise::config::Config& config, const Command& command) {
 }
 
 int run(chaise::config::Config& config_store, const chaise::config::ServerSettings& config,
-        const Command& command) {
+        const Command& command, const std::string& log_file) {
   const sigset_t signals = block_shutdown_signals();
   if (!prepare_admins(config_store, command)) return kExitStartupFailed;
   std::error_code fs_error;
@@ -403,8 +427,40 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   std::fflush(stdout);
   notify_systemd("READY=1");
 
+  // Until SIGINT/SIGTERM: SIGHUP reopens the log file; under a systemd watchdog, a ping every half
+  // interval while the HTTP threads answer a posted probe and the store answers a read.
+  const auto watchdog = watchdog_interval();
   int signal_number = 0;
-  while (sigwait(&signals, &signal_number) != 0) {
+  for (;;) {
+    int received = -1;
+    if (watchdog) {
+      const auto total = watchdog->count();
+      timespec wait{static_cast<time_t>(total / 1'000'000), static_cast<long>((total % 1'000'000) * 1000)};
+      received = sigtimedwait(&signals, nullptr, &wait);
+      if (received < 0 && errno == EAGAIN) {
+        bool healthy = server.probe(std::chrono::duration_cast<std::chrono::milliseconds>(*watchdog));
+        if (healthy) {
+          auto tr = store->create_transaction();
+          healthy = tr.get("\xff/chaise/watchdog", chaise::storage::Snapshot::yes).ok();
+        }
+        if (healthy) {
+          notify_systemd("WATCHDOG=1");
+        } else {
+          spdlog::error("watchdog: the server did not answer its health probe; no ping sent");
+        }
+        continue;
+      }
+    } else if (sigwait(&signals, &received) != 0) {
+      continue;
+    }
+    if (received < 0) continue;
+    if (received == SIGHUP) {
+      if (!log_file.empty()) setup_logging(config.log_level, log_file);
+      spdlog::info("received SIGHUP: log file reopened");
+      continue;
+    }
+    signal_number = received;
+    break;
   }
   spdlog::info("received {}, shutting down", strsignal(signal_number));
   notify_systemd("STOPPING=1");
@@ -441,10 +497,19 @@ int main(int argc, char** argv) {
     std::cerr << "chaise: config: " << e.what() << "\n";
     return kExitUsage;
   }
-  setup_logging(settings.log_level);
+  const auto values = config->snapshot();
+  const std::string log_file = chaise::config::get_string(*values, "log", "writer", "stderr") == "file"
+                                   ? chaise::config::get_string(*values, "log", "file", "./chaise.log")
+                                   : std::string();
+  try {
+    setup_logging(settings.log_level, log_file);
+  } catch (const spdlog::spdlog_ex& e) {
+    std::cerr << "chaise: cannot open the log file " << log_file << ": " << e.what() << "\n";
+    return kExitStartupFailed;
+  }
   for (const auto& warning : warnings) spdlog::warn("config: {}", warning);
   try {
-    return run(*config, settings, *command);
+    return run(*config, settings, *command, log_file);
   } catch (const std::exception& e) {
     spdlog::critical("fatal: {}", e.what());
     return kExitStartupFailed;

@@ -20,6 +20,7 @@
 #include <optional>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <thread>
 
@@ -504,6 +505,48 @@ TEST_F(ConfiguredServerTest, NotifiesSystemdReadyAndStopping) {
   EXPECT_EQ(server.stop().exit_code, 0);
   EXPECT_EQ(receive(), "STOPPING=1");
   ::close(fd);
+}
+
+TEST_F(ConfiguredServerTest, PingsTheSystemdWatchdogWhileHealthy) {
+  const fs::path socket_path = dir_.path() / "watchdog.sock";
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strcpy(address.sun_path, socket_path.c_str());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ServerProcess& server =
+      start({}, {"NOTIFY_SOCKET=" + socket_path.string(), "WATCHDOG_USEC=200000"});
+  int pings = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (pings < 3 && std::chrono::steady_clock::now() < deadline) {
+    pollfd pfd{fd, POLLIN, 0};
+    if (::poll(&pfd, 1, 1000) != 1) continue;
+    char buffer[64];
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+    if (n > 0 && std::string(buffer, static_cast<std::size_t>(n)) == "WATCHDOG=1") ++pings;
+  }
+  EXPECT_GE(pings, 3);  // every 100 ms (half of WATCHDOG_USEC)
+  EXPECT_EQ(server.stop().exit_code, 0);
+  ::close(fd);
+}
+
+TEST_F(ConfiguredServerTest, LogFileIsReopenedOnSighup) {
+  const fs::path log = dir_.path() / "chaise.log";
+  ServerProcess& server =
+      start_with_ini("[log]\nwriter = file\nfile = " + log.string() + "\n");
+  HttpClient{server.port()}.get("/first");
+  ASSERT_TRUE(fs::exists(log));
+  fs::rename(log, dir_.path() / "chaise.log.1");  // what logrotate does
+  ::kill(server.pid(), SIGHUP);
+  std::this_thread::sleep_for(300ms);
+  HttpClient{server.port()}.get("/second");
+  std::this_thread::sleep_for(100ms);
+  std::ifstream reopened(log);
+  std::stringstream text;
+  text << reopened.rdbuf();
+  EXPECT_NE(text.str().find("GET /second 404"), std::string::npos) << text.str();
+  EXPECT_EQ(server.stop().exit_code, 0);
 }
 
 // --- router helpers (no process) ------------------------------------------------------------
