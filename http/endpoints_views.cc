@@ -751,6 +751,7 @@ MaybeResponse changes_meta(Call& call) {
   require_method(call, "GET,HEAD,PUT");
   const core::DbRef db = open_db_or_throw(call);
   if (call.is(beast_http::verb::put)) {
+    require_db_admin(call);  // resharding changes every feed consumer's topology
     const Json body = parse_json_object_body(call.req);
     if (!body.contains("shards") || !body["shards"].is_number_integer())
       throw_bad_request("`shards` must be an integer");

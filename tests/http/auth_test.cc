@@ -213,6 +213,8 @@ TEST_F(AuthTest, NewDatabasesAreAdminOnlyAndSecurityGrantsMembers) {
   EXPECT_EQ(call(verb::put, "/db/doc", R"({"a":1})", bob).status, 201u);
   EXPECT_EQ(call(verb::get, "/db/doc", {}, bob).status, 200u);
   EXPECT_EQ(call(verb::get, "/db/_changes", {}, bob).status, 200u);
+  EXPECT_EQ(call(verb::get, "/db/_changes/_meta?since=0", {}, bob).status, 200u);
+  EXPECT_EQ(call(verb::put, "/db/_changes/_meta", R"({"shards":2})", bob).status, 403u);
   EXPECT_EQ(call(verb::get, "/db/_security", {}, bob).status, 200u);
   // Design documents and the security object: db admins only.
   r = call(verb::put, "/db/_design/d", R"({"views":{}})", bob);
