@@ -25,6 +25,7 @@
 
 #include "core/documents.h"
 #include "http/multipart.h"
+#include "http/auth.h"
 #include "http/request.h"
 #include "http/router.h"
 
@@ -574,19 +575,36 @@ Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRe
   return send_doc(call, tr, db, id, all, winner, o, etag);
 }
 
-// couch_users_db:after_doc_read: in _users, a non-admin reads only their own document; design
-// documents only admins.
-void check_users_read(const Call& call, const core::DbRef& db, const Target& t) {
-  if (db.name != core::kUsersDb || core::is_db_admin(call.user, call.security)) return;
+// couch_users_db:after_doc_read: in _users, a non-admin reads their own document whole, design
+// documents not at all, and other users' documents only as the fields [chttpd_auth]
+// public_fields lists (404 when none of them is there).
+std::optional<Response> users_read(const Call& call, const core::DbRef& db, const Target& t) {
+  if (db.name != core::kUsersDb || core::is_db_admin(call.user, call.security)) return std::nullopt;
   if (t.id.starts_with("_design/")) {
     throw HttpError(403, "forbidden",
                     "Only administrators can view design docs in the users database.");
   }
-  if (!core::may_read_user_doc(call.user, t.id)) throw_couch(core::doc_not_found());
+  if (core::may_read_user_doc(call.user, t.id)) return std::nullopt;
+  const std::vector<std::string> fields =
+      call.ctx.auth != nullptr ? call.ctx.auth->settings()->public_fields : std::vector<std::string>{};
+  if (fields.empty()) throw_couch(core::doc_not_found());
+  auto tr = call.store().create_transaction();
+  auto doc = core::get_doc_json(tr, db, t.id, core::DocReadOptions{});
+  if (!doc.ok()) return storage_error_response(call.req, doc.error());
+  if (core::failed(*doc)) throw_couch(std::get<core::CouchError>(*doc));
+  const Json full = Json::parse(std::get<std::string>(*doc));
+  Json out = Json::object();
+  for (const auto& [k, v] : full.items()) {
+    if (k == "_id" || k == "_rev" || std::find(fields.begin(), fields.end(), k) != fields.end()) {
+      out[k] = v;
+    }
+  }
+  if (out.size() <= 2) throw_couch(core::doc_not_found());
+  return json_response(call.req, Status::ok, out);
 }
 
 Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const DocQuery& q) {
-  check_users_read(call, db, t);
+  if (auto filtered = users_read(call, db, t)) return std::move(*filtered);
   auto tr = call.store().create_transaction();
   if (q.open_revs || q.open_revs_all) {
     std::optional<std::vector<core::RevId>> revs;

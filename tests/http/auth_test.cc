@@ -354,6 +354,14 @@ TEST_F(AuthTest, UsersDatabaseRules) {
   add_user("carol", "pw");
   const Headers as_bob2 = with(basic("bob", "pw2"), "Content-Type", "application/json");
   EXPECT_EQ(call(verb::get, "/_users/org.couchdb.user:carol", {}, as_bob2).status, 404u);
+  // Unless [chttpd_auth] public_fields names some of its fields: then those, and only those.
+  as_admin(verb::put, "/_node/_local/_config/chttpd_auth/public_fields", R"("name, type")");
+  auto pub = call(verb::get, "/_users/org.couchdb.user:carol", {}, as_bob2);
+  ASSERT_EQ(pub.status, 200u) << pub.body;
+  EXPECT_EQ(pub.json()["name"], "carol");
+  EXPECT_FALSE(pub.json().contains("derived_key"));
+  EXPECT_FALSE(pub.json().contains("roles"));
+  as_admin(verb::delete_, "/_node/_local/_config/chttpd_auth/public_fields");
   r = call(verb::put, "/_users/org.couchdb.user:carol",
            R"({"name":"carol","password":"x","roles":[],"type":"user"})", as_bob2);
   EXPECT_EQ(r.status, 404u);
