@@ -326,10 +326,14 @@ bool prepare_admins(chaise::config::Config& config, const Command& command) {
   const char* env_user = std::getenv("COUCHDB_USER");
   const char* env_password = std::getenv("COUCHDB_PASSWORD");
   if (env_user != nullptr && *env_user != '\0' && env_password != nullptr) {
+    // Kept in memory only (hashed): the environment names it again at every start, and a config
+    // file must not collect it.
     const auto existing = config.get("admins", env_user);
     const auto parsed = existing ? chaise::core::parse_admin_hash(*existing) : std::nullopt;
     if (!parsed || !chaise::core::verify_password(*parsed, env_password)) {
-      config.set("admins", env_user, env_password, /*persist=*/false);
+      config.set("admins", env_user,
+                 chaise::core::format_admin_hash(chaise::core::hash_password(env_password, prf, iterations)),
+                 /*persist=*/false);
     }
   }
   const auto before_hashing = config.snapshot();  // held: persist() replaces the live one

@@ -7,6 +7,10 @@ for i = 1, 1000 do
 end
 local body = '{"docs":[' .. table.concat(docs, ",") .. ']}'
 local headers = { ["Content-Type"] = "application/json" }
+-- -H headers (Authorization from run.sh's BENCH_AUTH) are kept: wrk.format ignores them when
+-- given its own table.
+local auth = os.getenv("BENCH_AUTH_HEADER")
+if auth and auth ~= "" then headers["Authorization"] = auth end
 function request()
   return wrk.format("POST", "/" .. db .. "/_bulk_docs", headers, body)
 end

@@ -10,7 +10,9 @@
 #   get   GET of existing docs, 64 connections                                        (req/s)
 #   bulk  POST _bulk_docs with 1,000-doc batches, 8 connections                       (docs/s)
 #   scan  _all_docs and _changes of a database of STREAM_DOCS docs, one client        (rows/s)
-# Environment: DURATION (s, default 10), STREAM_DOCS (default 1000000), WORKLOADS ("put get bulk scan").
+# Environment: DURATION (s, default 10), STREAM_DOCS (default 1000000), WORKLOADS ("put get bulk scan"),
+# BENCH_AUTH=user:password: Basic auth on every request (with --chaise: that user is the server
+# admin; without BENCH_AUTH, --chaise runs in admin party).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -30,7 +32,12 @@ if [[ "${1:-}" == "--chaise" ]]; then
   datadir="$(mktemp -d /tmp/chaise-bench-XXXXXX)"
   fifo="$datadir/out"
   mkfifo "$fifo"
-  "${CHAISE_BIN:-$root/build/server/chaise}" --port 0 --data-dir "$datadir/data" --config "$root/config/default.ini" --admin-party >"$fifo" 2>"$datadir/log" &
+  if [[ -n "${BENCH_AUTH:-}" ]]; then
+    COUCHDB_USER="${BENCH_AUTH%%:*}" COUCHDB_PASSWORD="${BENCH_AUTH#*:}" \
+      "${CHAISE_BIN:-$root/build/server/chaise}" --port 0 --data-dir "$datadir/data" --config "$root/config/default.ini" >"$fifo" 2>"$datadir/log" &
+  else
+    "${CHAISE_BIN:-$root/build/server/chaise}" --port 0 --data-dir "$datadir/data" --config "$root/config/default.ini" --admin-party >"$fifo" 2>"$datadir/log" &
+  fi
   pid=$!
   read -r line <"$fifo"
   exec 3<"$fifo"  # keep the pipe open so the server never gets SIGPIPE on stdout
@@ -39,6 +46,17 @@ if [[ "${1:-}" == "--chaise" ]]; then
 else
   base="${1:?usage: run.sh <base-url> | --chaise}"
 fi
+# Basic auth: curl reads it from ~/.netrc-less -u, wrk and python from a header.
+curl_auth=()
+wrk_auth=()
+auth_header=""
+if [[ -n "${BENCH_AUTH:-}" ]]; then
+  curl_auth=(-u "$BENCH_AUTH")
+  auth_header="Basic $(printf '%s' "$BENCH_AUTH" | base64 -w0)"
+  wrk_auth=(-H "Authorization: $auth_header")
+fi
+export BENCH_AUTH_HEADER="$auth_header"
+curl() { command curl "${curl_auth[@]}" "$@"; }
 echo "server: $base ($(curl -s "$base/" | head -c 120))"
 
 j='Content-Type: application/json'
@@ -51,7 +69,7 @@ make_db() {
 
 wrk_rate() {  # prints requests/s from wrk's output; failed requests go to stderr
   local out
-  out=$(wrk "$@")
+  out=$(wrk "${wrk_auth[@]}" "$@")
   grep -E 'Non-2xx|Socket errors' <<<"$out" >&2 || true
   awk '/Requests\/sec/ {print $2}' <<<"$out"
 }
@@ -68,8 +86,12 @@ if [[ " $WORKLOADS " == *" get "* ]]; then
 import json, sys, urllib.request
 base = sys.argv[1]
 docs = [{"_id": "d%06d" % i, "value": i, "note": "x" * 150} for i in range(1000)]
+import os
+headers = {"Content-Type": "application/json"}
+if os.environ.get("BENCH_AUTH_HEADER"):
+    headers["Authorization"] = os.environ["BENCH_AUTH_HEADER"]
 req = urllib.request.Request(base + "/benchget/_bulk_docs", json.dumps({"docs": docs}).encode(),
-                             {"Content-Type": "application/json"})
+                             headers)
 urllib.request.urlopen(req).read()
 PY
   r=$(BENCH_DB=benchget BENCH_DOCS=1000 wrk_rate -t2 -c64 -d"${DURATION}s" -s "$here/get_doc.lua" "$base")
@@ -91,7 +113,7 @@ if [[ " $WORKLOADS " == *" scan "* ]]; then
 import json
 print(json.dumps({'docs': [{'type': 'row', 'n': i, 'note': 'x' * 100} for i in range(1000)]}))" >"$body"
   t0=$(date +%s.%N)
-  seq "$batches" | xargs -P 4 -I{} curl -sf -o /dev/null -H "$j" -d @"$body" "$base/benchscan/_bulk_docs"
+  seq "$batches" | xargs -P 4 -I{} curl "${curl_auth[@]}" -sf -o /dev/null -H "$j" -d @"$body" "$base/benchscan/_bulk_docs"
   t1=$(date +%s.%N)
   echo "load  $STREAM_DOCS docs via _bulk_docs (4 clients): $(python3 -c "print(round($STREAM_DOCS/($t1-$t0)))") docs/s"
   for view in _all_docs _changes; do
