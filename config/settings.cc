@@ -65,6 +65,7 @@ constexpr auto kKeys = std::to_array<Key>({
     {"chaise", "fauxton_dir", Kind::kString},
     {"chaise", "max_header_bytes", Kind::kInt, 1024, 0xffffffff},
     {"chaise", "idle_timeout_seconds", Kind::kInt, 1, 24 * 3600},
+    {"chaise", "header_timeout_seconds", Kind::kInt, 1, 3600},
     {"chaise", "max_connections", Kind::kInt, 1, kMax},
     {"log", "level", Kind::kLogLevel},
     {"uuids", "max_count", Kind::kInt, 1, kMax},
@@ -246,6 +247,8 @@ ServerSettings server_settings(const Sections& values, std::vector<std::string>&
       get_int(values, "chaise", "max_header_bytes", static_cast<std::int64_t>(s.max_header_bytes)));
   s.idle_timeout_seconds = static_cast<unsigned>(
       get_int(values, "chaise", "idle_timeout_seconds", s.idle_timeout_seconds));
+  s.header_timeout_seconds = static_cast<unsigned>(
+      get_int(values, "chaise", "header_timeout_seconds", s.header_timeout_seconds));
   s.max_connections = static_cast<std::size_t>(
       get_int(values, "chaise", "max_connections", static_cast<std::int64_t>(s.max_connections)));
   s.changes_timeout_ms = get_int(values, "chttpd", "changes_timeout", s.changes_timeout_ms);

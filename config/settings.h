@@ -50,6 +50,7 @@ struct ServerSettings {
   std::size_t max_attachment_size = 1024ull * 1024 * 1024;  // [couchdb] max_attachment_size
   std::size_t max_header_bytes = 64 * 1024;                 // [chaise] max_header_bytes
   unsigned idle_timeout_seconds = 300;                      // [chaise] idle_timeout_seconds
+  unsigned header_timeout_seconds = 30;                     // [chaise] header_timeout_seconds
   std::size_t max_connections = 10000;                      // [chaise] max_connections
   std::int64_t changes_timeout_ms = 60'000;                 // [chttpd] changes_timeout
   std::int64_t uuids_max_count = 1000;                      // [uuids] max_count

@@ -250,10 +250,20 @@ asio::awaitable<void> Session::serve() {
 asio::awaitable<bool> Session::read_request(
     beast_http::request_parser<beast_http::string_body>& parser) {
   error_code ec;
-  // One deadline for the whole request: a client trickling bytes cannot extend it.
+  // Idle: a keep-alive connection may wait up to idle_timeout for its next request to begin.
   stream_.expires_after(state_.options.idle_timeout);
-  co_await beast_http::async_read_header(stream_, buffer_, parser,
-                                         asio::redirect_error(asio::use_awaitable, ec));
+  if (buffer_.size() == 0) {
+    const std::size_t n = co_await stream_.async_read_some(
+        buffer_.prepare(4096), asio::redirect_error(asio::use_awaitable, ec));
+    buffer_.commit(n);
+  }
+  // From its first byte, the request line and headers must arrive within header_timeout, however
+  // the client trickles them (slowloris); the body then gets idle_timeout.
+  if (!ec) {
+    stream_.expires_after(std::min(state_.options.header_timeout, state_.options.idle_timeout));
+    co_await beast_http::async_read_header(stream_, buffer_, parser,
+                                           asio::redirect_error(asio::use_awaitable, ec));
+  }
   if (!ec && !parser.is_done() &&
       beast::iequals(parser.get()[beast_http::field::expect], "100-continue")) {
     // curl and others wait for this before sending a large body.
@@ -265,6 +275,7 @@ asio::awaitable<bool> Session::read_request(
     if (!ec && close_requested_) ec = asio::error::operation_aborted;
   }
   if (!ec && !parser.is_done()) {
+    stream_.expires_after(state_.options.idle_timeout);
     co_await beast_http::async_read(stream_, buffer_, parser,
                                     asio::redirect_error(asio::use_awaitable, ec));
   }

@@ -44,6 +44,9 @@ struct ServerOptions {
   // How long a connection may take to deliver a complete request (including waiting idle between
   // keep-alive requests) before it is closed. Default 300 s.
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(300)};
+  // How long a request's line and headers may take to arrive once its first byte has (a client
+  // trickling a byte a second is cut off). Default 30 s.
+  std::chrono::milliseconds header_timeout{std::chrono::seconds(30)};
   // How long writing one response may take before the connection is closed. Default 60 s.
   std::chrono::milliseconds write_timeout{std::chrono::seconds(60)};
   // Open connections at most; connections beyond it are closed right after accept. Default 10000.

@@ -284,6 +284,7 @@ chaise::http::ServerOptions server_options(const chaise::config::ServerSettings&
   options.max_request_body_bytes = config.max_request_body_bytes;
   options.max_header_bytes = config.max_header_bytes;
   options.idle_timeout = std::chrono::seconds(config.idle_timeout_seconds);
+  options.header_timeout = std::chrono::seconds(config.header_timeout_seconds);
   options.max_connections = config.max_connections;
   return options;
 }

@@ -10,6 +10,8 @@
 #include "tests/http/test_server.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -424,6 +426,40 @@ TEST_F(ConfiguredServerTest, IdleConnectionIsClosedAfterTimeout) {
   const auto started = std::chrono::steady_clock::now();
   EXPECT_TRUE(client.wait_closed(10s));
   EXPECT_GE(std::chrono::steady_clock::now() - started, 500ms);
+}
+
+TEST_F(ConfiguredServerTest, SlowHeadersAreCutOffAfterHeaderTimeout) {
+  ServerProcess& server = start_with_ini("[chaise]\nheader_timeout_seconds = 1\n");
+  // A plain socket that trickles a header byte every 200 ms: never a complete head.
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server.port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const auto started = std::chrono::steady_clock::now();
+  ASSERT_GT(::send(fd, "GET / HTTP/1.1\r\n", 16, MSG_NOSIGNAL), 0);
+  bool closed = false;
+  while (!closed && std::chrono::steady_clock::now() - started < 6s) {
+    std::this_thread::sleep_for(200ms);
+    if (::send(fd, "X", 1, MSG_NOSIGNAL) < 0) closed = true;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) == 1) {
+      char c;
+      if (::recv(fd, &c, 1, MSG_DONTWAIT) <= 0) closed = true;
+    }
+  }
+  const auto took = std::chrono::steady_clock::now() - started;
+  ::close(fd);
+  EXPECT_TRUE(closed);
+  EXPECT_GE(took, 800ms);
+  EXPECT_LT(took, 4s);
+  // An idle keep-alive connection is not affected: it waits for idle_timeout (300 s here).
+  HttpClient idle{server.port()};
+  ASSERT_EQ(idle.get("/").status, 200u);
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(idle.get("/").status, 200u);
 }
 
 TEST_F(ConfiguredServerTest, CommandLineOverridesIniFile) {
