@@ -83,6 +83,9 @@ struct Server::State {
   unsigned running_threads = 0;
   std::uint64_t next_session_id = 0;
   std::unordered_map<std::uint64_t, std::weak_ptr<Session>> sessions;
+  // The refused-connection warning, rate-limited to one line a second.
+  std::chrono::steady_clock::time_point last_refusal_warning{};
+  std::uint64_t refused_since_warning = 0;
   // Read without the mutex on every request to decide keep-alive.
   std::atomic<bool> stopping_flag{false};
 
@@ -407,7 +410,15 @@ asio::awaitable<void> Server::State::accept_loop() {
       std::lock_guard lock(mutex);
       if (stopping) co_return;  // `socket` closes as it goes out of scope
       if (sessions.size() >= options.max_connections) {
-        spdlog::warn("http: {} connections open, refusing a new one", sessions.size());
+        // At most one line a second, however fast connections are refused.
+        ++refused_since_warning;
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last_refusal_warning >= std::chrono::seconds(1)) {
+          spdlog::warn("http: {} connections open (max_connections); refused {} new one(s)",
+                       sessions.size(), refused_since_warning);
+          refused_since_warning = 0;
+          last_refusal_warning = now;
+        }
         continue;
       }
       const std::uint64_t id = next_session_id++;

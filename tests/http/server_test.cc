@@ -462,6 +462,35 @@ TEST_F(ConfiguredServerTest, SlowHeadersAreCutOffAfterHeaderTimeout) {
   EXPECT_EQ(idle.get("/").status, 200u);
 }
 
+TEST_F(ConfiguredServerTest, ConnectionsBeyondTheLimitAreRefusedWithOneWarningASecond) {
+  const fs::path log = dir_.path() / "limit.log";
+  ServerProcess& server =
+      start_with_ini("[chaise]\nmax_connections = 2\n[log]\nwriter = file\nfile = " + log.string() + "\n");
+  HttpClient first{server.port()};
+  HttpClient second{server.port()};
+  ASSERT_EQ(first.get("/").status, 200u);
+  ASSERT_EQ(second.get("/").status, 200u);
+  for (int i = 0; i < 50; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(server.port());
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      pollfd p{fd, POLLIN, 0};
+      ::poll(&p, 1, 2000);  // closed by the server right after accept
+    }
+    ::close(fd);
+  }
+  EXPECT_EQ(first.get("/").status, 200u);  // the admitted connections still work
+  std::ifstream in(log);
+  std::string line;
+  int warnings = 0;
+  while (std::getline(in, line)) warnings += line.find("refused") != std::string::npos;
+  EXPECT_GE(warnings, 1);
+  EXPECT_LE(warnings, 3);  // 50 refusals within about a second: not 50 lines
+}
+
 TEST_F(ConfiguredServerTest, CommandLineOverridesIniFile) {
   // The ini asks for port 1 and an unusable data_dir; the flags ServerProcess passes (--port 0,
   // --data-dir) must win over the file, whatever their position on the command line.
