@@ -321,6 +321,24 @@ bool Authenticator::check_password(const AuthSettings&, const Creds& creds, std:
   return true;
 }
 
+std::optional<Authenticator::Creds> Authenticator::verify_login(const AuthSettings& s,
+                                                                std::string_view name,
+                                                                std::string_view password,
+                                                                std::string_view peer,
+                                                                bool& locked) const {
+  const std::string user_key = "u:" + std::string(peer) + "\n" + std::string(name);
+  const std::string peer_key = "p:" + std::string(peer);
+  locked = throttled(user_key) || throttled(peer_key);
+  if (locked) return std::nullopt;
+  auto creds = lookup(s, name);
+  if (!creds || !check_password(s, *creds, name, password)) {
+    record_failure(user_key);
+    record_failure(peer_key);
+    return std::nullopt;
+  }
+  return creds;
+}
+
 std::string Authenticator::ensure_secret() const {
   const auto s = settings();
   if (!s->secret.empty()) return s->secret;
@@ -438,17 +456,11 @@ AuthResult Authenticator::authenticate(const Request& req, std::string_view peer
       if (colon != std::string::npos && *decoded != "_:_") {
         const std::string name = decoded->substr(0, colon);
         const std::string password = decoded->substr(colon + 1);
-        const std::string user_key = "u:" + std::string(peer) + "\n" + name;
-        const std::string peer_key = "p:" + std::string(peer);
-        if (throttled(user_key) || throttled(peer_key)) {
-          result.error = core::CouchError{403, "forbidden", std::string(kLockoutReason)};
-          return result;
-        }
-        const auto creds = lookup(*s, name);
-        if (!creds || !check_password(*s, *creds, name, password)) {
-          record_failure(user_key);
-          record_failure(peer_key);
-          result.error = unauthorized("Name or password is incorrect.");
+        bool locked = false;
+        const auto creds = verify_login(*s, name, password, peer, locked);
+        if (!creds) {
+          result.error = locked ? core::CouchError{403, "forbidden", std::string(kLockoutReason)}
+                                : unauthorized("Name or password is incorrect.");
           return result;
         }
         result.user = creds->user;
@@ -476,16 +488,13 @@ Authenticator::Login Authenticator::login(const Request& req, std::string_view n
                                           std::string_view password, std::string_view peer) const {
   const auto s = settings();
   Login out;
-  const std::string user_key = "u:" + std::string(peer) + "\n" + std::string(name);
-  const std::string peer_key = "p:" + std::string(peer);
-  if (throttled(user_key) || throttled(peer_key)) {
+  bool locked = false;
+  const auto creds = verify_login(*s, name, password, peer, locked);
+  if (locked) {
     out.error = core::CouchError{403, "forbidden", std::string(kLockoutReason)};
     return out;
   }
-  const auto creds = lookup(*s, name);
-  if (!creds || !check_password(*s, *creds, name, password)) {
-    record_failure(user_key);
-    record_failure(peer_key);
+  if (!creds) {
     out.set_cookie = clear_cookie(req);
     return out;
   }

@@ -98,6 +98,11 @@ class Authenticator {
   std::optional<Creds> lookup(const AuthSettings& s, std::string_view name) const;
   bool check_password(const AuthSettings& s, const Creds& creds, std::string_view name,
                       std::string_view password) const;
+  // Name and password as Basic and POST /_session check them: the lockout first, then the
+  // credentials (a failure counts towards the lockout). Sets `locked` when refused for it.
+  std::optional<Creds> verify_login(const AuthSettings& s, std::string_view name,
+                                    std::string_view password, std::string_view peer,
+                                    bool& locked) const;
   std::string make_cookie(const Request& req, const AuthSettings& s, std::string_view name,
                           std::string_view salt, std::int64_t now) const;
   std::string ensure_secret() const;

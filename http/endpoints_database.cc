@@ -576,6 +576,24 @@ Response revs_diff(Call& call, bool missing_revs) {
 
 // ---- /{db}/_revs_limit --------------------------------------------------------------------------
 
+// Writes one of the database's settings with `set(tr, db)` in a transaction of its own and
+// answers {"ok":true}; 404 when the database is gone, or its name is now another database's.
+template <typename Set>
+MaybeResponse set_db_meta(const Call& call, const core::DbRef& db, Set set) {
+  bool missing = false;
+  storage::Status s =
+      co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+        auto r = core::open_db(tr, db.name);
+        if (!r.ok()) return r.error();
+        missing = core::failed(*r) || std::get<core::DbRef>(*r).id != db.id;
+        if (!missing) set(tr, std::get<core::DbRef>(*r));
+        return {};
+      });
+  if (!s.ok()) co_return storage_error_response(call.req, s.error());
+  if (missing) throw HttpError(core::db_not_found());
+  co_return json_response(call.req, Status::ok, Json{{"ok", true}});
+}
+
 MaybeResponse revs_limit(Call& call, const core::DbRef& db) {
   if (is_get(call)) {
     auto tr = call.store().create_transaction();
@@ -596,19 +614,9 @@ MaybeResponse revs_limit(Call& call, const core::DbRef& db) {
                       std::to_string(core::kRevsLimitMax) + ".");
   }
   const int limit = static_cast<int>(body.get<std::uint64_t>());
-  bool missing = false;
-  storage::Status s =
-      co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
-        auto r = core::open_db(tr, db.name);
-        if (!r.ok()) return r.error();
-        // The same name may now be another database: only the one the request opened counts.
-        missing = core::failed(*r) || std::get<core::DbRef>(*r).id != db.id;
-        if (!missing) core::set_revs_limit(tr, std::get<core::DbRef>(*r), limit);
-        return {};
-      });
-  if (!s.ok()) co_return storage_error_response(call.req, s.error());
-  if (missing) throw HttpError(core::db_not_found());
-  co_return json_response(call.req, Status::ok, Json{{"ok", true}});
+  co_return co_await set_db_meta(call, db, [&](storage::Transaction& tr, const core::DbRef& now) {
+    core::set_revs_limit(tr, now, limit);
+  });
 }
 
 // ---- /{db}/_security ------------------------------------------------------------------------
@@ -630,18 +638,9 @@ MaybeResponse security(Call& call, const core::DbRef& db) {
   if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(std::move(*e));
   const std::string text = body.dump();
   if (text.size() > 1024 * 1024) throw HttpError(413, "too_large", "the security object is too large");
-  bool missing = false;
-  storage::Status s =
-      co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
-        auto r = core::open_db(tr, db.name);
-        if (!r.ok()) return r.error();
-        missing = core::failed(*r) || std::get<core::DbRef>(*r).id != db.id;
-        if (!missing) core::set_security_json(tr, std::get<core::DbRef>(*r), text);
-        return {};
-      });
-  if (!s.ok()) co_return storage_error_response(call.req, s.error());
-  if (missing) throw HttpError(core::db_not_found());
-  co_return json_response(call.req, Status::ok, Json{{"ok", true}});
+  co_return co_await set_db_meta(call, db, [&](storage::Transaction& tr, const core::DbRef& now) {
+    core::set_security_json(tr, now, text);
+  });
 }
 
 // ---- /{db}/_compact[/{ddoc}] --------------------------------------------------------------------

@@ -26,7 +26,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -156,23 +155,6 @@ bool is_server_uuid(std::string_view text) {
   return text.size() == 32 && text.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
-std::string new_server_uuid() {
-  std::array<unsigned char, 16> bytes{};
-  std::size_t filled = 0;
-  while (filled < bytes.size()) {
-    const ssize_t n = getrandom(bytes.data() + filled, bytes.size() - filled, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
-    filled += static_cast<std::size_t>(n);
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string uuid;
-  for (unsigned char byte : bytes) {
-    uuid.push_back(kHex[byte >> 4]);
-    uuid.push_back(kHex[byte & 0xf]);
-  }
-  return uuid;
-}
 
 void fsync_path(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -198,7 +180,7 @@ std::string load_or_create_server_uuid(const fs::path& data_dir) {
     }
     return uuid;
   }
-  const std::string uuid = new_server_uuid();
+  const std::string uuid = chaise::core::random_hex32();
   const fs::path temp = data_dir / "server_uuid.tmp";
   {
     std::ofstream out(temp, std::ios::trunc);
