@@ -199,7 +199,7 @@ MaybeResponse Router::dispatch(Call& call) const {
   static const std::array<std::string_view, 4> kViews = {"_all_docs", "_design_docs", "_local_docs",
                                                          "_changes"};
   if (std::find(kViews.begin(), kViews.end(), path[1]) != kViews.end())
-    co_return co_await handle_views(call);
+    co_return co_await handle_cursors(call);
   if (path[1].front() == '_' && path[1] != "_design" && path[1] != "_local")
     co_return co_await handle_database(call);
   co_return co_await handle_document(call);

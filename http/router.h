@@ -125,8 +125,8 @@ MaybeResponse handle_attachment(Call& call, const core::DbRef& db, const std::st
                                 const std::string& name);
 // POST /{db}/_bulk_get, for an opened database.
 MaybeResponse handle_bulk_get(Call& call, const core::DbRef& db);
-// Streamed views: /{db}/_all_docs, _design_docs, _local_docs, _all_docs/queries, _changes.
-MaybeResponse handle_views(Call& call);
+// Streamed cursors (the built-in indexes): /{db}/_all_docs, _design_docs, _local_docs, _all_docs/queries, _changes.
+MaybeResponse handle_cursors(Call& call);
 
 // --- Response builders, shared by every endpoint -------------------------------------------------
 

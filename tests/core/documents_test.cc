@@ -12,7 +12,7 @@
 #include "core/changes_notifier.h"
 #include "core/documents.h"
 #include "core/txid_janitor.h"
-#include "core/views.h"
+#include "core/cursors.h"
 #include "storage/database.h"
 
 namespace chaise::core {

@@ -11,7 +11,7 @@
 
 #include "core/documents.h"
 #include "core/shards.h"
-#include "core/views.h"
+#include "core/cursors.h"
 #include "storage/database.h"
 
 namespace chaise::core {

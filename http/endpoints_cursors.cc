@@ -1,4 +1,4 @@
-// Streamed views: /{db}/_all_docs, /_design_docs, /_local_docs, /_all_docs/queries, /_changes.
+// Streamed cursors (the built-in indexes): /{db}/_all_docs, /_design_docs, /_local_docs, /_all_docs/queries, /_changes.
 //
 // Rows come from core cursors one page (one short transaction) at a time and are written to the
 // ResponseStream as they are produced, so memory stays flat whatever the size of the answer and a
@@ -20,7 +20,7 @@
 #include "core/shards.h"
 #include "http/txn.h"
 
-#include "core/views.h"
+#include "core/cursors.h"
 #include "http/etag.h"
 #include "http/request.h"
 #include "http/metrics.h"
@@ -803,7 +803,7 @@ MaybeResponse changes_meta(Call& call) {
 
 }  // namespace
 
-MaybeResponse handle_views(Call& call) {
+MaybeResponse handle_cursors(Call& call) {
   const std::string& view = call.path.at(1);
   const AllDocsKind kind = view == "_design_docs"  ? AllDocsKind::design_docs
                            : view == "_local_docs" ? AllDocsKind::local_docs

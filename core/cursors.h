@@ -1,4 +1,4 @@
-// core/views.h — the built-in indexes as streams of rows: _all_docs (+ _design_docs, _local_docs)
+// core/cursors.h — the built-in indexes as streams of rows: _all_docs (+ _design_docs, _local_docs)
 // over by_id (RFC 002) and _changes over the changes subspace (RFC 000).
 //
 // Cursors are paged: each next_page() runs in the transaction it is given and remembers where it

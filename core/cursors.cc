@@ -1,4 +1,4 @@
-#include "core/views.h"
+#include "core/cursors.h"
 
 #include <algorithm>
 #include <limits>
