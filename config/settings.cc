@@ -40,6 +40,11 @@ constexpr auto kKeys = std::to_array<Key>({
     {"couchdb", "default_security", Kind::kOneOf, 0, 0, "admin_only|everyone"},
     {"couchdb", "users_db_security_editable", Kind::kBool},
     {"couchdb", "maintenance_mode", Kind::kOneOf, 0, 0, "true|false|nolb"},
+    {"couchdb", "os_process_timeout", Kind::kInt, 1, 3'600'000},
+    {"query_server_config", "reduce_limit", Kind::kBool},
+    {"chaise", "js_contexts", Kind::kInt, 1, 64},
+    {"chaise", "js_heap_mb", Kind::kInt, 8, 4096},
+    {"chaise", "js_jit", Kind::kBool},
     {"log", "access_log", Kind::kBool},
     {"log", "writer", Kind::kOneOf, 0, 0, "stderr|file|journald"},
     {"log", "file", Kind::kNonEmpty},
@@ -252,6 +257,11 @@ ServerSettings server_settings(const Sections& values, std::vector<std::string>&
   s.max_connections = static_cast<std::size_t>(
       get_int(values, "chaise", "max_connections", static_cast<std::int64_t>(s.max_connections)));
   s.changes_timeout_ms = get_int(values, "chttpd", "changes_timeout", s.changes_timeout_ms);
+  s.js_timeout_ms = get_int(values, "couchdb", "os_process_timeout", s.js_timeout_ms);
+  s.js_reduce_limit = get_bool(values, "query_server_config", "reduce_limit", s.js_reduce_limit);
+  s.js_contexts = static_cast<unsigned>(get_int(values, "chaise", "js_contexts", s.js_contexts));
+  s.js_heap_mb = static_cast<unsigned>(get_int(values, "chaise", "js_heap_mb", s.js_heap_mb));
+  s.js_jit = get_bool(values, "chaise", "js_jit", s.js_jit);
   s.uuids_max_count = get_int(values, "uuids", "max_count", s.uuids_max_count);
   s.log_level = get_string(values, "log", "level", s.log_level);
   return s;

@@ -55,6 +55,11 @@ struct ServerSettings {
   std::int64_t changes_timeout_ms = 60'000;                 // [chttpd] changes_timeout
   std::int64_t uuids_max_count = 1000;                      // [uuids] max_count
   std::string log_level = "info";                           // [log] level
+  std::int64_t js_timeout_ms = 5000;                        // [couchdb] os_process_timeout
+  bool js_reduce_limit = true;                              // [query_server_config] reduce_limit
+  unsigned js_contexts = 2;                                 // [chaise] js_contexts
+  unsigned js_heap_mb = 64;                                 // [chaise] js_heap_mb
+  bool js_jit = false;                                      // [chaise] js_jit
 };
 
 // Validates every known key of `values` (ConfigError naming the first bad one) and returns the

@@ -331,7 +331,7 @@ StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& t
     if (!all.ok()) return all.error();
     branches = std::move(*all);
   }
-  if (q_.selector) {
+  if (q_.selector || q_.doc_filter) {
     // The winning revision as a document (_id, _rev, _deleted included) must match.
     if (branches.empty()) {
       auto w = read_winner(tr, db_, id, Snapshot::yes);
@@ -341,8 +341,12 @@ StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& t
     }
     auto doc = branch_doc_json(tr, db_, id, branches, branches.back(), DocReadOptions{});
     if (!doc.ok()) return doc.error();
-    auto parsed = nlohmann::ordered_json::parse(*doc, nullptr, /*allow_exceptions=*/false);
-    if (parsed.is_discarded() || !q_.selector->matches(parsed)) return std::optional<std::string>();
+    if (q_.doc_filter && !q_.doc_filter->pass(*doc)) return std::optional<std::string>();
+    if (q_.selector) {
+      auto parsed = nlohmann::ordered_json::parse(*doc, nullptr, /*allow_exceptions=*/false);
+      if (parsed.is_discarded() || !q_.selector->matches(parsed))
+        return std::optional<std::string>();
+    }
   }
   if (q_.all_docs_style) {
     // CouchDB lists the winner first, then the other leaves.

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -67,6 +68,18 @@ StorageResult<std::vector<std::string>> all_docs_keys(Transaction& tr, const DbR
                                                       const std::vector<std::string>& keys,
                                                       const AllDocsQuery& q);
 
+// A filter on the winning revision of each change (filter=ddoc/name, filter=_view; core/filters.h
+// has the JavaScript ones). Called from the cursor, one change at a time.
+class ChangesDocFilter {
+ public:
+  virtual ~ChangesDocFilter() = default;
+  // Whether the change passes; `doc` is the winning revision as CouchDB shows it (with "_id",
+  // "_rev", "_deleted" for a tombstone). Once a call failed, failed() says how and every later
+  // call answers false: the feed must stop.
+  virtual bool pass(std::string_view doc) = 0;
+  virtual const std::optional<CouchError>& failed() const = 0;
+};
+
 struct ChangesQuery {
   Sequence since;  // exclusive
   bool descending = false;
@@ -79,6 +92,7 @@ struct ChangesQuery {
   std::optional<std::vector<std::string>> doc_ids;  // filter=_doc_ids
   bool design_only = false;                         // filter=_design
   std::optional<Selector> selector;                 // filter=_selector: the winning doc must match
+  std::shared_ptr<ChangesDocFilter> doc_filter;     // filter=ddoc/name, filter=_view
   std::optional<std::int64_t> shard;                // one shard's feed (RFC 004); else all, merged
   // > 0: a row carries its seq only when the number of rows the feed may still send, counted
   // before the row, is a multiple of seq_interval; the others have "seq":null. CouchDB counts down

@@ -872,6 +872,94 @@ DocWriteBatch::DocWriteBatch(std::string db_name, std::vector<Item> items)
       local_revs_(items_.size()),
       done_(items_.size(), false) {}
 
+namespace {
+
+// The document as CouchDB's couch_doc:to_json_obj(Doc, [revs]) shows it to validate_doc_update:
+// "_id", "_rev", "_revisions" (replicated edits), "_deleted", the body, attachment stubs.
+std::string vdu_doc_json(std::string_view id, const std::optional<RevId>& rev,
+                         const Branch* path, bool deleted, std::string_view body,
+                         const std::vector<AttUpload>* atts) {
+  std::string out = "{\"_id\":" + json_string(id);
+  if (rev) out += ",\"_rev\":" + json_string(rev->str());
+  if (path) {
+    out += ",\"_revisions\":{\"start\":" + std::to_string(path->leaf.pos) + ",\"ids\":[";
+    for (std::size_t i = 0; i < path->length(); ++i) {
+      if (i) out += ',';
+      out += json_string(path->rev_at(i).hash_str());
+    }
+    out += "]}";
+  }
+  if (deleted) out += ",\"_deleted\":true";
+  if (atts && !atts->empty()) {
+    out += ",\"_attachments\":{";
+    for (std::size_t i = 0; i < atts->size(); ++i) {
+      const AttUpload& a = (*atts)[i];
+      if (i) out += ',';
+      out += json_string(a.name) + ":{";
+      if (!a.stub) {
+        out += "\"content_type\":" + json_string(a.info.content_type) +
+               ",\"length\":" + std::to_string(a.info.length) + ",";
+      }
+      out += "\"stub\":true}";
+    }
+    out += "}";
+  }
+  if (body.size() > 2) {
+    out += ',';
+    out.append(body.substr(1));
+  } else {
+    out += '}';
+  }
+  return out;
+}
+
+// Runs `v` on one edit, with the revision it replaces as the old document: for an interactive
+// edit the leaf it names (none named: a new or deleted document, validated against null); for a
+// replicated one the nearest leaf on its path. An edit that will conflict is passed through.
+StorageResult<std::optional<CouchError>> validate_item(Transaction& tr, const DbRef& db,
+                                                       const DocWriteBatch::Item& it,
+                                                       DocValidator& v) {
+  const std::string& id = it.replicated ? it.replicated_doc.id : it.update.id;
+  if (id.starts_with("_design/")) return std::optional<CouchError>();
+  auto branches = read_branches(tr, db, id, storage::Snapshot::yes);
+  if (!branches.ok()) return branches.error();
+  std::optional<RevId> old_rev;
+  if (!it.replicated) {
+    if (it.update.base_rev) {
+      for (const StoredBranch& b : *branches)
+        if (b.branch.leaf == *it.update.base_rev) old_rev = b.branch.leaf;
+      if (!old_rev) return std::optional<CouchError>();  // conflicts
+    } else if (!branches->empty() && !branches->back().branch.deleted) {
+      return std::optional<CouchError>();  // conflicts
+    }
+  } else {
+    const Branch& path = it.replicated_doc.path;
+    std::size_t best = path.length();
+    for (const StoredBranch& b : *branches)
+      for (std::size_t i = 0; i < path.length() && i < best; ++i)
+        if (path.rev_at(i) == b.branch.leaf) {
+          best = i;
+          old_rev = b.branch.leaf;
+        }
+  }
+  std::string old_json = "null";
+  if (old_rev) {
+    auto rec = read_rev(tr, db, id, *old_rev);
+    if (!rec.ok()) return rec.error();
+    if (*rec) old_json = vdu_doc_json(id, old_rev, nullptr, (*rec)->deleted, (*rec)->body, nullptr);
+  }
+  std::string new_json =
+      it.replicated
+          ? vdu_doc_json(id, it.replicated_doc.path.leaf, &it.replicated_doc.path,
+                         it.replicated_doc.path.deleted, it.replicated_doc.body,
+                         &it.replicated_doc.atts)
+          : vdu_doc_json(id, it.update.base_rev, nullptr, it.update.deleted, it.update.body,
+                         &it.update.atts);
+  return v.validate(new_json, old_json);
+}
+
+}  // namespace
+
 storage::Status DocWriteBatch::operator()(Transaction& tr) {
   if (attempts_++ == 0) {
     tx_id_ = random_tx_id();
@@ -901,6 +989,13 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
   auto maps = read_shard_maps(tr, db, storage::Snapshot::no);
   if (!maps.ok()) return maps.error();
 
+  bool validate = false;
+  if (validator_) {
+    auto any = validator_->begin(tr, db);
+    if (!any.ok()) return any.error();
+    validate = *any;
+  }
+
   // This round: the first not-yet-done occurrence of each id; later ones wait for a later round.
   round_.clear();
   std::unordered_set<std::string_view> seen_ids;  // views into items_, which outlives the round
@@ -927,6 +1022,14 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
     round_.push_back(i);
     round_bytes += item_bytes;
     Item& it = items_[i];
+    if (validate && !it.local) {
+      auto verdict = validate_item(tr, db, it, *validator_);
+      if (!verdict.ok()) return verdict.error();
+      if (*verdict) {
+        results_[i] = ItemResult(std::move(**verdict));
+        continue;
+      }
+    }
     if (it.local) {
       auto r = put_local(tr, db, it.update.id, it.local_rev, it.update.deleted, it.update.body);
       if (!r.ok()) return r.error();

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -175,6 +176,21 @@ StorageResult<Outcome<std::string>> put_local(Transaction& tr, const DbRef& db, 
                                               const std::optional<std::string>& base_rev,
                                               bool deleted, std::string_view body);
 
+// ---- validate_doc_update ----
+// Runs a database's validation functions on each edit, inside the write transaction
+// (core/validation.h has the JavaScript one). Design documents and _local documents are not
+// validated (CouchDB checks only that a design document's writer is a db admin).
+class DocValidator {
+ public:
+  virtual ~DocValidator() = default;
+  // Once per transaction attempt: whether there is anything to run (false: validate() is not
+  // called for that attempt).
+  virtual StorageResult<bool> begin(Transaction& tr, const DbRef& db) = 0;
+  // `new_doc` and `old_doc` as CouchDB hands them to validate_doc_update (old_doc "null" when the
+  // edit replaces nothing). nullopt: accepted; else the answer for this document.
+  virtual std::optional<CouchError> validate(std::string_view new_doc, std::string_view old_doc) = 0;
+};
+
 // ---- DocWriteBatch: the body of one _bulk_docs / PUT / DELETE transaction ----
 // Usage: add docs, then run `batch(tr)` as a transaction body (retries included) until
 // `has_more()` is false; `results()` then holds one entry per added document, in order.
@@ -197,6 +213,9 @@ class DocWriteBatch {
   using ItemResult = Outcome<UpdateResult>;  // for _local docs rev = {0, "N"} is carried as text
 
   DocWriteBatch(std::string db_name, std::vector<Item> items);
+  // Every non-design document edit then passes `v` first (CouchDB's order: an edit that would
+  // conflict is not validated, it conflicts).
+  void set_validator(std::shared_ptr<DocValidator> v) { validator_ = std::move(v); }
 
   // The transaction body. Fails the transaction only with storage errors.
   storage::Status operator()(Transaction& tr);
@@ -223,6 +242,7 @@ class DocWriteBatch {
   std::string tx_key_;
   int attempts_ = 0;
   bool db_missing_ = false;
+  std::shared_ptr<DocValidator> validator_;
 };
 
 }  // namespace chaise::core

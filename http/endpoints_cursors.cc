@@ -19,8 +19,11 @@
 #include "core/changes_notifier.h"
 #include "core/shards.h"
 #include "http/txn.h"
+#include <spdlog/spdlog.h>
 
 #include "core/cursors.h"
+#include "core/filters.h"
+#include "http/js_request.h"
 #include "http/etag.h"
 #include "http/request.h"
 #include "http/metrics.h"
@@ -350,10 +353,23 @@ void require_ddoc_member(storage::Transaction& tr, const core::DbRef& db, const 
   if (!s->contains(member)) throw HttpError(404, "not_found", "missing json key: " + member);
 }
 
+// A JavaScript filter on the feed, compiled before the feed starts (a compilation error is the
+// answer then; an error while the feed runs cuts the response off, as CouchDB's does).
+void set_js_filter(const Call& call, storage::Transaction& tr, const core::DbRef& db,
+                   const std::vector<std::string>& parts, core::JsChangesFilter::Kind kind,
+                   core::ChangesQuery& q) {
+  core::js::Engine& engine = js_engine(call);
+  auto f = std::make_shared<core::JsChangesFilter>(
+      engine, load_design_doc(tr, db, parts[0]), kind, parts[1],
+      kind == core::JsChangesFilter::Kind::filter ? js_request_object(call, std::nullopt).dump()
+                                                  : std::string("{}"));
+  if (auto e = f->check()) throw HttpError(*e);
+  q.doc_filter = std::move(f);
+}
+
 // couch_changes:configure_filter: the built-in filters, then "ddoc/name" (an empty name or one
-// of only slashes means no filter). Filters that need JavaScript or a view index, which Chaise
-// does not have, are refused with a 400 once CouchDB's own checks have passed.
-void configure_filter(const std::string& filter, const Params& p, const core::DbRef& db,
+// of only slashes means no filter). JavaScript filters run in-process (core/filters.h).
+void configure_filter(const Call& call, const std::string& filter, const Params& p, const core::DbRef& db,
                       storage::Transaction& tr, core::ChangesQuery& q) {
   if (filter == "_doc_ids") {
     std::optional<Json> ids = p.json("doc_ids");
@@ -380,7 +396,7 @@ void configure_filter(const std::string& filter, const Params& p, const core::Db
     // One part, or more than two, is a 500 (case_clause) in CouchDB 3.5.
     if (parts.size() != 2) throw_bad_request("`view` must be of the form `designname/viewname`");
     require_ddoc_member(tr, db, parts[0], "views", parts[1]);
-    throw_bad_request("filter=" + filter + " is not available in this version of Chaise");
+    set_js_filter(call, tr, db, parts, core::JsChangesFilter::Kind::view, q);
   } else if (filter.starts_with('_')) {
     throw_bad_request("unknown builtin filter name");
   } else if (!filter.empty()) {
@@ -389,8 +405,7 @@ void configure_filter(const std::string& filter, const Params& p, const core::Db
     if (parts.size() != 2)
       throw_bad_request("`filter` must be of the form `designname/filtername`");
     require_ddoc_member(tr, db, parts[0], "filters", parts[1]);
-    throw_bad_request("Chaise has no JavaScript engine: filter functions (" + filter +
-                      ") are not supported");
+    set_js_filter(call, tr, db, parts, core::JsChangesFilter::Kind::filter, q);
   }
 }
 
@@ -470,7 +485,7 @@ ChangesRequest parse_changes(const Call& call, const Json* body, const core::DbR
     if (n <= 0) throw_bad_request("invalid_seq_interval");
     q.seq_interval = n;
   }
-  if (auto filter = p.string("filter")) configure_filter(*filter, p, db, tr, q);
+  if (auto filter = p.string("filter")) configure_filter(call, *filter, p, db, tr, q);
   return r;
 }
 
@@ -655,9 +670,10 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
     head.set(beast_http::field::content_type, "text/event-stream");
     head.set(beast_http::field::cache_control, "no-cache");
   }
-  if (!co_await call.stream.begin(std::move(head))) co_return std::nullopt;
   FeedWriter out(call.stream, r.feed);
-  if (!co_await out.open()) co_return std::nullopt;
+  // The head goes out with the first rows (or when the feed first waits or ends), so that a filter
+  // that fails on the first page still gets its error answer, as in CouchDB.
+  bool started = false;
 
   auto executor = co_await boost::asio::this_coro::executor;
   auto wait = std::make_shared<FeedWait>(executor);
@@ -690,7 +706,20 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
         if (!c.ok()) throw HttpError(core::storage_failure(c.error()));
         counter = *c;
       }
+      if (!started && r.q.doc_filter && r.q.doc_filter->failed())
+        throw HttpError(*r.q.doc_filter->failed());
+      if (!started) {
+        started = true;
+        if (!co_await call.stream.begin(std::move(head))) co_return std::nullopt;
+        if (!co_await out.open()) co_return std::nullopt;
+      }
       if (!co_await out.rows(rows)) co_return std::nullopt;
+      if (r.q.doc_filter && r.q.doc_filter->failed()) {
+        const core::CouchError& e = *r.q.doc_filter->failed();
+        spdlog::warn("_changes of {}: the filter failed, response cut off: {}: {}", db.name,
+                     e.error, e.reason);
+        co_return std::nullopt;  // the response ends without its last chunk
+      }
     }
     if (!r.q.descending) since = cursor.last_seq();
     emitted += cursor.emitted();

@@ -1,5 +1,7 @@
 #include "http/request.h"
 
+#include "core/validation.h"
+
 #include <cctype>
 
 #include <charconv>
@@ -168,6 +170,16 @@ Response storage_error_response(const Request& req, storage::Error e) {
 }
 
 boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call, core::DocWriteBatch& batch) {
+  if (call.ctx.js && !call.path.empty()) {
+    // validate_doc_update sees CouchDB's userCtx ({"db","name","roles"}) and the _security object
+    // open_db_or_throw read.
+    Json user = Json::object();
+    user["db"] = call.path[0];
+    user["name"] = call.user.name ? Json(*call.user.name) : Json(nullptr);
+    user["roles"] = call.user.roles;
+    batch.set_validator(std::make_shared<core::JsDocValidator>(*call.ctx.js, user.dump(),
+                                                               call.security.raw.dump()));
+  }
   while (batch.has_more()) {
     storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) { return batch(tr); });
     if (!s.ok()) co_return s;

@@ -23,6 +23,9 @@ namespace chaise::config {
 class Config;
 }
 namespace chaise::core {
+namespace js {
+class Engine;
+}
 struct DbRef;
 class ChangesNotifier;
 class TxIdJanitor;
@@ -81,6 +84,9 @@ struct RouterContext {
   const Authenticator* auth = nullptr;
   // Request counters and latency; nullptr: not recorded.
   Metrics* metrics = nullptr;
+  // Runs design-document JavaScript; nullptr: none (validate_doc_update, JS filters, views and
+  // update handlers then answer as if no JavaScript engine existed).
+  core::js::Engine* js = nullptr;
   // One info line per request (method, target, status, bytes, duration, user).
   bool access_log = false;
 };

@@ -16,6 +16,7 @@
 #include "http/router.h"
 #include "http/server.h"
 #include "core/changes_notifier.h"
+#include "core/js/js.h"
 #include "core/txid_janitor.h"
 #include "storage/database.h"
 
@@ -383,8 +384,16 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   auto notifier = std::make_unique<chaise::core::ChangesNotifier>(*store);
   chaise::http::Authenticator authenticator{config_store, *store, command.admin_party};
 
+  chaise::core::js::Engine js_engine{chaise::core::js::EngineOptions{
+      .contexts = config.js_contexts,
+      .timeout = std::chrono::milliseconds(config.js_timeout_ms),
+      .heap_bytes = std::size_t{config.js_heap_mb} << 20,
+      .jit = config.js_jit,
+      .reduce_limit = config.js_reduce_limit}};
+
   chaise::http::RouterContext context;
   context.server_uuid = uuid;
+  context.js = &js_engine;
   context.store = store.get();
   context.max_document_size = config.max_document_size;
   context.max_attachment_size = config.max_attachment_size;

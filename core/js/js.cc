@@ -1,0 +1,449 @@
+// core/js/js.cc — the SpiderMonkey side of core/js/js.h.
+//
+// Threads: `contexts` workers, each creating and owning one JSContext (SpiderMonkey binds a context
+// to the thread that made it), plus one watchdog that interrupts a call past its deadline. A call
+// is a task on a bounded queue; the caller blocks on its future.
+#include "core/js/js.h"
+
+#include <js/CallAndConstruct.h>
+#include <js/CompilationAndEvaluation.h>
+#include <js/Context.h>
+#include <js/Conversions.h>
+#include <js/ContextOptions.h>
+#include <js/Initialization.h>
+#include <js/Interrupt.h>
+#include <js/PropertyAndElement.h>
+#include <js/SourceText.h>
+#include <js/String.h>
+#include <js/Utility.h>
+#include <jsapi.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+namespace chaise::core::js {
+
+extern const char kPrelude[];  // core/js/prelude.js, embedded by CMake
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void init_spidermonkey_once(bool jit) {
+  static std::once_flag once;
+  std::call_once(once, [jit] {
+    if (!jit) JS::DisableJitBackend();
+    if (!JS_Init()) {
+      spdlog::critical("js: SpiderMonkey failed to initialize");
+      std::abort();
+    }
+    // After every Engine with static storage is gone (they are registered later, so run first):
+    // SpiderMonkey's helper threads stop before its own statics are destroyed.
+    std::atexit([] { JS_ShutDown(); });
+  });
+}
+
+bool native_log(JSContext* cx, unsigned argc, JS::Value* vp) {
+  JS::CallArgs args = JS::CallArgsFromVp(argc, vp);
+  if (args.length() > 0) {
+    JS::RootedString s(cx, JS::ToString(cx, args[0]));
+    if (!s) return false;
+    JS::UniqueChars text = JS_EncodeStringToUTF8(cx, s);
+    if (!text) return false;
+    std::string_view v(text.get());
+    spdlog::info("js log: {}", v.substr(0, 4096));
+  }
+  args.rval().setUndefined();
+  return true;
+}
+
+const JSClass kGlobalClass = {"global", JSCLASS_GLOBAL_FLAGS, &JS::DefaultGlobalClassOps,
+                              nullptr, nullptr, nullptr};
+
+struct Task {
+  std::string op;
+  std::string ddoc_key;
+  std::string ddoc_json;
+  std::string args;
+  std::promise<JsResult<std::string>> done;
+};
+
+}  // namespace
+
+struct Engine::Impl {
+  explicit Impl(EngineOptions o) : options(o) {}
+
+  EngineOptions options;
+  std::mutex mu;
+  std::condition_variable work_cv;
+  std::deque<std::shared_ptr<Task>> queue;
+  bool stopping = false;
+  std::vector<std::thread> workers;
+  std::atomic<std::size_t> calls{0};
+  std::atomic<std::size_t> rebuilt{0};
+
+  // The watchdog: per worker, the context running a call and its deadline.
+  struct Slot {
+    JSContext* cx = nullptr;
+    std::optional<Clock::time_point> deadline;
+    bool interrupted = false;
+  };
+  std::mutex watch_mu;
+  std::condition_variable watch_cv;
+  std::vector<Slot> slots;
+  std::thread watchdog;
+
+  void watch_loop() {
+    std::unique_lock lock(watch_mu);
+    while (!stopping_watch) {
+      std::optional<Clock::time_point> next;
+      auto now = Clock::now();
+      for (Slot& s : slots) {
+        if (!s.deadline || s.interrupted) continue;
+        if (*s.deadline <= now) {
+          s.interrupted = true;
+          JS_RequestInterruptCallback(s.cx);
+        } else if (!next || *s.deadline < *next) {
+          next = s.deadline;
+        }
+      }
+      if (next)
+        watch_cv.wait_until(lock, *next);
+      else
+        watch_cv.wait(lock);
+    }
+  }
+  bool stopping_watch = false;
+
+  static bool on_interrupt(JSContext* cx) {
+    auto* flag = static_cast<std::atomic<bool>*>(JS_GetContextPrivate(cx));
+    return !(flag && flag->load());  // false: stop the script, uncatchably
+  }
+
+  // One worker's context and everything rooted in it.
+  struct Context {
+    JSContext* cx = nullptr;
+    std::optional<JS::PersistentRootedObject> global;
+    std::atomic<bool> kill{false};
+  };
+
+  bool build(Context& c) {
+    c.cx = JS_NewContext(options.heap_bytes);
+    if (!c.cx) return false;
+    JS_SetContextPrivate(c.cx, &c.kill);
+    if (!JS::InitSelfHostedCode(c.cx)) return false;
+    JS_AddInterruptCallback(c.cx, &Impl::on_interrupt);
+    JS::RealmOptions realm;
+    JS::RootedObject global(c.cx, JS_NewGlobalObject(c.cx, &kGlobalClass, nullptr,
+                                                     JS::FireOnNewGlobalHook, realm));
+    if (!global) return false;
+    c.global.emplace(c.cx, global);
+    JSAutoRealm ar(c.cx, global);
+    if (!JS::InitRealmStandardClasses(c.cx)) return false;
+    if (!JS_DefineFunction(c.cx, global, "__chaise_log", &native_log, 1, 0)) return false;
+    JS::CompileOptions co(c.cx);
+    co.setFileAndLine("prelude.js", 1);
+    JS::SourceText<mozilla::Utf8Unit> src;
+    if (!src.init(c.cx, kPrelude, std::strlen(kPrelude), JS::SourceOwnership::Borrowed))
+      return false;
+    JS::RootedValue rval(c.cx);
+    if (!JS::Evaluate(c.cx, co, src, &rval)) {
+      spdlog::critical("js: the prelude failed to load");
+      return false;
+    }
+    return true;
+  }
+
+  void destroy(Context& c) {
+    if (!c.cx) return;
+    c.global.reset();
+    JS_DestroyContext(c.cx);
+    c.cx = nullptr;
+  }
+
+  static std::string pending_exception_text(JSContext* cx) {
+    JS::RootedValue exc(cx);
+    if (!JS_GetPendingException(cx, &exc)) return "unknown error";
+    JS_ClearPendingException(cx);
+    JS::RootedString s(cx, JS::ToString(cx, exc));
+    if (!s) {
+      JS_ClearPendingException(cx);
+      return "unknown error";
+    }
+    JS::UniqueChars u = JS_EncodeStringToUTF8(cx, s);
+    return u ? std::string(u.get()) : "unknown error";
+  }
+
+  // Runs one task on `c`; returns whether the context must be rebuilt.
+  bool run(Context& c, std::size_t slot, Task& t) {
+    JSContext* cx = c.cx;
+    {
+      std::lock_guard lock(watch_mu);
+      slots[slot] = Slot{cx, Clock::now() + options.timeout, false};
+    }
+    watch_cv.notify_all();
+    c.kill = true;  // the interrupt callback stops the script if the watchdog fires
+    JsResult<std::string> result = JsError{"os_process_error", "unknown"};
+    bool rebuild = false;
+    {
+      JSAutoRealm ar(cx, *c.global);
+      JS::RootedValue fn(cx);
+      JS::RootedObject global(cx, *c.global);
+      JS::RootedValueArray<4> argv(cx);
+      auto str = [&](std::string_view s) -> JSString* {
+        return JS_NewStringCopyUTF8N(cx, JS::UTF8Chars(s.data(), s.size()));
+      };
+      JSString* a0 = str(t.op);
+      JSString* a1 = a0 ? str(t.ddoc_key) : nullptr;
+      JSString* a2 = a1 ? str(t.ddoc_json) : nullptr;
+      JSString* a3 = a2 ? str(t.args) : nullptr;
+      bool ok = a3 && JS_GetProperty(cx, global, "__chaise", &fn);
+      if (ok) {
+        argv[0].setString(a0);
+        argv[1].setString(a1);
+        argv[2].setString(a2);
+        argv[3].setString(a3);
+      }
+      JS::RootedValue rv(cx);
+      if (ok) ok = JS_CallFunctionValue(cx, global, fn, JS::HandleValueArray(argv), &rv);
+      bool timed_out;
+      {
+        std::lock_guard lock(watch_mu);
+        timed_out = slots[slot].interrupted;
+        slots[slot] = Slot{};
+      }
+      // An interrupt was requested: even if the call got to its end first, the request may still
+      // be pending in this context, so the context goes.
+      if (timed_out) rebuild = true;
+      if (ok && rv.isString()) {
+        JS::RootedString s(cx, rv.toString());
+        JS::UniqueChars u = JS_EncodeStringToUTF8(cx, s);
+        if (u) {
+          result = std::string(u.get());
+        } else {
+          result = JsError{"os_process_error", "out of memory"};
+          rebuild = true;
+        }
+      } else if (timed_out) {
+        result = JsError{"os_process_error", "timeout"};
+        rebuild = true;
+      } else if (JS_IsExceptionPending(cx)) {
+        std::string what = pending_exception_text(cx);
+        result = JsError{"os_process_error", what};
+        rebuild = true;  // the prelude catches everything a function throws: this is the engine
+      } else {
+        result = JsError{"os_process_error", "out of memory"};
+        rebuild = true;
+      }
+    }
+    c.kill = false;
+    if (rebuild) {
+      destroy(c);
+      rebuilt.fetch_add(1);
+    } else {
+      JS_MaybeGC(cx);
+    }
+    t.done.set_value(std::move(result));
+    return rebuild;
+  }
+
+  void worker_loop(std::size_t slot) {
+    Context c;
+    for (;;) {
+      if (!c.cx) {
+        if (!build(c)) {
+          spdlog::error("js: could not create a JavaScript context");
+          destroy(c);
+        }
+      }
+      std::shared_ptr<Task> t;
+      {
+        std::unique_lock lock(mu);
+        work_cv.wait(lock, [&] { return stopping || !queue.empty(); });
+        if (stopping && queue.empty()) break;
+        t = std::move(queue.front());
+        queue.pop_front();
+      }
+      if (!c.cx) {
+        t->done.set_value(JsError{"os_process_error", "no JavaScript context"});
+        continue;
+      }
+      run(c, slot, *t);  // destroys the context if it must be rebuilt
+    }
+    destroy(c);
+  }
+};
+
+Engine::Engine(EngineOptions options) : impl_(std::make_unique<Impl>(options)) {
+  init_spidermonkey_once(options.jit);
+  std::size_t n = options.contexts == 0 ? 1 : options.contexts;
+  impl_->slots.resize(n);
+  impl_->watchdog = std::thread([this] { impl_->watch_loop(); });
+  for (std::size_t i = 0; i < n; ++i)
+    impl_->workers.emplace_back([this, i] { impl_->worker_loop(i); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->work_cv.notify_all();
+  for (auto& w : impl_->workers) w.join();
+  {
+    std::lock_guard lock(impl_->watch_mu);
+    impl_->stopping_watch = true;
+  }
+  impl_->watch_cv.notify_all();
+  impl_->watchdog.join();
+}
+
+std::size_t Engine::calls() const { return impl_->calls.load(); }
+std::size_t Engine::contexts_rebuilt() const { return impl_->rebuilt.load(); }
+
+JsResult<std::string> Engine::call(std::string_view op, const DesignDoc* ddoc,
+                                   std::string args_json) {
+  auto t = std::make_shared<Task>();
+  t->op = op;
+  if (ddoc) {
+    t->ddoc_key = ddoc->key;
+    t->ddoc_json = ddoc->json;
+  }
+  t->args = std::move(args_json);
+  auto fut = t->done.get_future();
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->queue.size() >= impl_->options.queue_max)
+      return JsError{"os_process_error", "too many JavaScript calls waiting"};
+    impl_->queue.push_back(std::move(t));
+  }
+  impl_->calls.fetch_add(1);
+  impl_->work_cv.notify_one();
+  JsResult<std::string> raw = fut.get();
+  if (std::holds_alternative<JsError>(raw)) return raw;
+  // {"ok": result} or {"error": e, "reason": r}
+  const std::string& text = std::get<std::string>(raw);
+  if (text.rfind("{\"ok\":", 0) == 0) return text.substr(6, text.size() - 7);
+  try {
+    auto j = nlohmann::json::parse(text);
+    return JsError{j.value("error", "render_error"), j.value("reason", "")};
+  } catch (const nlohmann::json::exception&) {
+    return JsError{"render_error", "unreadable answer from JavaScript"};
+  }
+}
+
+namespace {
+
+std::string json_string(std::string_view s) { return nlohmann::json(std::string(s)).dump(); }
+
+std::string join_array(const std::vector<std::string>& items) {
+  std::size_t n = 2;
+  for (const auto& i : items) n += i.size() + 1;
+  std::string out;
+  out.reserve(n);
+  out += '[';
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i) out += ',';
+    out += items[i];
+  }
+  out += ']';
+  return out;
+}
+
+template <typename T>
+JsResult<T> parse_or(JsResult<std::string>&& r, auto&& f) {
+  if (std::holds_alternative<JsError>(r)) return std::get<JsError>(r);
+  try {
+    return f(nlohmann::json::parse(std::get<std::string>(r)));
+  } catch (const nlohmann::json::exception&) {
+    return JsError{"render_error", "unreadable answer from JavaScript"};
+  }
+}
+
+}  // namespace
+
+JsResult<std::vector<std::string>> Engine::map(const DesignDoc& ddoc,
+                                               const std::vector<std::string>& views,
+                                               const std::vector<std::string>& docs) {
+  nlohmann::json names = views;
+  std::string args = "[" + names.dump() + "," + join_array(docs) + "]";
+  return parse_or<std::vector<std::string>>(call("map", &ddoc, std::move(args)), [&](auto j) {
+    std::vector<std::string> out;
+    out.reserve(j.size());
+    for (auto& d : j) out.push_back(d.dump());
+    if (out.size() != docs.size()) throw nlohmann::json::other_error::create(501, "size", nullptr);
+    return out;
+  });
+}
+
+JsResult<std::string> Engine::reduce(const std::vector<std::string>& sources,
+                                     std::string_view kvs_json, bool rereduce) {
+  nlohmann::json fns = sources;
+  std::string args = "{\"fns\":" + fns.dump() + ",\"rereduce\":" + (rereduce ? "true" : "false") +
+                     ",\"limit\":" + (impl_->options.reduce_limit ? "true" : "false") +
+                     ",\"inputLength\":" + std::to_string(kvs_json.size()) + ",\"kvs\":" +
+                     std::string(kvs_json) + "}";
+  return call("reduce", nullptr, std::move(args));
+}
+
+JsResult<Verdict> Engine::validate(const DesignDoc& ddoc, std::string_view new_doc,
+                                   std::string_view old_doc, std::string_view user_ctx,
+                                   std::string_view sec_obj) {
+  std::string args = "[" + std::string(new_doc) + "," + std::string(old_doc) + "," +
+                     std::string(user_ctx) + "," + std::string(sec_obj) + "]";
+  return parse_or<Verdict>(call("validate", &ddoc, std::move(args)), [](const nlohmann::json& j) {
+    Verdict v;
+    if (j == 1 || j == true) return v;
+    auto text = [](const nlohmann::json& m) { return m.is_string() ? m.get<std::string>() : m.dump(); };
+    if (j.is_object() && j.size() == 1) {
+      auto it = j.begin();
+      if (it.key() == "forbidden") return Verdict{Verdict::Kind::forbidden, text(it.value())};
+      if (it.key() == "unauthorized") return Verdict{Verdict::Kind::unauthorized, text(it.value())};
+      return Verdict{Verdict::Kind::other, text(it.value())};
+    }
+    return Verdict{Verdict::Kind::other, text(j)};
+  });
+}
+
+JsResult<std::vector<bool>> Engine::filter(const DesignDoc& ddoc, std::string_view name,
+                                           const std::vector<std::string>& docs,
+                                           std::string_view req) {
+  std::string args = "[" + json_string(name) + "," + join_array(docs) + "," + std::string(req) + "]";
+  return parse_or<std::vector<bool>>(call("filter", &ddoc, std::move(args)), [](auto j) {
+    std::vector<bool> out;
+    for (auto& b : j) out.push_back(b.is_boolean() && b.template get<bool>());
+    return out;
+  });
+}
+
+JsResult<std::vector<bool>> Engine::filter_view(const DesignDoc& ddoc, std::string_view name,
+                                                const std::vector<std::string>& docs) {
+  std::string args = "[" + json_string(name) + "," + join_array(docs) + "]";
+  return parse_or<std::vector<bool>>(call("filter_view", &ddoc, std::move(args)), [](auto j) {
+    std::vector<bool> out;
+    for (auto& b : j) out.push_back(b.is_boolean() && b.template get<bool>());
+    return out;
+  });
+}
+
+JsResult<UpdateAnswer> Engine::update(const DesignDoc& ddoc, std::string_view name,
+                                      std::string_view doc, std::string_view req) {
+  std::string args = "[" + json_string(name) + "," + std::string(doc) + "," + std::string(req) + "]";
+  return parse_or<UpdateAnswer>(call("update", &ddoc, std::move(args)), [](auto j) {
+    return UpdateAnswer{j.at(0).is_null() ? std::string() : j.at(0).dump(), j.at(1).dump()};
+  });
+}
+
+JsResult<bool> Engine::compiles(std::string_view source) {
+  return parse_or<bool>(call("compile", nullptr, "[" + json_string(source) + "]"),
+                        [](auto) { return true; });
+}
+
+}  // namespace chaise::core::js

@@ -1,0 +1,117 @@
+// core/js/js.h — JavaScript in-process: the seam between core and SpiderMonkey.
+//
+// CouchDB runs design-document JavaScript in `couchjs` processes behind a line protocol; Chaise
+// embeds SpiderMonkey (Debian's libmozjs-102) and runs it on a small pool of threads, each owning
+// one JSContext with CouchDB's JS environment loaded (emit, sum, log, toJSON, isArray, require of
+// CommonJS modules in the design doc). Nothing here knows about HTTP or storage: callers pass JSON
+// text in and get JSON text (or a CouchDB-style error) back.
+//
+// Contract
+// - Thread-safe: any thread may call any method at once; calls queue for a free context (the
+//   queue is bounded; beyond it a call fails at once with os_process_error).
+// - Each call is limited in time (`timeout`) and each context in heap (`heap_bytes`). A call that
+//   runs past its time is interrupted and answers {"os_process_error", "timeout"}; the context it
+//   ran on (and any state a function left in it) is thrown away and rebuilt, so nothing else is
+//   harmed. A function that throws answers the error CouchDB answers for that call.
+// - Compiled functions are cached per context by design-document key (id + rev: a new revision
+//   compiles afresh), at most kCachedDesignDocsMax design documents per context.
+// - The JIT is off unless `jit` is set (process-wide, decided by the first Engine): the systemd unit
+//   forbids writable+executable memory (MemoryDenyWriteExecute=yes), which a JIT needs.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace chaise::core::js {
+
+struct EngineOptions {
+  std::size_t contexts = 2;  // threads, each with one JSContext
+  std::chrono::milliseconds timeout{5000};  // CouchDB's [couchdb] os_process_timeout
+  std::size_t heap_bytes = 64u << 20;       // per context
+  bool jit = false;
+  // CouchDB's [query_server_config] reduce_limit: a JS reduce whose output does not shrink fast
+  // enough fails with reduce_overflow_error.
+  bool reduce_limit = true;
+  std::size_t queue_max = 4096;  // calls waiting for a context
+};
+
+// An error as CouchDB reports it for a query-server call: {"error": error, "reason": reason}.
+struct JsError {
+  std::string error;
+  std::string reason;
+};
+
+template <typename T>
+using JsResult = std::variant<T, JsError>;
+
+// A design document for the function cache: `key` names this revision ("_design/x@3-abc"),
+// `json` is its body (with _id, _rev).
+struct DesignDoc {
+  std::string key;
+  std::string json;
+};
+
+// What a validate_doc_update function said.
+struct Verdict {
+  enum class Kind { ok, forbidden, unauthorized, other } kind = Kind::ok;
+  std::string message;  // the thrown value's message (other: its JSON)
+};
+
+// An update handler's answer: the document to save (empty: none) and the response object.
+struct UpdateAnswer {
+  std::string doc_json;       // "" or "null": nothing to save
+  std::string response_json;  // {"code":..,"headers":{..},"body":".."|"json":..|"base64":..}
+};
+
+class Engine {
+ public:
+  explicit Engine(EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  static constexpr std::size_t kCachedDesignDocsMax = 64;
+
+  // Runs the map functions of `views` (names under the ddoc's "views") over `docs` (JSON texts).
+  // Returns one JSON text per document: an array with one element per view, each an array of
+  // [key, value] pairs. A function that throws on a document emits nothing for it (and logs), as
+  // in CouchDB; a function that does not compile fails the whole call with compilation_error.
+  JsResult<std::vector<std::string>> map(const DesignDoc& ddoc, const std::vector<std::string>& views,
+                                         const std::vector<std::string>& docs);
+  // Reduce functions (JS sources) over rows: `kvs_json` is a JSON array of [[key, docid], value];
+  // rereduce: `kvs_json` is a JSON array of earlier reductions. Returns a JSON array with one
+  // reduction per function.
+  JsResult<std::string> reduce(const std::vector<std::string>& sources, std::string_view kvs_json,
+                               bool rereduce);
+  // The ddoc's validate_doc_update(newDoc, oldDoc, userCtx, secObj); old_doc "null" for none.
+  JsResult<Verdict> validate(const DesignDoc& ddoc, std::string_view new_doc,
+                             std::string_view old_doc, std::string_view user_ctx,
+                             std::string_view sec_obj);
+  // filters.<name>(doc, req) for each document: whether it passes.
+  JsResult<std::vector<bool>> filter(const DesignDoc& ddoc, std::string_view name,
+                                     const std::vector<std::string>& docs, std::string_view req);
+  // filter=_view: whether views.<name>.map emits anything for each document.
+  JsResult<std::vector<bool>> filter_view(const DesignDoc& ddoc, std::string_view name,
+                                          const std::vector<std::string>& docs);
+  // updates.<name>(doc, req); doc "null" when there is none.
+  JsResult<UpdateAnswer> update(const DesignDoc& ddoc, std::string_view name, std::string_view doc,
+                                std::string_view req);
+  // Compiles `source` as a function (nothing is run); used to check design docs on write.
+  JsResult<bool> compiles(std::string_view source);
+
+  // Calls made, and contexts rebuilt after a timeout or out-of-memory (for tests and _stats).
+  std::size_t calls() const;
+  std::size_t contexts_rebuilt() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  JsResult<std::string> call(std::string_view op, const DesignDoc* ddoc, std::string args_json);
+};
+
+}  // namespace chaise::core::js

@@ -1,0 +1,298 @@
+// core/js/prelude.js — the JavaScript environment every Chaise JS context starts with.
+//
+// It gives design-document functions what CouchDB's query server gives them (emit, sum, log,
+// toJSON, isArray, require) and defines one entry point for the C++ side:
+//   __chaise(op, ddocKey, ddocJson, argsJson) -> JSON text {"ok": result} | {"error", "reason"}
+// Compiled functions are cached per design-document key. Embedded into the binary at build time
+// (core/js/CMakeLists.txt); __chaise_log is the native logger the context defines first.
+(function (global) {
+  var nativeLog = global.__chaise_log;
+  var evalGlobal = eval;  // indirect eval: user code compiles in the global scope
+  var MAX_DDOCS = 64;
+  var MAX_REDUCE_FUNS = 256;
+  var ddocs = new Map();        // key -> {doc, funs: Map, modules: Map}
+  var reduceFuns = new Map();   // source -> function
+  var current = null;           // the design doc whose function runs (for require)
+  var emitted = null;           // rows emitted by the map function that runs
+
+  function CouchError(error, reason) {
+    this.error = error;
+    this.reason = reason;
+  }
+
+  function errstr(e) {
+    if (e instanceof CouchError) return e.error + ": " + e.reason;
+    if (e && typeof e === "object" && "message" in e) return String(e.name || "Error") + ": " + e.message;
+    try {
+      var s = JSON.stringify(e);
+      return s === undefined ? String(e) : s;
+    } catch (_) {
+      return String(e);
+    }
+  }
+
+  function errorToJson(e) {
+    if (e !== null && typeof e === "object" && "stack" in e && "name" in e && "message" in e)
+      return {error: e.name, message: e.message};
+    return e;
+  }
+
+  function deepFreeze(o) {
+    if (o === null || typeof o !== "object" || Object.isFrozen(o)) return o;
+    Object.freeze(o);
+    var names = Object.getOwnPropertyNames(o);
+    for (var i = 0; i < names.length; i++) deepFreeze(o[names[i]]);
+    return o;
+  }
+
+  // CouchDB's thrown-array convention: ["error", name, reason] or ["fatal", name, reason].
+  function asCouchError(e) {
+    if (e instanceof CouchError) return e;
+    if (Array.isArray(e) && e.length >= 3 && (e[0] === "error" || e[0] === "fatal"))
+      return new CouchError(String(e[1]), String(e[2]));
+    return null;
+  }
+
+  function compile(source, what) {
+    if (typeof source !== "string" || source.length === 0)
+      throw new CouchError("not_found", "missing function");
+    var trimmed = source.replace(/^\s+/, "").replace(/[\s;]+$/, "");
+    var fn;
+    try {
+      fn = evalGlobal("(" + trimmed + "\n)");
+    } catch (first) {
+      try {
+        fn = evalGlobal(source);
+      } catch (_) {
+        throw new CouchError("compilation_error", errstr(first) + " (" + source + ")");
+      }
+    }
+    if (typeof fn !== "function")
+      throw new CouchError("compilation_error",
+                           "Expression does not eval to a function. (" + source + ")");
+    return fn;
+  }
+
+  function resolve(entry, fromId, name) {
+    var parts = String(name).split("/");
+    var path = [];
+    if (fromId !== null && (parts[0] === "." || parts[0] === ".."))
+      path = fromId.split("/").slice(0, -1);
+    for (var i = 0; i < parts.length; i++) {
+      var p = parts[i];
+      if (p === "." || p === "") continue;
+      if (p === "..") {
+        if (path.length === 0)
+          throw new CouchError("invalid_require_path", "Object has no parent " + JSON.stringify(name));
+        path.pop();
+      } else {
+        path.push(p);
+      }
+    }
+    var cur = entry.doc;
+    for (var j = 0; j < path.length; j++) {
+      if (cur === null || typeof cur !== "object" || cur[path[j]] === undefined)
+        throw new CouchError("invalid_require_path",
+                             "Object has no property \"" + path[j] + "\". " + JSON.stringify(cur));
+      cur = cur[path[j]];
+    }
+    if (typeof cur !== "string")
+      throw new CouchError("invalid_require_path", "Must require a JavaScript string, not: " + typeof cur);
+    return {id: path.join("/"), source: cur};
+  }
+
+  function requireFrom(entry, fromId, name) {
+    var m = resolve(entry, fromId, name);
+    if (entry.modules.has(m.id)) return entry.modules.get(m.id).exports;
+    var module = {id: m.id, exports: {}, current: m.source};
+    entry.modules.set(m.id, module);  // before running it: a circular require sees {}
+    try {
+      var f = evalGlobal("(function (module, exports, require) { " + m.source + "\n })");
+      f.call(null, module, module.exports, function (n) { return requireFrom(entry, m.id, n); });
+    } catch (e) {
+      entry.modules.delete(m.id);
+      throw new CouchError("compilation_error", "Module require('" + name + "') raised error " + errstr(e));
+    }
+    return module.exports;
+  }
+
+  global.require = function (name) {
+    if (current === null) throw new CouchError("invalid_require_path", "require outside a design document");
+    return requireFrom(current, null, name);
+  };
+  global.emit = function (key, value) {
+    if (emitted === null) throw new Error("emit is only available in map functions");
+    emitted.push([key === undefined ? null : key, value === undefined ? null : errorToJson(value)]);
+  };
+  global.sum = function (values) {
+    var r = 0;
+    for (var i in values) r += values[i];
+    return r;
+  };
+  global.log = function (message) {
+    if (typeof message !== "string") message = JSON.stringify(errorToJson(message));
+    nativeLog(String(message));
+  };
+  global.toJSON = function (v) { return JSON.stringify(v); };
+  global.isArray = function (v) { return Array.isArray(v); };
+
+  function designDoc(key, json) {
+    var entry = ddocs.get(key);
+    if (entry !== undefined) {
+      ddocs.delete(key);  // most recently used last
+      ddocs.set(key, entry);
+      return entry;
+    }
+    entry = {doc: JSON.parse(json), funs: new Map(), modules: new Map()};
+    ddocs.set(key, entry);
+    if (ddocs.size > MAX_DDOCS) ddocs.delete(ddocs.keys().next().value);
+    return entry;
+  }
+
+  function fun(entry, path) {
+    var k = path.join("\u0000");
+    var f = entry.funs.get(k);
+    if (f !== undefined) return f;
+    var src = entry.doc;
+    for (var i = 0; i < path.length; i++) {
+      src = (src !== null && typeof src === "object") ? src[path[i]] : undefined;
+      if (src === undefined) throw new CouchError("not_found", "missing function " + path.join("."));
+    }
+    f = compile(src, path.join("."));
+    entry.funs.set(k, f);
+    return f;
+  }
+
+  function mapOne(fn, doc) {
+    emitted = [];
+    try {
+      fn(doc);
+      return emitted;
+    } catch (e) {
+      var ce = asCouchError(e);
+      if (e === "fatal_error") throw new CouchError("map_runtime_error", "function raised 'fatal_error'");
+      if (ce !== null && Array.isArray(e) && e[0] === "fatal") throw ce;
+      if (e && e.name === "InternalError") throw new CouchError(String(e.name), String(e.message));
+      log("function raised exception " + errstr(e) + " with doc._id " + (doc && doc._id));
+      return [];
+    } finally {
+      emitted = null;
+    }
+  }
+
+  var ops = {
+    map: function (entry, args) {
+      var views = args[0], docs = args[1];
+      var fns = views.map(function (v) { return fun(entry, ["views", v, "map"]); });
+      var out = new Array(docs.length);
+      for (var i = 0; i < docs.length; i++) {
+        var doc = deepFreeze(docs[i]);
+        var perDoc = new Array(fns.length);
+        for (var j = 0; j < fns.length; j++) perDoc[j] = mapOne(fns[j], doc);
+        out[i] = perDoc;
+      }
+      return out;
+    },
+    reduce: function (_entry, args) {
+      var fns = args.fns.map(function (src) {
+        var f = reduceFuns.get(src);
+        if (f === undefined) {
+          f = compile(src, "reduce");
+          reduceFuns.set(src, f);
+          if (reduceFuns.size > MAX_REDUCE_FUNS) reduceFuns.delete(reduceFuns.keys().next().value);
+        }
+        return f;
+      });
+      var keys = null, values;
+      if (args.rereduce) {
+        values = args.kvs;
+      } else {
+        keys = new Array(args.kvs.length);
+        values = new Array(args.kvs.length);
+        for (var i = 0; i < args.kvs.length; i++) {
+          keys[i] = args.kvs[i][0];
+          values[i] = args.kvs[i][1];
+        }
+      }
+      var out = fns.map(function (f) {
+        try {
+          var r = f(keys, values, !!args.rereduce);
+          return r === undefined ? null : r;
+        } catch (e) {
+          var ce = asCouchError(e);
+          if (ce !== null) throw ce;
+          if (e && e.name === "InternalError") throw new CouchError(String(e.name), String(e.message));
+          log("function raised exception " + errstr(e));
+          return null;
+        }
+      });
+      if (args.limit) {
+        var outLen = JSON.stringify(out).length;
+        if (outLen > 4096 && outLen * 2 > args.inputLength)
+          throw new CouchError("reduce_overflow_error",
+                               "Reduce output must shrink more rapidly: input size: " + args.inputLength +
+                               " output size: " + outLen);
+      }
+      return out;
+    },
+    validate: function (entry, args) {
+      var f = fun(entry, ["validate_doc_update"]);
+      try {
+        f.apply(entry.doc, args);
+        return 1;
+      } catch (e) {
+        if (e && e.name && e.stack) throw e;
+        return e === undefined ? null : e;
+      }
+    },
+    filter: function (entry, args) {
+      var f = fun(entry, ["filters", args[0]]);
+      var docs = args[1], req = args[2];
+      var out = new Array(docs.length);
+      for (var i = 0; i < docs.length; i++) out[i] = (f.apply(entry.doc, [docs[i], req]) && true) || false;
+      return out;
+    },
+    filter_view: function (entry, args) {
+      var f = fun(entry, ["views", args[0], "map"]);
+      var docs = args[1];
+      var out = new Array(docs.length);
+      for (var i = 0; i < docs.length; i++) out[i] = mapOne(f, deepFreeze(docs[i])).length > 0;
+      return out;
+    },
+    update: function (entry, args) {
+      var f = fun(entry, ["updates", args[0]]);
+      var req = args[2];
+      if (req && req.method === "GET")
+        throw new CouchError("method_not_allowed", "Update functions do not allow GET");
+      var result = f.apply(entry.doc, [args[1], req]);
+      if (!Array.isArray(result))
+        throw new CouchError("render_error", "undefined response from update function");
+      var resp = result[1];
+      if (typeof resp === "string" || resp === undefined || resp === null) resp = {body: resp || ""};
+      return [result[0] === undefined ? null : result[0], resp];
+    },
+    compile: function (_entry, args) {
+      compile(args[0], "check");
+      return true;
+    }
+  };
+
+  global.__chaise = function (op, ddocKey, ddocJson, argsJson) {
+    try {
+      var entry = ddocKey === "" ? null : designDoc(ddocKey, ddocJson);
+      current = entry;
+      var result = ops[op](entry, JSON.parse(argsJson));
+      var text = JSON.stringify({ok: result});
+      return text === undefined ? '{"ok":null}' : text;
+    } catch (e) {
+      var ce = asCouchError(e);
+      if (ce !== null) return JSON.stringify({error: ce.error, reason: ce.reason});
+      // A JavaScript error: CouchDB answers with its name ("TypeError") as the error.
+      if (e && typeof e === "object" && "message" in e && e.name)
+        return JSON.stringify({error: String(e.name), reason: String(e.message)});
+      return JSON.stringify({error: "render_error", reason: errstr(e)});
+    } finally {
+      current = null;
+    }
+  };
+})(this);

@@ -1,0 +1,27 @@
+// http/js_request.h — the request object design-document functions receive (filters, update
+// handlers), shaped like CouchDB's chttpd_external:json_req_obj.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "core/js/js.h"
+#include "http/request.h"
+
+namespace chaise::http {
+
+// {"info":{"db_name":..},"id":..,"uuid":..,"method":..,"requested_path":[..],"path":[..],
+//  "raw_path":..,"query":{..},"headers":{..},"body":..,"peer":..,"form":{..},"cookie":{..},
+//  "userCtx":{"db","name","roles"},"secObj":{..}}. `body` is the request body text, "undefined"
+// when there is none (as CouchDB sends it); `form` the decoded body of a form POST.
+Json js_request_object(const Call& call, const std::optional<std::string>& doc_id);
+
+// The design document `_design/<name>` of the opened database as the JS engine wants it (its key
+// names the database and the revision, so a new revision compiles afresh). 404 as CouchDB.
+core::js::DesignDoc load_design_doc(storage::Transaction& tr, const core::DbRef& db,
+                                    const std::string& name);
+
+// The engine, or 500 when the server runs without one (router unit tests).
+core::js::Engine& js_engine(const Call& call);
+
+}  // namespace chaise::http
