@@ -43,8 +43,8 @@ enum class Partitioned : bool { no = false, yes = true };
 //   _count*, _stats*, _approx_count_distinct*, _first*, _last*, _top_N, _bottom_N with N in 1..100)
 //       "`_foo` is not a supported reduce function.", "rank value must be between 1 and 100",
 //       "invalid rank reducer"
-// Not checked: that JavaScript functions compile (CouchDB: 400 compilation_error). Chaise has no
-// JavaScript engine and stores them as they are.
+// Not checked here: that JavaScript functions compile (CouchDB: 400 compilation_error on write);
+// a function that does not compile fails when it is used (core/js/js.h).
 std::optional<CouchError> validate_design_doc(std::string_view id,
                                               const nlohmann::ordered_json& doc,
                                               Partitioned db_partitioned);

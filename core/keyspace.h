@@ -26,6 +26,14 @@
 //   (kConfig, "changes_shards", StartSeq)  = shard map (the sharded-changes issue)
 //   (kAtts, Address, Chunk)                = attachment bytes as stored (core/attachments.h)
 //   (kAttRefs, Address)                    = little-endian int64: revision bodies naming Address
+//   (kViews, Sig, kViewSeq)                = the Sequence (its text) the index has caught up to
+//   (kViews, Sig, kViewRows, View, CollationKey, DocId, N)
+//                                          = KeyJSON "\n" ValueJSON: the N-th row DocId emitted
+//                                            with this key (core/collation.h: bytes that sort as
+//                                            CouchDB collates; KeyJSON keeps the key itself)
+//   (kViews, Sig, kViewIds, DocId, View, CollationKey, N) = "": DocId's rows, to remove them
+//   (kViews, Sig, kViewCounts, View)       = little-endian int64: rows in the view (atomic add)
+//   Sig is the design document's view signature (core/view_index.h); View its view's number.
 // A revision's body chunks are Chunk >= 0; its header (deleted flag, attachment list; see
 // core/documents.cc) is stored in the same range at Chunk < 0, so one range read returns both.
 // Bodies of superseded revisions stay until compaction (CouchDB keeps them too).
@@ -67,6 +75,13 @@ inline constexpr std::int64_t kTxIds = 7;
 inline constexpr std::int64_t kConfig = 8;
 inline constexpr std::int64_t kAtts = 9;
 inline constexpr std::int64_t kAttRefs = 10;
+inline constexpr std::int64_t kViews = 11;
+
+// Under (kViews, Sig).
+inline constexpr std::int64_t kViewSeq = 0;
+inline constexpr std::int64_t kViewRows = 1;
+inline constexpr std::int64_t kViewIds = 2;
+inline constexpr std::int64_t kViewCounts = 3;
 
 // Value format versions (first element of each value tuple).
 inline constexpr std::int64_t kDbFormat = 1;
@@ -123,7 +138,8 @@ class DbSpace {
         txids_(root_.sub(Tuple().add(kTxIds))),
         meta_(root_.sub(Tuple().add(kMeta))),
         atts_(root_.sub(Tuple().add(kAtts))),
-        att_refs_(root_.sub(Tuple().add(kAttRefs))) {}
+        att_refs_(root_.sub(Tuple().add(kAttRefs))),
+        views_(root_.sub(Tuple().add(kViews))) {}
 
   const Subspace& root() const { return root_; }
   const Subspace& revisions() const { return revisions_; }
@@ -136,6 +152,9 @@ class DbSpace {
   const Subspace& meta() const { return meta_; }
   const Subspace& atts() const { return atts_; }
   const Subspace& att_refs() const { return att_refs_; }
+  const Subspace& views() const { return views_; }
+  // One design document's view index (by signature).
+  Subspace view_index(std::string_view sig) const { return views_.sub(Tuple().add_bytes(sig)); }
 
   std::string counter_key(std::string_view name) const { return counters_.pack(Tuple().add(name)); }
   std::string meta_key(std::string_view name) const { return meta_.pack(Tuple().add(name)); }
@@ -162,7 +181,7 @@ class DbSpace {
 
  private:
   Subspace root_, revisions_, docs_, by_id_, changes_, counters_, local_, txids_, meta_, atts_,
-      att_refs_;
+      att_refs_, views_;
 };
 
 }  // namespace chaise::core::keyspace

@@ -709,10 +709,7 @@ MaybeResponse handle_database(Call& call) {
   if ((op == "_compact" || op == "_view_cleanup") && !core::is_db_admin(call.user, call.security))
     throw HttpError(401, "unauthorized", "You are not a server or db admin.");
   if (op == "_compact") co_return co_await compact(call, db);
-  if (op == "_view_cleanup") {
-    if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
-    co_return json_response(call.req, Status::accepted, Json{{"ok", true}});
-  }
+  if (op == "_view_cleanup") co_return co_await view_cleanup(call, db);
   if (path.size() == 2) {
     if (op == "_bulk_docs") co_return co_await bulk_docs(call, db);
     // _users documents are each readable only by their owner; _bulk_get would skip that rule.

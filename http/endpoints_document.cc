@@ -1076,23 +1076,6 @@ Response post_doc(const Call& call, const Target& t) {
 
 // ---- Attachment paths (/{db}/{doc}/{att...}) ---------------------------------------------------
 
-// Opens the document as couch_doc_open does (404 missing / deleted); returns normally if found.
-void open_for_attachment(const Call& call, const core::DbRef& db, const Target& t,
-                         const std::optional<std::string>& rev_text) {
-  auto tr = call.store().create_transaction();
-  if (t.local) {
-    if (rev_text) throw_couch(core::doc_not_found());
-    auto r = core::get_local_json(tr, db, t.id);
-    if (!r.ok()) throw_couch(core::storage_failure(r.error()));
-    if (core::failed(*r)) throw_couch(std::get<core::CouchError>(*r));
-    return;
-  }
-  core::DocReadOptions o;
-  if (rev_text) o.rev = parse_rev_or_throw(*rev_text);
-  auto r = core::get_doc_json(tr, db, t.id, o);
-  if (!r.ok()) throw_couch(core::storage_failure(r.error()));
-  if (core::failed(*r)) throw_couch(std::get<core::CouchError>(*r));
-}
 
 // /{db}/_design/{name}/_view/... and the other design handlers: CouchDB opens the design doc first.
 bool is_design_action(const Target& t) {
@@ -1125,10 +1108,7 @@ MaybeResponse handle_document(Call& call) {
   const core::DbRef db = open_db_or_throw(call);  // 404 first, whatever the method (do_db_req)
   if (auto redirect = design_redirect(call)) co_return redirect;
   const Target t = resolve_target(call);
-  if (is_design_action(t)) {
-    open_for_attachment(call, db, Target{t.id, false, {}}, std::nullopt);
-    throw_not_implemented();
-  }
+  if (is_design_action(t)) co_return co_await handle_design_action(call, db, t.id.substr(8), t.rest);
   if (!t.rest.empty()) {
     std::string name;
     for (const std::string& part : t.rest) name += (name.empty() ? "" : "/") + part;

@@ -357,11 +357,12 @@ std::string join_array(const std::vector<std::string>& items) {
   return out;
 }
 
+// Ordered: object members keep their order (it matters to collation and to clients).
 template <typename T>
 JsResult<T> parse_or(JsResult<std::string>&& r, auto&& f) {
   if (std::holds_alternative<JsError>(r)) return std::get<JsError>(r);
   try {
-    return f(nlohmann::json::parse(std::get<std::string>(r)));
+    return f(nlohmann::ordered_json::parse(std::get<std::string>(r)));
   } catch (const nlohmann::json::exception&) {
     return JsError{"render_error", "unreadable answer from JavaScript"};
   }
@@ -398,10 +399,10 @@ JsResult<Verdict> Engine::validate(const DesignDoc& ddoc, std::string_view new_d
                                    std::string_view sec_obj) {
   std::string args = "[" + std::string(new_doc) + "," + std::string(old_doc) + "," +
                      std::string(user_ctx) + "," + std::string(sec_obj) + "]";
-  return parse_or<Verdict>(call("validate", &ddoc, std::move(args)), [](const nlohmann::json& j) {
+  return parse_or<Verdict>(call("validate", &ddoc, std::move(args)), [](const nlohmann::ordered_json& j) {
     Verdict v;
     if (j == 1 || j == true) return v;
-    auto text = [](const nlohmann::json& m) { return m.is_string() ? m.get<std::string>() : m.dump(); };
+    auto text = [](const nlohmann::ordered_json& m) { return m.is_string() ? m.get<std::string>() : m.dump(); };
     if (j.is_object() && j.size() == 1) {
       auto it = j.begin();
       if (it.key() == "forbidden") return Verdict{Verdict::Kind::forbidden, text(it.value())};

@@ -189,5 +189,186 @@ TEST_F(DesignTest, ChangesFilterFunctions) {
   EXPECT_EQ(admin(verb::get, "/db/_changes").status, 200u);
 }
 
+
+// ---- Views ---------------------------------------------------------------------------------------
+
+class ViewTest : public DesignTest {
+ protected:
+  void SetUp() override {
+    DesignTest::SetUp();
+    put_ddoc("v", {{"views",
+                    {{"by_n", {{"map", "function(doc) { if (doc.n !== undefined) emit(doc.n, doc.name || null); }"}}},
+                     {"pairs", {{"map", "function(doc) { if (doc.t) emit([doc.t, doc.n], doc.n); }"}, {"reduce", "_sum"}}},
+                     {"count", {{"map", "function(doc) { if (doc.t) emit(doc.t, null); }"}, {"reduce", "_count"}}},
+                     {"stats", {{"map", "function(doc) { if (doc.t) emit(doc.t, doc.n); }"}, {"reduce", "_stats"}}},
+                     {"jsred", {{"map", "function(doc) { if (doc.t) emit(doc.t, doc.n); }"},
+                                {"reduce", "function(keys, values, rereduce) { return sum(values); }"}}},
+                     {"link", {{"map", "function(doc) { if (doc.friend) emit(doc._id, {_id: doc.friend}); }"}}}}}});
+    Json docs = Json::array();
+    for (int i = 1; i <= 6; ++i)
+      docs.push_back({{"_id", "d" + std::to_string(i)}, {"n", i}, {"t", i % 2 ? "odd" : "even"},
+                      {"name", "n" + std::to_string(i)}});
+    docs.push_back({{"_id", "f"}, {"friend", "d2"}});
+    ASSERT_EQ(admin(verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump()).status, 201u);
+  }
+  Json view(const std::string& q) {
+    auto r = admin(verb::get, "/db/_design/v/_view/" + q);
+    EXPECT_EQ(r.status, 200u) << q << ": " << r.body;
+    return r.json();
+  }
+  static std::vector<std::string> ids(const Json& j) {
+    std::vector<std::string> out;
+    for (const auto& row : j["rows"]) out.push_back(row["id"]);
+    return out;
+  }
+};
+
+TEST_F(ViewTest, MapQueryParameters) {
+  Json all = view("by_n");
+  EXPECT_EQ(all["total_rows"], 6);
+  EXPECT_EQ(all["offset"], 0);
+  EXPECT_EQ(ids(all), (std::vector<std::string>{"d1", "d2", "d3", "d4", "d5", "d6"}));
+  EXPECT_EQ(all["rows"][0], Json::parse(R"({"id":"d1","key":1,"value":"n1"})"));
+  EXPECT_EQ(ids(view("by_n?key=3")), std::vector<std::string>{"d3"});
+  EXPECT_EQ(ids(view("by_n?startkey=2&endkey=4")), (std::vector<std::string>{"d2", "d3", "d4"}));
+  EXPECT_EQ(ids(view("by_n?startkey=2&endkey=4&inclusive_end=false")), (std::vector<std::string>{"d2", "d3"}));
+  EXPECT_EQ(ids(view("by_n?descending=true&startkey=4&endkey=2")), (std::vector<std::string>{"d4", "d3", "d2"}));
+  EXPECT_EQ(ids(view("by_n?descending=true&startkey=4&endkey=2&inclusive_end=false")), (std::vector<std::string>{"d4", "d3"}));
+  Json page = view("by_n?skip=2&limit=2");
+  EXPECT_EQ(ids(page), (std::vector<std::string>{"d3", "d4"}));
+  EXPECT_EQ(page["offset"], 2);
+  EXPECT_EQ(view("by_n?startkey=5")["offset"], 4);
+  EXPECT_EQ(ids(view("by_n?limit=0")), std::vector<std::string>{});
+  auto post = admin(verb::post, "/db/_design/v/_view/by_n", R"({"keys":[5,1,99,5]})");
+  ASSERT_EQ(post.status, 200u);
+  EXPECT_EQ(ids(post.json()), (std::vector<std::string>{"d5", "d1", "d5"}));
+  // include_docs, and linked documents through {"_id": ...} values.
+  Json docs = view("by_n?key=2&include_docs=true");
+  EXPECT_EQ(docs["rows"][0]["doc"]["name"], "n2");
+  Json linked = view("link?include_docs=true");
+  EXPECT_EQ(linked["rows"][0]["id"], "f");
+  EXPECT_EQ(linked["rows"][0]["doc"]["_id"], "d2");
+  EXPECT_TRUE(view("by_n?update_seq=true").contains("update_seq"));
+  // Several queries at once.
+  auto multi = admin(verb::post, "/db/_design/v/_view/by_n/queries", R"({"queries":[{"key":1},{"startkey":5,"limit":1}]})");
+  ASSERT_EQ(multi.status, 200u);
+  EXPECT_EQ(ids(multi.json()["results"][0]), std::vector<std::string>{"d1"});
+  EXPECT_EQ(ids(multi.json()["results"][1]), std::vector<std::string>{"d5"});
+}
+
+TEST_F(ViewTest, ParameterErrorsAsCouchDb) {
+  auto expect = [&](const std::string& q, const std::string& reason) {
+    auto r = admin(verb::get, "/db/_design/v/_view/" + q);
+    expect_error(r, 400, "query_parse_error", reason);
+  };
+  expect("by_n?reduce=true", "Reduce is invalid for map-only views.");
+  expect("by_n?group=true", "Invalid use of grouping on a map view.");
+  expect("count?include_docs=true", "`include_docs` is invalid for reduce");
+  expect("count?keys=%5B%22a%22,%22b%22%5D", "Multi-key fetches for reduce views must use `group=true`");
+  expect("by_n?keys=%5B1,2%5D&key=1", "`keys` is incompatible with `key`, `start_key` and `end_key`");
+  expect("by_n?startkey=3&endkey=1", "No rows can match your key range, reverse your start_key and end_key or set descending=true");
+  expect("by_n?limit=-1", "Invalid value for positive integer: \"-1\"");
+  expect("by_n?update=maybe", "Invalid value for `update`.");
+  expect("count?group=false&group_level=1", "Can't specify group=false and group_level>0 at the same time");
+  expect_error(admin(verb::get, "/db/_design/v/_view/nope"), 404, "not_found", "missing_named_view");
+  expect_error(admin(verb::get, "/db/_design/nope/_view/x"), 404, "not_found", "missing");
+}
+
+TEST_F(ViewTest, Reduce) {
+  EXPECT_EQ(view("count")["rows"], Json::parse(R"([{"key":null,"value":6}])"));
+  EXPECT_EQ(view("count?group=true")["rows"], Json::parse(R"([{"key":"even","value":3},{"key":"odd","value":3}])"));
+  EXPECT_EQ(view("pairs?group_level=1")["rows"], Json::parse(R"([{"key":["even"],"value":12},{"key":["odd"],"value":9}])"));
+  EXPECT_EQ(view("pairs?group=true&limit=2&skip=1")["rows"], Json::parse(R"([{"key":["even",4],"value":4},{"key":["even",6],"value":6}])"));
+  EXPECT_EQ(view("pairs?startkey=%5B%22odd%22%5D&endkey=%5B%22odd%22,%7B%7D%5D")["rows"], Json::parse(R"([{"key":null,"value":9}])"));
+  EXPECT_EQ(view("stats?key=%22odd%22")["rows"][0]["value"], Json::parse(R"({"sum":9,"count":3,"min":1,"max":5,"sumsqr":35})"));
+  EXPECT_EQ(view("jsred?group=true")["rows"], Json::parse(R"([{"key":"even","value":12},{"key":"odd","value":9}])"));
+  EXPECT_EQ(ids(view("count?reduce=false&key=%22odd%22")), (std::vector<std::string>{"d1", "d3", "d5"}));
+  auto keyed = admin(verb::post, "/db/_design/v/_view/count?group=true", R"({"keys":["odd","none","even"]})");
+  EXPECT_EQ(keyed.json()["rows"], Json::parse(R"([{"key":"odd","value":3},{"key":"even","value":3}])"));
+  // A value _sum cannot add: CouchDB's error object as the row's value.
+  ASSERT_EQ(admin(verb::put, "/db/bad", R"({"t":"odd","n":"x"})").status, 201u);
+  Json bad = view("pairs");
+  EXPECT_EQ(bad["rows"][0]["value"]["error"], "builtin_reduce_error");
+  EXPECT_EQ(bad["rows"][0]["value"]["caused_by"], "x");
+  expect_error(admin(verb::get, "/db/_design/v/_view/stats"), 500, "invalid_value",
+               "The _stats function requires that map values be numbers or arrays of numbers, not '<<\"x\">>'");
+}
+
+TEST_F(ViewTest, ReduceOverManyRowsRereduces) {
+  Json docs = Json::array();
+  for (int i = 0; i < 2500; ++i) docs.push_back({{"t", i % 3 ? "x" : "y"}, {"n", 1}});
+  ASSERT_EQ(admin(verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump()).status, 201u);
+  // 2,500 + 6 rows: more than one batch per group, so the JS reduce also rereduces.
+  EXPECT_EQ(view("jsred")["rows"][0]["value"], 2500 + 21);
+  EXPECT_EQ(view("count")["rows"][0]["value"], 2506);
+  EXPECT_EQ(view("stats")["rows"][0]["value"]["count"], 2506);
+  EXPECT_EQ(view("count?group=true")["rows"], Json::parse(R"([{"key":"even","value":3},{"key":"odd","value":3},{"key":"x","value":1666},{"key":"y","value":834}])"));
+}
+
+TEST_F(ViewTest, IndexFollowsEditsDeletesAndDesignChanges) {
+  EXPECT_EQ(view("by_n")["total_rows"], 6);
+  const std::string rev = admin(verb::get, "/db/d1").json()["_rev"];
+  ASSERT_EQ(admin(verb::put, "/db/d1?rev=" + rev, R"({"n":100,"name":"moved"})").status, 201u);
+  const std::string rev2 = admin(verb::get, "/db/d2").json()["_rev"];
+  ASSERT_EQ(admin(verb::delete_, "/db/d2?rev=" + rev2).status, 200u);
+  // stale=ok / update=false answer from the index as it is.
+  EXPECT_EQ(view("by_n?update=false")["total_rows"], 6);
+  Json now = view("by_n");
+  EXPECT_EQ(now["total_rows"], 5);
+  EXPECT_EQ(ids(now), (std::vector<std::string>{"d3", "d4", "d5", "d6", "d1"}));
+  EXPECT_EQ(now["rows"][4]["value"], "moved");
+  EXPECT_EQ(view("count?group=true")["rows"], Json::parse(R"([{"key":"even","value":2},{"key":"odd","value":2}])"));
+  // A new revision of the design document with other views: a new index; cleanup drops the old.
+  const std::string old_sig = admin(verb::get, "/db/_design/v/_info").json()["view_index"]["signature"];
+  const std::string drev = admin(verb::get, "/db/_design/v").json()["_rev"];
+  ASSERT_EQ(admin(verb::put, "/db/_design/v?rev=" + drev,
+                  R"({"views":{"by_n":{"map":"function(doc){ if (doc.n) emit(-doc.n, null); }"}}})").status,
+            201u);
+  Json neg = view("by_n");
+  EXPECT_EQ(ids(neg), (std::vector<std::string>{"d1", "d6", "d5", "d4", "d3"}));
+  EXPECT_NE(admin(verb::get, "/db/_design/v/_info").json()["view_index"]["signature"], old_sig);
+  EXPECT_EQ(admin(verb::post, "/db/_view_cleanup", "{}").status, 202u);
+  EXPECT_EQ(ids(view("by_n")), (std::vector<std::string>{"d1", "d6", "d5", "d4", "d3"}));
+}
+
+TEST_F(ViewTest, MapErrorsAndTimeouts) {
+  put_ddoc("bad", {{"views", {{"syntax", {{"map", "function(doc) {"}}},
+                              {"throws", {{"map", "function(doc) { if (doc.n == 2) throw 'no'; emit(doc.n); }"}}}}}});
+  auto r = admin(verb::get, "/db/_design/bad/_view/syntax");
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_EQ(r.json()["error"], "compilation_error");
+  put_ddoc("ok", {{"views", {{"throws", {{"map", "function(doc) { if (doc.n == 2) throw 'no'; if (doc.n) emit(doc.n); }"}}}}}});
+  // A document the function throws on emits nothing; the others are indexed.
+  auto ok = admin(verb::get, "/db/_design/ok/_view/throws");
+  EXPECT_EQ(ok.json()["total_rows"], 5) << ok.body;
+  put_ddoc("spin", {{"views", {{"s", {{"map", "function(doc) { while (true) {} }"}}}}}});
+  auto spin = admin(verb::get, "/db/_design/spin/_view/s");
+  EXPECT_EQ(spin.status, 500u);
+  EXPECT_EQ(spin.json()["error"], "os_process_error") << spin.body;
+  EXPECT_EQ(view("by_n")["total_rows"], 6);
+}
+
+TEST_F(ViewTest, UpdateHandlers) {
+  put_ddoc("u", {{"updates",
+                  {{"bump", "function(doc, req) { if (!doc) { return [{_id: req.id || req.uuid, n: 1}, 'created']; }"
+                            " doc.n += Number(req.query.by || 1); return [doc, {json: {n: doc.n}}]; }"},
+                   {"echo", "function(doc, req) { return [null, {code: 202, headers: {'X-Echo': req.body}, body: 'ok'}]; }"}}}});
+  auto created = admin(verb::put, "/db/_design/u/_update/bump/counter");
+  EXPECT_EQ(created.status, 201u) << created.body;
+  EXPECT_EQ(created.body, "created");
+  EXPECT_FALSE(created.header("X-Couch-Update-NewRev").empty());
+  auto bumped = admin(verb::post, "/db/_design/u/_update/bump/counter?by=5");
+  EXPECT_EQ(bumped.status, 201u);
+  EXPECT_EQ(bumped.json(), Json::parse(R"({"n":6})"));
+  EXPECT_EQ(admin(verb::get, "/db/counter").json()["n"], 6);
+  auto echo = admin(verb::post, "/db/_design/u/_update/echo", "hello");
+  EXPECT_EQ(echo.status, 202u);
+  EXPECT_EQ(echo.body, "ok");
+  EXPECT_EQ(echo.header("X-Echo"), "hello");
+  expect_error(admin(verb::get, "/db/_design/u/_update/bump/counter"), 405, "method_not_allowed",
+               "Update functions do not allow GET");
+  EXPECT_EQ(admin(verb::post, "/db/_design/u/_update/nope").status, 404u);
+}
+
 }  // namespace
 }  // namespace chaise::test

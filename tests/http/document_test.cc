@@ -717,9 +717,9 @@ TEST_F(DocumentTest, DesignDocumentsBehaveLikeDocuments) {
 TEST_F(DocumentTest, DesignActionsNeedTheDesignDocument) {
   expect_error(get("/db/_design/none/_view/v"), 404, "not_found", "missing");
   create("/db/_design/app", R"({"views":{}})");
-  expect_error(get("/db/_design/app/_view/v"), 501, "not_implemented",
-               "this feature is not yet implemented");
-  expect_error(get("/db/_design/app/_info"), 501, "not_implemented",
+  expect_error(get("/db/_design/app/_view/v"), 404, "not_found", "missing_named_view");
+  EXPECT_EQ(get("/db/_design/app/_info").status, 200u);
+  expect_error(get("/db/_design/app/_show/s"), 501, "not_implemented",
                "this feature is not yet implemented");
 }
 

@@ -1,0 +1,139 @@
+// core/view_index.h — map/reduce views: the index of a design document's views in the store,
+// built incrementally from _changes, and the cursors that answer view queries.
+//
+// A design document's views form one index named by its signature (a digest of the language,
+// the views' map/reduce sources and options, and views.lib): a design document edited without
+// touching its views keeps its index; one whose views changed gets a new one, and
+// _view_cleanup removes the indexes no design document names any more. Keys:
+// core/keyspace.h (kViews).
+//
+// Building: update_step() is a transaction body that indexes the next batch of changes after the
+// index's sequence (at most kDocsPerStep documents and kBytesPerStep of document JSON: always
+// well inside FoundationDB's 5 s and 10 MB), removing each changed document's old rows through
+// the id index and adding the rows the map functions emit. Its read of the index sequence is a
+// conflicting one, so two builders never both apply one batch.
+//
+// Querying: ViewCursor pages through rows (map) or groups (reduce) like the _all_docs cursor:
+// each page in its own short transaction, rows serialized ready to stream. Reduce runs over the
+// rows of the range at query time (built-in reducers in C++, JavaScript ones batched in the
+// engine).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/documents.h"
+#include "core/js/js.h"
+
+namespace chaise::core {
+
+using OrderedJson = nlohmann::ordered_json;
+
+struct ViewDef {
+  std::string name;
+  std::string map;
+  std::optional<std::string> reduce;  // JS source or a built-in ("_sum", "_count", ...)
+};
+
+// A design document's views, as the indexer and the query need them.
+struct ViewGroup {
+  std::string ddoc_id;     // "_design/x"
+  js::DesignDoc ddoc;      // for the JS engine (key names the revision)
+  std::string signature;   // 32 hex digits
+  std::string language;    // "javascript"
+  std::vector<ViewDef> views;  // sorted by name; a view's number is its index here
+  bool include_design = false;
+  bool local_seq = false;
+
+  // The views of a design document body (as stored: with _id, _rev). Errors as CouchDB:
+  // 404 not_found "missing" when `view` names no view there (pass "" to skip that check).
+  static Outcome<ViewGroup> from_design_doc(const std::string& ddoc_id, const std::string& json,
+                                            const std::string& js_key);
+  std::optional<std::size_t> index_of(std::string_view view) const;
+};
+
+// The index's sequence (zero before the first build step).
+StorageResult<Sequence> view_index_seq(Transaction& tr, const DbRef& db, const ViewGroup& g,
+                                       storage::Snapshot snapshot);
+
+// One build step; returns true once the index has caught up with the database as `tr` sees it.
+// A map function that fails to compile (or a JS engine failure) is the CouchError.
+inline constexpr std::size_t kDocsPerStep = 500;
+inline constexpr std::size_t kBytesPerStep = 4'000'000;
+StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const ViewGroup& g,
+                                         js::Engine& js);
+
+// Removes the indexes of `db` whose signature is not in `keep`, a bounded amount per call;
+// returns true when done.
+StorageResult<bool> cleanup_step(Transaction& tr, const DbRef& db,
+                                 const std::vector<std::string>& keep);
+
+// Rows in a view (total_rows).
+StorageResult<std::int64_t> view_row_count(Transaction& tr, const DbRef& db, const ViewGroup& g,
+                                           std::size_t view);
+
+struct ViewQuery {
+  std::size_t view = 0;
+  std::optional<OrderedJson> start_key, end_key;
+  std::optional<std::string> start_docid, end_docid;
+  bool inclusive_end = true;
+  bool descending = false;
+  std::int64_t limit = -1;  // -1: none
+  std::int64_t skip = 0;
+  bool include_docs = false;
+  bool conflicts = false;  // with include_docs
+  bool reduce = true;      // for views with a reduce function
+  // Reduce grouping: nullopt = one group for the whole range (group=false); SIZE_MAX = exact
+  // keys (group=true); N = group_level.
+  std::optional<std::size_t> group_level;
+  std::optional<std::vector<OrderedJson>> keys;  // rows of these keys, in this order
+};
+
+class ViewCursor {
+ public:
+  ViewCursor(DbRef db, std::shared_ptr<const ViewGroup> g, ViewQuery q, js::Engine* js);
+  // Appends up to about `rows_max` serialized rows; true while more may follow. A reduce error
+  // (built-in on bad values, a JS failure) is the CouchError.
+  StorageResult<Outcome<bool>> next_page(Transaction& tr, std::size_t rows_max,
+                                         std::vector<std::string>& out);
+  // Rows before the first one the query selects, skip included (map queries).
+  StorageResult<std::int64_t> offset(Transaction& tr);
+  bool reducing() const { return reducing_; }
+
+ private:
+  struct Range {
+    std::string begin, end;  // remaining [begin, end)
+  };
+  StorageResult<Outcome<bool>> map_page(Transaction& tr, std::size_t rows_max,
+                                        std::vector<std::string>& out);
+  StorageResult<Outcome<bool>> reduce_page(Transaction& tr, std::size_t rows_max,
+                                           std::vector<std::string>& out);
+  StorageResult<std::string> doc_for(Transaction& tr, std::string_view id,
+                                     std::string_view value_json);
+  std::optional<CouchError> flush_group(std::vector<std::string>& out);
+  std::optional<CouchError> reduce_batch();
+
+  DbRef db_;
+  std::shared_ptr<const ViewGroup> g_;
+  ViewQuery q_;
+  js::Engine* js_;
+  bool reducing_ = false;
+  std::vector<Range> ranges_;
+  std::size_t range_ = 0;
+  std::int64_t to_skip_;
+  std::int64_t to_emit_;
+  // Reduce state: the current group's key (collation bytes and JSON), and what was gathered.
+  struct Group;
+  std::shared_ptr<Group> group_;
+};
+
+// Built-in reduce functions. `values` are the rows' value JSON texts, `keys` (for
+// _approx_count_distinct) their key JSON texts. Errors as CouchDB's builtin_reduce_error.
+Outcome<std::string> builtin_reduce(std::string_view fn, const std::vector<std::string>& keys,
+                                    const std::vector<std::string>& values);
+
+}  // namespace chaise::core
