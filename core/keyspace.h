@@ -27,11 +27,13 @@
 //   (kAtts, Address, Chunk)                = attachment bytes as stored (core/attachments.h)
 //   (kAttRefs, Address)                    = little-endian int64: revision bodies naming Address
 //   (kViews, Sig, kViewSeq)                = the Sequence (its text) the index has caught up to
-//   (kViews, Sig, kViewRows, View, CollationKey, DocId, N)
-//                                          = KeyJSON "\n" ValueJSON: the N-th row DocId emitted
-//                                            with this key (core/collation.h: bytes that sort as
-//                                            CouchDB collates; KeyJSON keeps the key itself)
-//   (kViews, Sig, kViewIds, DocId, View, CollationKey, N) = "": DocId's rows, to remove them
+//   (kViews, Sig, kViewRows, View, KeyCollation, DocId, ValueCollation, N)
+//                                          = KeyJSON "\n" ValueJSON: a row DocId emitted (core/
+//                                            collation.h: bytes that sort as CouchDB collates;
+//                                            one document's rows of one key sort by value, as
+//                                            CouchDB sorts them; N tells equal ones apart)
+//   (kViews, Sig, kViewIds, DocId, View, KeyCollation, ValueCollation, N)
+//                                          = "": DocId's rows, to remove them
 //   (kViews, Sig, kViewCounts, View)       = little-endian int64: rows in the view (atomic add)
 //   Sig is the design document's view signature (core/view_index.h); View its view's number.
 // A revision's body chunks are Chunk >= 0; its header (deleted flag, attachment list; see

@@ -140,6 +140,7 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
   ChangesQuery q;
   q.since = *since;
   q.include_docs = true;
+  q.conflicts = true;  // map functions see _conflicts, as in CouchDB
   q.limit = static_cast<std::int64_t>(kDocsPerStep);
   ChangesCursor cursor(db, q);
   std::vector<std::string> rows;
@@ -205,14 +206,16 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
       if (!kvs.ok()) return kvs.error();
       for (const KeyValue& kv : *kvs) {
         auto t = ids.unpack(kv.key);
-        if (!t || t->size() != 4) return storage::Error::io_error;
+        if (!t || t->size() != 5) return storage::Error::io_error;
         auto view = t->get_int(1);
         const std::string* ck = t->get_bytes(2);
-        auto n = t->get_int(3);
-        if (!view || !ck || !n || *view < 0 || static_cast<std::size_t>(*view) >= g.views.size())
+        const std::string* vck = t->get_bytes(3);
+        auto n = t->get_int(4);
+        if (!view || !ck || !vck || !n || *view < 0 ||
+            static_cast<std::size_t>(*view) >= g.views.size())
           continue;  // (cannot happen: the signature fixes the views)
         tr.clear(rows_space(db, g, static_cast<std::size_t>(*view))
-                     .pack(Tuple().add_bytes(*ck).add(c.id).add(*n)));
+                     .pack(Tuple().add_bytes(*ck).add(c.id).add_bytes(*vck).add(*n)));
         --delta[static_cast<std::size_t>(*view)];
       }
       if (kvs->size() < 1000) break;
@@ -227,11 +230,14 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
       for (const OrderedJson& kv : per_view[v]) {
         if (!kv.is_array() || kv.size() != 2) continue;
         const std::string ck = collation_key(kv[0]);
+        const std::string vck = collation_key(kv[1]);
         std::string value = kv[0].dump();
         value += '\n';
         value += kv[1].dump();
-        tr.set(rows_space(db, g, v).pack(Tuple().add_bytes(ck).add(c.id).add(n)), value);
-        tr.set(ids.pack(Tuple().add(c.id).add(static_cast<std::int64_t>(v)).add_bytes(ck).add(n)),
+        tr.set(rows_space(db, g, v).pack(Tuple().add_bytes(ck).add(c.id).add_bytes(vck).add(n)),
+               value);
+        tr.set(ids.pack(Tuple().add(c.id).add(static_cast<std::int64_t>(v)).add_bytes(ck)
+                            .add_bytes(vck).add(n)),
                "");
         ++n;
         ++delta[v];
@@ -411,6 +417,8 @@ Outcome<std::string> stats_reduce(const std::vector<std::string>& values) {
     OrderedJson v = OrderedJson::parse(text, nullptr, false);
     std::string error;
     if (v.is_array()) {
+      if (arrays && v.size() != per_index.size())
+        return builtin_error("The _stats function requires that map values be arrays of the same length, not '" + v.dump() + "'");
       arrays = true;
       if (per_index.size() < v.size()) per_index.resize(v.size());
       for (std::size_t i = 0; i < v.size(); ++i) {
@@ -641,6 +649,8 @@ StorageResult<std::string> ViewCursor::doc_for(Transaction& tr, std::string_view
   std::string doc_id(id);
   DocReadOptions o;
   o.conflicts = q_.conflicts;
+  o.attachments = q_.attachments;
+  o.att_encoding_info = q_.att_encoding_info;
   if (!value_json.empty() && value_json.front() == '{') {
     OrderedJson v = OrderedJson::parse(value_json, nullptr, false);
     if (v.is_object() && v.contains("_id") && v["_id"].is_string()) {

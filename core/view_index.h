@@ -86,6 +86,8 @@ struct ViewQuery {
   std::int64_t skip = 0;
   bool include_docs = false;
   bool conflicts = false;  // with include_docs
+  bool attachments = false;        // with include_docs: attachment bodies inline
+  bool att_encoding_info = false;  // with include_docs
   bool reduce = true;      // for views with a reduce function
   // Reduce grouping: nullopt = one group for the whole range (group=false); SIZE_MAX = exact
   // keys (group=true); N = group_level.

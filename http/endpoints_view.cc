@@ -152,7 +152,11 @@ ViewRequest parse_view_params(const std::vector<std::pair<std::string, Param>>& 
       r.update_seq = parse_bool(p, key);
     } else if (key == "conflicts") {
       conflicts = parse_bool(p, key);
-    } else if (key == "sorted" || key == "attachments" || key == "att_encoding_info") {
+    } else if (key == "attachments") {
+      q.attachments = parse_bool(p, key);
+    } else if (key == "att_encoding_info") {
+      q.att_encoding_info = parse_bool(p, key);
+    } else if (key == "sorted") {
       parse_bool(p, key);
     }
   }
