@@ -9,6 +9,7 @@
 #include "core/collation.h"
 #include "core/cursors.h"
 #include "core/keyspace.h"
+#include "core/mango_index.h"
 
 namespace chaise::core {
 
@@ -85,10 +86,17 @@ Outcome<ViewGroup> ViewGroup::from_design_doc(const std::string& ddoc_id, const 
         continue;
       }
       const OrderedJson& v = it.value();
-      if (!v.is_object() || !v.contains("map") || !v["map"].is_string()) continue;
+      if (!v.is_object() || !v.contains("map")) continue;
       ViewDef d;
       d.name = it.key();
-      d.map = v["map"].get<std::string>();
+      if (g.language == "query" && v["map"].is_object()) {
+        d.mango_map = v["map"];
+        d.map = v["map"].dump();
+      } else if (v["map"].is_string()) {
+        d.map = v["map"].get<std::string>();
+      } else {
+        continue;
+      }
       if (v.contains("reduce") && v["reduce"].is_string()) d.reduce = v["reduce"].get<std::string>();
       g.views.push_back(std::move(d));
     }
@@ -185,7 +193,20 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
   }
 
   std::vector<std::string> mapped;
-  if (!docs.empty() && !g.views.empty()) {
+  if (!docs.empty() && !g.views.empty() && g.language == "query") {
+    // Mango json indexes: the key is the indexed fields' values, in C++.
+    for (const std::string& text : docs) {
+      OrderedJson doc = OrderedJson::parse(text, nullptr, false);
+      OrderedJson per_view = OrderedJson::array();
+      for (const ViewDef& v : g.views) {
+        OrderedJson rows = OrderedJson::array();
+        if (v.mango_map)
+          if (auto key = mango_index_key(doc, *v.mango_map)) rows.push_back(OrderedJson::array({*key, nullptr}));
+        per_view.push_back(std::move(rows));
+      }
+      mapped.push_back(per_view.dump());
+    }
+  } else if (!docs.empty() && !g.views.empty()) {
     std::vector<std::string> names;
     for (const ViewDef& v : g.views) names.push_back(v.name);
     auto m = js.map(g.ddoc, names, docs);

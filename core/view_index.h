@@ -37,6 +37,7 @@ struct ViewDef {
   std::string name;
   std::string map;
   std::optional<std::string> reduce;  // JS source or a built-in ("_sum", "_count", ...)
+  std::optional<OrderedJson> mango_map;  // language "query": {"fields":{..},"partial_filter_selector":{..}}
 };
 
 // A design document's views, as the indexer and the query need them.
@@ -44,7 +45,7 @@ struct ViewGroup {
   std::string ddoc_id;     // "_design/x"
   js::DesignDoc ddoc;      // for the JS engine (key names the revision)
   std::string signature;   // 32 hex digits
-  std::string language;    // "javascript"
+  std::string language;    // "javascript", or "query" (Mango json indexes, mapped in C++)
   std::vector<ViewDef> views;  // sorted by name; a view's number is its index here
   bool include_design = false;
   bool local_seq = false;

@@ -53,7 +53,7 @@ constexpr std::string_view kDbMethods = "DELETE,GET,HEAD,POST";
 // document ids, so that a client learns the feature is missing.
 constexpr std::string_view kNotImplemented[] = {
     "_purge",   "_purged_infos", "_purged_infos_limit",
-    "_find",       "_index",    "_explain", "_partition",    "_temp_view",
+    "_partition",    "_temp_view",
     "_auto_purge", "_time_seq", "_shards",  "_sync_shards"};
 
 
@@ -728,6 +728,7 @@ MaybeResponse handle_database(Call& call) {
                               {{"ok", true}, {"instance_start_time", "0"}});
     }
   }
+  if (op == "_find" || op == "_explain" || op == "_index") co_return co_await handle_mango(call, db);
   if (not_implemented(op))
     throw HttpError(501, "not_implemented", "this feature is not yet implemented");
   // CouchDB treats any other "/{db}/_xxx[/...]" as a document (or attachment) path: GET finds no

@@ -134,6 +134,8 @@ MaybeResponse handle_bulk_get(Call& call, const core::DbRef& db);
 // /{db}/_design/{ddoc}/<rest...>: _view, _info, _update (endpoints_view.cc), for an opened database.
 MaybeResponse handle_design_action(Call& call, const core::DbRef& db, const std::string& ddoc,
                                    const std::vector<std::string>& rest);
+// Mango: /{db}/_find, /_explain, /_index[/...] (endpoints_mango.cc), for an opened database.
+MaybeResponse handle_mango(Call& call, const core::DbRef& db);
 // POST /{db}/_view_cleanup: drops the view indexes no design document names.
 MaybeResponse view_cleanup(Call& call, const core::DbRef& db);
 // Streamed cursors (the built-in indexes): /{db}/_all_docs, _design_docs, _local_docs, _all_docs/queries, _changes.

@@ -370,5 +370,99 @@ TEST_F(ViewTest, UpdateHandlers) {
   EXPECT_EQ(admin(verb::post, "/db/_design/u/_update/nope").status, 404u);
 }
 
+
+// ---- Mango ---------------------------------------------------------------------------------------
+
+class MangoTest : public DesignTest {
+ protected:
+  void SetUp() override {
+    DesignTest::SetUp();
+    Json docs = Json::array();
+    const char* names[] = {"ann", "bob", "cy", "dee", "eve", "fay"};
+    for (int i = 0; i < 6; ++i)
+      docs.push_back({{"_id", std::string("p") + std::to_string(i)}, {"name", names[i]}, {"age", 20 + 5 * i},
+                      {"team", i % 2 ? "red" : "blue"}, {"addr", {{"city", i < 3 ? "oslo" : "rome"}}}});
+    docs.push_back({{"_id", "noage"}, {"name", "zed"}});
+    ASSERT_EQ(admin(verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump()).status, 201u);
+  }
+  Json find(const Json& body, unsigned status = 200) {
+    auto r = admin(verb::post, "/db/_find", body.dump());
+    EXPECT_EQ(r.status, status) << body.dump() << ": " << r.body;
+    return r.json();
+  }
+  static std::vector<std::string> ids(const Json& j) {
+    std::vector<std::string> out;
+    for (const auto& d : j["docs"]) out.push_back(d.value("_id", "?"));
+    return out;
+  }
+};
+
+TEST_F(MangoTest, FindWithoutAnIndexScansAllDocs) {
+  Json r = find({{"selector", {{"age", {{"$gte", 30}}}, {"team", "blue"}}}});
+  EXPECT_EQ(ids(r), (std::vector<std::string>{"p2", "p4"}));
+  EXPECT_EQ(r["warning"], "No matching index found, create an index to optimize query time.");
+  EXPECT_EQ(ids(find({{"selector", {{"addr.city", "rome"}}}, {"sort", {"_id"}}})), (std::vector<std::string>{"p3", "p4", "p5"}));
+  EXPECT_EQ(ids(find({{"selector", {{"_id", {{"$gt", nullptr}}}}}, {"sort", {{{"_id", "desc"}}}}, {"limit", 2}})),
+            (std::vector<std::string>{"p5", "p4"}));
+  // fields projects, nested fields too.
+  Json f = find({{"selector", {{"name", "bob"}}}, {"fields", {"name", "addr.city"}}});
+  EXPECT_EQ(f["docs"][0], Json::parse(R"({"name":"bob","addr":{"city":"oslo"}})"));
+  // A sort no index can serve.
+  Json e = find({{"selector", {{"age", {{"$gt", 0}}}}}, {"sort", {"age"}}}, 400);
+  EXPECT_EQ(e["error"], "no_usable_index");
+  EXPECT_EQ(find({{"limit", 1}}, 400)["error"], "missing_required_key");
+  EXPECT_EQ(find({{"selector", {{"a", {{"$bogus", 1}}}}}}, 400)["reason"], "Invalid operator: $bogus");
+}
+
+TEST_F(MangoTest, JsonIndexesServeSortsAndRanges) {
+  auto created = admin(verb::post, "/db/_index", R"({"index":{"fields":["age"]},"name":"by_age","ddoc":"people"})");
+  ASSERT_EQ(created.status, 200u) << created.body;
+  EXPECT_EQ(created.json(), Json::parse(R"({"result":"created","id":"_design/people","name":"by_age"})"));
+  EXPECT_EQ(admin(verb::post, "/db/_index", R"({"index":{"fields":["age"]},"name":"by_age","ddoc":"people"})").json()["result"], "exists");
+  Json list = admin(verb::get, "/db/_index").json();
+  EXPECT_EQ(list["total_rows"], 2);
+  EXPECT_EQ(list["indexes"][1]["def"], Json::parse(R"({"fields":[{"age":"asc"}]})"));
+  Json r = find({{"selector", {{"age", {{"$gt", 26}}}}}, {"sort", {{{"age", "desc"}}}}, {"execution_stats", true}});
+  EXPECT_EQ(ids(r), (std::vector<std::string>{"p5", "p4", "p3", "p2"}));
+  EXPECT_FALSE(r.contains("warning"));
+  EXPECT_EQ(r["execution_stats"]["results_returned"], 4);
+  // The document without the field is not in the index.
+  EXPECT_EQ(ids(find({{"selector", {{"age", {{"$exists", true}}}, {"name", {{"$gt", nullptr}}}}}, {"sort", {"age"}}})).size(), 6u);
+  // The index follows edits.
+  const std::string rev = admin(verb::get, "/db/p0").json()["_rev"];
+  ASSERT_EQ(admin(verb::put, "/db/p0?rev=" + rev, R"({"name":"ann","age":99})").status, 201u);
+  EXPECT_EQ(ids(find({{"selector", {{"age", {{"$gt", 40}}}}}, {"sort", {"age"}}})), (std::vector<std::string>{"p5", "p0"}));
+  // Paging with bookmarks.
+  Json page1 = find({{"selector", {{"age", {{"$gt", 0}}}}}, {"sort", {"age"}}, {"limit", 2}});
+  EXPECT_EQ(ids(page1), (std::vector<std::string>{"p1", "p2"}));
+  Json page2 = find({{"selector", {{"age", {{"$gt", 0}}}}}, {"sort", {"age"}}, {"limit", 2}, {"bookmark", page1["bookmark"]}});
+  EXPECT_EQ(ids(page2), (std::vector<std::string>{"p3", "p4"}));
+  // _explain names the index; deleting it brings back the warning.
+  auto ex = admin(verb::post, "/db/_explain", R"({"selector":{"age":{"$gt":1}}})");
+  EXPECT_EQ(ex.json()["index"]["name"], "by_age");
+  EXPECT_EQ(admin(verb::delete_, "/db/_index/people/json/by_age").status, 200u);
+  EXPECT_EQ(admin(verb::get, "/db/_index").json()["total_rows"], 1);
+  EXPECT_TRUE(find({{"selector", {{"age", {{"$gt", 26}}}}}})["warning"].is_string());
+  EXPECT_EQ(admin(verb::delete_, "/db/_index/people/json/by_age").status, 404u);
+}
+
+TEST_F(MangoTest, PartialIndexesAndErrors) {
+  auto created = admin(verb::post, "/db/_index",
+                       R"({"index":{"fields":["name"],"partial_filter_selector":{"team":"red"}},"ddoc":"reds","name":"red_names"})");
+  ASSERT_EQ(created.status, 200u) << created.body;
+  // Stored normalized, as CouchDB stores it.
+  EXPECT_EQ(admin(verb::get, "/db/_design/reds").json()["views"]["red_names"]["map"]["partial_filter_selector"],
+            Json::parse(R"({"team":{"$eq":"red"}})"));
+  Json r = find({{"selector", {{"name", {{"$gt", nullptr}}}, {"team", "red"}}}, {"use_index", "reds"}, {"sort", {"name"}}});
+  EXPECT_EQ(ids(r), (std::vector<std::string>{"p1", "p3", "p5"}));
+  EXPECT_EQ(admin(verb::post, "/db/_index", R"({"index":{"fields":[{"a":"desc"},"b"]}})").json()["error"],
+            "unsupported_mixed_sort");
+  EXPECT_EQ(admin(verb::post, "/db/_index", R"({"index":{"fields":["a"]},"type":"text"})").status, 400u);
+  // Creating an index writes a design document: members may not.
+  add_user_bob_as_member();
+  EXPECT_EQ(user(verb::post, "/db/_index", R"({"index":{"fields":["x"]}})").status, 403u);
+  EXPECT_EQ(user(verb::post, "/db/_find", R"({"selector":{"name":"bob"}})").status, 200u);
+}
+
 }  // namespace
 }  // namespace chaise::test

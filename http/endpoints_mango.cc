@@ -1,0 +1,532 @@
+// Mango: POST /{db}/_find, POST /{db}/_explain, GET|POST /{db}/_index,
+// DELETE /{db}/_index/{ddoc}/json/{name} (CouchDB 3: mango_httpd).
+//
+// Indexes are "json" indexes kept as language "query" design documents, built like views with
+// their map in C++ (core/mango_index.h). A query uses the usable index with the most fields (or
+// the one named by use_index), scanning only the first field's range the selector allows, and
+// checks every document against the whole selector; without one it scans _all_docs. Text
+// indexes need a search service CouchDB 3.5 does not ship either: refused with CouchDB's error.
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <map>
+#include <openssl/evp.h>
+
+#include "core/attachments.h"
+#include "core/cursors.h"
+#include "core/mango_index.h"
+#include "core/view_index.h"
+#include "http/js_request.h"
+#include "http/request.h"
+#include "http/router.h"
+#include "http/txn.h"
+
+namespace chaise::http {
+
+namespace {
+
+using core::OrderedJson;
+
+std::string md5_hex(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), digest, &len, EVP_md5(), nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out.push_back(kHex[digest[i] >> 4]);
+    out.push_back(kHex[digest[i] & 15]);
+  }
+  return out;
+}
+
+struct DesignDocs {
+  std::vector<core::MangoIndex> indexes;
+  std::map<std::string, OrderedJson> bodies;  // id -> body (with _id, _rev)
+};
+
+DesignDocs read_design_docs(const Call& call, const core::DbRef& db) {
+  DesignDocs out;
+  auto tr = call.store().create_transaction();
+  core::AllDocsQuery q;
+  q.kind = core::AllDocsKind::design_docs;
+  q.include_docs = true;
+  core::AllDocsCursor cursor(db, q);
+  std::vector<std::string> rows;
+  for (bool more = true; more;) {
+    auto m = cursor.next_page(tr, 1000, rows);
+    if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
+    more = *m;
+    if (rows.size() > 10'000) throw HttpError(500, "unknown_error", "too many design documents");
+  }
+  for (const std::string& row : rows) {
+    OrderedJson r = OrderedJson::parse(row, nullptr, false);
+    if (!r.is_object() || !r.contains("doc") || !r["doc"].is_object()) continue;
+    const std::string id = r["id"].get<std::string>();
+    for (auto& idx : core::mango_indexes(id, r["doc"])) out.indexes.push_back(std::move(idx));
+    out.bodies[id] = r["doc"];
+  }
+  return out;
+}
+
+OrderedJson index_json(const core::MangoIndex& idx) {
+  OrderedJson j = OrderedJson::object();
+  j["ddoc"] = idx.ddoc;
+  j["name"] = idx.name;
+  j["type"] = "json";
+  j["partitioned"] = false;
+  j["def"] = idx.def;
+  return j;
+}
+
+OrderedJson all_docs_index_json() {
+  return OrderedJson::parse(
+      R"({"ddoc":null,"name":"_all_docs","type":"special","def":{"fields":[{"_id":"asc"}]}})");
+}
+
+Response ordered_response(const Request& req, Status status, const OrderedJson& body) {
+  return raw_json_response(req, status, body.dump() + "\n");
+}
+
+// ---- _index ----------------------------------------------------------------------------------------
+
+MaybeResponse create_index(Call& call, const core::DbRef& db) {
+  const Json raw = parse_json_object_body(call.req);
+  OrderedJson body = OrderedJson::parse(raw.dump());
+  if (!body.contains("index")) throw HttpError(400, "missing_required_key", "Missing required key: index");
+  const std::string type = body.value("type", "json");
+  if (type == "text" || type == "nouveau")
+    throw HttpError(400, "invalid_index", "Invalid index type: " + type +
+                                              " (text indexes need a search service, which Chaise does not have)");
+  if (type != "json") throw HttpError(400, "invalid_index", "Invalid index type: " + type);
+  const OrderedJson& index = body["index"];
+  if (!index.is_object() || !index.contains("fields"))
+    throw HttpError(400, "missing_required_key", "Missing required key: fields");
+  auto fields = core::parse_mango_fields(index["fields"], "index");
+  if (auto* e = std::get_if<core::CouchError>(&fields)) throw HttpError(*e);
+  if (std::get<std::vector<core::MangoField>>(fields).empty())
+    throw HttpError(400, "invalid_index", "Index fields must not be empty");
+  for (const auto& f : std::get<std::vector<core::MangoField>>(fields))
+    if (f.descending != std::get<std::vector<core::MangoField>>(fields)[0].descending)
+      throw HttpError(400, "unsupported_mixed_sort",
+                      "Sorts currently only support a single direction for all fields.");
+  OrderedJson map = OrderedJson::object();
+  OrderedJson field_map = OrderedJson::object();
+  for (const auto& f : std::get<std::vector<core::MangoField>>(fields))
+    field_map[f.name] = f.descending ? "desc" : "asc";
+  map["fields"] = field_map;
+  OrderedJson partial = OrderedJson::object();
+  if (index.contains("partial_filter_selector")) {
+    auto sel = core::Selector::parse(index["partial_filter_selector"]);
+    if (auto* e = std::get_if<core::CouchError>(&sel)) throw HttpError(*e);
+    partial = core::normalize_selector(index["partial_filter_selector"]);
+  }
+  map["partial_filter_selector"] = partial;
+  // Default names: a digest of the definition (and of the name for the design document, so
+  // that two names for one definition are two indexes, as in CouchDB).
+  const std::string hash = md5_hex(map.dump());
+  const std::string name = body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : hash;
+  std::string ddoc = body.contains("ddoc") && body["ddoc"].is_string()
+                         ? body["ddoc"].get<std::string>()
+                         : md5_hex(map.dump() + '\0' + name);
+  if (!ddoc.starts_with("_design/")) ddoc = "_design/" + ddoc;
+
+  DesignDocs existing = read_design_docs(call, db);
+  OrderedJson doc = OrderedJson::object();
+  if (auto it = existing.bodies.find(ddoc); it != existing.bodies.end()) {
+    doc = it->second;
+    if (doc.value("language", "") != "query")
+      throw HttpError(400, "invalid_index", "Design document " + ddoc + " is not a Mango index design document");
+    if (doc.contains("views") && doc["views"].contains(name) && doc["views"][name].contains("map") &&
+        doc["views"][name]["map"] == map) {
+      OrderedJson out = OrderedJson::object();
+      out["result"] = "exists";
+      out["id"] = ddoc;
+      out["name"] = name;
+      co_return ordered_response(call.req, Status::ok, out);
+    }
+  }
+  doc["_id"] = ddoc;
+  doc["language"] = "query";
+  if (!doc.contains("views") || !doc["views"].is_object()) doc["views"] = OrderedJson::object();
+  OrderedJson view = OrderedJson::object();
+  view["map"] = map;
+  view["reduce"] = "_count";
+  view["options"] = OrderedJson{{"def", OrderedJson{{"fields", index["fields"]}}}};
+  doc["views"][name] = view;
+
+  Json as_json = Json::parse(doc.dump());
+  if (auto err = check_doc_write(call, db, as_json)) throw HttpError(*err);
+  core::DocUpdate u;
+  u.id = ddoc;
+  if (doc.contains("_rev")) u.base_rev = core::RevId::parse(doc["_rev"].get<std::string>());
+  OrderedJson stored = OrderedJson::object();
+  for (auto it = doc.begin(); it != doc.end(); ++it)
+    if (!it.key().starts_with("_")) stored[it.key()] = it.value();
+  u.body = stored.dump();
+  std::vector<core::DocWriteBatch::Item> items(1);
+  items[0].update = std::move(u);
+  core::DocWriteBatch batch(db.name, std::move(items));
+  storage::Status s = co_await run_doc_batch(call, batch);
+  if (!s.ok()) co_return storage_error_response(call.req, s.error());
+  if (auto* e = std::get_if<core::CouchError>(&*batch.results().at(0))) throw HttpError(*e);
+  OrderedJson out = OrderedJson::object();
+  out["result"] = "created";
+  out["id"] = ddoc;
+  out["name"] = name;
+  co_return ordered_response(call.req, Status::ok, out);
+}
+
+MaybeResponse delete_index(Call& call, const core::DbRef& db, std::string ddoc, const std::string& name) {
+  if (!ddoc.starts_with("_design/")) ddoc = "_design/" + ddoc;
+  DesignDocs existing = read_design_docs(call, db);
+  auto it = existing.bodies.find(ddoc);
+  if (it == existing.bodies.end() || !it->second.contains("views") ||
+      !it->second["views"].contains(name) || it->second.value("language", "") != "query")
+    throw HttpError(404, "not_found", "Index not found");
+  OrderedJson doc = it->second;
+  doc["views"].erase(name);
+  Json as_json = Json::parse(doc.dump());
+  if (auto err = check_doc_write(call, db, as_json)) throw HttpError(*err);
+  core::DocUpdate u;
+  u.id = ddoc;
+  u.base_rev = core::RevId::parse(doc["_rev"].get<std::string>());
+  if (doc["views"].empty()) {
+    u.deleted = true;
+    u.body = "{}";
+  } else {
+    OrderedJson stored = OrderedJson::object();
+    for (auto f = doc.begin(); f != doc.end(); ++f)
+      if (!f.key().starts_with("_")) stored[f.key()] = f.value();
+    u.body = stored.dump();
+  }
+  std::vector<core::DocWriteBatch::Item> items(1);
+  items[0].update = std::move(u);
+  core::DocWriteBatch batch(db.name, std::move(items));
+  storage::Status s = co_await run_doc_batch(call, batch);
+  if (!s.ok()) co_return storage_error_response(call.req, s.error());
+  if (auto* e = std::get_if<core::CouchError>(&*batch.results().at(0))) throw HttpError(*e);
+  co_return json_response(call.req, Status::ok, Json{{"ok", true}});
+}
+
+MaybeResponse list_indexes(Call& call, const core::DbRef& db) {
+  DesignDocs d = read_design_docs(call, db);
+  OrderedJson list = OrderedJson::array();
+  list.push_back(all_docs_index_json());
+  for (const auto& idx : d.indexes) list.push_back(index_json(idx));
+  OrderedJson out = OrderedJson::object();
+  out["total_rows"] = list.size();
+  out["indexes"] = list;
+  co_return ordered_response(call.req, Status::ok, out);
+}
+
+// ---- _find -----------------------------------------------------------------------------------------
+
+struct FindRequest {
+  OrderedJson selector;
+  std::optional<core::Selector> matcher;
+  std::int64_t limit = 25;
+  std::int64_t skip = 0;
+  std::optional<std::vector<std::string>> fields;
+  std::vector<core::MangoField> sort;
+  std::optional<std::vector<std::string>> use_index;  // [ddoc] or [ddoc, name]
+  bool execution_stats = false;
+  bool conflicts = false;
+  bool update = true;
+};
+
+std::int64_t non_negative(const OrderedJson& v, const char* name) {
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
+    throw HttpError(400, "invalid_argument", std::string("Invalid value for ") + name + ": " + v.dump());
+  return v.get<std::int64_t>();
+}
+
+FindRequest parse_find(const OrderedJson& body) {
+  FindRequest r;
+  if (!body.contains("selector")) throw HttpError(400, "missing_required_key", "Missing required key: selector");
+  r.selector = body["selector"];
+  auto sel = core::Selector::parse(r.selector);
+  if (auto* e = std::get_if<core::CouchError>(&sel)) throw HttpError(*e);
+  r.matcher = std::get<core::Selector>(std::move(sel));
+  if (body.contains("limit")) r.limit = non_negative(body["limit"], "limit");
+  if (body.contains("skip")) r.skip = non_negative(body["skip"], "skip");
+  if (body.contains("fields")) {
+    if (!body["fields"].is_array()) throw HttpError(400, "invalid_argument", "fields must be a list of strings");
+    r.fields.emplace();
+    for (const auto& f : body["fields"]) {
+      if (!f.is_string()) throw HttpError(400, "invalid_argument", "fields must be a list of strings");
+      r.fields->push_back(f.get<std::string>());
+    }
+  }
+  if (body.contains("sort")) {
+    auto s = core::parse_mango_fields(body["sort"], "sort");
+    if (auto* e = std::get_if<core::CouchError>(&s)) throw HttpError(*e);
+    r.sort = std::get<std::vector<core::MangoField>>(std::move(s));
+    for (const auto& f : r.sort)
+      if (f.descending != r.sort[0].descending)
+        throw HttpError(400, "unsupported_mixed_sort", "Sorts currently only support a single direction for all fields.");
+  }
+  if (body.contains("use_index")) {
+    const OrderedJson& u = body["use_index"];
+    std::vector<std::string> parts;
+    if (u.is_string()) {
+      parts.push_back(u.get<std::string>());
+    } else if (u.is_array()) {
+      for (const auto& p : u)
+        if (p.is_string()) parts.push_back(p.get<std::string>());
+    }
+    if (!parts.empty()) {
+      if (!parts[0].starts_with("_design/")) parts[0] = "_design/" + parts[0];
+      r.use_index = std::move(parts);
+    }
+  }
+  if (body.contains("bookmark") && body["bookmark"].is_string() && body["bookmark"] != "nil") {
+    auto decoded = core::base64_decode(body["bookmark"].get<std::string>());
+    OrderedJson b = decoded ? OrderedJson::parse(*decoded, nullptr, false) : OrderedJson();
+    if (!b.is_object() || !b.contains("seen") || !b["seen"].is_number_integer())
+      throw HttpError(400, "invalid_bookmark", "Invalid bookmark value: " + body["bookmark"].dump());
+    r.skip += b["seen"].get<std::int64_t>();
+  }
+  r.execution_stats = body.value("execution_stats", false) == true;
+  r.conflicts = body.value("conflicts", false) == true;
+  if (body.contains("update") && body["update"] == false) r.update = false;
+  return r;
+}
+
+OrderedJson project(const OrderedJson& doc, const std::optional<std::vector<std::string>>& fields) {
+  if (!fields) return doc;
+  OrderedJson out = OrderedJson::object();
+  for (const std::string& f : *fields) {
+    auto path = core::parse_field_path(f);
+    if (!path) continue;
+    const OrderedJson* v = core::field_value(doc, *path);
+    if (!v) continue;
+    OrderedJson* cur = &out;
+    for (std::size_t i = 0; i + 1 < path->size(); ++i) {
+      if (!cur->contains((*path)[i]) || !(*cur)[(*path)[i]].is_object()) (*cur)[(*path)[i]] = OrderedJson::object();
+      cur = &(*cur)[(*path)[i]];
+    }
+    (*cur)[path->back()] = *v;
+  }
+  return out;
+}
+
+struct Plan {
+  std::optional<core::MangoIndex> index;  // nullopt: _all_docs
+  std::optional<std::string> warning;
+};
+
+Plan choose(const FindRequest& r, const std::vector<core::MangoIndex>& indexes) {
+  Plan p;
+  const core::MangoIndex* best = nullptr;
+  bool asked_unusable = false;
+  for (const auto& idx : indexes) {
+    if (!core::mango_index_usable(idx, r.selector, r.sort)) {
+      if (r.use_index && idx.ddoc == (*r.use_index)[0]) asked_unusable = true;
+      continue;
+    }
+    if (r.use_index) {
+      if (idx.ddoc != (*r.use_index)[0]) continue;
+      if (r.use_index->size() > 1 && idx.name != (*r.use_index)[1]) continue;
+    }
+    if (!best || idx.fields.size() > best->fields.size()) best = &idx;
+  }
+  if (!best && r.use_index) {
+    // The named index cannot answer: CouchDB falls back to another and says so.
+    std::string named = (*r.use_index)[0] + (r.use_index->size() > 1 ? ", " + (*r.use_index)[1] : "");
+    FindRequest any = r;
+    any.use_index.reset();
+    p = choose(any, indexes);
+    (void)asked_unusable;
+    p.warning = named + " was not used because it does not contain a valid index for this query.";
+    return p;
+  }
+  if (best) {
+    p.index = *best;
+    return p;
+  }
+  bool id_sort = true;
+  for (const auto& f : r.sort) id_sort = id_sort && f.name == "_id";
+  if (!id_sort)
+    throw HttpError(400, "no_usable_index", "No index exists for this sort, try indexing by the sort fields.");
+  p.warning = "No matching index found, create an index to optimize query time.";
+  return p;
+}
+
+boost::asio::awaitable<void> build(const Call& call, const core::DbRef& db, const core::ViewGroup& g) {
+  core::js::Engine& engine = js_engine(call);
+  for (;;) {
+    std::optional<core::Outcome<bool>> step;
+    storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+      // (a "query" index never calls the JS engine; any engine reference does)
+      auto r = core::update_step(tr, db, g, engine);
+      if (!r.ok()) return r.error();
+      step = std::move(*r);
+      return {};
+    });
+    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+    if (auto* e = std::get_if<core::CouchError>(&*step)) throw HttpError(*e);
+    if (std::get<bool>(*step)) co_return;
+  }
+}
+
+MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
+  require_method(call, "POST");
+  const Json raw = parse_json_object_body(call.req);
+  const OrderedJson body = OrderedJson::parse(raw.dump());
+  const FindRequest r = parse_find(body);
+  DesignDocs d = read_design_docs(call, db);
+  const Plan plan = choose(r, d.indexes);
+  const bool descending = !r.sort.empty() && r.sort[0].descending;
+
+  if (explain) {
+    OrderedJson out = OrderedJson::object();
+    out["dbname"] = db.name;
+    out["index"] = plan.index ? index_json(*plan.index) : all_docs_index_json();
+    out["partitioned"] = false;
+    out["selector"] = r.selector;
+    OrderedJson opts = OrderedJson::object();
+    opts["use_index"] = r.use_index ? OrderedJson(*r.use_index) : OrderedJson::array();
+    opts["bookmark"] = "nil";
+    opts["limit"] = r.limit;
+    opts["skip"] = r.skip;
+    opts["sort"] = body.contains("sort") ? body["sort"] : OrderedJson::object();
+    opts["fields"] = r.fields ? OrderedJson(*r.fields) : OrderedJson("all_fields");
+    opts["conflicts"] = r.conflicts;
+    out["opts"] = opts;
+    out["limit"] = r.limit;
+    out["skip"] = r.skip;
+    out["fields"] = r.fields ? OrderedJson(*r.fields) : OrderedJson("all_fields");
+    if (plan.index) {
+      auto range = core::mango_range(*plan.index, r.selector);
+      OrderedJson mr = OrderedJson::object();
+      mr["include_docs"] = true;
+      mr["view_type"] = "map";
+      mr["reduce"] = false;
+      mr["start_key"] = range.start ? *range.start : OrderedJson::array();
+      mr["end_key"] = range.end ? *range.end : OrderedJson::array({"<MAX>"});
+      mr["direction"] = descending ? "rev" : "fwd";
+      mr["stable"] = false;
+      mr["update"] = r.update ? "true" : "false";
+      mr["conflicts"] = r.conflicts ? "true" : "undefined";
+      out["mrargs"] = mr;
+    }
+    out["covering"] = false;
+    co_return ordered_response(call.req, Status::ok, out);
+  }
+
+  const auto started = std::chrono::steady_clock::now();
+  std::int64_t keys_examined = 0, docs_examined = 0;
+  std::int64_t matched = 0;  // matches seen, skipped ones included
+  std::vector<OrderedJson> results;
+  auto consider = [&](const OrderedJson& doc) {
+    ++docs_examined;
+    if (!doc.is_object()) return;
+    const std::string id = doc.value("_id", "");
+    if (id.starts_with("_design/")) return;
+    if (!r.matcher->matches(doc)) return;
+    ++matched;
+    if (matched <= r.skip) return;
+    results.push_back(project(doc, r.fields));
+  };
+  std::vector<std::string> rows;
+  if (plan.index) {
+    auto tr0 = call.store().create_transaction();
+    core::js::DesignDoc dd = load_design_doc(tr0, db, plan.index->ddoc.substr(8));
+    auto g = core::ViewGroup::from_design_doc(plan.index->ddoc, dd.json, dd.key);
+    if (auto* e = std::get_if<core::CouchError>(&g)) throw HttpError(*e);
+    auto group = std::make_shared<const core::ViewGroup>(std::get<core::ViewGroup>(std::move(g)));
+    if (r.update) co_await build(call, db, *group);
+    auto view = group->index_of(plan.index->name);
+    if (!view) throw HttpError(404, "not_found", "missing_named_view");
+    core::ViewQuery q;
+    q.view = *view;
+    q.include_docs = true;
+    q.conflicts = r.conflicts;
+    q.reduce = false;
+    q.descending = descending;
+    auto range = core::mango_range(*plan.index, r.selector);
+    if (descending) {
+      q.start_key = range.end;
+      q.end_key = range.start;
+    } else {
+      q.start_key = range.start;
+      q.end_key = range.end;
+    }
+    core::ViewCursor cursor(db, group, q, call.ctx.js);
+    for (bool more = true; more && static_cast<std::int64_t>(results.size()) < r.limit;) {
+      auto tr = call.store().create_transaction();
+      auto m = cursor.next_page(tr, 500, rows);
+      if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
+      if (auto* e = std::get_if<core::CouchError>(&*m)) throw HttpError(*e);
+      more = std::get<bool>(*m);
+      for (const std::string& row : rows) {
+        ++keys_examined;
+        if (static_cast<std::int64_t>(results.size()) >= r.limit) break;
+        OrderedJson j = OrderedJson::parse(row, nullptr, false);
+        if (j.is_object() && j.contains("doc")) consider(j["doc"]);
+      }
+      rows.clear();
+    }
+  } else {
+    core::AllDocsQuery q;
+    q.include_docs = true;
+    q.conflicts = r.conflicts;
+    q.descending = descending;
+    core::AllDocsCursor cursor(db, q);
+    for (bool more = true; more && static_cast<std::int64_t>(results.size()) < r.limit;) {
+      auto tr = call.store().create_transaction();
+      auto m = cursor.next_page(tr, 500, rows);
+      if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
+      more = *m;
+      for (const std::string& row : rows) {
+        ++keys_examined;
+        if (static_cast<std::int64_t>(results.size()) >= r.limit) break;
+        OrderedJson j = OrderedJson::parse(row, nullptr, false);
+        if (j.is_object() && j.contains("doc")) consider(j["doc"]);
+      }
+      rows.clear();
+    }
+  }
+  OrderedJson out = OrderedJson::object();
+  out["docs"] = results;
+  OrderedJson mark = OrderedJson{{"seen", matched}};
+  out["bookmark"] = results.empty() ? std::string("nil") : core::base64_encode(mark.dump());
+  if (plan.warning) out["warning"] = *plan.warning;
+  if (r.execution_stats) {
+    OrderedJson st = OrderedJson::object();
+    st["total_keys_examined"] = keys_examined;
+    st["total_docs_examined"] = docs_examined;
+    st["total_quorum_docs_examined"] = 0;
+    st["results_returned"] = results.size();
+    st["execution_time_ms"] =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+    out["execution_stats"] = st;
+  }
+  co_return ordered_response(call.req, Status::ok, out);
+}
+
+}  // namespace
+
+MaybeResponse handle_mango(Call& call, const core::DbRef& db) {
+  const std::string& op = call.path.at(1);
+  if (op == "_find" && call.path.size() == 2) co_return co_await find(call, db, false);
+  if (op == "_explain" && call.path.size() == 2) co_return co_await find(call, db, true);
+  if (op == "_index") {
+    if (call.path.size() == 2) {
+      if (call.is(beast_http::verb::post)) co_return co_await create_index(call, db);
+      require_method(call, "GET,HEAD,POST");
+      co_return co_await list_indexes(call, db);
+    }
+    if (call.path.size() == 5 && call.path[3] == "json") {
+      require_method(call, "DELETE");
+      co_return co_await delete_index(call, db, call.path[2], call.path[4]);
+    }
+    if (call.path.size() == 6 && call.path[2] == "_design" && call.path[4] == "json") {
+      require_method(call, "DELETE");
+      co_return co_await delete_index(call, db, "_design/" + call.path[3], call.path[5]);
+    }
+  }
+  throw HttpError(404, "not_found", "missing");
+}
+
+}  // namespace chaise::http
