@@ -10,6 +10,8 @@ Loads DOCS (default 200,000) small documents with _bulk_docs, then measures, one
   reduce       group=false over every row: built-in _sum and a JavaScript sum (s)
   group        group=true over the _count view (s)
   vdu          single-document PUTs with a validate_doc_update present vs none, one client (docs/s)
+  find         _find {"n": {"$gte": DOCS-100}} (100 matches) without an index, then with a
+               json index on n (s per query, the index build excluded)
 """
 import base64
 import json
@@ -81,6 +83,17 @@ def main():
     out["reduce js s"] = round(t, 3)
     _, t = timed(lambda: call("GET", f"/{DB}/_design/b/_view/count?group=true"))
     out["group=true _count s"] = round(t, 3)
+    # Mango: a selective query without an index (a scan) and with one.
+    sel = {"selector": {"n": {"$gte": DOCS - 100}}, "limit": 200}
+    res, t = timed(lambda: call("POST", f"/{DB}/_find", sel))
+    out["_find no index s"] = round(t, 3)
+    out["_find no index docs"] = len(res["docs"])
+    call("POST", f"/{DB}/_index", {"index": {"fields": ["n"]}, "name": "by_n", "ddoc": "mango"})
+    _, t = timed(lambda: call("POST", f"/{DB}/_find", sel))
+    out["_find index first (build) s"] = round(t, 3)
+    res, t = timed(lambda: call("POST", f"/{DB}/_find", sel))
+    out["_find index s"] = round(t, 3)
+    out["_find index docs"] = len(res["docs"])
     # Writes with a validate_doc_update present vs without (one client, sequential PUTs).
     n = 500
     _, t = timed(lambda: [call("PUT", f"/{DB}/plain{i}", {"n": i}) for i in range(n)])
