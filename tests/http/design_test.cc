@@ -190,6 +190,30 @@ TEST_F(DesignTest, ChangesFilterFunctions) {
 }
 
 
+
+// The other built-in reducers, with the answers CouchDB 3.5 gives for the same data.
+TEST_F(DesignTest, BuiltinReducersAnswerAsCouchDb) {
+  ASSERT_EQ(admin(verb::post, "/db/_bulk_docs",
+                  R"({"docs":[{"_id":"a","t":"x","n":5},{"_id":"b","t":"x","n":3},{"_id":"c","t":"y","n":9},{"_id":"d","t":"x","n":3},{"_id":"e","t":"y","n":1}]})")
+                .status,
+            201u);
+  put_ddoc("r", {{"views",
+                  {{"acd", {{"map", "function(d){emit(d.n,null)}"}, {"reduce", "_approx_count_distinct"}}},
+                   {"first", {{"map", "function(d){emit([d.t,d.n],d._id)}"}, {"reduce", "_first"}}},
+                   {"last", {{"map", "function(d){emit([d.t,d.n],d._id)}"}, {"reduce", "_last"}}},
+                   {"top", {{"map", "function(d){emit(d.t,d.n)}"}, {"reduce", "_top_2"}}},
+                   {"bottom", {{"map", "function(d){emit(d.t,d.n)}"}, {"reduce", "_bottom_2"}}}}}});
+  auto rows = [&](const std::string& q) { return admin(verb::get, "/db/_design/r/_view/" + q).json()["rows"]; };
+  EXPECT_EQ(rows("acd"), Json::parse(R"([{"key":null,"value":4}])"));
+  EXPECT_EQ(rows("first"), Json::parse(R"([{"key":null,"value":"b"}])"));
+  EXPECT_EQ(rows("first?descending=true"), Json::parse(R"([{"key":null,"value":"b"}])"));
+  EXPECT_EQ(rows("first?group_level=1"), Json::parse(R"([{"key":["x"],"value":"b"},{"key":["y"],"value":"e"}])"));
+  EXPECT_EQ(rows("last?group_level=1"), Json::parse(R"([{"key":["x"],"value":"a"},{"key":["y"],"value":"c"}])"));
+  EXPECT_EQ(rows("top?group=true"), Json::parse(R"([{"key":"x","value":[5,3]},{"key":"y","value":[9,1]}])"));
+  EXPECT_EQ(rows("top"), Json::parse(R"([{"key":null,"value":[9,5]}])"));
+  EXPECT_EQ(rows("bottom?group=true"), Json::parse(R"([{"key":"x","value":[3,5]},{"key":"y","value":[1,9]}])"));
+}
+
 // ---- Views ---------------------------------------------------------------------------------------
 
 class ViewTest : public DesignTest {
