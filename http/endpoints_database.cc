@@ -30,6 +30,7 @@
 #include "core/rev.h"
 #include <spdlog/spdlog.h>
 
+#include "http/js_request.h"
 #include "http/request.h"
 #include "config/config.h"
 #include "http/router.h"
@@ -208,6 +209,7 @@ ParsedItem parse_item(const Call& call, const Json& original, const core::DbRef&
     throw HttpError(413, "document_too_large", parsed.id.value_or(""));
   std::optional<core::CouchError> design_error = core::validate_design_doc(
       parsed.id.value_or(""), doc, core::Partitioned{db.partitioned});
+  if (!design_error) design_error = check_design_functions(call, parsed.id.value_or(""), doc);
   std::vector<core::AttUpload> atts;
   // CouchDB 3 accepts and drops the attachments of a _local document.
   if (parsed.attachments && !parsed.attachments->empty() && !local) {

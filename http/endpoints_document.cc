@@ -26,6 +26,7 @@
 #include "core/documents.h"
 #include "http/multipart.h"
 #include "http/auth.h"
+#include "http/js_request.h"
 #include "http/request.h"
 #include "http/router.h"
 
@@ -865,6 +866,7 @@ MaybeResponse put_doc(Call& call, const core::DbRef& db, const Target& t, const 
   check_size(call, d);
   if (auto e = core::validate_design_doc(t.id, j, core::Partitioned{db.partitioned}))
     throw_couch(std::move(*e));
+  if (auto e = check_design_functions(call, t.id, j)) throw_couch(std::move(*e));
   std::vector<core::AttUpload> atts = upload_atts(call, d, parts);
   const bool deleted = d.deleted;
   auto item = put_item(call, t, q, std::move(d));

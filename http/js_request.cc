@@ -95,6 +95,31 @@ core::js::DesignDoc load_design_doc(storage::Transaction& tr, const core::DbRef&
   return core::js::DesignDoc{std::to_string(db.id) + '\0' + id + '\0' + rev, json};
 }
 
+std::optional<core::CouchError> check_design_functions(const Call& call, std::string_view id,
+                                                       const Json& doc) {
+  if (!call.ctx.js || !id.starts_with("_design/") || !doc.is_object()) return std::nullopt;
+  if (doc.value("_deleted", false) == true) return std::nullopt;
+  const auto lang = doc.find("language");
+  if (lang != doc.end() && !(lang->is_string() && *lang == "javascript")) return std::nullopt;
+  const auto views = doc.find("views");
+  if (views == doc.end() || !views->is_object()) return std::nullopt;
+  for (auto it = views->begin(); it != views->end(); ++it) {
+    if (it.key() == "lib" || !it.value().is_object()) continue;
+    for (const char* part : {"map", "reduce"}) {
+      const auto f = it.value().find(part);
+      if (f == it.value().end() || !f->is_string()) continue;
+      const std::string& source = f->get_ref<const std::string&>();
+      if (std::string_view(part) == "reduce" && source.starts_with("_")) continue;
+      auto r = call.ctx.js->compiles(source);
+      if (auto* e = std::get_if<core::js::JsError>(&r))
+        return core::CouchError{400, "compilation_error",
+                                std::string("Compilation of the ") + part + " function in the '" +
+                                    it.key() + "' view failed: " + e->reason};
+    }
+  }
+  return std::nullopt;
+}
+
 core::js::Engine& js_engine(const Call& call) {
   if (!call.ctx.js) throw HttpError(500, "unknown_error", "no JavaScript engine in this server");
   return *call.ctx.js;

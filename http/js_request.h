@@ -21,6 +21,14 @@ Json js_request_object(const Call& call, const std::optional<std::string>& doc_i
 core::js::DesignDoc load_design_doc(storage::Transaction& tr, const core::DbRef& db,
                                     const std::string& name);
 
+// CouchDB compiles a JavaScript design document's view functions when it is written
+// (couch_mrview:validate): 400 compilation_error "Compilation of the map function in the 'v'
+// view failed: <reason>" (reduce likewise; built-in reduces are not compiled). Other functions
+// (validate_doc_update, filters, updates) compile when first used, as in CouchDB. nullopt for
+// other documents, deletions, other languages, or a server without an engine.
+std::optional<core::CouchError> check_design_functions(const Call& call, std::string_view id,
+                                                       const Json& doc);
+
 // The engine, or 500 when the server runs without one (router unit tests).
 core::js::Engine& js_engine(const Call& call);
 

@@ -356,11 +356,19 @@ TEST_F(ViewTest, IndexFollowsEditsDeletesAndDesignChanges) {
 }
 
 TEST_F(ViewTest, MapErrorsAndTimeouts) {
-  put_ddoc("bad", {{"views", {{"syntax", {{"map", "function(doc) {"}}},
-                              {"throws", {{"map", "function(doc) { if (doc.n == 2) throw 'no'; emit(doc.n); }"}}}}}});
-  auto r = admin(verb::get, "/db/_design/bad/_view/syntax");
+  // View functions are compiled when the design document is written, as CouchDB does.
+  auto r = admin(verb::put, "/db/_design/bad", R"({"views":{"syntax":{"map":"function(doc) {"}}})");
   EXPECT_EQ(r.status, 400u);
   EXPECT_EQ(r.json()["error"], "compilation_error");
+  EXPECT_TRUE(r.json()["reason"].get<std::string>().starts_with(
+      "Compilation of the map function in the 'syntax' view failed: "));
+  expect_error(admin(verb::put, "/db/_design/bad", R"({"views":{"v":{"map":"42"}}})"), 400,
+               "compilation_error",
+               "Compilation of the map function in the 'v' view failed: Expression does not eval to a function. (42)");
+  auto red = admin(verb::post, "/db/_bulk_docs",
+                   R"({"docs":[{"_id":"_design/bad","views":{"v":{"map":"function(d){}","reduce":"function(k,v){ return ( }"}}}]})");
+  EXPECT_EQ(red.json()[0]["error"], "compilation_error");
+  EXPECT_EQ(admin(verb::get, "/db/_design/bad").status, 404u);
   put_ddoc("ok", {{"views", {{"throws", {{"map", "function(doc) { if (doc.n == 2) throw 'no'; if (doc.n) emit(doc.n); }"}}}}}});
   // A document the function throws on emits nothing; the others are indexed.
   auto ok = admin(verb::get, "/db/_design/ok/_view/throws");
