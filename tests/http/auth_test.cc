@@ -546,12 +546,18 @@ TEST_F(AuthTest, MetricsStatsActiveTasksAndMaintenanceMode) {
     HttpClient feed_client{server_->port()};
     const auto feed_headers = basic("admin", "secret");
     std::thread feed([&] {
-      feed_client.request(verb::get, "/db/_changes?feed=longpoll&since=now&timeout=1500", {},
+      feed_client.request(verb::get, "/db/_changes?feed=longpoll&since=now&timeout=3000", {},
                           feed_headers);
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    r = as_admin(verb::get, "/_node/_local/_prometheus");
-    EXPECT_NE(r.body.find("couchdb_httpd_clients_requesting_changes 1\n"), std::string::npos);
+    // Polled, not a fixed sleep: under a sanitizer on a loaded machine the feed may take a while
+    // to arrive.
+    bool seen = false;
+    for (int i = 0; i < 50 && !seen; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      r = as_admin(verb::get, "/_node/_local/_prometheus");
+      seen = r.body.find("couchdb_httpd_clients_requesting_changes 1\n") != std::string::npos;
+    }
+    EXPECT_TRUE(seen) << r.body;
     feed.join();
   }
   r = as_admin(verb::get, "/_node/_local/_prometheus");
