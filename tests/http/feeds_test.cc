@@ -255,6 +255,9 @@ TEST_F(FeedsTest, SelectorFilterOnNormalAndLiveFeeds) {
   // Live: only matching updates arrive.
   FeedClient live(port(), "/db/_changes?feed=continuous&filter=_selector&since=now&timeout=3000",
                   "POST", sel);
+  // since=now is resolved when the server takes the request: wait for its answer to begin, or a
+  // write that overtakes the request is before "now" (seen once under load).
+  ASSERT_TRUE(live.wait_head(5s));
   write("warm", {{"type", "reading"}, {"temp", 25}});
   write("freezing", {{"type", "reading"}, {"temp", -3}});
   ASSERT_TRUE(live.wait_for("\"id\":\"warm\"", 3s));
