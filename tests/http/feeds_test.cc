@@ -100,6 +100,7 @@ TEST_F(FeedsTest, ContinuousStreamsLinesThenEndsOnTimeout) {
 
 TEST_F(FeedsTest, ContinuousLimitEndsTheFeed) {
   FeedClient feed(port(), "/db/_changes?feed=continuous&limit=2&since=now");
+  ASSERT_TRUE(feed.wait_head(5s));  // since=now is taken when the server reads the request
   write("a");
   write("b");
   write("c");
@@ -121,6 +122,7 @@ TEST_F(FeedsTest, HeartbeatsKeepTheFeedOpenAndTakePrecedenceOverTimeout) {
 
 TEST_F(FeedsTest, EventSourceFrames) {
   FeedClient feed(port(), "/db/_changes?feed=eventsource&since=now&timeout=2000");
+  ASSERT_TRUE(feed.wait_head(5s));
   // Nothing to send yet: CouchDB's lone newline before it waits.
   ASSERT_TRUE(feed.wait_for("\n", 3s));
   write("e1");
@@ -194,6 +196,8 @@ TEST_F(FeedsTest, LiveFeedsHonourFiltersAndIncludeDocs) {
   FeedClient ids(port(), "/db/_changes?feed=continuous&filter=_doc_ids&since=now&timeout=3000",
                  "POST", R"({"doc_ids":["want"]})");
   FeedClient docs(port(), "/db/_changes?feed=longpoll&include_docs=true&since=now");
+  ASSERT_TRUE(ids.wait_head(5s));
+  ASSERT_TRUE(docs.wait_head(5s));
   write("skip", {{"v", 1}});
   write("want", {{"v", 2}});
   ASSERT_TRUE(ids.wait_for("\"id\":\"want\"", 3s));
@@ -285,6 +289,7 @@ TEST_F(FeedsTest, ShardedChangesFeedEndpoints) {
   const std::string before = client_->get("/db").json()["update_seq"];
   // A consumer of shard 0 waits live; resharding ends its feed with the topology signal.
   FeedClient shard0(port(), "/db/_changes/0?feed=continuous&since=now&timeout=5000");
+  ASSERT_TRUE(shard0.wait_head(5s));
   std::this_thread::sleep_for(100ms);
   auto r = client_->request(verb::put, "/db/_changes/_meta", R"({"shards":4})", json);
   ASSERT_EQ(r.status, 200) << r.body;
