@@ -875,10 +875,13 @@ DocWriteBatch::DocWriteBatch(std::string db_name, std::vector<Item> items)
 namespace {
 
 // The document as CouchDB's couch_doc:to_json_obj(Doc, [revs]) shows it to validate_doc_update:
-// "_id", "_rev", "_revisions" (replicated edits), "_deleted", the body, attachment stubs.
+// "_id", "_rev", "_revisions" (replicated edits), "_deleted", every attachment as a stub, then
+// the body. Stubs carried over are complete (couch_db merges them with the revision replaced
+// before validating); new uploads show what CouchDB knows of them then: no digest yet, and the
+// revpos the client sent (0 when none).
 std::string vdu_doc_json(std::string_view id, const std::optional<RevId>& rev,
                          const Branch* path, bool deleted, std::string_view body,
-                         const std::vector<AttUpload>* atts) {
+                         const std::vector<AttInfo>& atts) {
   std::string out = "{\"_id\":" + json_string(id);
   if (rev) out += ",\"_rev\":" + json_string(rev->str());
   if (path) {
@@ -890,17 +893,15 @@ std::string vdu_doc_json(std::string_view id, const std::optional<RevId>& rev,
     out += "]}";
   }
   if (deleted) out += ",\"_deleted\":true";
-  if (atts && !atts->empty()) {
+  if (!atts.empty()) {
     out += ",\"_attachments\":{";
-    for (std::size_t i = 0; i < atts->size(); ++i) {
-      const AttUpload& a = (*atts)[i];
+    for (std::size_t i = 0; i < atts.size(); ++i) {
+      const AttInfo& a = atts[i];
       if (i) out += ',';
-      out += json_string(a.name) + ":{";
-      if (!a.stub) {
-        out += "\"content_type\":" + json_string(a.info.content_type) +
-               ",\"length\":" + std::to_string(a.info.length) + ",";
-      }
-      out += "\"stub\":true}";
+      out += json_string(a.name) + ":{\"content_type\":" + json_string(a.content_type) +
+             ",\"revpos\":" + std::to_string(a.revpos);
+      if (!a.md5.empty()) out += ",\"digest\":" + json_string(att_digest_str(a.md5));
+      out += ",\"length\":" + std::to_string(a.length) + ",\"stub\":true}";
     }
     out += "}";
   }
@@ -909,6 +910,27 @@ std::string vdu_doc_json(std::string_view id, const std::optional<RevId>& rev,
     out.append(body.substr(1));
   } else {
     out += '}';
+  }
+  return out;
+}
+
+// The attachments of an edit as validate_doc_update sees them: stubs from the revision replaced
+// (a stub that names nothing there is left out: the write fails with missing_stub after), new
+// uploads as sent.
+std::vector<AttInfo> edit_atts(const std::vector<AttUpload>& uploads,
+                               const std::vector<AttInfo>& replaced) {
+  std::vector<AttInfo> out;
+  for (const AttUpload& u : uploads) {
+    if (u.stub) {
+      auto it = std::find_if(replaced.begin(), replaced.end(),
+                             [&](const AttInfo& a) { return a.name == u.name; });
+      if (it != replaced.end()) out.push_back(*it);
+      continue;
+    }
+    AttInfo a = u.info;
+    a.name = u.name;
+    a.md5.clear();  // computed as the revision is written
+    out.push_back(std::move(a));
   }
   return out;
 }
@@ -943,18 +965,22 @@ StorageResult<std::optional<CouchError>> validate_item(Transaction& tr, const Db
         }
   }
   std::string old_json = "null";
+  std::vector<AttInfo> old_atts;
   if (old_rev) {
     auto rec = read_rev(tr, db, id, *old_rev);
     if (!rec.ok()) return rec.error();
-    if (*rec) old_json = vdu_doc_json(id, old_rev, nullptr, (*rec)->deleted, (*rec)->body, nullptr);
+    if (*rec) {
+      old_atts = (*rec)->atts;
+      old_json = vdu_doc_json(id, old_rev, nullptr, (*rec)->deleted, (*rec)->body, old_atts);
+    }
   }
-  std::string new_json =
-      it.replicated
-          ? vdu_doc_json(id, it.replicated_doc.path.leaf, &it.replicated_doc.path,
-                         it.replicated_doc.path.deleted, it.replicated_doc.body,
-                         &it.replicated_doc.atts)
-          : vdu_doc_json(id, it.update.base_rev, nullptr, it.update.deleted, it.update.body,
-                         &it.update.atts);
+  const DocUpdate& u = it.update;
+  const ReplicatedDoc& d = it.replicated_doc;
+  const std::string new_json =
+      it.replicated ? vdu_doc_json(id, d.path.leaf, &d.path, d.path.deleted, d.body,
+                                   edit_atts(d.atts, old_atts))
+                    : vdu_doc_json(id, u.base_rev, nullptr, u.deleted, u.body,
+                                   edit_atts(u.atts, old_atts));
   return v.validate(new_json, old_json);
 }
 
