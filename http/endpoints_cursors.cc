@@ -166,15 +166,6 @@ std::string all_docs_head(std::int64_t total, std::int64_t offset, const std::st
   return head + ",\"rows\":[\r\n";
 }
 
-Response stream_head(const Request& req) {
-  Response head{Status::ok, req.version()};
-  head.set(beast_http::field::server, kServerHeader);
-  head.set(beast_http::field::date, http_date_now());
-  head.set(beast_http::field::content_type, "application/json");
-  head.set(beast_http::field::cache_control, "must-revalidate");
-  return head;
-}
-
 // Writes one all_docs result object (head, rows, tail) through `emit`, page by page.
 template <typename Emit>
 boost::asio::awaitable<bool> write_all_docs(const Call& call, const core::DbRef& db,

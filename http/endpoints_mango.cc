@@ -87,6 +87,31 @@ Response ordered_response(const Request& req, Status status, const OrderedJson& 
   return raw_json_response(req, status, body.dump() + "\n");
 }
 
+// Writes an index design document (`doc` with its "_rev" when it exists), or deletes it, as the
+// caller (design documents need a db admin). Returns the answer when the storage failed; throws
+// the document's CouchError.
+MaybeResponse write_index_ddoc(const Call& call, const core::DbRef& db, const std::string& ddoc,
+                               const OrderedJson& doc, bool deleted) {
+  Json as_json = Json::parse(doc.dump());
+  if (auto err = check_doc_write(call, db, as_json)) throw HttpError(*err);
+  core::DocUpdate u;
+  u.id = ddoc;
+  if (doc.contains("_rev")) u.base_rev = core::RevId::parse(doc["_rev"].get<std::string>());
+  u.deleted = deleted;
+  OrderedJson stored = OrderedJson::object();
+  if (!deleted)
+    for (auto it = doc.begin(); it != doc.end(); ++it)
+      if (!it.key().starts_with("_")) stored[it.key()] = it.value();
+  u.body = stored.dump();
+  std::vector<core::DocWriteBatch::Item> items(1);
+  items[0].update = std::move(u);
+  core::DocWriteBatch batch(db.name, std::move(items));
+  storage::Status s = co_await run_doc_batch(call, batch);
+  if (!s.ok()) co_return storage_error_response(call.req, s.error());
+  if (auto* e = std::get_if<core::CouchError>(&*batch.results().at(0))) throw HttpError(*e);
+  co_return std::nullopt;
+}
+
 // ---- _index ----------------------------------------------------------------------------------------
 
 MaybeResponse create_index(Call& call, const core::DbRef& db) {
@@ -154,21 +179,7 @@ MaybeResponse create_index(Call& call, const core::DbRef& db) {
   view["options"] = OrderedJson{{"def", OrderedJson{{"fields", index["fields"]}}}};
   doc["views"][name] = view;
 
-  Json as_json = Json::parse(doc.dump());
-  if (auto err = check_doc_write(call, db, as_json)) throw HttpError(*err);
-  core::DocUpdate u;
-  u.id = ddoc;
-  if (doc.contains("_rev")) u.base_rev = core::RevId::parse(doc["_rev"].get<std::string>());
-  OrderedJson stored = OrderedJson::object();
-  for (auto it = doc.begin(); it != doc.end(); ++it)
-    if (!it.key().starts_with("_")) stored[it.key()] = it.value();
-  u.body = stored.dump();
-  std::vector<core::DocWriteBatch::Item> items(1);
-  items[0].update = std::move(u);
-  core::DocWriteBatch batch(db.name, std::move(items));
-  storage::Status s = co_await run_doc_batch(call, batch);
-  if (!s.ok()) co_return storage_error_response(call.req, s.error());
-  if (auto* e = std::get_if<core::CouchError>(&*batch.results().at(0))) throw HttpError(*e);
+  if (auto failed = co_await write_index_ddoc(call, db, ddoc, doc, false)) co_return failed;
   OrderedJson out = OrderedJson::object();
   out["result"] = "created";
   out["id"] = ddoc;
@@ -185,26 +196,8 @@ MaybeResponse delete_index(Call& call, const core::DbRef& db, std::string ddoc, 
     throw HttpError(404, "not_found", "Index not found");
   OrderedJson doc = it->second;
   doc["views"].erase(name);
-  Json as_json = Json::parse(doc.dump());
-  if (auto err = check_doc_write(call, db, as_json)) throw HttpError(*err);
-  core::DocUpdate u;
-  u.id = ddoc;
-  u.base_rev = core::RevId::parse(doc["_rev"].get<std::string>());
-  if (doc["views"].empty()) {
-    u.deleted = true;
-    u.body = "{}";
-  } else {
-    OrderedJson stored = OrderedJson::object();
-    for (auto f = doc.begin(); f != doc.end(); ++f)
-      if (!f.key().starts_with("_")) stored[f.key()] = f.value();
-    u.body = stored.dump();
-  }
-  std::vector<core::DocWriteBatch::Item> items(1);
-  items[0].update = std::move(u);
-  core::DocWriteBatch batch(db.name, std::move(items));
-  storage::Status s = co_await run_doc_batch(call, batch);
-  if (!s.ok()) co_return storage_error_response(call.req, s.error());
-  if (auto* e = std::get_if<core::CouchError>(&*batch.results().at(0))) throw HttpError(*e);
+  if (auto failed = co_await write_index_ddoc(call, db, ddoc, doc, doc["views"].empty()))
+    co_return failed;
   co_return json_response(call.req, Status::ok, Json{{"ok", true}});
 }
 
@@ -352,22 +345,6 @@ Plan choose(const FindRequest& r, const std::vector<core::MangoIndex>& indexes) 
   return p;
 }
 
-boost::asio::awaitable<void> build(const Call& call, const core::DbRef& db, const core::ViewGroup& g) {
-  core::js::Engine& engine = js_engine(call);
-  for (;;) {
-    std::optional<core::Outcome<bool>> step;
-    storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
-      // (a "query" index never calls the JS engine; any engine reference does)
-      auto r = core::update_step(tr, db, g, engine);
-      if (!r.ok()) return r.error();
-      step = std::move(*r);
-      return {};
-    });
-    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
-    if (auto* e = std::get_if<core::CouchError>(&*step)) throw HttpError(*e);
-    if (std::get<bool>(*step)) co_return;
-  }
-}
 
 MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
   require_method(call, "POST");
@@ -435,7 +412,7 @@ MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
     auto g = core::ViewGroup::from_design_doc(plan.index->ddoc, dd.json, dd.key);
     if (auto* e = std::get_if<core::CouchError>(&g)) throw HttpError(*e);
     auto group = std::make_shared<const core::ViewGroup>(std::get<core::ViewGroup>(std::move(g)));
-    if (r.update) co_await build(call, db, *group);
+    if (r.update) co_await build_index(call, db, *group);
     auto view = group->index_of(plan.index->name);
     if (!view) throw HttpError(404, "not_found", "missing_named_view");
     core::ViewQuery q;

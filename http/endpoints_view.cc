@@ -216,22 +216,6 @@ std::vector<std::pair<std::string, Param>> collect_params(const Call& call, cons
 
 // Two queries that build one index at once both map the same batch; the index sequence's
 // conflicting read lets one commit and retries the other, which then finds the work done.
-boost::asio::awaitable<void> build_index(const Call& call, const core::DbRef& db,
-                                         const core::ViewGroup& g) {
-  core::js::Engine& engine = js_engine(call);
-  for (;;) {
-    std::optional<core::Outcome<bool>> step;
-    storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
-      auto r = core::update_step(tr, db, g, engine);
-      if (!r.ok()) return r.error();
-      step = std::move(*r);
-      return {};
-    });
-    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
-    if (auto* e = std::get_if<core::CouchError>(&*step)) throw HttpError(*e);
-    if (std::get<bool>(*step)) break;
-  }
-}
 
 std::shared_ptr<const core::ViewGroup> load_group(const Call& call, const core::DbRef& db,
                                                   const std::string& ddoc) {
@@ -240,15 +224,6 @@ std::shared_ptr<const core::ViewGroup> load_group(const Call& call, const core::
   auto g = core::ViewGroup::from_design_doc("_design/" + ddoc, d.json, d.key);
   if (auto* e = std::get_if<core::CouchError>(&g)) throw HttpError(*e);
   return std::make_shared<const core::ViewGroup>(std::get<core::ViewGroup>(std::move(g)));
-}
-
-Response stream_head(const Request& req) {
-  Response head{Status::ok, req.version()};
-  head.set(beast_http::field::server, kServerHeader);
-  head.set(beast_http::field::date, http_date_now());
-  head.set(beast_http::field::content_type, "application/json");
-  head.set(beast_http::field::cache_control, "must-revalidate");
-  return head;
 }
 
 // Writes one view result object (head, rows, tail) through `emit`, page by page.
@@ -488,6 +463,23 @@ MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::strin
 }
 
 }  // namespace
+
+boost::asio::awaitable<void> build_index(const Call& call, const core::DbRef& db,
+                                         const core::ViewGroup& g) {
+  core::js::Engine& engine = js_engine(call);
+  for (;;) {
+    std::optional<core::Outcome<bool>> step;
+    storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+      auto r = core::update_step(tr, db, g, engine);
+      if (!r.ok()) return r.error();
+      step = std::move(*r);
+      return {};
+    });
+    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+    if (auto* e = std::get_if<core::CouchError>(&*step)) throw HttpError(*e);
+    if (std::get<bool>(*step)) break;
+  }
+}
 
 MaybeResponse handle_design_action(Call& call, const core::DbRef& db, const std::string& ddoc,
                                    const std::vector<std::string>& rest) {

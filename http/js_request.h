@@ -5,7 +5,10 @@
 #include <optional>
 #include <string>
 
+#include <boost/asio/awaitable.hpp>
+
 #include "core/js/js.h"
+#include "core/view_index.h"
 #include "http/request.h"
 
 namespace chaise::http {
@@ -28,6 +31,11 @@ core::js::DesignDoc load_design_doc(storage::Transaction& tr, const core::DbRef&
 // other documents, deletions, other languages, or a server without an engine.
 std::optional<core::CouchError> check_design_functions(const Call& call, std::string_view id,
                                                        const Json& doc);
+
+// Brings a view index (JavaScript or Mango) up to date with the database, one bounded build
+// step per transaction (endpoints_view.cc). Throws the step's CouchError.
+boost::asio::awaitable<void> build_index(const Call& call, const core::DbRef& db,
+                                         const core::ViewGroup& g);
 
 // The engine, or 500 when the server runs without one (router unit tests).
 core::js::Engine& js_engine(const Call& call);

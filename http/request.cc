@@ -169,6 +169,15 @@ Response storage_error_response(const Request& req, storage::Error e) {
   }
 }
 
+Response stream_head(const Request& req) {
+  Response head{Status::ok, req.version()};
+  head.set(beast_http::field::server, kServerHeader);
+  head.set(beast_http::field::date, http_date_now());
+  head.set(beast_http::field::content_type, "application/json");
+  head.set(beast_http::field::cache_control, "must-revalidate");
+  return head;
+}
+
 boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call, core::DocWriteBatch& batch) {
   if (call.ctx.js && !call.path.empty()) {
     // validate_doc_update sees CouchDB's userCtx ({"db","name","roles"}) and the _security object

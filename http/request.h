@@ -124,6 +124,9 @@ std::optional<core::CouchError> check_doc_write(const Call& call, const core::Db
 // The security object of `db` as of `tr` (the default one when none was ever stored).
 core::SecurityObject read_security(storage::Transaction& tr, const core::DbRef& db);
 
+// The head of a streamed JSON answer (200, chunked): Server, Date, Content-Type, Cache-Control.
+Response stream_head(const Request& req);
+
 // Runs a DocWriteBatch to completion (every round, each its own transaction, without blocking the
 // io thread) and hands each committed round's transaction id to the janitor. Returns the storage
 // error that ended it, if any; batch.db_missing() tells a missing database.

@@ -86,6 +86,8 @@ struct Engine::Impl {
   std::deque<std::shared_ptr<Task>> queue;
   bool stopping = false;
   std::vector<std::thread> workers;
+  std::size_t started = 0;  // workers past their first context build (under mu)
+  std::condition_variable started_cv;
   std::atomic<std::size_t> calls{0};
   std::atomic<std::size_t> rebuilt{0};
 
@@ -256,12 +258,17 @@ struct Engine::Impl {
 
   void worker_loop(std::size_t slot) {
     Context c;
-    for (;;) {
+    for (bool first = true;; first = false) {
       if (!c.cx) {
         if (!build(c)) {
           spdlog::error("js: could not create a JavaScript context");
           destroy(c);
         }
+      }
+      if (first) {
+        std::lock_guard lock(mu);
+        ++started;
+        started_cv.notify_all();
       }
       std::shared_ptr<Task> t;
       {
@@ -288,6 +295,10 @@ Engine::Engine(EngineOptions options) : impl_(std::make_unique<Impl>(options)) {
   impl_->watchdog = std::thread([this] { impl_->watch_loop(); });
   for (std::size_t i = 0; i < n; ++i)
     impl_->workers.emplace_back([this, i] { impl_->worker_loop(i); });
+  // Contexts are ready (their memory allocated) when the constructor returns, not during the
+  // first requests.
+  std::unique_lock lock(impl_->mu);
+  impl_->started_cv.wait(lock, [&] { return impl_->started == n; });
 }
 
 Engine::~Engine() {

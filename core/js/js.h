@@ -15,6 +15,7 @@
 //   harmed. A function that throws answers the error CouchDB answers for that call.
 // - Compiled functions are cached per context by design-document key (id + rev: a new revision
 //   compiles afresh), at most kCachedDesignDocsMax design documents per context.
+// - Every context is built before the constructor returns.
 // - The JIT is off unless `jit` is set (process-wide, decided by the first Engine): the systemd unit
 //   forbids writable+executable memory (MemoryDenyWriteExecute=yes), which a JIT needs.
 #pragma once
