@@ -399,7 +399,8 @@ StorageResult<bool> ChangesCursor::next_page_by_doc_ids(Transaction& tr,
     auto w = read_winner(tr, db_, id, Snapshot::yes);
     if (!w.ok()) return w.error();
     if (!*w || !(*w)->seq) continue;
-    const Sequence& s = *(*w)->seq;
+    Sequence s = *(*w)->seq;
+    if (q_.shard) s.count = 0;  // as in next_page
     if (!q_.descending && !(q_.since < s)) continue;
     if (q_.shard && route(map_for(maps_, s), partition_key(db_, id)) != *q_.shard) continue;
     hits.push_back(Hit{s, id, std::move(**w)});
@@ -450,7 +451,10 @@ StorageResult<bool> ChangesCursor::next_page(Transaction& tr, std::size_t rows_m
     best->buffer.pop_front();
     ++consumed;
     auto v = Tuple::unpack(e.value);
-    if (!v || v->size() != 6) return storage::Error::io_error;
+    if (!v || v->size() < 6) return storage::Error::io_error;
+    // A shard's feed (RFC 004, Chaise's own) keeps the bare fixed-width form: consumers merge
+    // shard feeds by comparing the strings.
+    if (v->size() > 6 && !q_.shard) e.seq.count = v->get_int(6).value_or(0);
     const std::string* id = v->get_string(1);
     auto pos = v->get_int(2);
     const std::string* hash = v->get_bytes(3);

@@ -130,6 +130,8 @@ StorageResult<Sequence> update_seq(Transaction& tr, const DbRef& db) {
     if (!t) return storage::Error::io_error;
     auto seq = Sequence::from_tuple(*t, 1);  // (ShardId, Incarnation, Versionstamp)
     if (!seq) return storage::Error::io_error;
+    if (auto v = Tuple::unpack(last->front().value); v && v->size() > 6)
+      seq->count = v->get_int(6).value_or(0);
     if (newest < *seq) newest = *seq;
   }
   return newest;

@@ -4,7 +4,7 @@
 //   revision, winner  (kRevFormat, (Incarnation, Versionstamp), BranchCount, (ParentHash...), BodySize)
 //   revision, other   (kRevFormat, null, null, (ParentHash...), BodySize)
 //   by_id             (kByIdFormat, RevPos, RevHash)
-//   changes           (kSeqFormat, DocId, RevPos, RevHash, BranchCount, NotDeleted)
+//   changes           (kSeqFormat, DocId, RevPos, RevHash, BranchCount, NotDeleted, Count)
 //   local             (kLocalFormat, RevCounter, Body)
 // The winner's Sequence is the committing transaction's versionstamp, so it is written with
 // set_versionstamped_value; the changes key with set_versionstamped_key. Both use the same 2-byte
@@ -81,8 +81,11 @@ std::string loser_value(const Branch& b, std::int64_t body_size) {
 
 // The winner's value, with this transaction's sequence (versionstamped; offset suffix included).
 std::string winner_value_template(const Branch& b, std::int64_t branch_count,
-                                  std::int64_t body_size, std::uint16_t vs_user) {
-  Tuple seq = Tuple().add(keyspace::kIncarnation).add(Versionstamp::incomplete(vs_user));
+                                  std::int64_t body_size, SeqSlot slot) {
+  Tuple seq = Tuple()
+                  .add(keyspace::kIncarnation)
+                  .add(Versionstamp::incomplete(slot.order))
+                  .add(slot.count);
   auto packed = Tuple()
                     .add(keyspace::kRevFormat)
                     .add(seq)
@@ -135,7 +138,7 @@ struct EditPlan {
 
 // Writes the plan: revisions, body, changes, by_id, counters.
 void apply_edit(Transaction& tr, const DbRef& db, std::string_view id, const EditPlan& p,
-                const std::vector<ShardMap>& maps, std::uint16_t vs_user) {
+                const std::vector<ShardMap>& maps, SeqSlot slot) {
   const auto body_size = static_cast<std::int64_t>(p.body.size());
   std::int64_t active_delta = body_size;
   // The replaced leaf's body stays (CouchDB keeps superseded revisions until compaction).
@@ -144,12 +147,12 @@ void apply_edit(Transaction& tr, const DbRef& db, std::string_view id, const Edi
   const std::string added_key = revision_key(db, id, p.added);
   if (added_wins) {
     tr.set_versionstamped_value(added_key,
-                                winner_value_template(p.added, p.branch_count, body_size, vs_user));
+                                winner_value_template(p.added, p.branch_count, body_size, slot));
   } else {
     tr.set(added_key, loser_value(p.added, body_size));
     tr.set_versionstamped_value(
         p.best_other->key, winner_value_template(p.best_other->branch, p.branch_count,
-                                                 p.best_other->body_size, vs_user));
+                                                 p.best_other->body_size, slot));
   }
   write_rev(tr, db, id, p.added.leaf, p.body, p.added.deleted, p.atts);
   if (p.uploads) {
@@ -174,7 +177,7 @@ void apply_edit(Transaction& tr, const DbRef& db, std::string_view id, const Edi
   auto ck = db.space.changes().pack_with_versionstamp(Tuple()
                                                           .add(route(maps.back(), pk))
                                                           .add(keyspace::kIncarnation)
-                                                          .add(Versionstamp::incomplete(vs_user)));
+                                                          .add(Versionstamp::incomplete(slot.order)));
   assert(ck.ok());
   tr.set_versionstamped_key(*ck, Tuple()
                                      .add(keyspace::kSeqFormat)
@@ -183,6 +186,7 @@ void apply_edit(Transaction& tr, const DbRef& db, std::string_view id, const Edi
                                      .add_bytes(winner.leaf.hash)
                                      .add(p.branch_count)
                                      .add(!winner.deleted)
+                                     .add(slot.count)
                                      .pack());
   // by_id: live documents only.
   if (!winner.deleted) {
@@ -418,7 +422,7 @@ std::string new_rev_hash(bool deleted, const std::optional<RevId>& parent, std::
 StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db,
                                                 const DocUpdate& u, int revs_limit,
                                                 const std::vector<ShardMap>& maps,
-                                                std::uint16_t vs_user) {
+                                                SeqSlot slot) {
   using R = Outcome<UpdateResult>;
   std::optional<StoredBranch> target, winner, prev;
   bool resolved = false;
@@ -497,13 +501,13 @@ StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db
     plan.best_other = prev;    // deleting the winner: the next in line may take over
   }
   plan.branch_count = winner ? winner->branch_count : 1;
-  apply_edit(tr, db, u.id, plan, maps, vs_user);
+  apply_edit(tr, db, u.id, plan, maps, slot);
   return R(UpdateResult{u.id, plan.added.leaf});
 }
 
 StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, const ReplicatedDoc& d,
                                            int revs_limit, const std::vector<ShardMap>& maps,
-                                           std::uint16_t vs_user) {
+                                           SeqSlot slot) {
   auto all = read_branches(tr, db, d.id, Snapshot::no);
   if (!all.ok()) return all.error();
   std::vector<Branch> branches;
@@ -537,7 +541,7 @@ StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, con
     break;
   }
   plan.branch_count = static_cast<std::int64_t>(remaining) + 1;
-  apply_edit(tr, db, d.id, plan, maps, vs_user);
+  apply_edit(tr, db, d.id, plan, maps, slot);
   return Outcome<bool>(true);
 }
 
@@ -1026,6 +1030,18 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
   round_.clear();
   std::unordered_set<std::string_view> seen_ids;  // views into items_, which outlives the round
   std::uint16_t vs_user = 0;
+  // The N of this round's "N-..." sequences continues the database's count of changes. A snapshot
+  // read, so writers never conflict on it; concurrent rounds may show the same N (see
+  // core/sequence.h).
+  auto seq_base = tr.get(db.space.counter_key(keyspace::kChangeCount), storage::Snapshot::yes);
+  if (!seq_base.ok()) return seq_base.error();
+  const std::int64_t count_base =
+      seq_base->has_value() ? keyspace::decode_counter(**seq_base) : 0;
+  auto slot = [&] {
+    SeqSlot s{vs_user, count_base + vs_user + 1};
+    ++vs_user;
+    return s;
+  };
   std::size_t round_bytes = 0;
   for (std::size_t i = 0; i < items_.size(); ++i) {
     if (done_[i]) continue;
@@ -1066,7 +1082,7 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
         results_[i] = ItemResult(UpdateResult{it.update.id, RevId{0, {}}});
       }
     } else if (it.replicated) {
-      auto r = replicate_doc(tr, db, it.replicated_doc, *limit, *maps, vs_user++);
+      auto r = replicate_doc(tr, db, it.replicated_doc, *limit, *maps, slot());
       if (!r.ok()) return r.error();
       if (failed(*r)) {
         results_[i] = ItemResult(std::get<CouchError>(*r));
@@ -1074,14 +1090,17 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
         results_[i] = ItemResult(UpdateResult{it.replicated_doc.id, it.replicated_doc.path.leaf});
       }
     } else {
-      auto r = update_doc(tr, db, it.update, *limit, *maps, vs_user++);
+      auto r = update_doc(tr, db, it.update, *limit, *maps, slot());
       if (!r.ok()) return r.error();
       results_[i] = std::move(*r);
     }
   }
   tx_key_ = db.space.txids().pack(Tuple().add_bytes(tx_id_));
   tr.set(tx_key_, "");
-  if (vs_user > 0) tr.add(db.space.meta_key(keyspace::kUpdateCounter), 1);  // wakes waiting feeds
+  if (vs_user > 0) {
+    tr.add(db.space.meta_key(keyspace::kUpdateCounter), 1);  // wakes waiting feeds
+    tr.add(db.space.counter_key(keyspace::kChangeCount), vs_user);
+  }
   return {};
 }
 

@@ -85,16 +85,23 @@ struct UpdateResult {
   RevId rev;
 };
 
-// `vs_user` numbers this document's sequence within the transaction (distinct per document);
+// Where a document's change lands: `order` numbers its sequence within the transaction (the
+// versionstamp's user bytes, distinct per document); `count` is the N of the "N-..." sequence
+// text clients see (see core/sequence.h).
+struct SeqSlot {
+  std::uint16_t order = 0;
+  std::int64_t count = 0;
+};
+
 // `maps` are the database's shard maps read with read_shard_maps(..., Snapshot::no) in `tr`.
 StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db,
                                                 const DocUpdate& u, int revs_limit,
                                                 const std::vector<ShardMap>& maps,
-                                                std::uint16_t vs_user);
+                                                SeqSlot slot);
 // Returns whether anything was written (false: the revision was already present).
 StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, const ReplicatedDoc& d,
                                            int revs_limit, const std::vector<ShardMap>& maps,
-                                           std::uint16_t vs_user);
+                                           SeqSlot slot);
 
 // ---- Reading documents as CouchDB returns them ----
 struct DocReadOptions {

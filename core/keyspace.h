@@ -98,6 +98,8 @@ inline constexpr std::string_view kDocCount = "doc_count";
 inline constexpr std::string_view kDocDelCount = "doc_del_count";
 inline constexpr std::string_view kSizeExternal = "sizes.external";
 inline constexpr std::string_view kSizeActive = "sizes.active";
+// Document changes ever written: the N of the "N-..." sequence text (core/sequence.h).
+inline constexpr std::string_view kChangeCount = "change_count";
 
 // Meta names.
 inline constexpr std::string_view kRevsLimit = "revs_limit";

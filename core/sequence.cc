@@ -22,7 +22,11 @@ bool Sequence::is_zero() const {
 std::string Sequence::str() const {
   if (is_zero()) return "0";
   std::string out;
-  out.reserve(26);
+  out.reserve(48);
+  if (count > 0) {
+    out = std::to_string(count);
+    out.push_back('-');
+  }
   out.push_back(kHex[(incarnation >> 4) & 0xf]);
   out.push_back(kHex[incarnation & 0xf]);
   for (unsigned char c : versionstamp.to_bytes()) {
@@ -34,6 +38,15 @@ std::string Sequence::str() const {
 
 std::optional<Sequence> Sequence::parse(std::string_view text) {
   if (text == "0") return Sequence{};
+  std::int64_t count = 0;
+  if (auto dash = text.find('-'); dash != std::string_view::npos) {
+    if (dash == 0 || dash > 18) return std::nullopt;
+    for (char c : text.substr(0, dash)) {
+      if (c < '0' || c > '9') return std::nullopt;
+      count = count * 10 + (c - '0');
+    }
+    text.remove_prefix(dash + 1);
+  }
   if (text.size() != 26) return std::nullopt;
   std::string bytes;
   for (std::size_t i = 0; i < 26; i += 2) {
@@ -44,6 +57,7 @@ std::optional<Sequence> Sequence::parse(std::string_view text) {
   Sequence s;
   s.incarnation = static_cast<std::uint8_t>(bytes[0]);
   s.versionstamp = storage::Versionstamp::from_bytes(std::string_view(bytes).substr(1));
+  s.count = count;
   return s;
 }
 
@@ -56,7 +70,9 @@ std::optional<Sequence> Sequence::from_tuple(const storage::Tuple& t, std::size_
   auto inc = t.get_int(index);
   const storage::Versionstamp* vs = t.get_versionstamp(index + 1);
   if (!inc || !vs || *inc < 0 || *inc > 255) return std::nullopt;
-  return Sequence{*inc, *vs};
+  Sequence s{*inc, *vs};
+  if (t.size() > index + 2) s.count = t.get_int(index + 2).value_or(0);
+  return s;
 }
 
 }  // namespace chaise::core

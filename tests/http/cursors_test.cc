@@ -551,6 +551,37 @@ TEST_F(ViewsTest, DesignDocsAreValidatedOnWrite) {
       201);
 }
 
+TEST_F(ViewsTest, SequencesStartWithTheCountOfChangesAsCouchDBs) {
+  // CouchDB's sequences start with the number of updates ("3-g1AAAA..."); PouchDB's checkpoint
+  // tests and progress displays read it.
+  bulk(Json::array({{{"_id", "a"}}, {{"_id", "b"}}, {{"_id", "c"}}}));
+  Json j = get("/db/_changes").json();
+  ASSERT_EQ(j["results"].size(), 3u);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(j["results"][i]["seq"].get<std::string>().rfind(std::to_string(i + 1) + "-", 0), 0u)
+        << j.dump();
+  const std::string third = j["results"][2]["seq"];
+  EXPECT_EQ(j["last_seq"], third);
+  EXPECT_EQ(get("/db").json()["update_seq"], third);
+  Json a = get("/db/a").json();
+  put_doc("a", {{"_rev", a["_rev"]}, {"x", 1}});
+  // `since` is the versionstamp: with the prefix, without it, or with another N.
+  const std::string bare = third.substr(third.find('-') + 1);
+  for (const std::string& since : {third, bare, "77-" + bare}) {
+    Json after = get("/db/_changes?since=" + since).json();
+    ASSERT_EQ(after["results"].size(), 1u) << since << after.dump();
+    EXPECT_EQ(after["results"][0]["id"], "a");
+    EXPECT_EQ(after["results"][0]["seq"].get<std::string>().rfind("4-", 0), 0u);
+  }
+  EXPECT_EQ(get("/db/a?local_seq=true").json()["_local_seq"].get<std::string>().rfind("4-", 0), 0u);
+  EXPECT_EQ(get("/db/_changes?since=x-" + bare).status, 400);
+  // A shard's own feed keeps the bare fixed-width form, which sorts as the sequences do.
+  Json shard = get("/db/_changes/0").json();
+  ASSERT_EQ(shard["results"].size(), 3u);
+  for (const auto& r : shard["results"])
+    EXPECT_EQ(r["seq"].get<std::string>().find('-'), std::string::npos) << shard.dump();
+}
+
 TEST_F(ViewsTest, ChangesStreamsManyRowsWithSequencesStrictlyIncreasing) {
   Json docs = Json::array();
   for (int i = 0; i < 2200; ++i) docs.push_back({{"_id", "k" + std::to_string(i)}});
@@ -560,7 +591,7 @@ TEST_F(ViewsTest, ChangesStreamsManyRowsWithSequencesStrictlyIncreasing) {
   std::set<std::string> seen;
   std::string prev;
   for (const auto& r : j["results"]) {
-    std::string seq = r["seq"];
+    std::string seq = seq_order(r["seq"]);
     ASSERT_GT(seq, prev);
     prev = seq;
     seen.insert(r["id"].get<std::string>());

@@ -376,6 +376,13 @@ class HttpClient {
   boost::beast::flat_buffer buffer_;
 };
 
+// What orders a sequence string: the fixed-width part after CouchDB's "N-" prefix.
+inline std::string seq_order(const nlohmann::json& seq) {
+  const std::string s = seq.get<std::string>();
+  const auto dash = s.find('-');
+  return dash == std::string::npos ? s : s.substr(dash + 1);
+}
+
 // Writes `text` to `path` (for ini files in tests).
 inline void write_file(const fs::path& path, std::string_view text) {
   FILE* file = std::fopen(path.c_str(), "w");
