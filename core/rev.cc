@@ -95,7 +95,6 @@ std::string rev_hash_to_str(std::string_view hash) {
 }
 
 std::optional<std::string> rev_hash_from_str(std::string_view text) {
-  if (text.empty()) return std::nullopt;
   if (text.size() != 2 * kRevHashBytes) return std::string(text);
   // CouchDB's parse_revid decodes every 32-byte hash as hex and rejects it when it is not.
   std::string out(kRevHashBytes, '\0');
@@ -284,7 +283,6 @@ std::variant<Branch, std::string> parse_revisions_or_reason(
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (!ids[i].is_string()) return std::string("RevId isn't a string");
     const auto& text = ids[i].get_ref<const std::string&>();
-    if (text.empty()) return std::string("RevId is empty");
     auto hash = rev_hash_from_str(text);
     if (!hash) return std::string("RevId isn't a valid hexadecimal");
     if (i == 0) {

@@ -41,8 +41,9 @@ struct RevId {
 
   // Parses "N-hash" with CouchDB's parse_rev rules, narrowed: N is decimal digits only (no sign;
   // leading zeros are accepted as CouchDB does), 1 <= N <= INT64_MAX; the hash is everything
-  // after the first '-', non-empty; a 32-byte hash must be hex (CouchDB rejects a 32-character
-  // non-hex hash with "Invalid rev format"). Returns nullopt for anything else.
+  // after the first '-', possibly empty (CouchDB's parse_revid keeps "1-" as an empty hash; PouchDB
+  // sends such revs with new_edits=false); a 32-byte hash must be hex (CouchDB rejects a
+  // 32-character non-hex hash with "Invalid rev format"). Returns nullopt for anything else.
   static std::optional<RevId> parse(std::string_view text);
 
   // pos + "-" + hash_str(): CouchDB's rev_to_str.
@@ -59,7 +60,7 @@ struct RevId {
 std::string rev_hash_to_str(std::string_view hash);
 
 // The raw form of the text of a revision hash (decoded when it is 32 hex digits, else verbatim).
-// Returns nullopt for an empty text and for 32 bytes that are not all hex digits.
+// Returns nullopt for 32 bytes that are not all hex digits (an empty text is an empty hash).
 std::optional<std::string> rev_hash_from_str(std::string_view text);
 
 // The 16-byte MD5 hash of a new revision (interactive edits, new_edits=true), over a

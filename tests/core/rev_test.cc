@@ -79,12 +79,23 @@ TEST(RevId, SixteenByteOpaqueHashPrintsAsHexLikeCouchDB) {
 
 TEST(RevId, RejectsMalformedText) {
   for (std::string_view text :
-       {"", "1", "-abc", "0x-1", "a-b", "1-", "0-abc", "+1-abc", " 1-abc", "1 -abc", "-1-abc",
+       {"", "1", "-abc", "0x-1", "a-b", "0-abc", "+1-abc", " 1-abc", "1 -abc", "-1-abc",
         "9223372036854775808-abc", "99999999999999999999999-abc",
         // 32 bytes that are not hex: CouchDB's parse_revid tries to decode them and fails.
         "1-0123456789abcdef0123456789abcdeg"}) {
     EXPECT_FALSE(RevId::parse(text)) << text;
   }
+}
+
+TEST(RevId, AcceptsAnEmptyHashAsCouchDBDoes) {
+  auto r = RevId::parse("1-");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->pos, 1);
+  EXPECT_EQ(r->hash, "");
+  EXPECT_EQ(r->str(), "1-");
+  auto b = parse_revisions(Json::parse(R"({"start":2,"ids":["a",""]})"));
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->ancestors, std::vector<std::string>{""});
 }
 
 TEST(RevId, AcceptsLargestPosAndLeadingZeros) {
@@ -360,7 +371,6 @@ TEST(Revisions, RejectsMalformedInput) {
       {R"({"start":1,"ids":[]})", "_revisions.ids is empty."},
       {R"({"start":1,"ids":["a","b"]})", "_revisions.ids is longer than _revisions.start."},
       {R"({"start":2,"ids":["a",2]})", "RevId isn't a string"},
-      {R"({"start":2,"ids":["a",""]})", "RevId is empty"},
       {R"({"start":2,"ids":["0123456789abcdef0123456789abcdeX"]})",
        "RevId isn't a valid hexadecimal"},
   };

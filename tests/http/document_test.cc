@@ -990,5 +990,34 @@ TEST_F(DocumentTest, ManyRequestsOnOneConnectionStayHealthy) {
   EXPECT_EQ(get("/db/counter").json()["n"], 49);
 }
 
+// A rev with an empty hash ("1-") is CouchDB's parse_revid of "": kept verbatim by
+// new_edits=false (PouchDB's test 7829), answered like any other rev. Answers checked against
+// CouchDB 3.5.0.
+TEST_F(DocumentTest, BareRevWithEmptyHashIsStoredAndServedAsCouchDBDoes) {
+  auto r = post("/db/_bulk_docs",
+                R"({"new_edits":false,"docs":[{"_id":"foo","_rev":"1-","integer":1}]})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(r.json(), Json::array());
+  Json d = get("/db/foo?revs=true&revs_info=true").json();
+  EXPECT_EQ(d["_rev"], "1-");
+  EXPECT_EQ(d["_revisions"], (Json{{"start", 1}, {"ids", {""}}}));
+  EXPECT_EQ(d["_revs_info"], (Json::array({{{"rev", "1-"}, {"status", "available"}}})));
+  EXPECT_EQ(get("/db/foo?rev=1-").json()["integer"], 1);
+  EXPECT_EQ(get("/db/_all_docs").json()["rows"][0]["value"]["rev"], "1-");
+  r = post("/db/_bulk_docs", R"({"new_edits":false,"docs":[{"_id":"foo","_rev":"2-abc",
+          "_revisions":{"start":2,"ids":["abc",""]},"integer":2}]})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  Json open = get("/db/foo?revs=true&open_revs=all", kAcceptJson).json();
+  ASSERT_EQ(open.size(), 1u) << open.dump();
+  EXPECT_EQ(open[0]["ok"]["_revisions"], (Json{{"start", 2}, {"ids", {"abc", ""}}}));
+  EXPECT_EQ(post("/db/_revs_diff", R"({"foo":["1-","2-abc","3-x"]})").json(),
+            (Json{{"foo", {{"missing", {"3-x"}}, {"possible_ancestors", {"2-abc"}}}}}));
+  // Interactively, "1-" names no leaf of a new document: a conflict, not a format error.
+  EXPECT_EQ(put("/db/bar", R"({"_rev":"1-"})").status, 409);
+  auto del = this->del("/db/foo?rev=2-abc");
+  EXPECT_EQ(del.status, 200) << del.body;
+  EXPECT_EQ(del.json()["rev"], "3-7b9df18b81d238089ea853ac2a1ff843");  // CouchDB's rev too
+}
+
 }  // namespace
 }  // namespace chaise::test
