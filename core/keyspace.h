@@ -35,6 +35,8 @@
 //   (kViews, Sig, kViewIds, DocId, View, KeyCollation, ValueCollation, N)
 //                                          = "": DocId's rows, to remove them
 //   (kViews, Sig, kViewCounts, View)       = little-endian int64: rows in the view (atomic add)
+//   (kViews, Sig, kViewNodes, View, Level) [+ RowSuffix]
+//                                          = the reduce tree's nodes (core/reduce_tree.h)
 //   Sig is the design document's view signature (core/view_index.h); View its view's number.
 // A revision's body chunks are Chunk >= 0; its header (deleted flag, attachment list; see
 // core/documents.cc) is stored in the same range at Chunk < 0, so one range read returns both.
@@ -84,6 +86,7 @@ inline constexpr std::int64_t kViewSeq = 0;
 inline constexpr std::int64_t kViewRows = 1;
 inline constexpr std::int64_t kViewIds = 2;
 inline constexpr std::int64_t kViewCounts = 3;
+inline constexpr std::int64_t kViewNodes = 4;
 
 // Value format versions (first element of each value tuple).
 inline constexpr std::int64_t kDbFormat = 1;

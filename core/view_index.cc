@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "core/collation.h"
 #include "core/cursors.h"
 #include "core/keyspace.h"
 #include "core/mango_index.h"
+#include "core/reduce_tree.h"
 
 namespace chaise::core {
 
@@ -51,6 +53,10 @@ storage::Subspace rows_space(const DbRef& db, const ViewGroup& g, std::size_t vi
 }
 storage::Subspace ids_space(const DbRef& db, const ViewGroup& g) {
   return index_space(db, g).sub(Tuple().add(keyspace::kViewIds));
+}
+storage::Subspace nodes_space(const DbRef& db, const ViewGroup& g, std::size_t view) {
+  return index_space(db, g).sub(
+      Tuple().add(keyspace::kViewNodes).add(static_cast<std::int64_t>(view)));
 }
 std::string count_key(const DbRef& db, const ViewGroup& g, std::size_t view) {
   return index_space(db, g).pack(
@@ -112,6 +118,8 @@ Outcome<ViewGroup> ViewGroup::from_design_doc(const std::string& ddoc_id, const 
     vs.push_back(o);
   }
   sig_input["views"] = vs;
+  // Indexes of earlier formats (before the reduce tree) are rebuilt under a new signature.
+  sig_input["format"] = 2;
   g.signature = md5_hex(sig_input.dump());
   return g;
 }
@@ -219,6 +227,13 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
 
   std::vector<std::int64_t> delta(g.views.size(), 0);
   const storage::Subspace ids = ids_space(db, g);
+  // Rows changed per view with a reduce function (key suffix -> exists now), for the reduce tree.
+  std::vector<std::map<std::string, bool>> touched(g.views.size());
+  std::vector<storage::Subspace> rows_of;
+  for (std::size_t v = 0; v < g.views.size(); ++v) rows_of.push_back(rows_space(db, g, v));
+  auto touch = [&](std::size_t v, const std::string& key, bool exists) {
+    if (g.views[v].reduce) touched[v][key.substr(rows_of[v].key().size())] = exists;
+  };
   for (const Changed& c : changed) {
     // Old rows out, through the id index.
     auto [b, e] = ids.range(Tuple().add(c.id));
@@ -235,9 +250,12 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
         if (!view || !ck || !vck || !n || *view < 0 ||
             static_cast<std::size_t>(*view) >= g.views.size())
           continue;  // (cannot happen: the signature fixes the views)
-        tr.clear(rows_space(db, g, static_cast<std::size_t>(*view))
-                     .pack(Tuple().add_bytes(*ck).add(c.id).add_bytes(*vck).add(*n)));
-        --delta[static_cast<std::size_t>(*view)];
+        const auto vi = static_cast<std::size_t>(*view);
+        const std::string row_key =
+            rows_of[vi].pack(Tuple().add_bytes(*ck).add(c.id).add_bytes(*vck).add(*n));
+        tr.clear(row_key);
+        touch(vi, row_key, false);
+        --delta[vi];
       }
       if (kvs->size() < 1000) break;
       b = storage::key_after(kvs->back().key);
@@ -255,8 +273,10 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
         std::string value = kv[0].dump();
         value += '\n';
         value += kv[1].dump();
-        tr.set(rows_space(db, g, v).pack(Tuple().add_bytes(ck).add(c.id).add_bytes(vck).add(n)),
-               value);
+        const std::string row_key =
+            rows_of[v].pack(Tuple().add_bytes(ck).add(c.id).add_bytes(vck).add(n));
+        tr.set(row_key, value);
+        touch(v, row_key, true);
         tr.set(ids.pack(Tuple().add(c.id).add(static_cast<std::int64_t>(v)).add_bytes(ck)
                             .add_bytes(vck).add(n)),
                "");
@@ -267,6 +287,12 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
   }
   for (std::size_t v = 0; v < delta.size(); ++v)
     if (delta[v] != 0) tr.add(count_key(db, g, v), delta[v]);
+  for (std::size_t v = 0; v < g.views.size(); ++v) {
+    if (touched[v].empty()) continue;
+    Reducer reducer(*g.views[v].reduce, &js);
+    ReduceTree tree(rows_of[v], nodes_space(db, g, v), reducer);
+    if (auto st = tree.update(tr, touched[v]); !st) return st.error();
+  }
   tr.set(seq_key(db, g), reached.str());
   // (The cursor says "no more" once it reached its limit: a full step may have more behind it.)
   const bool caught_up = !*more && rows.size() < kDocsPerStep && changed.size() == rows.size();
@@ -293,311 +319,7 @@ StorageResult<bool> cleanup_step(Transaction& tr, const DbRef& db,
   return false;
 }
 
-// ---- Built-in reducers ----------------------------------------------------------------------------
-
-namespace {
-
-const char* const kSumError =
-    "The _sum function requires that map values be numbers, arrays of numbers, or objects. "
-    "Objects cannot be mixed with other data structures. Objects can be arbitrarily nested, "
-    "provided that the values for all fields are themselves numbers, arrays of numbers, or "
-    "objects.";
-
-CouchError builtin_error(std::string reason) {
-  return CouchError{500, "invalid_value", std::move(reason)};
-}
-
-// How Erlang's ~p shows a decoded JSON value in CouchDB's messages: strings as <<"...">>.
-std::string erlang_term(const OrderedJson& v) {
-  if (v.is_string()) return "<<" + v.dump() + ">>";
-  return v.dump();
-}
-
-OrderedJson add_numbers(const OrderedJson& a, const OrderedJson& b) {
-  if (a.is_number_integer() && b.is_number_integer()) {
-    std::int64_t r;
-    if (!__builtin_add_overflow(a.get<std::int64_t>(), b.get<std::int64_t>(), &r)) return r;
-  }
-  return a.get<double>() + b.get<double>();
-}
-
-bool is_number_array(const OrderedJson& v) {
-  if (!v.is_array()) return false;
-  for (const auto& e : v)
-    if (!e.is_number()) return false;
-  return true;
-}
-
-std::optional<OrderedJson> sum_values(const OrderedJson& acc, const OrderedJson& v);
-
-std::optional<OrderedJson> sum_arrays(const OrderedJson& a, const OrderedJson& b) {
-  OrderedJson out = OrderedJson::array();
-  for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
-    if (i >= a.size()) {
-      out.push_back(b[i]);
-    } else if (i >= b.size()) {
-      out.push_back(a[i]);
-    } else {
-      out.push_back(add_numbers(a[i], b[i]));
-    }
-  }
-  return out;
-}
-
-std::optional<OrderedJson> sum_values(const OrderedJson& acc, const OrderedJson& v) {
-  if (acc.is_number() && v.is_number()) return add_numbers(acc, v);
-  if (acc.is_number() && is_number_array(v)) return sum_arrays(OrderedJson::array({acc}), v);
-  if (is_number_array(acc) && v.is_number()) return sum_arrays(acc, OrderedJson::array({v}));
-  if (is_number_array(acc) && is_number_array(v)) return sum_arrays(acc, v);
-  if (acc.is_object() && v.is_object()) {
-    OrderedJson out = acc;
-    for (auto it = v.begin(); it != v.end(); ++it) {
-      if (!out.contains(it.key())) {
-        if (!(it.value().is_number() || is_number_array(it.value()) || it.value().is_object()))
-          return std::nullopt;
-        out[it.key()] = it.value();
-        continue;
-      }
-      auto s = sum_values(out[it.key()], it.value());
-      if (!s) return std::nullopt;
-      out[it.key()] = std::move(*s);
-    }
-    return out;
-  }
-  return std::nullopt;
-}
-
-struct Stats {
-  OrderedJson sum = 0, min, max, sumsqr = 0;
-  std::int64_t count = 0;
-};
-
-std::optional<Stats> stats_of(const OrderedJson& v, std::string& error) {
-  Stats s;
-  if (v.is_number()) {
-    s.sum = v;
-    s.min = v;
-    s.max = v;
-    s.count = 1;
-    s.sumsqr = v.is_number_integer() && std::abs(v.get<double>()) < 3e9
-                   ? OrderedJson(v.get<std::int64_t>() * v.get<std::int64_t>())
-                   : OrderedJson(v.get<double>() * v.get<double>());
-    return s;
-  }
-  if (v.is_object()) {
-    for (const char* k : {"sum", "count", "min", "max", "sumsqr"}) {
-      if (!v.contains(k)) {
-        error = std::string("user _stats input missing required field ") + k + " (" + v.dump() + ")";
-        return std::nullopt;
-      }
-      if (!v[k].is_number()) {
-        error = std::string("non-numeric _stats input received for ") + k + ": " + v[k].dump();
-        return std::nullopt;
-      }
-    }
-    s.sum = v["sum"];
-    s.min = v["min"];
-    s.max = v["max"];
-    s.sumsqr = v["sumsqr"];
-    s.count = v["count"].get<std::int64_t>();
-    return s;
-  }
-  error = "The _stats function requires that map values be numbers or arrays of numbers, not '" +
-          erlang_term(v) + "'";
-  return std::nullopt;
-}
-
-void merge_stats(Stats& a, const Stats& b) {
-  if (a.count == 0) {
-    a = b;
-    return;
-  }
-  a.sum = add_numbers(a.sum, b.sum);
-  a.sumsqr = add_numbers(a.sumsqr, b.sumsqr);
-  a.count += b.count;
-  if (b.min.get<double>() < a.min.get<double>()) a.min = b.min;
-  if (b.max.get<double>() > a.max.get<double>()) a.max = b.max;
-}
-
-OrderedJson stats_json(const Stats& s) {
-  OrderedJson o = OrderedJson::object();
-  o["sum"] = s.sum;
-  o["count"] = s.count;
-  o["min"] = s.min;
-  o["max"] = s.max;
-  o["sumsqr"] = s.sumsqr;
-  return o;
-}
-
-Outcome<std::string> stats_reduce(const std::vector<std::string>& values) {
-  // Numbers (or pre-aggregated objects) give one stats object; arrays of numbers one per index.
-  std::optional<Stats> single;
-  std::vector<Stats> per_index;
-  bool arrays = false;
-  for (const std::string& text : values) {
-    OrderedJson v = OrderedJson::parse(text, nullptr, false);
-    std::string error;
-    if (v.is_array()) {
-      if (arrays && v.size() != per_index.size())
-        return builtin_error("The _stats function requires that map values be arrays of the same length, not '" + v.dump() + "'");
-      arrays = true;
-      if (per_index.size() < v.size()) per_index.resize(v.size());
-      for (std::size_t i = 0; i < v.size(); ++i) {
-        auto s = stats_of(v[i], error);
-        if (!s) return builtin_error(error);
-        merge_stats(per_index[i], *s);
-      }
-      continue;
-    }
-    auto s = stats_of(v, error);
-    if (!s) return builtin_error(error);
-    if (!single) single = Stats{};
-    merge_stats(*single, *s);
-  }
-  if (arrays && single) return builtin_error("The _stats function requires that map values be numbers or arrays of numbers, not mixed");
-  if (arrays) {
-    OrderedJson out = OrderedJson::array();
-    for (const Stats& s : per_index) out.push_back(stats_json(s));
-    return out.dump();
-  }
-  return single ? stats_json(*single).dump() : std::string("null");
-}
-
-// HyperLogLog with 2^11 registers (CouchDB's precision), over the keys' collation bytes.
-class Hll {
- public:
-  static constexpr int kP = 11;
-  static constexpr std::size_t kM = std::size_t{1} << kP;
-  Hll() : reg_(kM, 0) {}
-  void insert(std::string_view bytes) {
-    std::uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    const std::size_t idx = static_cast<std::size_t>(h >> (64 - kP));
-    const std::uint64_t rest = (h << kP) | (std::uint64_t{1} << (kP - 1));
-    const std::uint8_t rank = static_cast<std::uint8_t>(__builtin_clzll(rest) + 1);
-    reg_[idx] = std::max(reg_[idx], rank);
-  }
-  std::int64_t estimate() const {
-    double sum = 0;
-    std::size_t zeros = 0;
-    for (std::uint8_t r : reg_) {
-      sum += std::ldexp(1.0, -r);
-      if (r == 0) ++zeros;
-    }
-    const double m = static_cast<double>(kM);
-    double e = (0.7213 / (1 + 1.079 / m)) * m * m / sum;
-    if (e <= 2.5 * m && zeros > 0) e = m * std::log(m / static_cast<double>(zeros));
-    return static_cast<std::int64_t>(std::llround(e));
-  }
-
- private:
-  std::vector<std::uint8_t> reg_;
-};
-
-// _top_N / _bottom_N: the N greatest (least) distinct values by collation.
-Outcome<std::string> rank_reduce(const std::vector<std::string>& values, std::size_t n, bool top,
-                                 bool rereduce) {
-  std::vector<std::pair<std::string, std::string>> all;  // (collation, json)
-  auto add = [&](const OrderedJson& v) { all.emplace_back(collation_key(v), v.dump()); };
-  for (const std::string& text : values) {
-    OrderedJson v = OrderedJson::parse(text, nullptr, false);
-    if (rereduce && v.is_array()) {
-      for (const auto& e : v) add(e);
-    } else {
-      add(v);
-    }
-  }
-  std::sort(all.begin(), all.end(), [&](const auto& a, const auto& b) {
-    return top ? a.first > b.first : a.first < b.first;
-  });
-  all.erase(std::unique(all.begin(), all.end(),
-                        [](const auto& a, const auto& b) { return a.first == b.first; }),
-            all.end());
-  if (all.size() > n) all.resize(n);
-  std::string out = "[";
-  for (std::size_t i = 0; i < all.size(); ++i) out += (i ? "," : "") + all[i].second;
-  return out + "]";
-}
-
-Outcome<std::string> builtin(std::string_view fn, const std::vector<std::string>& values,
-                             bool rereduce) {
-  if (fn.starts_with("_count")) {
-    if (!rereduce) return std::to_string(values.size());
-    std::int64_t n = 0;
-    for (const std::string& v : values) n += std::stoll(v);
-    return std::to_string(n);
-  }
-  if (fn.starts_with("_sum")) {
-    // A value _sum cannot add makes the reduction CouchDB's error object (a row value, not a
-    // failed request): {"error":"builtin_reduce_error","reason":...,"caused_by":value}.
-    auto sum_error = [](const OrderedJson& v) {
-      OrderedJson e = OrderedJson::object();
-      e["error"] = "builtin_reduce_error";
-      e["reason"] = kSumError;
-      e["caused_by"] = v;
-      return e.dump();
-    };
-    std::optional<OrderedJson> acc;
-    for (const std::string& text : values) {
-      OrderedJson v = OrderedJson::parse(text, nullptr, false);
-      if (rereduce && v.is_object() && v.value("error", "") == "builtin_reduce_error") return text;
-      if (!acc) {
-        if (!(v.is_number() || is_number_array(v) || v.is_object())) return sum_error(v);
-        if (v.is_object()) {
-          auto s = sum_values(OrderedJson::object(), v);
-          if (!s) return sum_error(v);
-          acc = std::move(*s);
-        } else {
-          acc = v;
-        }
-        continue;
-      }
-      auto s = sum_values(*acc, v);
-      if (!s) return sum_error(v);
-      acc = std::move(*s);
-    }
-    return acc ? acc->dump() : std::string("0");
-  }
-  if (fn.starts_with("_stats")) return stats_reduce(values);
-  if (fn.starts_with("_top_") || fn.starts_with("_bottom_")) {
-    const bool top = fn.starts_with("_top_");
-    const std::size_t n = std::stoul(std::string(fn.substr(top ? 5 : 8)));
-    return rank_reduce(values, n, top, rereduce);
-  }
-  return CouchError{400, "invalid_design_doc", "`" + std::string(fn) + "` is not a supported reduce function."};
-}
-
-}  // namespace
-
-Outcome<std::string> builtin_reduce(std::string_view fn, const std::vector<std::string>& keys,
-                                    const std::vector<std::string>& values) {
-  if (fn.starts_with("_approx_count_distinct")) {
-    Hll h;
-    for (const std::string& k : keys) h.insert(collation_key(OrderedJson::parse(k, nullptr, false)));
-    return std::to_string(h.estimate());
-  }
-  if (fn.starts_with("_first")) return values.empty() ? std::string("null") : values.front();
-  if (fn.starts_with("_last")) return values.empty() ? std::string("null") : values.back();
-  return builtin(fn, values, false);
-}
-
 // ---- Queries ------------------------------------------------------------------------------------
-
-struct ViewCursor::Group {
-  bool open = false;
-  std::string ck;        // group identity (collation bytes)
-  std::string key_json;  // the group's key ("null" for group=false)
-  std::vector<std::string> keys, ids, values;
-  std::vector<std::string> partials;
-  std::optional<Hll> hll;
-  std::optional<std::string> first, last;
-  std::size_t batch_bytes = 0;
-};
 
 ViewCursor::ViewCursor(DbRef db, std::shared_ptr<const ViewGroup> g, ViewQuery q, js::Engine* js)
     : db_(std::move(db)), g_(std::move(g)), q_(std::move(q)), js_(js) {
@@ -605,7 +327,7 @@ ViewCursor::ViewCursor(DbRef db, std::shared_ptr<const ViewGroup> g, ViewQuery q
   reducing_ = def.reduce.has_value() && q_.reduce;
   to_skip_ = q_.skip;
   to_emit_ = q_.limit;
-  group_ = std::make_shared<Group>();
+  if (reducing_) reducer_ = std::make_shared<const Reducer>(*def.reduce, js_);
   const storage::Subspace rows = rows_space(db_, *g_, q_.view);
   auto key_prefix = [&](const OrderedJson& k) {
     return rows.pack(Tuple().add_bytes(collation_key(k)));
@@ -743,166 +465,109 @@ StorageResult<Outcome<bool>> ViewCursor::map_page(Transaction& tr, std::size_t r
   return Outcome<bool>(false);
 }
 
-std::optional<CouchError> ViewCursor::reduce_batch() {
-  Group& g = *group_;
-  const std::string& fn = *g_->views[q_.view].reduce;
-  if (g.values.empty()) return std::nullopt;
-  if (fn.starts_with("_")) {
-    auto r = builtin(fn, g.values, false);
-    if (auto* e = std::get_if<CouchError>(&r)) return *e;
-    g.partials.push_back(std::get<std::string>(r));
-  } else {
-    if (!js_) return CouchError{500, "unknown_error", "no JavaScript engine"};
-    std::string kvs = "[";
-    for (std::size_t i = 0; i < g.values.size(); ++i) {
-      if (i) kvs += ',';
-      kvs += "[[" + g.keys[i] + "," + json_text(g.ids[i]) + "]," + g.values[i] + "]";
-    }
-    kvs += "]";
-    auto r = js_->reduce({fn}, kvs, false);
-    if (auto* e = std::get_if<js::JsError>(&r)) return CouchError{500, e->error, e->reason};
-    OrderedJson arr = OrderedJson::parse(std::get<std::string>(r), nullptr, false);
-    g.partials.push_back(arr.is_array() && !arr.empty() ? arr[0].dump() : "null");
-  }
-  g.keys.clear();
-  g.ids.clear();
-  g.values.clear();
-  g.batch_bytes = 0;
-  return std::nullopt;
+namespace {
+
+// A row's key JSON and collation bytes.
+struct RowKey {
+  std::string json;
+  std::string ck;
+};
+
+StorageResult<std::optional<RowKey>> boundary_row(Transaction& tr, const storage::Subspace& rows,
+                                                  std::string_view b, std::string_view e,
+                                                  bool last) {
+  auto kvs = tr.get_range(b, e, 1, last ? Reverse::yes : Reverse::no, Snapshot::yes);
+  if (!kvs.ok()) return kvs.error();
+  if (kvs->empty()) return std::optional<RowKey>();
+  auto t = rows.unpack(kvs->front().key);
+  const std::string* ck = t ? t->get_bytes(0) : nullptr;
+  const std::size_t nl = kvs->front().value.find('\n');
+  if (!ck || nl == std::string::npos) return storage::Error::io_error;
+  return std::optional<RowKey>(RowKey{kvs->front().value.substr(0, nl), *ck});
 }
 
-std::optional<CouchError> ViewCursor::flush_group(std::vector<std::string>& out) {
-  Group& g = *group_;
-  if (!g.open) return std::nullopt;
-  g.open = false;
-  const std::string& fn = *g_->views[q_.view].reduce;
-  std::string value;
-  if (auto e = reduce_batch()) return e;
-  if (g.partials.empty() && !fn.starts_with("_approx_count_distinct") &&
-      !fn.starts_with("_first") && !fn.starts_with("_last")) {
-    // (cannot happen: an open group has a row)
-    g.partials.push_back("null");
-  }
-  if (fn.starts_with("_approx_count_distinct")) {
-    value = std::to_string(g.hll ? g.hll->estimate() : 0);
-  } else if (fn.starts_with("_first")) {
-    value = (q_.descending ? g.last : g.first).value_or("null");
-  } else if (fn.starts_with("_last")) {
-    value = (q_.descending ? g.first : g.last).value_or("null");
-  } else if (g.partials.size() == 1 && !(fn.starts_with("_top_") || fn.starts_with("_bottom_"))) {
-    value = g.partials[0];
-  } else if (fn.starts_with("_")) {
-    auto r = builtin(fn, g.partials, true);
-    if (auto* e = std::get_if<CouchError>(&r)) return *e;
-    value = std::get<std::string>(r);
-  } else {
-    std::string vals = "[";
-    for (std::size_t i = 0; i < g.partials.size(); ++i) vals += (i ? "," : "") + g.partials[i];
-    vals += "]";
-    auto r = js_->reduce({fn}, vals, true);
-    if (auto* e = std::get_if<js::JsError>(&r)) return CouchError{500, e->error, e->reason};
-    OrderedJson arr = OrderedJson::parse(std::get<std::string>(r), nullptr, false);
-    value = arr.is_array() && !arr.empty() ? arr[0].dump() : "null";
-  }
-  g.partials.clear();
-  g.hll.reset();
-  g.first.reset();
-  g.last.reset();
-  if (to_skip_ > 0) {
-    --to_skip_;
-    return std::nullopt;
-  }
-  if (to_emit_ == 0) return std::nullopt;
-  out.push_back("{\"key\":" + g.key_json + ",\"value\":" + value + "}");
-  if (to_emit_ > 0) --to_emit_;
-  return std::nullopt;
-}
+}  // namespace
 
 StorageResult<Outcome<bool>> ViewCursor::reduce_page(Transaction& tr, std::size_t rows_max,
                                                      std::vector<std::string>& out) {
   const storage::Subspace rows = rows_space(db_, *g_, q_.view);
-  const std::string& fn = *g_->views[q_.view].reduce;
-  constexpr std::size_t kBatchRows = 1000;
-  constexpr std::size_t kBatchBytes = 1'000'000;
-  std::size_t scanned = 0;
+  ReduceTree tree(rows, nodes_space(db_, *g_, q_.view), *reducer_);
+  const bool exact = q_.group_level && *q_.group_level == std::numeric_limits<std::size_t>::max();
+  // The key a group reports: CouchDB's is the group's key as of its last row in iteration order
+  // (equal keys may differ in text: 1 and 1.0).
+  auto group_json = [&](const RowKey& k) {
+    if (!q_.group_level || exact) return k.json;
+    OrderedJson key = OrderedJson::parse(k.json, nullptr, false);
+    return group_key(key, *q_.group_level).dump();
+  };
+  auto emit = [&](const std::string& key_json, const std::string& partial) -> std::optional<CouchError> {
+    if (Reducer::empty(partial)) return std::nullopt;
+    auto v = reducer_->finish(partial);
+    if (auto* e = std::get_if<CouchError>(&v)) return *e;
+    if (to_skip_ > 0) {
+      --to_skip_;
+      return std::nullopt;
+    }
+    if (to_emit_ == 0) return std::nullopt;
+    out.push_back("{\"key\":" + key_json + ",\"value\":" + std::get<std::string>(v) + "}");
+    if (to_emit_ > 0) --to_emit_;
+    return std::nullopt;
+  };
+  constexpr std::size_t kGroupsPerPage = 1000;
+  std::size_t groups = 0;
   while (range_ < ranges_.size()) {
     if (to_emit_ == 0) return Outcome<bool>(false);
     Range& r = ranges_[range_];
-    if (r.begin < r.end) {
-      auto kvs = tr.get_range(r.begin, r.end, 1000, q_.descending ? Reverse::yes : Reverse::no,
-                              Snapshot::yes);
-      if (!kvs.ok()) return kvs.error();
-      for (const KeyValue& kv : *kvs) {
-        if (q_.descending)
-          r.end = kv.key;
-        else
-          r.begin = storage::key_after(kv.key);
-        auto t = rows.unpack(kv.key);
-        const std::string* ck = t ? t->get_bytes(0) : nullptr;
-        const std::string* id = t ? t->get_string(1) : nullptr;
-        const std::size_t nl = kv.value.find('\n');
-        if (!ck || !id || nl == std::string::npos) return storage::Error::io_error;
-        std::string key_json = kv.value.substr(0, nl);
-        std::string value_json = kv.value.substr(nl + 1);
-        // The group this row belongs to.
-        std::string gck;
-        std::string gkey;
-        if (!q_.group_level) {
-          gkey = "null";
-        } else if (*q_.group_level == std::numeric_limits<std::size_t>::max()) {
-          gck = *ck;
-          gkey = key_json;
-        } else {
-          OrderedJson k = OrderedJson::parse(key_json, nullptr, false);
-          if (k.is_array() && k.size() > *q_.group_level) {
-            OrderedJson gk = group_key(k, *q_.group_level);
-            gck = collation_key(gk);
-            gkey = gk.dump();
-          } else {
-            gck = *ck;
-            gkey = key_json;
-          }
-        }
-        Group& g = *group_;
-        if (g.open && g.ck != gck) {
-          if (auto e = flush_group(out)) return Outcome<bool>(*e);
-        }
-        if (!g.open) {
-          g.open = true;
-          g.ck = gck;
-        }
-        g.key_json = gkey;  // CouchDB reports the group's last key (equal keys may differ in text)
-        if (fn.starts_with("_approx_count_distinct")) {
-          if (!g.hll) g.hll.emplace();
-          g.hll->insert(*ck);
-        } else if (fn.starts_with("_first") || fn.starts_with("_last")) {
-          if (!g.first) g.first = value_json;
-          g.last = value_json;
-        } else {
-          g.batch_bytes += kv.value.size();
-          g.keys.push_back(std::move(key_json));
-          g.ids.push_back(*id);
-          g.values.push_back(std::move(value_json));
-          if (g.values.size() >= kBatchRows || g.batch_bytes >= kBatchBytes) {
-            // Reduce what was gathered; the group stays open with its partial result.
-            if (auto e = reduce_batch()) return Outcome<bool>(*e);
-          }
-        }
-        if (to_emit_ == 0) return Outcome<bool>(false);
-      }
-      scanned += kvs->size();
-      if (kvs->size() < 1000) r.begin = r.end;
-    }
     if (r.begin >= r.end) {
-      // With keys=[...], each key is its own group.
-      if (q_.keys) {
-        if (auto e = flush_group(out)) return Outcome<bool>(*e);
-      }
       ++range_;
+      continue;
     }
-    if (out.size() >= rows_max || scanned >= 10'000) return Outcome<bool>(true);
+    std::string gb, ge, key_json = "null";
+    if (!q_.group_level || q_.keys) {
+      // One group: the whole range (with keys=[...], each key's range is its own group).
+      gb = r.begin;
+      ge = r.end;
+      if (q_.group_level) {
+        auto k = boundary_row(tr, rows, gb, ge, !q_.descending);
+        if (!k.ok()) return k.error();
+        if (*k) key_json = group_json(**k);
+      }
+      r.begin = r.end;
+    } else {
+      // The next group in iteration order: its first row, then every row of its key (group=true)
+      // or of its key's first group_level elements.
+      auto first = boundary_row(tr, rows, r.begin, r.end, q_.descending);
+      if (!first.ok()) return first.error();
+      if (!*first) {
+        r.begin = r.end;
+        continue;
+      }
+      OrderedJson key = OrderedJson::parse((*first)->json, nullptr, false);
+      std::string prefix;
+      if (!exact && key.is_array() && key.size() > *q_.group_level) {
+        // Arrays starting with the group's elements: their encodings share the open array.
+        std::string open = collation_key(group_key(key, *q_.group_level));
+        open.pop_back();  // the array's terminator
+        prefix = rows.pack(Tuple().add_bytes(open));
+        prefix.pop_back();  // the tuple element's terminator
+      } else {
+        prefix = rows.pack(Tuple().add_bytes((*first)->ck));
+      }
+      gb = std::max(prefix, r.begin);
+      ge = std::min(storage::strinc(prefix), r.end);
+      auto other = boundary_row(tr, rows, gb, ge, !q_.descending);
+      if (!other.ok()) return other.error();
+      key_json = group_json(*other ? **other : **first);
+      if (q_.descending)
+        r.end = gb;
+      else
+        r.begin = ge;
+    }
+    auto partial = tree.aggregate(tr, gb, ge);
+    if (!partial.ok()) return partial.error();
+    if (auto e = emit(key_json, *partial)) return Outcome<bool>(*e);
+    if (++groups >= kGroupsPerPage || out.size() >= rows_max) return Outcome<bool>(true);
   }
-  if (auto e = flush_group(out)) return Outcome<bool>(*e);
   return Outcome<bool>(false);
 }
 

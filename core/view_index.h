@@ -14,9 +14,9 @@
 // conflicting one, so two builders never both apply one batch.
 //
 // Querying: ViewCursor pages through rows (map) or groups (reduce) like the _all_docs cursor:
-// each page in its own short transaction, rows serialized ready to stream. Reduce runs over the
-// rows of the range at query time (built-in reducers in C++, JavaScript ones batched in the
-// engine).
+// each page in its own short transaction, rows serialized ready to stream. A reduce query reads
+// each group's reduction from the view's reduce tree (core/reduce_tree.h), which update_step
+// keeps current: O(log n) entries per group, not every row.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +28,7 @@
 
 #include "core/documents.h"
 #include "core/js/js.h"
+#include "core/reducers.h"
 
 namespace chaise::core {
 
@@ -117,8 +118,6 @@ class ViewCursor {
                                            std::vector<std::string>& out);
   StorageResult<std::string> doc_for(Transaction& tr, std::string_view id,
                                      std::string_view value_json);
-  std::optional<CouchError> flush_group(std::vector<std::string>& out);
-  std::optional<CouchError> reduce_batch();
 
   DbRef db_;
   std::shared_ptr<const ViewGroup> g_;
@@ -129,14 +128,7 @@ class ViewCursor {
   std::size_t range_ = 0;
   std::int64_t to_skip_;
   std::int64_t to_emit_;
-  // Reduce state: the current group's key (collation bytes and JSON), and what was gathered.
-  struct Group;
-  std::shared_ptr<Group> group_;
+  std::shared_ptr<const Reducer> reducer_;  // reduce queries
 };
-
-// Built-in reduce functions. `values` are the rows' value JSON texts, `keys` (for
-// _approx_count_distinct) their key JSON texts. Errors as CouchDB's builtin_reduce_error.
-Outcome<std::string> builtin_reduce(std::string_view fn, const std::vector<std::string>& keys,
-                                    const std::vector<std::string>& values);
 
 }  // namespace chaise::core

@@ -345,6 +345,92 @@ TEST_F(ViewTest, ReduceOverManyRowsRereduces) {
   EXPECT_EQ(view("count?group=true")["rows"], Json::parse(R"([{"key":"even","value":3},{"key":"odd","value":3},{"key":"x","value":1666},{"key":"y","value":834}])"));
 }
 
+// The reduce tree through the server: several build steps, then edits and deletions applied
+// incrementally; every answer equal to what the rows add up to.
+TEST_F(ViewTest, ReduceAnswersFollowEditsAcrossBuildStepsAndRanges) {
+  std::map<std::string, std::pair<std::string, int>> docs;  // id -> (t, n)
+  Json batch = Json::array();
+  for (int i = 0; i < 1800; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    const std::string t = "g" + std::to_string(i % 7);
+    docs[id] = {t, i};
+    batch.push_back({{"_id", id}, {"t", t}, {"n", i}});
+  }
+  ASSERT_EQ(admin(verb::post, "/db/_bulk_docs", Json{{"docs", batch}}.dump()).status, 201u);
+  auto check = [&](const std::string& when) {
+    SCOPED_TRACE(when);
+    std::map<std::string, long> by_t;
+    std::map<std::pair<std::string, int>, long> by_pair;
+    long total = 0;
+    for (const auto& [id, tn] : docs) {
+      by_t[tn.first] += tn.second;
+      by_pair[{tn.first, tn.second}] += tn.second;
+      total += tn.second;
+    }
+    // The six d* documents of the fixture: t even/odd, n 1..6 (untouched here).
+    const long fixture = 21;
+    EXPECT_EQ(view("pairs")["rows"][0]["value"], total + fixture);
+    Json level1 = view("pairs?group_level=1");
+    for (const auto& row : level1["rows"]) {
+      const std::string t = row["key"][0];
+      if (by_t.count(t)) EXPECT_EQ(row["value"], by_t[t]) << t;
+    }
+    EXPECT_EQ(level1["rows"].size(), by_t.size() + 2);
+    // A range inside one group, both directions, and a range ending between keys.
+    long in_range = 0;
+    for (const auto& [k, v] : by_pair)
+      if (k.first == "g3" && k.second >= 200 && k.second <= 1500) in_range += v;
+    EXPECT_EQ(view("pairs?startkey=%5B%22g3%22,200%5D&endkey=%5B%22g3%22,1500%5D")["rows"][0]["value"],
+              in_range);
+    EXPECT_EQ(view("pairs?descending=true&startkey=%5B%22g3%22,1500%5D&endkey=%5B%22g3%22,200%5D")
+                  ["rows"][0]["value"], in_range);
+    long below = 0;
+    for (const auto& [k, v] : by_pair)
+      if (k.first < "g2" || (k.first == "g2" && k.second < 999)) below += v;
+    EXPECT_EQ(view("pairs?startkey=%5B%22g%22%5D&endkey=%5B%22g2%22,999%5D&inclusive_end=false")
+                  ["rows"][0]["value"], below);
+    // group=true: one row per pair, in key order and reversed.
+    Json exact = view("pairs?group=true&startkey=%5B%22g%22%5D&endkey=%5B%22h%22%5D");
+    ASSERT_EQ(exact["rows"].size(), by_pair.size());
+    auto it = by_pair.begin();
+    for (const auto& row : exact["rows"]) {
+      EXPECT_EQ(row["key"], Json::array({it->first.first, it->first.second}));
+      EXPECT_EQ(row["value"], it->second);
+      ++it;
+    }
+    Json rev = view("pairs?group=true&descending=true&startkey=%5B%22h%22%5D&endkey=%5B%22g%22%5D&limit=3");
+    ASSERT_EQ(rev["rows"].size(), 3u);
+    EXPECT_EQ(rev["rows"][0]["value"], by_pair.rbegin()->second);
+    Json cnt = view("count?group=true&key=%22g5%22");
+    EXPECT_EQ(cnt["rows"][0]["value"], std::count_if(docs.begin(), docs.end(), [](const auto& d) {
+                return d.second.first == "g5";
+              }));
+    EXPECT_EQ(view("jsred?key=%22g4%22")["rows"][0]["value"], by_t["g4"]);
+    EXPECT_EQ(view("stats?key=%22g1%22")["rows"][0]["value"]["sum"], by_t["g1"]);
+  };
+  check("built in several steps");
+  // Edit 400 documents (new n, some move group) and delete 150, then query again.
+  Json all = admin(verb::get, "/db/_all_docs?startkey=%22r%22&endkey=%22r%7E%22").json();
+  Json edits = Json::array();
+  int i = 0;
+  for (const auto& row : all["rows"]) {
+    const std::string id = row["id"];
+    const std::string rev = row["value"]["rev"];
+    if (i % 4 == 0) {
+      const int n = docs[id].second * 3 + 1;
+      const std::string t = i % 8 == 0 ? "g9" : docs[id].first;
+      docs[id] = {t, n};
+      edits.push_back({{"_id", id}, {"_rev", rev}, {"t", t}, {"n", n}});
+    } else if (i % 12 == 1) {
+      docs.erase(id);
+      edits.push_back({{"_id", id}, {"_rev", rev}, {"_deleted", true}});
+    }
+    ++i;
+  }
+  ASSERT_EQ(admin(verb::post, "/db/_bulk_docs", Json{{"docs", edits}}.dump()).status, 201u);
+  check("after edits and deletions");
+}
+
 TEST_F(ViewTest, IndexFollowsEditsDeletesAndDesignChanges) {
   EXPECT_EQ(view("by_n")["total_rows"], 6);
   const std::string rev = admin(verb::get, "/db/d1").json()["_rev"];
