@@ -209,6 +209,16 @@ void apply_edit(Transaction& tr, const DbRef& db, std::string_view id, const Edi
   const std::int64_t ext_delta = winner_size - (p.old_winner ? p.old_winner->body_size : 0);
   if (ext_delta) tr.add(db.space.counter_key(keyspace::kSizeExternal), ext_delta);
   if (active_delta) tr.add(db.space.counter_key(keyspace::kSizeActive), active_delta);
+  // GET /{db}/_partition/{p} reads the same counters per partition.
+  if (const auto colon = id.find(':'); db.partitioned && colon != std::string_view::npos &&
+                                       !id.starts_with("_design/")) {
+    const std::string_view part = id.substr(0, colon);
+    if (dc) tr.add(db.space.partition_counter_key(part, keyspace::kDocCount), dc);
+    if (ddc) tr.add(db.space.partition_counter_key(part, keyspace::kDocDelCount), ddc);
+    if (ext_delta) tr.add(db.space.partition_counter_key(part, keyspace::kSizeExternal), ext_delta);
+    if (active_delta)
+      tr.add(db.space.partition_counter_key(part, keyspace::kSizeActive), active_delta);
+  }
 }
 
 // Appends members before the closing brace of a serialized JSON object.

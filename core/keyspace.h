@@ -164,6 +164,10 @@ class DbSpace {
   Subspace view_index(std::string_view sig) const { return views_.sub(Tuple().add_bytes(sig)); }
 
   std::string counter_key(std::string_view name) const { return counters_.pack(Tuple().add(name)); }
+  // A partitioned database's per-partition counters (same names): (kCounters, "partition", P, Name).
+  std::string partition_counter_key(std::string_view partition, std::string_view name) const {
+    return counters_.pack(Tuple().add(std::string_view("partition")).add(partition).add(name));
+  }
   std::string meta_key(std::string_view name) const { return meta_.pack(Tuple().add(name)); }
   std::string by_id_key(std::string_view doc_id) const { return by_id_.pack(Tuple().add(doc_id)); }
   std::string local_key(std::string_view doc_id) const { return local_.pack(Tuple().add(doc_id)); }

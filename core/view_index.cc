@@ -47,20 +47,31 @@ storage::Subspace index_space(const DbRef& db, const ViewGroup& g) {
 std::string seq_key(const DbRef& db, const ViewGroup& g) {
   return index_space(db, g).pack(Tuple().add(keyspace::kViewSeq));
 }
-storage::Subspace rows_space(const DbRef& db, const ViewGroup& g, std::size_t view) {
-  return index_space(db, g).sub(
-      Tuple().add(keyspace::kViewRows).add(static_cast<std::int64_t>(view)));
+// A partitioned group keeps each partition's rows, nodes and count apart: one more element.
+Tuple view_tuple(std::int64_t kind, const ViewGroup& g, std::size_t view,
+                 const std::string& partition) {
+  Tuple t = Tuple().add(kind).add(static_cast<std::int64_t>(view));
+  if (g.partitioned) t.add(partition);
+  return t;
+}
+std::string partition_of(std::string_view doc_id) {
+  const auto colon = doc_id.find(':');
+  return std::string(colon == std::string_view::npos ? std::string_view() : doc_id.substr(0, colon));
+}
+storage::Subspace rows_space(const DbRef& db, const ViewGroup& g, std::size_t view,
+                             const std::string& partition = {}) {
+  return index_space(db, g).sub(view_tuple(keyspace::kViewRows, g, view, partition));
 }
 storage::Subspace ids_space(const DbRef& db, const ViewGroup& g) {
   return index_space(db, g).sub(Tuple().add(keyspace::kViewIds));
 }
-storage::Subspace nodes_space(const DbRef& db, const ViewGroup& g, std::size_t view) {
-  return index_space(db, g).sub(
-      Tuple().add(keyspace::kViewNodes).add(static_cast<std::int64_t>(view)));
+storage::Subspace nodes_space(const DbRef& db, const ViewGroup& g, std::size_t view,
+                              const std::string& partition = {}) {
+  return index_space(db, g).sub(view_tuple(keyspace::kViewNodes, g, view, partition));
 }
-std::string count_key(const DbRef& db, const ViewGroup& g, std::size_t view) {
-  return index_space(db, g).pack(
-      Tuple().add(keyspace::kViewCounts).add(static_cast<std::int64_t>(view)));
+std::string count_key(const DbRef& db, const ViewGroup& g, std::size_t view,
+                      const std::string& partition = {}) {
+  return index_space(db, g).pack(view_tuple(keyspace::kViewCounts, g, view, partition));
 }
 
 }  // namespace
@@ -68,7 +79,7 @@ std::string count_key(const DbRef& db, const ViewGroup& g, std::size_t view) {
 // ---- ViewGroup ----------------------------------------------------------------------------------
 
 Outcome<ViewGroup> ViewGroup::from_design_doc(const std::string& ddoc_id, const std::string& json,
-                                              const std::string& js_key) {
+                                              const std::string& js_key, bool db_partitioned) {
   OrderedJson doc = OrderedJson::parse(json, nullptr, false);
   if (!doc.is_object()) return CouchError{500, "unknown_error", "design document is not JSON"};
   ViewGroup g;
@@ -79,11 +90,14 @@ Outcome<ViewGroup> ViewGroup::from_design_doc(const std::string& ddoc_id, const 
                    : "javascript";
   OrderedJson sig_input = OrderedJson::object();
   sig_input["language"] = g.language;
+  g.partitioned = db_partitioned && g.language != "query";
   if (auto o = doc.find("options"); o != doc.end() && o->is_object()) {
     g.include_design = o->value("include_design", false) == true;
     g.local_seq = o->value("local_seq", false) == true;
+    if (o->contains("partitioned") && (*o)["partitioned"] == false) g.partitioned = false;
     sig_input["options"] = *o;
   }
+  if (g.partitioned) sig_input["partitioned"] = true;
   auto views = doc.find("views");
   if (views != doc.end() && views->is_object()) {
     for (auto it = views->begin(); it != views->end(); ++it) {
@@ -143,8 +157,8 @@ StorageResult<Sequence> view_index_seq(Transaction& tr, const DbRef& db, const V
 }
 
 StorageResult<std::int64_t> view_row_count(Transaction& tr, const DbRef& db, const ViewGroup& g,
-                                           std::size_t view) {
-  auto v = tr.get(count_key(db, g, view), Snapshot::yes);
+                                           std::size_t view, const std::string& partition) {
+  auto v = tr.get(count_key(db, g, view, partition), Snapshot::yes);
   if (!v.ok()) return v.error();
   return *v ? keyspace::decode_counter(**v) : 0;
 }
@@ -225,16 +239,18 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
     mapped = std::move(std::get<std::vector<std::string>>(m));
   }
 
-  std::vector<std::int64_t> delta(g.views.size(), 0);
+  // Row count changes per (view, partition).
+  std::map<std::pair<std::size_t, std::string>, std::int64_t> delta;
   const storage::Subspace ids = ids_space(db, g);
-  // Rows changed per view with a reduce function (key suffix -> exists now), for the reduce tree.
-  std::vector<std::map<std::string, bool>> touched(g.views.size());
-  std::vector<storage::Subspace> rows_of;
-  for (std::size_t v = 0; v < g.views.size(); ++v) rows_of.push_back(rows_space(db, g, v));
-  auto touch = [&](std::size_t v, const std::string& key, bool exists) {
-    if (g.views[v].reduce) touched[v][key.substr(rows_of[v].key().size())] = exists;
+  // Rows changed per (view with a reduce function, partition): key suffix -> exists now, for the
+  // reduce tree.
+  std::map<std::pair<std::size_t, std::string>, std::map<std::string, bool>> touched;
+  auto touch = [&](std::size_t v, const std::string& partition, const std::string& suffix,
+                   bool exists) {
+    if (g.views[v].reduce) touched[{v, partition}][suffix] = exists;
   };
   for (const Changed& c : changed) {
+    const std::string partition = g.partitioned ? partition_of(c.id) : std::string();
     // Old rows out, through the id index.
     auto [b, e] = ids.range(Tuple().add(c.id));
     for (;;) {
@@ -251,11 +267,11 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
             static_cast<std::size_t>(*view) >= g.views.size())
           continue;  // (cannot happen: the signature fixes the views)
         const auto vi = static_cast<std::size_t>(*view);
-        const std::string row_key =
-            rows_of[vi].pack(Tuple().add_bytes(*ck).add(c.id).add_bytes(*vck).add(*n));
+        const storage::Subspace rows = rows_space(db, g, vi, partition);
+        const std::string row_key = rows.pack(Tuple().add_bytes(*ck).add(c.id).add_bytes(*vck).add(*n));
         tr.clear(row_key);
-        touch(vi, row_key, false);
-        --delta[vi];
+        touch(vi, partition, row_key.substr(rows.key().size()), false);
+        --delta[{vi, partition}];
       }
       if (kvs->size() < 1000) break;
       b = storage::key_after(kvs->back().key);
@@ -265,6 +281,7 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
     OrderedJson per_view = OrderedJson::parse(mapped.at(c.doc), nullptr, false);
     if (!per_view.is_array()) return storage::Error::io_error;
     for (std::size_t v = 0; v < per_view.size() && v < g.views.size(); ++v) {
+      const storage::Subspace rows = rows_space(db, g, v, partition);
       std::int64_t n = 0;
       for (const OrderedJson& kv : per_view[v]) {
         if (!kv.is_array() || kv.size() != 2) continue;
@@ -273,25 +290,24 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
         std::string value = kv[0].dump();
         value += '\n';
         value += kv[1].dump();
-        const std::string row_key =
-            rows_of[v].pack(Tuple().add_bytes(ck).add(c.id).add_bytes(vck).add(n));
+        const std::string row_key = rows.pack(Tuple().add_bytes(ck).add(c.id).add_bytes(vck).add(n));
         tr.set(row_key, value);
-        touch(v, row_key, true);
+        touch(v, partition, row_key.substr(rows.key().size()), true);
         tr.set(ids.pack(Tuple().add(c.id).add(static_cast<std::int64_t>(v)).add_bytes(ck)
                             .add_bytes(vck).add(n)),
                "");
         ++n;
-        ++delta[v];
+        ++delta[{v, partition}];
       }
     }
   }
-  for (std::size_t v = 0; v < delta.size(); ++v)
-    if (delta[v] != 0) tr.add(count_key(db, g, v), delta[v]);
-  for (std::size_t v = 0; v < g.views.size(); ++v) {
-    if (touched[v].empty()) continue;
+  for (const auto& [vp, d] : delta)
+    if (d != 0) tr.add(count_key(db, g, vp.first, vp.second), d);
+  for (const auto& [vp, rows_touched] : touched) {
+    const auto& [v, partition] = vp;
     Reducer reducer(*g.views[v].reduce, &js);
-    ReduceTree tree(rows_of[v], nodes_space(db, g, v), reducer);
-    if (auto st = tree.update(tr, touched[v]); !st) return st.error();
+    ReduceTree tree(rows_space(db, g, v, partition), nodes_space(db, g, v, partition), reducer);
+    if (auto st = tree.update(tr, rows_touched); !st) return st.error();
   }
   tr.set(seq_key(db, g), reached.str());
   // (The cursor says "no more" once it reached its limit: a full step may have more behind it.)
@@ -328,7 +344,7 @@ ViewCursor::ViewCursor(DbRef db, std::shared_ptr<const ViewGroup> g, ViewQuery q
   to_skip_ = q_.skip;
   to_emit_ = q_.limit;
   if (reducing_) reducer_ = std::make_shared<const Reducer>(*def.reduce, js_);
-  const storage::Subspace rows = rows_space(db_, *g_, q_.view);
+  const storage::Subspace rows = this->rows();
   auto key_prefix = [&](const OrderedJson& k) {
     return rows.pack(Tuple().add_bytes(collation_key(k)));
   };
@@ -369,9 +385,12 @@ ViewCursor::ViewCursor(DbRef db, std::shared_ptr<const ViewGroup> g, ViewQuery q
   ranges_.push_back(Range{b, e});
 }
 
+storage::Subspace ViewCursor::rows() const { return rows_space(db_, *g_, q_.view, q_.partition); }
+storage::Subspace ViewCursor::nodes() const { return nodes_space(db_, *g_, q_.view, q_.partition); }
+
 StorageResult<std::int64_t> ViewCursor::offset(Transaction& tr) {
   if (reducing_ || ranges_.empty()) return std::int64_t{0};
-  const storage::Subspace rows = rows_space(db_, *g_, q_.view);
+  const storage::Subspace rows = this->rows();
   auto [all_b, all_e] = rows.range();
   std::string b = q_.descending ? ranges_.front().end : all_b;
   std::string e = q_.descending ? all_e : ranges_.front().begin;
@@ -415,7 +434,7 @@ StorageResult<Outcome<bool>> ViewCursor::next_page(Transaction& tr, std::size_t 
 
 StorageResult<Outcome<bool>> ViewCursor::map_page(Transaction& tr, std::size_t rows_max,
                                                   std::vector<std::string>& out) {
-  const storage::Subspace rows = rows_space(db_, *g_, q_.view);
+  const storage::Subspace rows = this->rows();
   while (range_ < ranges_.size()) {
     if (to_emit_ == 0) return Outcome<bool>(false);
     Range& r = ranges_[range_];
@@ -490,8 +509,8 @@ StorageResult<std::optional<RowKey>> boundary_row(Transaction& tr, const storage
 
 StorageResult<Outcome<bool>> ViewCursor::reduce_page(Transaction& tr, std::size_t rows_max,
                                                      std::vector<std::string>& out) {
-  const storage::Subspace rows = rows_space(db_, *g_, q_.view);
-  ReduceTree tree(rows, nodes_space(db_, *g_, q_.view), *reducer_);
+  const storage::Subspace rows = this->rows();
+  ReduceTree tree(rows, nodes(), *reducer_);
   const bool exact = q_.group_level && *q_.group_level == std::numeric_limits<std::size_t>::max();
   // The key a group reports: CouchDB's is the group's key as of its last row in iteration order
   // (equal keys may differ in text: 1 and 1.0).

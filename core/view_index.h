@@ -50,11 +50,15 @@ struct ViewGroup {
   std::vector<ViewDef> views;  // sorted by name; a view's number is its index here
   bool include_design = false;
   bool local_seq = false;
+  // A partitioned design document (in a partitioned database, unless options.partitioned is
+  // false; JavaScript views only): its rows are kept per partition (the document id's part
+  // before ':'), and it is queried one partition at a time.
+  bool partitioned = false;
 
   // The views of a design document body (as stored: with _id, _rev). Errors as CouchDB:
   // 404 not_found "missing" when `view` names no view there (pass "" to skip that check).
   static Outcome<ViewGroup> from_design_doc(const std::string& ddoc_id, const std::string& json,
-                                            const std::string& js_key);
+                                            const std::string& js_key, bool db_partitioned);
   std::optional<std::size_t> index_of(std::string_view view) const;
 };
 
@@ -74,9 +78,9 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
 StorageResult<bool> cleanup_step(Transaction& tr, const DbRef& db,
                                  const std::vector<std::string>& keep);
 
-// Rows in a view (total_rows).
+// Rows in a view (total_rows); of one partition for a partitioned group.
 StorageResult<std::int64_t> view_row_count(Transaction& tr, const DbRef& db, const ViewGroup& g,
-                                           std::size_t view);
+                                           std::size_t view, const std::string& partition = {});
 
 struct ViewQuery {
   std::size_t view = 0;
@@ -95,6 +99,7 @@ struct ViewQuery {
   // keys (group=true); N = group_level.
   std::optional<std::size_t> group_level;
   std::optional<std::vector<OrderedJson>> keys;  // rows of these keys, in this order
+  std::string partition;  // the partition queried (partitioned groups)
 };
 
 class ViewCursor {
@@ -118,6 +123,9 @@ class ViewCursor {
                                            std::vector<std::string>& out);
   StorageResult<std::string> doc_for(Transaction& tr, std::string_view id,
                                      std::string_view value_json);
+
+  storage::Subspace rows() const;
+  storage::Subspace nodes() const;
 
   DbRef db_;
   std::shared_ptr<const ViewGroup> g_;

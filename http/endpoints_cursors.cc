@@ -156,6 +156,22 @@ AllDocsRequest parse_all_docs(const Params& p, AllDocsKind kind) {
   return r;
 }
 
+// /{db}/_partition/{p}/_all_docs: the id range is narrowed to the partition's ("p:" up to
+// "p:\ufff0", as couch_partition:start_key/end_key); `keys` are looked up as given (CouchDB
+// 3.5 does not filter them either).
+void clamp_to_partition(AllDocsRequest& r, const std::optional<std::string>& partition) {
+  if (!partition || r.keys) return;
+  const std::string lo = *partition + ":";
+  const std::string hi = *partition + ":\xef\xbf\xb0";
+  std::optional<std::string>& low = r.q.descending ? r.q.end_key : r.q.start_key;
+  std::optional<std::string>& high = r.q.descending ? r.q.start_key : r.q.end_key;
+  if (!low || *low < lo) low = lo;
+  if (!high || *high > hi) {
+    high = hi;
+    r.q.inclusive_end = true;
+  }
+}
+
 // `offset` < 0: null (CouchDB's answer for _local_docs and for any `keys` query).
 std::string all_docs_head(std::int64_t total, std::int64_t offset, const std::string* seq) {
   std::string head = "{\"total_rows\":";
@@ -225,7 +241,8 @@ MaybeResponse all_docs(Call& call, AllDocsKind kind) {
   std::optional<Json> body;
   if (call.is(beast_http::verb::post)) body = parse_json_object_body(call.req);
   const Params params(call.query, body ? &*body : nullptr);
-  const AllDocsRequest r = parse_all_docs(params, kind);
+  AllDocsRequest r = parse_all_docs(params, kind);
+  clamp_to_partition(r, call.partition);
   if (call.is(beast_http::verb::head)) co_return raw_json_response(call.req, Status::ok, "");
 
   if (!co_await call.stream.begin(stream_head(call.req))) co_return std::nullopt;
@@ -257,9 +274,11 @@ MaybeResponse all_docs_queries(Call& call, AllDocsKind kind) {
       single.erase("keys");
       single["key"] = (*keys)[0];
       requests.push_back(parse_all_docs(Params(no_query, &single), kind));
+      clamp_to_partition(requests.back(), call.partition);
       continue;
     }
     requests.push_back(parse_all_docs(Params(no_query, &q), kind));
+    clamp_to_partition(requests.back(), call.partition);
   }
   if (!co_await call.stream.begin(stream_head(call.req))) co_return std::nullopt;
   if (!co_await call.stream.write("{\"results\":[\n")) co_return std::nullopt;

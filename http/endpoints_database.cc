@@ -54,7 +54,7 @@ constexpr std::string_view kDbMethods = "DELETE,GET,HEAD,POST";
 // document ids, so that a client learns the feature is missing.
 constexpr std::string_view kNotImplemented[] = {
     "_purge",   "_purged_infos", "_purged_infos_limit",
-    "_partition",    "_temp_view",
+    "_temp_view",
     "_auto_purge", "_time_seq", "_shards",  "_sync_shards"};
 
 

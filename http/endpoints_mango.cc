@@ -359,9 +359,10 @@ MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
     OrderedJson out = OrderedJson::object();
     out["dbname"] = db.name;
     out["index"] = plan.index ? index_json(*plan.index) : all_docs_index_json();
-    out["partitioned"] = false;
+    out["partitioned"] = call.partition.has_value();
     out["selector"] = r.selector;
     OrderedJson opts = OrderedJson::object();
+    if (call.partition) opts["partition"] = *call.partition;
     opts["use_index"] = r.use_index ? OrderedJson(*r.use_index) : OrderedJson::array();
     opts["bookmark"] = "nil";
     opts["limit"] = r.limit;
@@ -400,6 +401,7 @@ MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
     if (!doc.is_object()) return;
     const std::string id = doc.value("_id", "");
     if (id.starts_with("_design/")) return;
+    if (call.partition && !id.starts_with(*call.partition + ":")) return;
     if (!r.matcher->matches(doc)) return;
     ++matched;
     if (matched <= r.skip) return;
@@ -409,7 +411,7 @@ MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
   if (plan.index) {
     auto tr0 = call.store().create_transaction();
     core::js::DesignDoc dd = load_design_doc(tr0, db, plan.index->ddoc.substr(8));
-    auto g = core::ViewGroup::from_design_doc(plan.index->ddoc, dd.json, dd.key);
+    auto g = core::ViewGroup::from_design_doc(plan.index->ddoc, dd.json, dd.key, db.partitioned);
     if (auto* e = std::get_if<core::CouchError>(&g)) throw HttpError(*e);
     auto group = std::make_shared<const core::ViewGroup>(std::get<core::ViewGroup>(std::move(g)));
     if (r.update) co_await build_index(call, db, *group);
@@ -449,6 +451,12 @@ MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
     q.include_docs = true;
     q.conflicts = r.conflicts;
     q.descending = descending;
+    if (call.partition) {  // the partition's ids only, as CouchDB's partitioned _all_docs scan
+      std::string lo = *call.partition + ":", hi = *call.partition + ":\xef\xbf\xb0";
+      if (descending) std::swap(lo, hi);
+      q.start_key = lo;
+      q.end_key = hi;
+    }
     core::AllDocsCursor cursor(db, q);
     for (bool more = true; more && static_cast<std::int64_t>(results.size()) < r.limit;) {
       auto tr = call.store().create_transaction();

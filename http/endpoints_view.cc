@@ -221,7 +221,7 @@ std::shared_ptr<const core::ViewGroup> load_group(const Call& call, const core::
                                                   const std::string& ddoc) {
   auto tr = call.store().create_transaction();
   core::js::DesignDoc d = load_design_doc(tr, db, ddoc);
-  auto g = core::ViewGroup::from_design_doc("_design/" + ddoc, d.json, d.key);
+  auto g = core::ViewGroup::from_design_doc("_design/" + ddoc, d.json, d.key, db.partitioned);
   if (auto* e = std::get_if<core::CouchError>(&g)) throw HttpError(*e);
   return std::make_shared<const core::ViewGroup>(std::get<core::ViewGroup>(std::move(g)));
 }
@@ -237,7 +237,7 @@ boost::asio::awaitable<bool> write_view(const Call& call, const core::DbRef& db,
   {
     auto tr = store.create_transaction();
     if (!cursor.reducing()) {
-      auto total = core::view_row_count(tr, db, *g, r.q.view);
+      auto total = core::view_row_count(tr, db, *g, r.q.view, r.q.partition);
       if (!total.ok()) throw HttpError(core::storage_failure(total.error()));
       auto off = cursor.offset(tr);
       if (!off.ok()) throw HttpError(core::storage_failure(off.error()));
@@ -290,6 +290,11 @@ MaybeResponse view(Call& call, const core::DbRef& db, const std::string& ddoc,
   if (!index) throw HttpError(404, "not_found", "missing_named_view");
   if (g->language != "javascript")
     throw HttpError(400, "bad_request", "views in language `" + g->language + "` are not supported");
+  // couch_mrview_util:validate_args, checked against CouchDB 3.5.
+  if (g->partitioned && !call.partition)
+    query_error("`partition` parameter is mandatory for queries to this view.");
+  if (!g->partitioned && call.partition)
+    query_error("`partition` parameter is not supported in this design doc");
 
   std::vector<ViewRequest> requests;
   if (queries) {
@@ -302,10 +307,12 @@ MaybeResponse view(Call& call, const core::DbRef& db, const std::string& ddoc,
         params.push_back({it.key(), Param{OrderedJson::parse(it.value().dump()), std::nullopt}});
       requests.push_back(parse_view_params(params, g->views[*index]));
       requests.back().q.view = *index;
+      requests.back().q.partition = call.partition.value_or("");
     }
   } else {
     requests.push_back(parse_view_params(collect_params(call, body ? &*body : nullptr), g->views[*index]));
     requests.back().q.view = *index;
+    requests.back().q.partition = call.partition.value_or("");
   }
   bool build_now = false, build_after = false;
   for (const ViewRequest& r : requests) {
@@ -514,7 +521,8 @@ MaybeResponse view_cleanup(Call& call, const core::DbRef& db) {
     for (const std::string& row : rows) {
       Json r = Json::parse(row, nullptr, false);
       if (!r.is_object() || !r.contains("doc") || !r["doc"].is_object()) continue;
-      auto g = core::ViewGroup::from_design_doc(r["id"].get<std::string>(), r["doc"].dump(), "");
+      auto g = core::ViewGroup::from_design_doc(r["id"].get<std::string>(), r["doc"].dump(), "",
+                                                db.partitioned);
       if (auto* vg = std::get_if<core::ViewGroup>(&g)) keep.push_back(vg->signature);
     }
   }

@@ -78,6 +78,9 @@ struct Call {
   std::string auth_handler;
   // The security object of the database open_db_or_throw opened (its member check passed).
   mutable core::SecurityObject security;
+  // /{db}/_partition/{p}/...: the partition; `path` is then the request's path without the
+  // "_partition/{p}" segments (http/endpoints_partition.cc).
+  std::optional<std::string> partition;
 
   storage::Database& store() const { return *ctx.store; }
   beast_http::verb method() const { return req.method(); }

@@ -25,9 +25,9 @@ namespace {
 // which endpoints to call. A feature is listed only once its endpoints work in Chaise, so that no
 // client is sent down a path that answers 404.
 // CouchDB 3.5 lists access-ready, partitioned, pluggable-storage-engines, reshard and scheduler.
-// Chaise has none of them as CouchDB means them (no ?engine=, no /_partition, no _reshard, no
-// _scheduler, no _access), so it claims none: clients use this list to decide what to call.
-const std::array<std::string_view, 0> kFeatures = {};
+// Chaise serves partitioned databases (/{db}/_partition/...) and none of the others as CouchDB
+// means them (no ?engine=, no _reshard, no _scheduler, no _access).
+const std::array<std::string_view, 1> kFeatures = {"partitioned"};
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -158,7 +158,7 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
     const auto segments = path_segments(request.target());
     if (!segments) throw HttpError(400, "bad_request", "Invalid request path");
     Call call{request,          stream, context_, std::move(*segments), Query::parse(request.target()),
-              std::move(auth.user), std::move(auth.handler), core::SecurityObject{}};
+              std::move(auth.user), std::move(auth.handler), core::SecurityObject{}, std::nullopt};
     authorize_request(call);
     response = co_await dispatch(call);
   } catch (const HttpError& e) {
@@ -196,6 +196,10 @@ MaybeResponse Router::dispatch(Call& call) const {
   if (path.size() == 1 && path[0] == "_up") co_return up(call.req);
   if (path[0].front() == '_' && !core::valid_db_name(path[0])) co_return co_await handle_server(call);
   if (path.size() == 1) co_return co_await handle_database(call);
+  if (path.size() >= 3 && path[1] == "_partition" && !call.partition) {
+    if (!enter_partition(call)) co_return partition_info(call);
+    co_return co_await dispatch(call);
+  }
   static const std::array<std::string_view, 4> kViews = {"_all_docs", "_design_docs", "_local_docs",
                                                          "_changes"};
   if (std::find(kViews.begin(), kViews.end(), path[1]) != kViews.end())

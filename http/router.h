@@ -138,6 +138,11 @@ MaybeResponse handle_design_action(Call& call, const core::DbRef& db, const std:
 MaybeResponse handle_mango(Call& call, const core::DbRef& db);
 // POST /{db}/_view_cleanup: drops the view indexes no design document names.
 MaybeResponse view_cleanup(Call& call, const core::DbRef& db);
+// /{db}/_partition/{p}[/...] (endpoints_partition.cc): enter_partition validates the partition
+// and, for a sub-endpoint, strips "_partition/{p}" from call.path and sets call.partition
+// (true: dispatch again); false: the request is GET /{db}/_partition/{p}, for partition_info.
+bool enter_partition(Call& call);
+Response partition_info(Call& call);
 // Streamed cursors (the built-in indexes): /{db}/_all_docs, _design_docs, _local_docs, _all_docs/queries, _changes.
 MaybeResponse handle_cursors(Call& call);
 

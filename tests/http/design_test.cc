@@ -263,6 +263,71 @@ class ViewTest : public DesignTest {
   }
 };
 
+// Partitioned databases: /{db}/_partition/{p}/..., answers checked against CouchDB 3.5.0.
+TEST_F(DesignTest, PartitionEndpoints) {
+  ASSERT_EQ(admin(verb::put, "/pdb?partitioned=true").status, 201u);
+  Json docs = Json::array();
+  for (int i = 0; i < 30; ++i)
+    docs.push_back({{"_id", std::string(i % 3 ? "a:" : "b:") + std::to_string(100 + i)}, {"n", i}});
+  docs.push_back({{"_id", "a:gone"}, {"n", 99}, {"_deleted", true}});
+  ASSERT_EQ(admin(verb::post, "/pdb/_bulk_docs", Json{{"docs", docs}}.dump()).status, 201u);
+  ASSERT_EQ(admin(verb::put, "/pdb/_design/v",
+                  R"({"views":{"n":{"map":"function(d){ emit(d.n, 1); }","reduce":"_sum"}}})").status,
+            201u);
+  ASSERT_EQ(admin(verb::put, "/pdb/_design/g",
+                  R"({"options":{"partitioned":false},"views":{"n":{"map":"function(d){ emit(d.n, 1); }","reduce":"_sum"}}})")
+                .status,
+            201u);
+  // The partition's counts.
+  Json info = admin(verb::get, "/pdb/_partition/a").json();
+  EXPECT_EQ(info["partition"], "a");
+  EXPECT_EQ(info["db_name"], "pdb");
+  EXPECT_EQ(info["doc_count"], 20);
+  EXPECT_EQ(info["doc_del_count"], 1);
+  EXPECT_GT(info["sizes"]["external"].get<int>(), 0);
+  EXPECT_EQ(admin(verb::get, "/pdb/_partition/zz").json()["doc_count"], 0);
+  // _all_docs inside the partition, whatever the bounds say.
+  Json all = admin(verb::get, "/pdb/_partition/b/_all_docs").json();
+  ASSERT_EQ(all["rows"].size(), 10u);
+  for (const auto& row : all["rows"]) EXPECT_EQ(row["id"].get<std::string>().rfind("b:", 0), 0u);
+  EXPECT_EQ(admin(verb::get, "/pdb/_partition/a/_all_docs?endkey=%22z%22&descending=false").json()["rows"].size(), 20u);
+  Json desc = admin(verb::get, "/pdb/_partition/a/_all_docs?descending=true&limit=2").json();
+  EXPECT_EQ(desc["rows"][0]["id"], "a:129");
+  EXPECT_EQ(admin(verb::get, "/pdb/_partition/a/_all_docs?startkey=%22b:%22").json()["rows"].size(), 0u);
+  // A partitioned view answers one partition; a global one refuses a partition, and the reverse.
+  Json sum = admin(verb::get, "/pdb/_partition/b/_design/v/_view/n").json();
+  EXPECT_EQ(sum["rows"][0]["value"], 10);
+  Json rows = admin(verb::get, "/pdb/_partition/b/_design/v/_view/n?reduce=false&limit=3").json();
+  EXPECT_EQ(rows["total_rows"], 10);
+  EXPECT_EQ(rows["rows"][0]["id"], "b:100");
+  EXPECT_EQ(rows["rows"][1]["key"], 3);
+  expect_error(admin(verb::get, "/pdb/_design/v/_view/n"), 400, "query_parse_error",
+               "`partition` parameter is mandatory for queries to this view.");
+  expect_error(admin(verb::get, "/pdb/_partition/a/_design/g/_view/n"), 400, "query_parse_error",
+               "`partition` parameter is not supported in this design doc");
+  EXPECT_EQ(admin(verb::get, "/pdb/_design/g/_view/n").json()["rows"][0]["value"], 30);
+  EXPECT_EQ(admin(verb::get, "/pdb/_partition/a/_design/v/_info").status, 200u);
+  // An edit moves a document's row within its partition's index and reductions.
+  const std::string rev = admin(verb::get, "/pdb/b:100").json()["_rev"];
+  ASSERT_EQ(admin(verb::delete_, "/pdb/b:100?rev=" + rev).status, 200u);
+  EXPECT_EQ(admin(verb::get, "/pdb/_partition/b/_design/v/_view/n").json()["rows"][0]["value"], 9);
+  EXPECT_EQ(admin(verb::get, "/pdb/_partition/a/_design/v/_view/n").json()["rows"][0]["value"], 20);
+  EXPECT_EQ(admin(verb::get, "/pdb/_partition/b").json()["doc_del_count"], 1);
+  // Mango inside the partition.
+  Json found = admin(verb::post, "/pdb/_partition/b/_find",
+                     R"({"selector":{"n":{"$gte":0}},"fields":["_id"]})").json();
+  ASSERT_EQ(found["docs"].size(), 9u);
+  for (const auto& d : found["docs"]) EXPECT_EQ(d["_id"].get<std::string>().rfind("b:", 0), 0u);
+  EXPECT_EQ(admin(verb::post, "/pdb/_partition/b/_explain", R"({"selector":{"n":1}})").json()["opts"]["partition"], "b");
+  // Errors, as CouchDB's.
+  expect_error(admin(verb::get, "/pdb/_partition/_x"), 400, "illegal_partition",
+               "Partition must not start with an underscore");
+  expect_error(admin(verb::get, "/pdb/_partition/a%3Ab"), 400, "illegal_partition",
+               "Partition must not contain a colon");
+  expect_error(admin(verb::get, "/db/_partition/a"), 400, "bad_request", "database is not partitioned");
+  expect_error(admin(verb::get, "/pdb/_partition/a/_changes"), 404, "not_found", "missing");
+}
+
 TEST_F(ViewTest, MapQueryParameters) {
   Json all = view("by_n");
   EXPECT_EQ(all["total_rows"], 6);
