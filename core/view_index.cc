@@ -563,8 +563,9 @@ StorageResult<Outcome<bool>> ViewCursor::reduce_page(Transaction& tr, std::size_
       }
       OrderedJson key = OrderedJson::parse((*first)->json, nullptr, false);
       std::string prefix;
-      if (!exact && key.is_array() && key.size() > *q_.group_level) {
-        // Arrays starting with the group's elements: their encodings share the open array.
+      if (!exact && key.is_array() && key.size() >= *q_.group_level) {
+        // Arrays starting with the group's elements (the group key itself included): their
+        // encodings share the open array.
         std::string open = collation_key(group_key(key, *q_.group_level));
         open.pop_back();  // the array's terminator
         prefix = rows.pack(Tuple().add_bytes(open));

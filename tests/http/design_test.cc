@@ -438,7 +438,9 @@ TEST_F(ViewTest, ReduceAnswersFollowEditsAcrossBuildStepsAndRanges) {
     Json level1 = view("pairs?group_level=1");
     for (const auto& row : level1["rows"]) {
       const std::string t = row["key"][0];
-      if (by_t.count(t)) EXPECT_EQ(row["value"], by_t[t]) << t;
+      if (by_t.count(t)) {
+        EXPECT_EQ(row["value"], by_t[t]) << t;
+      }
     }
     EXPECT_EQ(level1["rows"].size(), by_t.size() + 2);
     // A range inside one group, both directions, and a range ending between keys.
@@ -494,6 +496,30 @@ TEST_F(ViewTest, ReduceAnswersFollowEditsAcrossBuildStepsAndRanges) {
   }
   ASSERT_EQ(admin(verb::post, "/db/_bulk_docs", Json{{"docs", edits}}.dump()).status, 201u);
   check("after edits and deletions");
+}
+
+// group_level over keys shorter than, as long as and longer than the level (the answers of
+// CouchDB 3.5.0 for the same documents).
+TEST_F(ViewTest, GroupLevelGroupsKeysOfEveryLength) {
+  put_ddoc("gl", {{"views", {{"c", {{"map", "function(d) { if (d.foo !== undefined) emit(d.foo); }"},
+                                     {"reduce", "_count"}}}}}});
+  ASSERT_EQ(admin(verb::post, "/db/_bulk_docs", R"({"docs":[{"foo":["foo","bar"]},{"foo":["foo","bar"]},
+      {"foo":["foo","bar","baz"]},{"foo":["baz"]},{"foo":["baz","bar"]},{"foo":"s"},{"foo":3}]})").status,
+            201u);
+  auto rows = [&](const std::string& q) {
+    auto r = admin(verb::get, "/db/_design/gl/_view/c?" + q);
+    EXPECT_EQ(r.status, 200u) << r.body;
+    return r.json()["rows"];
+  };
+  EXPECT_EQ(rows("group_level=0"), Json::parse(R"([{"key":null,"value":7}])"));
+  EXPECT_EQ(rows("group_level=1"), Json::parse(
+      R"([{"key":3,"value":1},{"key":"s","value":1},{"key":["baz"],"value":2},{"key":["foo"],"value":3}])"));
+  EXPECT_EQ(rows("group_level=2"), Json::parse(
+      R"([{"key":3,"value":1},{"key":"s","value":1},{"key":["baz"],"value":1},{"key":["baz","bar"],"value":1},{"key":["foo","bar"],"value":3}])"));
+  EXPECT_EQ(rows("group_level=2&descending=true"), Json::parse(
+      R"([{"key":["foo","bar"],"value":3},{"key":["baz","bar"],"value":1},{"key":["baz"],"value":1},{"key":"s","value":1},{"key":3,"value":1}])"));
+  EXPECT_EQ(rows("group=true"), Json::parse(
+      R"([{"key":3,"value":1},{"key":"s","value":1},{"key":["baz"],"value":1},{"key":["baz","bar"],"value":1},{"key":["foo","bar"],"value":2},{"key":["foo","bar","baz"],"value":1}])"));
 }
 
 TEST_F(ViewTest, IndexFollowsEditsDeletesAndDesignChanges) {
