@@ -204,15 +204,6 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
     changed.push_back(std::move(c));
     if (bytes > kBytesPerStep) break;  // the rest waits for the next step
   }
-  // Where this step got to: the last change it handled.
-  Sequence reached = *since;
-  {
-    const std::string& last = rows[changed.size() - 1];
-    OrderedJson r = OrderedJson::parse(last, nullptr, false);
-    auto s = Sequence::parse(r.value("seq", ""));
-    if (!s) return storage::Error::io_error;
-    reached = *s;
-  }
 
   std::vector<std::string> mapped;
   if (!docs.empty() && !g.views.empty() && g.language == "query") {
@@ -249,7 +240,13 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
                    bool exists) {
     if (g.views[v].reduce) touched[{v, partition}][suffix] = exists;
   };
+  // The rows a step writes are bounded too (a document may emit many): once the transaction
+  // holds kWriteBytesPerStep, the remaining documents wait for the next step. The first one is
+  // always applied, so a step always progresses.
+  std::size_t applied = 0;
   for (const Changed& c : changed) {
+    if (applied > 0 && tr.approximate_size() > kWriteBytesPerStep) break;
+    ++applied;
     const std::string partition = g.partitioned ? partition_of(c.id) : std::string();
     // Old rows out, through the id index.
     auto [b, e] = ids.range(Tuple().add(c.id));
@@ -301,6 +298,14 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
       }
     }
   }
+  // Where this step got to: the last change it handled.
+  Sequence reached = *since;
+  {
+    OrderedJson r = OrderedJson::parse(rows[applied - 1], nullptr, false);
+    auto s = Sequence::parse(r.value("seq", ""));
+    if (!s) return storage::Error::io_error;
+    reached = *s;
+  }
   for (const auto& [vp, d] : delta)
     if (d != 0) tr.add(count_key(db, g, vp.first, vp.second), d);
   for (const auto& [vp, rows_touched] : touched) {
@@ -311,7 +316,7 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
   }
   tr.set(seq_key(db, g), reached.str());
   // (The cursor says "no more" once it reached its limit: a full step may have more behind it.)
-  const bool caught_up = !*more && rows.size() < kDocsPerStep && changed.size() == rows.size();
+  const bool caught_up = !*more && rows.size() < kDocsPerStep && applied == rows.size();
   return Outcome<bool>(caught_up);
 }
 

@@ -8,8 +8,8 @@
 // core/keyspace.h (kViews).
 //
 // Building: update_step() is a transaction body that indexes the next batch of changes after the
-// index's sequence (at most kDocsPerStep documents and kBytesPerStep of document JSON: always
-// well inside FoundationDB's 5 s and 10 MB), removing each changed document's old rows through
+// index's sequence (at most kDocsPerStep documents, kBytesPerStep of document JSON and about
+// kWriteBytesPerStep of rows: always well inside FoundationDB's 5 s and 10 MB), removing each changed document's old rows through
 // the id index and adding the rows the map functions emit. Its read of the index sequence is a
 // conflicting one, so two builders never both apply one batch.
 //
@@ -70,6 +70,9 @@ StorageResult<Sequence> view_index_seq(Transaction& tr, const DbRef& db, const V
 // A map function that fails to compile (or a JS engine failure) is the CouchError.
 inline constexpr std::size_t kDocsPerStep = 500;
 inline constexpr std::size_t kBytesPerStep = 4'000'000;
+// Writes (rows, id entries) one step may hold before the rest waits for the next step; the
+// reduce tree's nodes come on top, well inside FoundationDB's 10 MB.
+inline constexpr std::size_t kWriteBytesPerStep = 4'000'000;
 StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const ViewGroup& g,
                                          js::Engine& js);
 

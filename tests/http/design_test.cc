@@ -522,6 +522,21 @@ TEST_F(ViewTest, GroupLevelGroupsKeysOfEveryLength) {
       R"([{"key":3,"value":1},{"key":"s","value":1},{"key":["baz"],"value":1},{"key":["baz","bar"],"value":1},{"key":["foo","bar"],"value":2},{"key":["foo","bar","baz"],"value":1}])"));
 }
 
+// Documents that emit many rows each: a build step stops adding documents once its writes are
+// large, instead of failing with transaction_too_large forever.
+TEST_F(ViewTest, ManyRowsPerDocumentStillBuild) {
+  put_ddoc("many", {{"views", {{"m", {{"map", "function(d) { if (d.many !== undefined) for (var j = 0; j < 100; j++) "
+                                                  "emit(['a fairly long key to make rows big', d.many, j], j); }"},
+                                       {"reduce", "_count"}}}}}});
+  Json docs = Json::array();
+  for (int i = 0; i < 600; ++i) docs.push_back({{"many", i}});
+  ASSERT_EQ(admin(verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump()).status, 201u);
+  auto r = admin(verb::get, "/db/_design/many/_view/m?reduce=false&limit=1");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.json()["total_rows"], 60'000);
+  EXPECT_EQ(admin(verb::get, "/db/_design/many/_view/m").json()["rows"][0]["value"], 60'000);
+}
+
 TEST_F(ViewTest, IndexFollowsEditsDeletesAndDesignChanges) {
   EXPECT_EQ(view("by_n")["total_rows"], 6);
   const std::string rev = admin(verb::get, "/db/d1").json()["_rev"];
