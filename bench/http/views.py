@@ -9,7 +9,8 @@ Loads DOCS (default 200,000) small documents with _bulk_docs, then measures, one
   rows         the whole view streamed, include_docs=false and =true (rows/s)
   reduce       group=false over every row: built-in _sum and a JavaScript sum (s)
   group        group=true over the _count view (s)
-  vdu          single-document PUTs with a validate_doc_update present vs none, one client (docs/s)
+  vdu          single-document PUTs, and _bulk_docs of 20 x 1,000 docs, with a validate_doc_update
+               present vs none, one client (docs/s)
   find         _find {"n": {"$gte": DOCS-100}} (100 matches) without an index, then with a
                json index on n (s per query, the index build excluded)
 """
@@ -98,10 +99,17 @@ def main():
     n = 500
     _, t = timed(lambda: [call("PUT", f"/{DB}/plain{i}", {"n": i}) for i in range(n)])
     out["PUT docs/s no vdu"] = round(n / t)
+    bulk = lambda prefix: [call("POST", f"/{DB}/_bulk_docs",
+                                {"docs": [{"_id": f"{prefix}{b}_{i}", "n": i} for i in range(1000)]})
+                           for b in range(20)]
+    _, t = timed(lambda: bulk("bulkplain"))
+    out["_bulk_docs docs/s no vdu"] = round(20_000 / t)
     call("PUT", f"/{DB}/_design/v", {"validate_doc_update":
                                       "function(n, o, u) { if (n.bad) throw({forbidden: 'bad'}); }"})
     _, t = timed(lambda: [call("PUT", f"/{DB}/vdu{i}", {"n": i}) for i in range(n)])
     out["PUT docs/s with vdu"] = round(n / t)
+    _, t = timed(lambda: bulk("bulkvdu"))
+    out["_bulk_docs docs/s with vdu"] = round(20_000 / t)
     print(json.dumps({"server": BASE, "docs": DOCS, **out}, indent=1))
     call("DELETE", "/" + DB)
 
