@@ -90,11 +90,10 @@ StorageResult<std::vector<ReduceTree::Entry>> ReduceTree::read(Transaction& tr, 
   return out;
 }
 
-storage::Status ReduceTree::recompute(Transaction& tr, int level, const std::string& x) {
+storage::Status ReduceTree::gather(Transaction& tr, int level, const std::string& x,
+                                   std::vector<LeafRow>& rows, std::vector<std::string>& partials) {
   // The entries one level down from x (x itself first) up to the next one of level >= `level`.
   const int below = level - 1;
-  std::vector<LeafRow> rows;
-  std::vector<std::string> partials;
   std::string from = key_at(below, x);
   const std::string to = level_end(below);
   for (bool done = false; !done;) {
@@ -114,13 +113,16 @@ storage::Status ReduceTree::recompute(Transaction& tr, int level, const std::str
     if (done || chunk->size() < static_cast<std::size_t>(kRecomputeChunk)) break;
     from = storage::key_after(key_at(below, chunk->back().suffix));
   }
-  std::string partial = below == 0 ? reducer_.reduce(rows) : reducer_.rereduce(partials);
+  return {};
+}
+
+void ReduceTree::write_node(Transaction& tr, int level, const std::string& x,
+                            std::string partial) {
   if (partial.size() > kPartialBytesMax) partial = overflow_failure();
   const unsigned char own = x.empty() ? kHeadLevel : static_cast<unsigned char>(level_of(x));
   std::string value(1, static_cast<char>(own));
   value += partial;
   tr.set(key_at(level, x), value);
-  return {};
 }
 
 storage::Status ReduceTree::update(Transaction& tr, const std::map<std::string, bool>& touched) {
@@ -179,10 +181,25 @@ storage::Status ReduceTree::update(Transaction& tr, const std::map<std::string, 
       if (x.exists && x.level >= l) dirty[l].insert(std::string(x.suffix));
     }
   }
-  // Bottom up, the partials.
-  for (int l = 1; l <= kReduceTreeLevels; ++l)
-    for (const std::string& x : dirty[l])
-      if (auto st = recompute(tr, l, x); !st) return st.error();
+  // Bottom up, the partials: each level's changed nodes reduced together (one engine call for
+  // a JavaScript reduce).
+  for (int l = 1; l <= kReduceTreeLevels; ++l) {
+    const std::vector<std::string> xs(dirty[l].begin(), dirty[l].end());
+    std::vector<std::vector<LeafRow>> rows(l == 1 ? xs.size() : 0);
+    std::vector<std::vector<std::string>> partials(l == 1 ? 0 : xs.size());
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      std::vector<LeafRow> r;
+      std::vector<std::string> p;
+      if (auto st = gather(tr, l, xs[i], r, p); !st) return st.error();
+      if (l == 1)
+        rows[i] = std::move(r);
+      else
+        partials[i] = std::move(p);
+    }
+    std::vector<std::string> out =
+        l == 1 ? reducer_.reduce_each(rows) : reducer_.rereduce_each(partials);
+    for (std::size_t i = 0; i < xs.size(); ++i) write_node(tr, l, xs[i], std::move(out[i]));
+  }
   return {};
 }
 

@@ -68,7 +68,10 @@ class ReduceTree {
   std::string level_end(int level) const;
   StorageResult<std::vector<Entry>> read(Transaction& tr, int level, std::string_view from_key,
                                          std::string_view to_key, int limit);
-  storage::Status recompute(Transaction& tr, int level, const std::string& x);
+  // The inputs of node (level, x): rows (level 1) or partials one level down.
+  storage::Status gather(Transaction& tr, int level, const std::string& x,
+                         std::vector<LeafRow>& rows, std::vector<std::string>& partials);
+  void write_node(Transaction& tr, int level, const std::string& x, std::string partial);
 
   std::string rows_prefix_, rows_begin_, rows_end_;
   std::vector<std::string> level_prefix_;  // [l] for l >= 1

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/collation.h"
 
@@ -442,6 +443,97 @@ std::string Reducer::rereduce(const std::vector<std::string>& partials) const {
     level = std::move(next);
   }
   return "V" + level.front();
+}
+
+namespace {
+
+// Runs `inputs` (kvs JSON texts) through the engine in one call, each answer into out[at[i]].
+void js_batch(js::Engine& js, const std::string& fn, bool rereduce,
+              const std::vector<std::string>& inputs, const std::vector<std::size_t>& at,
+              std::vector<std::string>& out) {
+  if (inputs.empty()) return;
+  auto r = js.reduce_many(fn, inputs, rereduce);
+  if (auto* e = std::get_if<js::JsError>(&r)) {
+    for (std::size_t i : at) out[i] = js_failure(*e);
+    return;
+  }
+  auto& each = std::get<std::vector<js::JsResult<std::string>>>(r);
+  for (std::size_t k = 0; k < at.size(); ++k) {
+    if (auto* e = std::get_if<js::JsError>(&each[k]))
+      out[at[k]] = js_failure(*e);
+    else
+      out[at[k]] = "V" + std::get<std::string>(each[k]);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> Reducer::reduce_each(const std::vector<std::vector<LeafRow>>& inputs) const {
+  std::vector<std::string> out(inputs.size());
+  std::vector<std::string> batch;
+  std::vector<std::size_t> at;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const auto& rows = inputs[i];
+    if (builtin_ || !js_ || rows.empty() || rows.size() > kRowsPerCall) {
+      out[i] = reduce(rows);
+      continue;
+    }
+    std::string kvs = "[";
+    for (std::size_t j = 0; j < rows.size(); ++j) {
+      if (j) kvs += ',';
+      kvs += "[[" + rows[j].key_json + "," + OrderedJson(rows[j].id).dump() + "]," +
+             rows[j].value_json + "]";
+    }
+    kvs += "]";
+    batch.push_back(std::move(kvs));
+    at.push_back(i);
+  }
+  if (js_) js_batch(*js_, fn_, false, batch, at, out);
+  return out;
+}
+
+std::vector<std::string> Reducer::rereduce_each(
+    const std::vector<std::vector<std::string>>& inputs) const {
+  std::vector<std::string> out(inputs.size());
+  std::vector<std::string> batch;
+  std::vector<std::size_t> at;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (builtin_ || !js_) {
+      out[i] = rereduce(inputs[i]);
+      continue;
+    }
+    // As rereduce(): empties skipped, the first failure wins, one partial is itself.
+    std::vector<std::string_view> parts;
+    std::optional<std::string> failed;
+    for (const std::string& p : inputs[i]) {
+      if (p.empty()) continue;
+      if (p.front() == 'E') {
+        failed = p;
+        break;
+      }
+      parts.emplace_back(std::string_view(p).substr(1));
+    }
+    if (failed) {
+      out[i] = *failed;
+    } else if (parts.empty()) {
+      out[i] = "";
+    } else if (parts.size() == 1) {
+      out[i] = "V" + std::string(parts.front());
+    } else if (parts.size() > kRowsPerCall) {
+      out[i] = rereduce(inputs[i]);
+    } else {
+      std::string vals = "[";
+      for (std::size_t j = 0; j < parts.size(); ++j) {
+        if (j) vals += ',';
+        vals.append(parts[j]);
+      }
+      vals += "]";
+      batch.push_back(std::move(vals));
+      at.push_back(i);
+    }
+  }
+  if (js_) js_batch(*js_, fn_, true, batch, at, out);
+  return out;
 }
 
 Outcome<std::string> Reducer::finish(std::string_view partial) const {

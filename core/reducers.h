@@ -42,6 +42,10 @@ class Reducer {
 
   std::string reduce(const std::vector<LeafRow>& rows) const;
   std::string rereduce(const std::vector<std::string>& partials) const;
+  // reduce()/rereduce() of each input; a JavaScript function runs over all of them in one
+  // engine call (the reduce tree recomputes many nodes per level).
+  std::vector<std::string> reduce_each(const std::vector<std::vector<LeafRow>>& inputs) const;
+  std::vector<std::string> rereduce_each(const std::vector<std::vector<std::string>>& inputs) const;
   // The row value a non-empty partial stands for, or its failure.
   Outcome<std::string> finish(std::string_view partial) const;
   static bool empty(std::string_view partial) { return partial.empty(); }

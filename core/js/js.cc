@@ -405,6 +405,30 @@ JsResult<std::string> Engine::reduce(const std::vector<std::string>& sources,
   return call("reduce", nullptr, std::move(args));
 }
 
+JsResult<std::vector<JsResult<std::string>>> Engine::reduce_many(
+    const std::string& source, const std::vector<std::string>& inputs, bool rereduce) {
+  std::string args = "{\"fn\":" + nlohmann::json(source).dump() +
+                     ",\"rereduce\":" + (rereduce ? "true" : "false") +
+                     ",\"limit\":" + (impl_->options.reduce_limit ? "true" : "false") + ",\"items\":[";
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (i) args += ',';
+    args += "{\"inputLength\":" + std::to_string(inputs[i].size()) + ",\"kvs\":" + inputs[i] + "}";
+  }
+  args += "]}";
+  using Out = std::vector<JsResult<std::string>>;
+  return parse_or<Out>(call("reduce_many", nullptr, std::move(args)), [&](const nlohmann::ordered_json& j) {
+    Out out;
+    for (const auto& item : j) {
+      if (item.at(0) == "ok")
+        out.emplace_back(item.at(1).dump());
+      else
+        out.emplace_back(JsError{item.at(1).get<std::string>(), item.at(2).get<std::string>()});
+    }
+    if (out.size() != inputs.size()) throw nlohmann::json::other_error::create(501, "size", nullptr);
+    return out;
+  });
+}
+
 JsResult<Verdict> Engine::validate(const DesignDoc& ddoc, std::string_view new_doc,
                                    std::string_view old_doc, std::string_view user_ctx,
                                    std::string_view sec_obj) {

@@ -89,6 +89,12 @@ class Engine {
   // reduction per function.
   JsResult<std::string> reduce(const std::vector<std::string>& sources, std::string_view kvs_json,
                                bool rereduce);
+  // One function over many independent inputs (each as `kvs_json` above) in one call: the
+  // reduction (JSON) or the error of each. The outer error is a failure of the whole call
+  // (timeout, compilation).
+  JsResult<std::vector<JsResult<std::string>>> reduce_many(const std::string& source,
+                                                           const std::vector<std::string>& inputs,
+                                                           bool rereduce);
   // The ddoc's validate_doc_update(newDoc, oldDoc, userCtx, secObj); old_doc "null" for none.
   JsResult<Verdict> validate(const DesignDoc& ddoc, std::string_view new_doc,
                              std::string_view old_doc, std::string_view user_ctx,

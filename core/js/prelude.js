@@ -193,6 +193,22 @@
       }
       return out;
     },
+    // Many independent reductions with one function (the reduce tree's changed nodes): one
+    // answer per item, ["ok", value] or ["error", name, reason], so one failing item fails
+    // only itself.
+    reduce_many: function (_entry, args) {
+      return args.items.map(function (item) {
+        try {
+          var r = ops.reduce(null, {fns: [args.fn], rereduce: args.rereduce, limit: args.limit,
+                                    inputLength: item.inputLength, kvs: item.kvs});
+          return ["ok", r[0]];
+        } catch (e) {
+          var ce = asCouchError(e);
+          if (ce === null) throw e;
+          return ["error", String(ce.error), String(ce.reason)];
+        }
+      });
+    },
     reduce: function (_entry, args) {
       var fns = args.fns.map(function (src) {
         var f = reduceFuns.get(src);

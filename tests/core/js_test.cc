@@ -99,6 +99,25 @@ TEST(JsTest, ReduceAndRereduce) {
   EXPECT_EQ(json::parse(r), json::parse("[9]"));
 }
 
+TEST(JsTest, ReduceManyAnswersEachInputAndFailsOnlyTheFailingOne) {
+  std::string src =
+      "function(keys, values, rereduce){ if (values.indexOf(13) >= 0) throw(['error', 'unlucky', 'thirteen']);"
+      " return sum(values); }";
+  auto r = engine().reduce_many(src, {R"([[[1,"a"],1],[[2,"b"],2]])", R"([[[3,"c"],13]])", R"([[[4,"d"],4]])"},
+                                false);
+  ASSERT_TRUE(std::holds_alternative<std::vector<js::JsResult<std::string>>>(r));
+  auto& each = std::get<std::vector<js::JsResult<std::string>>>(r);
+  ASSERT_EQ(each.size(), 3u);
+  EXPECT_EQ(std::get<std::string>(each[0]), "3");
+  EXPECT_EQ(std::get<js::JsError>(each[1]).error, "unlucky");
+  EXPECT_EQ(std::get<js::JsError>(each[1]).reason, "thirteen");
+  EXPECT_EQ(std::get<std::string>(each[2]), "4");
+  auto re = engine().reduce_many(src, {"[3,4]", "[5]"}, true);
+  auto& again = std::get<std::vector<js::JsResult<std::string>>>(re);
+  EXPECT_EQ(std::get<std::string>(again[0]), "7");
+  EXPECT_EQ(std::get<std::string>(again[1]), "5");
+}
+
 TEST(JsTest, ReduceThatDoesNotShrinkFailsWithReduceOverflow) {
   std::string rows = "[";
   for (int i = 0; i < 300; ++i) rows += (i ? "," : "") + std::string(R"([[1,"a"],"0123456789012345678901234567890"])");
