@@ -28,13 +28,7 @@ std::string overflow_failure() {
 }  // namespace
 
 int ReduceTree::level_of(std::string_view suffix) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : suffix) h = (h ^ c) * 1099511628211ull;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 33;
+  const std::uint64_t h = key_hash(suffix);
   if (h == 0) return kReduceTreeLevels;
   return std::min(kReduceTreeLevels, __builtin_ctzll(h) / kReduceTreeFanoutBits);
 }

@@ -14,6 +14,17 @@ namespace chaise::core {
 
 using OrderedJson = nlohmann::ordered_json;
 
+std::uint64_t key_hash(std::string_view bytes) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
+  return h;
+}
+
 // ---- Built-in reducers ----------------------------------------------------------------------------
 
 namespace {
@@ -191,13 +202,7 @@ class Hll {
   static constexpr std::size_t kM = std::size_t{1} << kP;
   Hll() : reg_(kM, 0) {}
   void insert(std::string_view bytes) {
-    std::uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
+    const std::uint64_t h = key_hash(bytes);
     const std::size_t idx = static_cast<std::size_t>(h >> (64 - kP));
     const std::uint64_t rest = (h << kP) | (std::uint64_t{1} << (kP - 1));
     const std::uint8_t rank = static_cast<std::uint8_t>(__builtin_clzll(rest) + 1);

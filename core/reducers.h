@@ -18,6 +18,7 @@
 // through the engine's bounded pool (each with its deadline). Never throws except bad_alloc.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -57,6 +58,10 @@ class Reducer {
   js::Engine* js_;
   bool builtin_ = false;
 };
+
+// FNV-1a 64 with a 64-bit finalizer (MurmurHash3's), over bytes: the hash of the
+// HyperLogLog registers of _approx_count_distinct and of the reduce tree's row levels.
+std::uint64_t key_hash(std::string_view bytes);
 
 // Built-in reduce functions over values (the rows' value JSON texts; `keys` the key JSON texts,
 // for _approx_count_distinct). Errors as CouchDB's builtin_reduce_error.
