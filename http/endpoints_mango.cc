@@ -46,24 +46,9 @@ struct DesignDocs {
 
 DesignDocs read_design_docs(const Call& call, const core::DbRef& db) {
   DesignDocs out;
-  auto tr = call.store().create_transaction();
-  core::AllDocsQuery q;
-  q.kind = core::AllDocsKind::design_docs;
-  q.include_docs = true;
-  core::AllDocsCursor cursor(db, q);
-  std::vector<std::string> rows;
-  for (bool more = true; more;) {
-    auto m = cursor.next_page(tr, 1000, rows);
-    if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
-    more = *m;
-    if (rows.size() > 10'000) throw HttpError(500, "unknown_error", "too many design documents");
-  }
-  for (const std::string& row : rows) {
-    OrderedJson r = OrderedJson::parse(row, nullptr, false);
-    if (!r.is_object() || !r.contains("doc") || !r["doc"].is_object()) continue;
-    const std::string id = r["id"].get<std::string>();
-    for (auto& idx : core::mango_indexes(id, r["doc"])) out.indexes.push_back(std::move(idx));
-    out.bodies[id] = r["doc"];
+  for (auto& [id, doc] : read_design_doc_bodies(call, db)) {
+    for (auto& idx : core::mango_indexes(id, doc)) out.indexes.push_back(std::move(idx));
+    out.bodies[id] = std::move(doc);
   }
   return out;
 }

@@ -506,25 +506,9 @@ MaybeResponse handle_design_action(Call& call, const core::DbRef& db, const std:
 MaybeResponse view_cleanup(Call& call, const core::DbRef& db) {
   if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
   std::vector<std::string> keep;
-  {
-    auto tr = call.store().create_transaction();
-    core::AllDocsQuery q;
-    q.kind = core::AllDocsKind::design_docs;
-    q.include_docs = true;
-    core::AllDocsCursor cursor(db, q);
-    std::vector<std::string> rows;
-    for (bool more = true; more;) {
-      auto m = cursor.next_page(tr, 1000, rows);
-      if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
-      more = *m;
-    }
-    for (const std::string& row : rows) {
-      Json r = Json::parse(row, nullptr, false);
-      if (!r.is_object() || !r.contains("doc") || !r["doc"].is_object()) continue;
-      auto g = core::ViewGroup::from_design_doc(r["id"].get<std::string>(), r["doc"].dump(), "",
-                                                db.partitioned);
-      if (auto* vg = std::get_if<core::ViewGroup>(&g)) keep.push_back(vg->signature);
-    }
+  for (const auto& [id, doc] : read_design_doc_bodies(call, db)) {
+    auto g = core::ViewGroup::from_design_doc(id, doc.dump(), "", db.partitioned);
+    if (auto* vg = std::get_if<core::ViewGroup>(&g)) keep.push_back(vg->signature);
   }
   for (bool done = false; !done;) {
     storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {

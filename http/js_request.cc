@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "core/cursors.h"
 #include "core/documents.h"
 
 namespace chaise::http {
@@ -81,6 +82,29 @@ Json js_request_object(const Call& call, const std::optional<std::string>& doc_i
   req["userCtx"] = user;
   req["secObj"] = call.security.raw;
   return req;
+}
+
+std::vector<std::pair<std::string, Json>> read_design_doc_bodies(const Call& call,
+                                                                 const core::DbRef& db) {
+  auto tr = call.store().create_transaction();
+  core::AllDocsQuery q;
+  q.kind = core::AllDocsKind::design_docs;
+  q.include_docs = true;
+  core::AllDocsCursor cursor(db, q);
+  std::vector<std::string> rows;
+  for (bool more = true; more;) {
+    auto m = cursor.next_page(tr, 1000, rows);
+    if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
+    more = *m;
+    if (rows.size() > 10'000) throw HttpError(500, "unknown_error", "too many design documents");
+  }
+  std::vector<std::pair<std::string, Json>> out;
+  for (const std::string& row : rows) {
+    Json r = Json::parse(row, nullptr, false);
+    if (!r.is_object() || !r.contains("doc") || !r["doc"].is_object()) continue;
+    out.emplace_back(r["id"].get<std::string>(), std::move(r["doc"]));
+  }
+  return out;
 }
 
 core::js::DesignDoc load_design_doc(storage::Transaction& tr, const core::DbRef& db,

@@ -21,6 +21,11 @@ Json js_request_object(const Call& call, const std::optional<std::string>& doc_i
 
 // The design document `_design/<name>` of the opened database as the JS engine wants it (its key
 // names the database and the revision, so a new revision compiles afresh). 404 as CouchDB.
+// Every design document of `db` as (id, body), read in one transaction; 500 unknown_error
+// past 10,000 of them (a bound on what one request holds in memory).
+std::vector<std::pair<std::string, Json>> read_design_doc_bodies(const Call& call,
+                                                                 const core::DbRef& db);
+
 core::js::DesignDoc load_design_doc(storage::Transaction& tr, const core::DbRef& db,
                                     const std::string& name);
 
