@@ -168,7 +168,7 @@ StorageResult<bool> AllDocsCursor::next_page(Transaction& tr, std::size_t rows_m
 }
 
 StorageResult<std::vector<std::string>> all_docs_keys(Transaction& tr, const DbRef& db,
-                                                      const std::vector<std::string>& keys,
+                                                      const std::vector<AllDocsKey>& keys,
                                                       const AllDocsQuery& q) {
   std::vector<std::string> rows;
   std::int64_t skip = q.skip, left = q.limit;
@@ -181,14 +181,17 @@ StorageResult<std::vector<std::string>> all_docs_keys(Transaction& tr, const DbR
     if (left > 0) --left;
     rows.push_back(std::move(row));
   };
-  for (const std::string& key : keys) {
+  for (const AllDocsKey& k : keys) {
+    if (!k.is_id) {
+      if (q.kind != AllDocsKind::local_docs)
+        emit("{\"key\":" + k.text + ",\"error\":\"not_found\"}");
+      continue;
+    }
+    const std::string& key = k.text;
     if (q.kind == AllDocsKind::local_docs) {
       auto d = get_local_json(tr, db, key);
       if (!d.ok()) return d.error();
-      if (failed(*d)) {
-        emit("{\"key\":" + json_string(key) + ",\"error\":\"not_found\"}");
-        continue;
-      }
+      if (failed(*d)) continue;  // CouchDB 3.5 leaves unknown local docs out
       auto v = tr.get(db.space.local_key(key), Snapshot::yes);
       if (!v.ok()) return v.error();
       auto t = Tuple::unpack(v->value_or(""));
@@ -232,6 +235,10 @@ ChangesCursor::ChangesCursor(DbRef db, ChangesQuery q)
   done_ = q_.limit == 0;
   by_doc_ids_ = q_.doc_ids && q_.doc_ids->size() <= kDocIdsLookupMax;
   lookup_ = by_doc_ids_ || q_.design_only;
+  if (q_.doc_ids) {
+    sorted_doc_ids_ = *q_.doc_ids;
+    std::sort(sorted_doc_ids_.begin(), sorted_doc_ids_.end());
+  }
 }
 
 std::pair<std::string, std::string> ChangesCursor::shard_range(std::int64_t shard) const {
@@ -322,7 +329,7 @@ StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& t
                                                                   std::int64_t branch_count,
                                                                   bool deleted) {
   if (q_.design_only && id.compare(0, 8, "_design/") != 0) return std::optional<std::string>();
-  if (q_.doc_ids && std::find(q_.doc_ids->begin(), q_.doc_ids->end(), id) == q_.doc_ids->end())
+  if (q_.doc_ids && !std::binary_search(sorted_doc_ids_.begin(), sorted_doc_ids_.end(), id))
     return std::optional<std::string>();
   std::string changes = "[{\"rev\":" + json_string(rev.str()) + "}";
   std::vector<StoredBranch> branches;

@@ -62,10 +62,18 @@ class AllDocsCursor {
   std::optional<std::int64_t> total_rows_;  // read once
 };
 
+// One key of a `keys=[...]` lookup: a document id, or (is_id false) the JSON text of a key that
+// is not a string, which names no document.
+struct AllDocsKey {
+  std::string text;
+  bool is_id = true;
+};
+
 // `keys=[...]` lookups for _all_docs: one row per key, in order (deleted docs and unknown keys as
-// CouchDB shows them).
+// CouchDB shows them; a key that is not a string as {"key":1,"error":"not_found"}). _local_docs
+// leaves unknown and non-string keys out, as CouchDB 3.5 does.
 StorageResult<std::vector<std::string>> all_docs_keys(Transaction& tr, const DbRef& db,
-                                                      const std::vector<std::string>& keys,
+                                                      const std::vector<AllDocsKey>& keys,
                                                       const AllDocsQuery& q);
 
 // A filter on the winning revision of each change (filter=ddoc/name, filter=_view; core/filters.h
@@ -170,6 +178,7 @@ class ChangesCursor {
   bool initialized_ = false;
   bool done_ = false;
   bool by_doc_ids_ = false;
+  std::vector<std::string> sorted_doc_ids_;  // q_.doc_ids sorted, to filter a scanned feed
   bool lookup_ = false;  // CouchDB serves this feed by a lookup (by_doc_ids_, design_only)
   std::optional<Sequence> last_row_seq_;
   bool topology_changed_ = false;

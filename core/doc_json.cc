@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "core/json_text.h"
+
 namespace chaise::core {
 namespace {
 
@@ -38,7 +40,7 @@ CouchError bad_special_member(std::string_view key) {
 }
 
 std::string dump(const Json& j, Json::error_handler_t handler) {
-  return j.dump(-1, ' ', false, handler);
+  return dump_json(j, handler == Json::error_handler_t::strict);
 }
 
 // Appends "key":value to `body` (compact, with a separating comma when needed). Throws

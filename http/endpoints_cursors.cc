@@ -5,29 +5,29 @@
 // client that reads slowly slows its producer down. Framing follows CouchDB 3:
 //   {"total_rows":N,"offset":M[,"update_seq":S],"rows":[\r\n row,\r\n row \r\n]}
 //   {"results":[\n row,\n row \n],\n"last_seq":S,"pending":P}
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-
-#include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <limits>
 
 #include "core/changes_notifier.h"
-#include "core/shards.h"
-#include "http/txn.h"
-#include <spdlog/spdlog.h>
-
 #include "core/cursors.h"
 #include "core/filters.h"
-#include "http/js_request.h"
+#include "core/shards.h"
 #include "http/etag.h"
-#include "http/request.h"
+#include "http/js_request.h"
 #include "http/metrics.h"
+#include "http/request.h"
 #include "http/router.h"
+#include "http/txn.h"
 
 namespace chaise::http {
 
@@ -35,6 +35,19 @@ namespace {
 
 using core::AllDocsKind;
 using core::AllDocsQuery;
+
+// An integer as Erlang's list_to_integer reads it (optional sign, digits, nothing else); values
+// beyond 64 bits saturate, since CouchDB's bignums compare past every limit. nullopt otherwise.
+std::optional<std::int64_t> integer_param_saturating(std::string_view text) {
+  std::string_view digits = text;
+  if (!digits.empty() && (digits.front() == '-' || digits.front() == '+')) digits.remove_prefix(1);
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos)
+    return std::nullopt;
+  std::int64_t v = 0;
+  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (ec == std::errc::result_out_of_range) v = std::numeric_limits<std::int64_t>::max();
+  return text.front() == '-' ? -v : v;
+}
 
 // Parameters from the query string and, for POST, the JSON body (body values win).
 class Params {
@@ -100,7 +113,7 @@ Bound to_bound(const Json& j) {
 
 struct AllDocsRequest {
   AllDocsQuery q;
-  std::optional<std::vector<std::string>> keys;
+  std::optional<std::vector<core::AllDocsKey>> keys;
   bool update_seq = false;
   bool empty = false;  // bounds that select nothing
   // ... because of the start bound: every document comes before it, so offset is total_rows.
@@ -126,7 +139,13 @@ AllDocsRequest parse_all_docs(const Params& p, AllDocsKind kind) {
       if (p.json(bound))
         throw_query_parse_error("`keys` is incompatible with `key`, `start_key` and `end_key`");
     r.keys.emplace();
-    for (const Json& k : *keys) r.keys->push_back(k.is_string() ? k.get<std::string>() : k.dump());
+    for (const Json& k : *keys) {
+      if (k.is_string()) {
+        r.keys->push_back({k.get<std::string>(), true});
+      } else {
+        r.keys->push_back({k.dump(), false});
+      }
+    }
     return r;
   }
   std::optional<Json> start = p.json("key");
@@ -436,26 +455,26 @@ ChangesRequest parse_changes(const Call& call, const Json* body, const core::DbR
   } else {
     throw_bad_request("Supported `feed` types: normal, continuous, live, longpoll, eventsource");
   }
-  r.timeout_ms = call.ctx.changes_timeout_ms;
+  // couch_changes:get_changes_timeout: both are capped by [chttpd] changes_timeout.
+  const std::int64_t max_ms = call.ctx.changes_timeout_ms;
+  r.timeout_ms = max_ms;
   if (auto t = p.string("timeout")) {
-    try {
-      r.timeout_ms = std::stoll(*t);
-    } catch (const std::exception&) {
-      throw_bad_request("Invalid timeout value: " + *t);
-    }
-    if (r.timeout_ms < 0) throw_bad_request("Invalid timeout value: " + *t);
+    // CouchDB answers 500 badarg for what is not an integer ("1e3", "1.5"); Chaise says 400.
+    auto v = integer_param_saturating(*t);
+    if (!v || *v < 0) throw_bad_request("Invalid timeout value: " + *t);
+    r.timeout_ms = std::min(*v, max_ms);
   }
   if (auto h = p.string("heartbeat")) {
     if (*h == "true") {
-      r.heartbeat_ms = call.ctx.changes_timeout_ms;
-    } else if (*h != "false") {
-      std::int64_t v = -1;
-      try {
-        v = std::stoll(*h);
-      } catch (const std::exception&) {
-      }
-      if (v <= 0) throw_bad_request("Invalid heartbeat value. Expecting a positive integer value.");
-      r.heartbeat_ms = v;
+      r.heartbeat_ms = max_ms;
+    } else {
+      auto v = integer_param_saturating(*h);
+      if (!v)
+        throw_bad_request(
+            "Invalid heartbeat value. Expecting a positive integer value (in milliseconds).");
+      if (*v <= 0)
+        throw_bad_request("The heartbeat value should be a positive integer (in milliseconds).");
+      r.heartbeat_ms = std::min(*v, max_ms);
     }
   }
   std::optional<std::string> since = p.string("since");

@@ -389,7 +389,7 @@ Response database_info(Call& call) {
 // POST /{db}: a document, with a server-generated id unless it has _id.
 MaybeResponse post_document(Call& call, const core::DbRef& db) {
   require_json_content_type(call);
-  const Json body = parse_json_body(call.req, false);
+  const Json body = parse_json_body(call.req, false, core::JsonNumbers::exact);
   ParsedItem parsed =
       parse_item(call, body, db, true, call.ctx.max_document_size, call.ctx.max_attachment_size);
   if (parsed.error) throw HttpError(std::move(*parsed.error));
@@ -437,7 +437,7 @@ Json error_entry(const std::string& id, const std::optional<std::string>& rev,
 MaybeResponse bulk_docs(Call& call, const core::DbRef& db) {
   if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
   require_json_content_type(call);
-  const Json body = parse_json_object_body(call.req, false);
+  const Json body = parse_json_object_body(call.req, false, core::JsonNumbers::exact);
   const auto docs = body.find("docs");
   if (docs == body.end()) throw_bad_request("POST body must include `docs` parameter.");
   if (!docs->is_array()) throw_bad_request("`docs` parameter must be an array.");
@@ -540,10 +540,14 @@ std::string normalized_rev(const std::string& text) {
   return rev ? rev->str() : text;
 }
 
-Json rev_list(const std::vector<std::string>& revs) {
-  Json out = Json::array();
-  for (const std::string& r : revs) out.push_back(normalized_rev(r));
-  return out;
+// Appends a JSON list of the revisions, normalized.
+void append_rev_list(std::string& out, const std::vector<std::string>& revs) {
+  out.push_back('[');
+  for (std::size_t i = 0; i < revs.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    out += core::json_string(normalized_rev(revs[i]));
+  }
+  out.push_back(']');
 }
 
 // POST /{db}/_revs_diff (missing_revs = false) and /{db}/_missing_revs (true).
@@ -552,9 +556,12 @@ Response revs_diff(Call& call, bool missing_revs) {
   const std::vector<IdRevs> request = parse_id_revs(call);
   // Snapshot reads, in a fresh transaction every kReadIdsPerTransaction documents so that a large
   // request never outlives one transaction's 5 s read window.
+  // The answer is written as text: a JSON object of that many members would be built in
+  // quadratic time (ordered_json finds members by a linear scan). The parsed body has unique ids.
   std::optional<storage::Transaction> tr;
   core::DbRef db;
-  Json out = Json::object();
+  std::string out = missing_revs ? "{\"missing_revs\":{" : "{";
+  bool first = true;
   for (std::size_t i = 0; i < request.size(); ++i) {
     const IdRevs& entry = request[i];
     if (i % kReadIdsPerTransaction == 0) {
@@ -563,17 +570,24 @@ Response revs_diff(Call& call, bool missing_revs) {
     }
     auto diff = value_or_throw(core::revs_diff(*tr, db, entry.id, entry.revs));
     if (!diff) continue;
+    if (!first) out.push_back(',');
+    first = false;
+    out += core::json_string(entry.id);
+    out.push_back(':');
     if (missing_revs) {
-      out[entry.id] = rev_list(diff->missing);
+      append_rev_list(out, diff->missing);
       continue;
     }
-    Json result = {{"missing", rev_list(diff->missing)}};
-    if (!diff->possible_ancestors.empty())
-      result["possible_ancestors"] = rev_list(diff->possible_ancestors);
-    out[entry.id] = std::move(result);
+    out += "{\"missing\":";
+    append_rev_list(out, diff->missing);
+    if (!diff->possible_ancestors.empty()) {
+      out += ",\"possible_ancestors\":";
+      append_rev_list(out, diff->possible_ancestors);
+    }
+    out.push_back('}');
   }
-  if (missing_revs) return json_response(call.req, Status::ok, Json{{"missing_revs", out}});
-  return json_response(call.req, Status::ok, out);
+  out += missing_revs ? "}}" : "}";
+  return raw_json_response(call.req, Status::ok, std::move(out));
 }
 
 // ---- /{db}/_revs_limit --------------------------------------------------------------------------

@@ -247,13 +247,7 @@ struct DocQuery {
 };
 
 std::vector<std::string> parse_rev_list(const std::string& json_text) {
-  if (json_depth(json_text) > kJsonDepthMax) throw_bad_request("invalid UTF-8 JSON");
-  Json j;
-  try {
-    j = Json::parse(json_text);
-  } catch (const Json::exception&) {
-    throw_bad_request("invalid UTF-8 JSON");
-  }
+  const Json j = parse_json_or_throw(json_text);
   if (!j.is_array()) throw_bad_request("Invalid list of revisions");
   std::vector<std::string> out;
   for (const Json& r : j) {
@@ -720,7 +714,7 @@ std::string written_rev(const WriteResult& w) {
 Json request_json(const Request& req) {
   if (req.body().empty() && !req.has_content_length() && !req.chunked())
     throw_bad_request("Missing request body");
-  return parse_json_body(req, false);
+  return parse_json_body(req, false, core::JsonNumbers::exact);
 }
 
 void check_size(const Call& call, const core::ParsedDoc& d) {
@@ -811,13 +805,7 @@ Json put_body(const Call& call, std::vector<MultipartPart>& parts) {
   auto parsed = parse_multipart(call.req.body(), *boundary);
   if (!parsed || parsed->empty()) throw_bad_request("Invalid multipart/related request body");
   parts = std::move(*parsed);
-  const std::string_view json_text = parts.front().body;
-  if (json_depth(json_text) > kJsonDepthMax) throw_bad_request("invalid UTF-8 JSON");
-  try {
-    return Json::parse(json_text);
-  } catch (const Json::exception&) {
-    throw_bad_request("invalid UTF-8 JSON");
-  }
+  return parse_json_or_throw(parts.front().body, core::JsonNumbers::exact);
 }
 
 // The attachments of a document to write, their "follows" bytes taken from `parts` (after the

@@ -71,9 +71,7 @@ std::int64_t parse_pos_int(const Param& p) {
 
 OrderedJson parse_json_param(const Param& p) {
   if (p.json) return *p.json;
-  OrderedJson v = OrderedJson::parse(*p.text, nullptr, false);
-  if (v.is_discarded()) throw HttpError(400, "bad_request", "invalid UTF-8 JSON");
-  return v;
+  return parse_json_or_throw(*p.text);
 }
 
 std::string parse_string(const Param& p) {

@@ -87,53 +87,26 @@ std::optional<std::int64_t> Query::get_int(std::string_view key) const {
 std::optional<Json> Query::get_json(std::string_view key) const {
   auto v = get(key);
   if (!v) return std::nullopt;
-  if (json_depth(*v) > kJsonDepthMax) throw_bad_request("invalid UTF-8 JSON");
-  try {
-    return Json::parse(*v);
-  } catch (const Json::exception&) {
-    throw_bad_request("invalid UTF-8 JSON");
-  }
+  return parse_json_or_throw(*v);
 }
 
-int json_depth(std::string_view text) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return max_depth;
+Json parse_json_or_throw(std::string_view text, core::JsonNumbers numbers) {
+  auto parsed = core::parse_json_text(text, numbers);
+  if (auto* reason = std::get_if<std::string>(&parsed)) throw_bad_request(*reason);
+  return std::move(std::get<Json>(parsed));
 }
 
-Json parse_json_body(const Request& req, bool require_json_type) {
+Json parse_json_body(const Request& req, bool require_json_type, core::JsonNumbers numbers) {
   if (require_json_type) {
     const std::string_view type = req[beast_http::field::content_type];
     if (type.substr(0, type.find(';')) != "application/json")
       throw HttpError(415, "bad_content_type", "Content-Type must be application/json");
   }
-  const std::string& body = req.body();
-  if (json_depth(body) > kJsonDepthMax) throw_bad_request("invalid UTF-8 JSON");
-  try {
-    return Json::parse(body);
-  } catch (const Json::exception&) {
-    throw_bad_request("invalid UTF-8 JSON");
-  }
+  return parse_json_or_throw(req.body(), numbers);
 }
 
-Json parse_json_object_body(const Request& req, bool require_json_type) {
-  Json j = parse_json_body(req, require_json_type);
+Json parse_json_object_body(const Request& req, bool require_json_type, core::JsonNumbers numbers) {
+  Json j = parse_json_body(req, require_json_type, numbers);
   if (!j.is_object()) throw_bad_request("Request body must be a JSON object");
   return j;
 }

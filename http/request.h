@@ -16,6 +16,7 @@
 #include "core/databases.h"
 #include "core/documents.h"
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/security.h"
 #include "http/response_stream.h"
 #include "http/router.h"
@@ -87,17 +88,17 @@ struct Call {
   bool is(beast_http::verb v) const { return req.method() == v; }
 };
 
-// Nesting deeper than this is refused before parsing (recursive serializers must not overflow).
-inline constexpr int kJsonDepthMax = 512;
-
-// The request body as JSON. 400 bad_request "invalid UTF-8 JSON" for malformed input or too-deep
-// nesting; 415 bad_content_type unless the Content-Type is application/json (when
-// `require_json_type`).
-Json parse_json_body(const Request& req, bool require_json_type = true);
+// Client JSON text as a value (core::parse_json_text); 400 bad_request with the parser's reason
+// ("invalid UTF-8 JSON: ...") if it is not JSON or nests deeper than core::kJsonDepthMax.
+Json parse_json_or_throw(std::string_view text,
+                         core::JsonNumbers numbers = core::JsonNumbers::doubles);
+// The request body as JSON (parse_json_or_throw); 415 bad_content_type unless the Content-Type is
+// application/json (when `require_json_type`). Document bodies ask for JsonNumbers::exact.
+Json parse_json_body(const Request& req, bool require_json_type = true,
+                     core::JsonNumbers numbers = core::JsonNumbers::doubles);
 // Same, for a body that must be a JSON object ("Request body must be a JSON object").
-Json parse_json_object_body(const Request& req, bool require_json_type = true);
-// The largest nesting depth of a JSON text (strings skipped); a cheap pre-check.
-int json_depth(std::string_view text);
+Json parse_json_object_body(const Request& req, bool require_json_type = true,
+                            core::JsonNumbers numbers = core::JsonNumbers::doubles);
 
 // A response whose body is already-serialized JSON (documents are spliced, not re-serialized).
 Response raw_json_response(const Request& req, Status status, std::string body);

@@ -433,7 +433,8 @@ TEST_F(DocumentsTest, AllDocsRangesAndKeys) {
     EXPECT_EQ(*c.offset(tr), 1);  // "_design/x" sorts before "a"
   }
   auto tr = store_->create_transaction();
-  auto keyed = all_docs_keys(tr, db(), {"c", "d", "zz"}, AllDocsQuery{});
+  auto keyed =
+      all_docs_keys(tr, db(), std::vector<AllDocsKey>{{"c"}, {"d"}, {"zz"}}, AllDocsQuery{});
   ASSERT_TRUE(keyed.ok());
   ASSERT_EQ(keyed->size(), 3u);
   EXPECT_EQ(Json::parse((*keyed)[1])["value"]["deleted"], true);

@@ -404,7 +404,8 @@ TEST_F(DatabaseTest, AllDbsListsAndFilters) {
                "Invalid value for integer: \"x\"");
   expect_error(get("/_all_dbs?descending=maybe"), 400, "query_parse_error",
                "Invalid boolean parameter: \"maybe\"");
-  expect_error(get("/_all_dbs?startkey=b"), 400, "bad_request", "invalid UTF-8 JSON");
+  expect_error(get("/_all_dbs?startkey=b"), 400, "bad_request",
+               "invalid UTF-8 JSON: syntax error: invalid literal at byte 1");
 }
 
 TEST_F(DatabaseTest, DbsInfoPostAnswersEachKey) {
@@ -427,7 +428,9 @@ TEST_F(DatabaseTest, DbsInfoPostErrors) {
   expect_error(post("/_dbs_info", R"({"keys":"a"})"), 400, "bad_request",
                "`keys` member must be an array.");
   expect_error(post("/_dbs_info", "[]"), 400, "bad_request", "Request body must be a JSON object");
-  expect_error(post("/_dbs_info", "{"), 400, "bad_request", "invalid UTF-8 JSON");
+  expect_error(post("/_dbs_info", "{"), 400, "bad_request",
+               "invalid UTF-8 JSON: syntax error: unexpected end of input; expected string literal "
+               "at byte 2");
   expect_error(post("/_dbs_info", R"({"keys":[]})", {{"Content-Type", "text/plain"}}), 415,
                "bad_content_type", "Content-Type must be application/json");
   // [chttpd] max_db_number_for_dbs_info_req = 100.
@@ -574,8 +577,12 @@ TEST_F(DatabaseTest, PostRejectsBadRequests) {
   expect_error(post("/db", "{}", {{"Content-Type", "text/plain"}}), 415, "bad_content_type",
                "Content-Type must be application/json");
   EXPECT_EQ(post("/db", "{}", {{"Content-Type", "application/json; charset=utf-8"}}).status, 201u);
-  expect_error(post("/db", "{\"a\":"), 400, "bad_request", "invalid UTF-8 JSON");
-  expect_error(post("/db", ""), 400, "bad_request", "invalid UTF-8 JSON");
+  expect_error(post("/db", "{\"a\":"), 400, "bad_request",
+               "invalid UTF-8 JSON: syntax error: unexpected end of input; expected '[', '{', or a "
+               "literal at byte 6");
+  expect_error(post("/db", ""), 400, "bad_request",
+               "invalid UTF-8 JSON: syntax error: unexpected end of input; expected '[', '{', or a "
+               "literal at byte 1");
   expect_error(post("/db", "[1,2]"), 400, "bad_request", "Document must be a JSON object");
   expect_error(post("/db", R"({"_id":"_bad"})"), 400, "illegal_docid",
                "Only reserved document ids may start with underscore.");
@@ -701,7 +708,9 @@ TEST_F(DatabaseTest, BulkDocsRequestErrors) {
   expect_error(post(url, R"({"docs":{}})"), 400, "bad_request",
                "`docs` parameter must be an array.");
   expect_error(post(url, "[]"), 400, "bad_request", "Request body must be a JSON object");
-  expect_error(post(url, "{\"docs\":["), 400, "bad_request", "invalid UTF-8 JSON");
+  expect_error(post(url, "{\"docs\":["), 400, "bad_request",
+               "invalid UTF-8 JSON: syntax error: unexpected end of input; expected '[', '{', or a "
+               "literal at byte 10");
   expect_error(post(url, R"({"docs":[],"new_edits":"no"})"), 400, "bad_request",
                "`new_edits` parameter must be a boolean.");
   expect_error(post(url, R"({"docs":[]})", {}), 415, "bad_content_type",
@@ -856,7 +865,9 @@ TEST_F(DatabaseTest, RevsDiffRequestErrors) {
     expect_error(post(path, R"({"doc":[1]})"), 400, "bad_request", "Invalid rev format");
     expect_error(post(path, R"({"doc":["abc"]})"), 400, "bad_request", "Invalid rev format");
     expect_error(post(path, "[]"), 400, "bad_request", "Request body must be a JSON object");
-    expect_error(post(path, "{", kJson), 400, "bad_request", "invalid UTF-8 JSON");
+    expect_error(post(path, "{", kJson), 400, "bad_request",
+                 "invalid UTF-8 JSON: syntax error: unexpected end of input; expected string "
+                 "literal at byte 2");
     expect_error(post(path, "{}", {}), 415, "bad_content_type",
                  "Content-Type must be application/json");
   }
@@ -887,7 +898,8 @@ TEST_F(DatabaseTest, RevsLimitRoundTrip) {
                "The revs_limit must not be greater than 4000.");
   expect_error(call(verb::put, "/db/_revs_limit", "4001"), 400, "bad_request",
                "The revs_limit must not be greater than 4000.");
-  expect_error(call(verb::put, "/db/_revs_limit", "ten"), 400, "bad_request", "invalid UTF-8 JSON");
+  expect_error(call(verb::put, "/db/_revs_limit", "ten"), 400, "bad_request",
+               "invalid UTF-8 JSON: syntax error: invalid literal at byte 2");
   EXPECT_EQ(get("/db/_revs_limit").body, "4000\n");
 }
 

@@ -467,7 +467,7 @@ TEST_F(DocumentTest, OpenRevsOnMissingDocument) {
 TEST_F(DocumentTest, OpenRevsBadInput) {
   create("/db/doc", "{}");
   expect_error(get("/db/doc?open_revs=[notjson", kAcceptJson), 400, "bad_request",
-               "invalid UTF-8 JSON");
+               "invalid UTF-8 JSON: syntax error: invalid literal at byte 3");
   expect_error(get("/db/doc?open_revs={}", kAcceptJson), 400, "bad_request",
                "Invalid list of revisions");
   expect_error(get("/db/doc?open_revs=[\"nodash\"]", kAcceptJson), 400, "bad_request",
@@ -858,9 +858,14 @@ TEST_F(DocumentTest, BadBodiesAreRejectedWithoutWriting) {
     std::string error, reason;
   };
   const std::vector<Case> cases = {
-      {"{\"a\":", 400, "bad_request", "invalid UTF-8 JSON"},
-      {"not json", 400, "bad_request", "invalid UTF-8 JSON"},
-      {"", 400, "bad_request", "invalid UTF-8 JSON"},
+      {"{\"a\":", 400, "bad_request",
+       "invalid UTF-8 JSON: syntax error: unexpected end of input; expected '[', '{', or a literal "
+       "at byte 6"},
+      {"not json", 400, "bad_request",
+       "invalid UTF-8 JSON: syntax error: invalid literal at byte 2"},
+      {"", 400, "bad_request",
+       "invalid UTF-8 JSON: syntax error: unexpected end of input; expected '[', '{', or a literal "
+       "at byte 1"},
       {"[1,2]", 400, "bad_request", "Document must be a JSON object"},
       {"\"str\"", 400, "bad_request", "Document must be a JSON object"},
       {R"({"_foo":1})", 400, "doc_validation", "Bad special document member: _foo"},
@@ -869,8 +874,10 @@ TEST_F(DocumentTest, BadBodiesAreRejectedWithoutWriting) {
       {R"({"_id":5})", 400, "illegal_docid", "Document id must be a string"},
       {R"({"_revisions":{"start":"x","ids":[]}})", 400, "doc_validation",
        "_revisions.start isn't an integer."},
-      {std::string(600, '[') + std::string(600, ']'), 400, "bad_request", "invalid UTF-8 JSON"},
-      {"{\"a\":\"\xff\xfe\"}", 400, "bad_request", "invalid UTF-8 JSON"},
+      {std::string(600, '[') + std::string(600, ']'), 400, "bad_request",
+       "invalid UTF-8 JSON: nested deeper than 512 levels"},
+      {"{\"a\":\"\xff\xfe\"}", 400, "bad_request",
+       "invalid UTF-8 JSON: syntax error: invalid string: ill-formed UTF-8 byte at byte 7"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.body.substr(0, 40));

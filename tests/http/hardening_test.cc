@@ -1,0 +1,237 @@
+// Regression tests for what a hostile or careless client found (issue 12): requests whose cost
+// grew quadratically, parameters that overflowed into busy loops or zero timeouts, numbers that
+// were silently changed, keys that were turned into other keys, and error reasons that did not say
+// what was wrong. Each test starts the real binary on a free port.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "tests/http/feed_client.h"
+#include "tests/http/test_server.h"
+
+namespace chaise::test {
+namespace {
+
+using beast_http::verb;
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+const std::vector<std::pair<std::string, std::string>> kJson = {
+    {"Content-Type", "application/json"}};
+
+class HardeningTest : public ::testing::Test {
+ protected:
+  void SetUp() override { start({}); }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+  }
+  void start(const std::vector<std::string>& args) {
+    client_.reset();
+    server_.reset();
+    server_.emplace(dir_.path() / ("data" + std::to_string(++starts_)), args);
+    client_ = std::make_unique<HttpClient>(server_->port(), 60s);
+    ASSERT_EQ(call(verb::put, "/db").status, 201u);
+  }
+  // A server whose [chttpd] changes_timeout is `ms`.
+  void start_with_changes_timeout(int ms) {
+    const auto ini = dir_.path() / "changes.ini";
+    std::ofstream(ini) << "[chttpd]\nchanges_timeout = " << ms << "\n";
+    start({"--config", ini.string()});
+  }
+  HttpResponse call(verb method, std::string_view target, std::string body = {},
+                    const std::vector<std::pair<std::string, std::string>>& headers = kJson) {
+    return client_->request(method, target, std::move(body), headers);
+  }
+  HttpResponse get(std::string_view target) { return call(verb::get, target); }
+  std::uint16_t port() const { return server_->port(); }
+
+  TempDir dir_;
+  int starts_ = 0;
+  std::optional<ServerProcess> server_;
+  std::unique_ptr<HttpClient> client_;
+};
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// 100,000 ids took minutes when each new member of the parsed body (and of the answer) was found
+// by a linear scan; it now takes about a second. The bound leaves room for sanitizer builds.
+TEST_F(HardeningTest, RevsDiffWithManyIdsIsNotQuadratic) {
+  ASSERT_EQ(call(verb::put, "/db/d5", "{}").status, 201u);
+  std::string body = "{";
+  for (int i = 0; i < 100000; ++i) {
+    if (i > 0) body += ',';
+    body += "\"d" + std::to_string(i) + "\":[\"1-" + std::string(32, 'a') + "\"]";
+  }
+  body += '}';
+  for (const char* path : {"/db/_revs_diff", "/db/_missing_revs"}) {
+    const auto start = Clock::now();
+    auto r = call(verb::post, path, body);
+    const double took = seconds_since(start);
+    ASSERT_EQ(r.status, 200u) << r.body;
+    EXPECT_LT(took, 20.0) << path;
+    // nlohmann::json (a std::map): ordered_json would parse 100,000 members quadratically.
+    nlohmann::json j = nlohmann::json::parse(r.body);
+    if (std::string(path) == "/db/_missing_revs") j = j["missing_revs"];
+    EXPECT_EQ(j.size(), 100000u);
+    const nlohmann::json missing = nlohmann::json::array({"1-" + std::string(32, 'a')});
+    for (const char* id : {"d99999", "d5"}) {
+      const nlohmann::json expected =
+          std::string(path) == "/db/_missing_revs" ? missing : nlohmann::json{{"missing", missing}};
+      EXPECT_EQ(j[id], expected) << id;
+    }
+  }
+}
+
+// A filter=_doc_ids feed over more ids than it looks up scans the changes and tests each id
+// against a sorted copy (it was a linear search per change).
+TEST_F(HardeningTest, ChangesDocIdsFilterWithManyIds) {
+  std::string docs = "{\"docs\":[";
+  for (int i = 0; i < 2000; ++i)
+    docs += std::string(i ? "," : "") + "{\"_id\":\"d" + std::to_string(i) + "\"}";
+  ASSERT_EQ(call(verb::post, "/db/_bulk_docs", docs + "]}").status, 201u);
+  std::string ids = "{\"doc_ids\":[";
+  for (int i = 0; i < 60000; i += 2)
+    ids += std::string(i ? "," : "") + "\"d" + std::to_string(i) + "\"";
+  const auto start = Clock::now();
+  auto r = call(verb::post, "/db/_changes?filter=_doc_ids", ids + "]}");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_LT(seconds_since(start), 20.0);
+  const Json j = Json::parse(r.body);
+  EXPECT_EQ(j["results"].size(), 1000u);  // the even ids below 2000
+  for (const Json& row : j["results"]) {
+    const std::string id = row["id"];
+    EXPECT_EQ(std::stoi(id.substr(1)) % 2, 0) << id;
+  }
+}
+
+// Integers a double cannot hold and non-zero values a double would round to 0 read back with the
+// digits they were written with, through every read path; a number beyond a double's range is
+// refused with a reason, and nothing is written.
+TEST_F(HardeningTest, NumbersReadBackExactly) {
+  const std::string big = std::string(100, '9');
+  const std::string body = "{\"big\":" + big + ",\"neg\":-" + big +
+                           ",\"u64\":18446744073709551615,\"tiny\":-1e-400,"
+                           "\"nested\":[1.5,{\"x\":123456789012345678901234567890}]}";
+  const std::string kept = "\"big\":" + big + ",\"neg\":-" + big +
+                           ",\"u64\":18446744073709551615,\"tiny\":-1e-400,"
+                           "\"nested\":[1.5,{\"x\":123456789012345678901234567890}]}";
+  auto put = call(verb::put, "/db/n", body);
+  ASSERT_EQ(put.status, 201u) << put.body;
+  EXPECT_NE(get("/db/n").body.find(kept), std::string::npos) << get("/db/n").body;
+  EXPECT_NE(get("/db/_all_docs?include_docs=true").body.find(kept), std::string::npos);
+  EXPECT_NE(get("/db/_changes?include_docs=true").body.find(kept), std::string::npos);
+  // A replicated write (new_edits=false) and POST /db keep them too.
+  auto bulk = call(verb::post, "/db/_bulk_docs",
+                   R"({"new_edits":false,"docs":[{"_id":"r","_rev":"1-)" + std::string(32, 'b') +
+                       "\"," + body.substr(1) + "]}");
+  ASSERT_EQ(bulk.status, 201u) << bulk.body;
+  EXPECT_NE(get("/db/r").body.find(kept), std::string::npos) << get("/db/r").body;
+  auto post = call(verb::post, "/db", "{\"_id\":\"p\"," + body.substr(1));
+  ASSERT_EQ(post.status, 201u) << post.body;
+  EXPECT_NE(get("/db/p").body.find(kept), std::string::npos);
+
+  auto huge = call(verb::put, "/db/h", R"({"a":1e400})");
+  EXPECT_EQ(huge.status, 400u);
+  EXPECT_EQ(huge.json()["reason"], "invalid UTF-8 JSON: number out of range at byte 10");
+  EXPECT_EQ(get("/db/h").status, 404u);
+}
+
+// Nesting deeper than the bound is refused while parsing and says so.
+TEST_F(HardeningTest, TooDeepJsonSaysWhy) {
+  auto r =
+      call(verb::put, "/db/deep", "{\"a\":" + std::string(600, '[') + std::string(600, ']') + "}");
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_EQ(r.json()["reason"], "invalid UTF-8 JSON: nested deeper than 512 levels");
+}
+
+// A body with many members and duplicate names: linear time, the last value wins in the place of
+// the first, as before.
+TEST_F(HardeningTest, ManyMembersAndDuplicateNames) {
+  std::string body = "{\"a\":1,";
+  for (int i = 0; i < 50000; ++i)
+    body += "\"k" + std::to_string(i) + "\":" + std::to_string(i) + ",";
+  body += "\"a\":2}";
+  auto r = call(verb::put, "/db/many", body);
+  ASSERT_EQ(r.status, 201u) << r.body;
+  const std::string text = get("/db/many").body;
+  const nlohmann::json doc = nlohmann::json::parse(text);
+  EXPECT_EQ(doc.size(), 50003u);                                  // _id, _rev, a, k0..k49999
+  EXPECT_NE(text.find(R"(","a":2,"k0":0,)"), std::string::npos);  // a in its first place
+  EXPECT_EQ(doc["k49999"], 49999);
+}
+
+// heartbeat and timeout are capped by [chttpd] changes_timeout (couch_changes:get_changes_timeout):
+// a heartbeat of 2^63-1 ms used to overflow into a busy loop of newlines.
+TEST_F(HardeningTest, HugeHeartbeatIsCappedNotABusyLoop) {
+  start_with_changes_timeout(400);
+  FeedClient feed(port(), "/db/_changes?feed=continuous&since=now&heartbeat=9223372036854775807");
+  ASSERT_TRUE(feed.wait_head(5s));
+  feed.wait_end(1500ms);
+  // One newline per 400 ms: about 3 in 1.5 s (a busy loop sent thousands).
+  std::size_t newlines = std::count(feed.body().begin(), feed.body().end(), '\n');
+  EXPECT_GE(newlines, 1u);
+  EXPECT_LE(newlines, 6u);
+  FeedClient digits(port(),
+                    "/db/_changes?feed=continuous&since=now&heartbeat=" + std::string(40, '9'));
+  ASSERT_TRUE(digits.wait_head(5s));
+  digits.wait_end(1000ms);
+  EXPECT_LE(std::count(digits.body().begin(), digits.body().end(), '\n'), 5);
+}
+
+TEST_F(HardeningTest, LongpollTimeoutIsAnIntegerAndCapped) {
+  start_with_changes_timeout(300);
+  for (const char* bad : {"1e3", "1.5", "-5", "abc", ""}) {
+    auto r = get(std::string("/db/_changes?feed=longpoll&since=now&timeout=") + bad);
+    EXPECT_EQ(r.status, 400u) << bad;
+    EXPECT_EQ(r.json()["reason"], std::string("Invalid timeout value: ") + bad);
+  }
+  for (const std::string& huge : {std::string("9300000000000"), std::string(30, '9')}) {
+    const auto start = Clock::now();
+    auto r = get("/db/_changes?feed=longpoll&since=now&timeout=" + huge);
+    const double took = seconds_since(start);
+    EXPECT_EQ(r.status, 200u);
+    EXPECT_GE(took, 0.25) << huge;  // waited (a wrapped value returned at once)
+    EXPECT_LT(took, 5.0) << huge;   // for changes_timeout, not for ever
+  }
+  for (const char* bad : {"1.5", "abc", "false"}) {
+    auto r = get(std::string("/db/_changes?feed=continuous&heartbeat=") + bad);
+    EXPECT_EQ(r.status, 400u) << bad;
+    EXPECT_EQ(r.json()["reason"],
+              "Invalid heartbeat value. Expecting a positive integer value (in milliseconds).");
+  }
+  auto zero = get("/db/_changes?feed=continuous&heartbeat=0");
+  EXPECT_EQ(zero.json()["reason"],
+            "The heartbeat value should be a positive integer (in milliseconds).");
+}
+
+// Keys that are not strings name no document: CouchDB answers each as not_found with the key as
+// given (they were turned into the strings "1", "null", ...). _local_docs leaves them out.
+TEST_F(HardeningTest, AllDocsKeysThatAreNotStrings) {
+  ASSERT_EQ(call(verb::put, "/db/1", "{}").status, 201u);
+  ASSERT_EQ(call(verb::put, "/db/null", "{}").status, 201u);
+  ASSERT_EQ(call(verb::put, "/db/_local/l", "{}").status, 201u);
+  auto r = call(verb::post, "/db/_all_docs", R"({"keys":[1,null,{},[],1.5,true,"1"]})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  const Json rows = r.json()["rows"];
+  ASSERT_EQ(rows.size(), 7u);
+  EXPECT_EQ(rows[0], (Json{{"key", 1}, {"error", "not_found"}}));
+  EXPECT_EQ(rows[1], (Json{{"key", nullptr}, {"error", "not_found"}}));
+  EXPECT_EQ(rows[2], (Json{{"key", Json::object()}, {"error", "not_found"}}));
+  EXPECT_EQ(rows[3], (Json{{"key", Json::array()}, {"error", "not_found"}}));
+  EXPECT_EQ(rows[4], (Json{{"key", 1.5}, {"error", "not_found"}}));
+  EXPECT_EQ(rows[5], (Json{{"key", true}, {"error", "not_found"}}));
+  EXPECT_EQ(rows[6]["id"], "1");
+  auto local = call(verb::post, "/db/_local_docs", R"({"keys":[1,"_local/nope","_local/l"]})");
+  ASSERT_EQ(local.status, 200u) << local.body;
+  ASSERT_EQ(local.json()["rows"].size(), 1u);
+  EXPECT_EQ(local.json()["rows"][0]["id"], "_local/l");
+}
+
+}  // namespace
+}  // namespace chaise::test
