@@ -72,6 +72,9 @@ constexpr auto kKeys = std::to_array<Key>({
     {"chaise", "idle_timeout_seconds", Kind::kInt, 1, 24 * 3600},
     {"chaise", "header_timeout_seconds", Kind::kInt, 1, 3600},
     {"chaise", "max_connections", Kind::kInt, 1, kMax},
+    {"chaise", "max_connections_per_address", Kind::kInt, 1, kMax},
+    {"chaise", "body_timeout_seconds", Kind::kInt, 1, 3600},
+    {"chaise", "max_request_bytes_in_flight", Kind::kInt, 1024 * 1024, kMax},
     {"log", "level", Kind::kLogLevel},
     {"uuids", "max_count", Kind::kInt, 1, kMax},
     {"cors", "origins", Kind::kString},
@@ -256,6 +259,14 @@ ServerSettings server_settings(const Sections& values, std::vector<std::string>&
       get_int(values, "chaise", "header_timeout_seconds", s.header_timeout_seconds));
   s.max_connections = static_cast<std::size_t>(
       get_int(values, "chaise", "max_connections", static_cast<std::int64_t>(s.max_connections)));
+  s.max_connections_per_address =
+      static_cast<std::size_t>(get_int(values, "chaise", "max_connections_per_address",
+                                       static_cast<std::int64_t>(s.max_connections_per_address)));
+  s.body_timeout_seconds = static_cast<unsigned>(
+      get_int(values, "chaise", "body_timeout_seconds", s.body_timeout_seconds));
+  s.max_request_bytes_in_flight =
+      static_cast<std::size_t>(get_int(values, "chaise", "max_request_bytes_in_flight",
+                                       static_cast<std::int64_t>(s.max_request_bytes_in_flight)));
   s.changes_timeout_ms = get_int(values, "chttpd", "changes_timeout", s.changes_timeout_ms);
   s.js_timeout_ms = get_int(values, "couchdb", "os_process_timeout", s.js_timeout_ms);
   s.js_reduce_limit = get_bool(values, "query_server_config", "reduce_limit", s.js_reduce_limit);

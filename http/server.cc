@@ -1,5 +1,11 @@
 #include "http/server.h"
 
+#include <malloc.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -9,22 +15,17 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/chunk_encode.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
-#include <boost/beast/http/chunk_encode.hpp>
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
-#include <boost/asio/write.hpp>
-#include <spdlog/spdlog.h>
-
-#include <algorithm>
-#include <array>
-#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <future>
@@ -68,6 +69,7 @@ void log_coroutine_exception(const char* what, std::exception_ptr error) {
 }  // namespace
 
 class Session;
+struct BodyReservation;
 
 struct Server::State {
   State(ServerOptions opts, Handler h) : options(std::move(opts)), handler(std::move(h)) {}
@@ -83,11 +85,14 @@ struct Server::State {
   unsigned running_threads = 0;
   std::uint64_t next_session_id = 0;
   std::unordered_map<std::uint64_t, std::weak_ptr<Session>> sessions;
+  std::unordered_map<std::string, std::size_t> sessions_per_address;  // open sessions by peer
   // The refused-connection warning, rate-limited to one line a second.
   std::chrono::steady_clock::time_point last_refusal_warning{};
   std::uint64_t refused_since_warning = 0;
   // Read without the mutex on every request to decide keep-alive.
   std::atomic<bool> stopping_flag{false};
+  // Bytes of request bodies reserved by the requests being read or handled.
+  std::atomic<std::size_t> body_bytes_in_flight{0};
 
   // Serializes start() and stop() against each other.
   std::mutex lifecycle_mutex;
@@ -102,6 +107,38 @@ struct Server::State {
 
   asio::awaitable<void> accept_loop();
   void run_io_thread();
+};
+
+// The bytes of request body one connection holds, counted against max_request_bytes_in_flight.
+// Released when the request has been handled; a large release also hands freed heap back to the
+// operating system (glibc keeps it otherwise: 60 MB bodies left RSS at 262 MB).
+struct BodyReservation {
+  BodyReservation(std::atomic<std::size_t>& in_flight, std::size_t limit)
+      : in_flight(in_flight), limit(limit) {}
+  ~BodyReservation() { release(); }
+  BodyReservation(const BodyReservation&) = delete;
+  BodyReservation& operator=(const BodyReservation&) = delete;
+
+  // Adds `n` bytes; false (and nothing added) if that would pass the server's limit.
+  bool add(std::size_t n) {
+    std::size_t now = in_flight.load(std::memory_order_relaxed);
+    do {
+      if (now + n > limit) return false;
+    } while (!in_flight.compare_exchange_weak(now, now + n, std::memory_order_relaxed));
+    bytes += n;
+    return true;
+  }
+  void release() {
+    if (bytes == 0) return;
+    in_flight.fetch_sub(bytes, std::memory_order_relaxed);
+    if (bytes >= kTrimAfterBytes) ::malloc_trim(0);
+    bytes = 0;
+  }
+
+  static constexpr std::size_t kTrimAfterBytes = 8 * 1024 * 1024;
+  std::atomic<std::size_t>& in_flight;
+  const std::size_t limit;
+  std::size_t bytes = 0;
 };
 
 // The ResponseStream of one request: chunked transfer encoding over the session's stream.
@@ -148,12 +185,16 @@ class StreamWriter final : public ResponseStream {
 class Session {
  public:
   friend class StreamWriter;
-  Session(Server::State& state, tcp::socket socket, std::uint64_t id)
-      : state_(state), stream_(std::move(socket)), id_(id) {}
+  Session(Server::State& state, tcp::socket socket, std::uint64_t id, std::string address)
+      : state_(state), stream_(std::move(socket)), id_(id), address_(std::move(address)) {}
 
   ~Session() {
     std::lock_guard lock(state_.mutex);
     state_.sessions.erase(id_);
+    if (auto it = state_.sessions_per_address.find(address_);
+        it != state_.sessions_per_address.end() && --it->second == 0) {
+      state_.sessions_per_address.erase(it);
+    }
   }
 
   asio::any_io_executor executor() { return stream_.get_executor(); }
@@ -179,7 +220,9 @@ class Session {
 
   asio::awaitable<void> serve();
   asio::awaitable<bool> read_request(beast_http::request_parser<beast_http::string_body>& parser);
-  asio::awaitable<void> send_too_large(const Request& header);
+  // Answers an error the request cannot be read past (413, 431, 400, 501, 503), then closes.
+  asio::awaitable<void> refuse(const Request& header, Status status, std::string_view error,
+                               std::string_view reason, bool retry_later = false);
   asio::awaitable<void> linger_and_close();
   void close();
 
@@ -187,6 +230,10 @@ class Session {
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   const std::uint64_t id_;
+  const std::string address_;
+  std::size_t requests_read_ = 0;
+  BodyReservation reservation_{state_.body_bytes_in_flight,
+                               state_.options.max_request_bytes_in_flight};
   Phase phase_ = Phase::waiting_for_request;
   bool close_requested_ = false;
   std::function<void()> peer_closed_;  // set while a handler watches the peer (StreamWriter)
@@ -198,6 +245,7 @@ asio::awaitable<void> Session::serve() {
   const ServerOptions& options = state_.options;
   for (;;) {
     phase_ = Phase::waiting_for_request;
+    reservation_.release();  // the previous request's body is gone
     if (close_requested_) break;
 
     beast_http::request_parser<beast_http::string_body> parser;
@@ -248,25 +296,61 @@ asio::awaitable<void> Session::serve() {
 }
 
 // Reads one complete request into `parser`. Returns false when the connection is finished: the peer
-// closed it, it timed out, it was cancelled by stop(), the request was malformed (closed without an
-// answer) or too large (answered 413, then closed).
+// closed it, it timed out, it was cancelled by stop(), or the request could not be read past
+// (answered, then closed): 413 body too large, 431 headers too large, 400 malformed, 501 a
+// transfer coding other than chunked, 503 too many body bytes in flight.
 asio::awaitable<bool> Session::read_request(
     beast_http::request_parser<beast_http::string_body>& parser) {
+  const ServerOptions& options = state_.options;
   error_code ec;
-  // Idle: a keep-alive connection may wait up to idle_timeout for its next request to begin.
-  stream_.expires_after(state_.options.idle_timeout);
+  // A new connection gets header_timeout to begin its first request; a keep-alive connection may
+  // wait idle_timeout for its next one.
+  stream_.expires_after(requests_read_++ == 0
+                            ? std::min(options.header_timeout, options.idle_timeout)
+                            : options.idle_timeout);
   if (buffer_.size() == 0) {
     const std::size_t n = co_await stream_.async_read_some(
         buffer_.prepare(4096), asio::redirect_error(asio::use_awaitable, ec));
     buffer_.commit(n);
   }
   // From its first byte, the request line and headers must arrive within header_timeout, however
-  // the client trickles them (slowloris); the body then gets idle_timeout.
+  // the client trickles them (slowloris).
   if (!ec) {
-    stream_.expires_after(std::min(state_.options.header_timeout, state_.options.idle_timeout));
+    stream_.expires_after(std::min(options.header_timeout, options.idle_timeout));
     co_await beast_http::async_read_header(stream_, buffer_, parser,
                                            asio::redirect_error(asio::use_awaitable, ec));
   }
+  if (!ec) {
+    // Beast reads "gzip, chunked" as chunked and would hand the handler gzip bytes as the body.
+    const std::string_view coding = parser.get()[beast_http::field::transfer_encoding];
+    if (!coding.empty() && !beast::iequals(coding, "chunked")) {
+      co_await refuse(parser.get(), Status::not_implemented, "not_implemented",
+                      "Transfer-Encoding " + std::string(coding) + " is not supported");
+      co_return false;
+    }
+    // The body's bytes count against the server-wide limit: all of a Content-Length up front,
+    // chunked bodies as their chunks arrive.
+    if (auto length = parser.content_length();
+        length && !reservation_.add(static_cast<std::size_t>(
+                      std::min<std::uint64_t>(*length, options.max_request_body_bytes)))) {
+      co_await refuse(parser.get(), Status::service_unavailable, "service_unavailable",
+                      "Too many request bytes in flight; retry later", true);
+      co_return false;
+    }
+  }
+  bool over_in_flight = false;
+  // With this callback set, the parser leaves storing the chunk to it.
+  auto on_chunk = [this, &parser, &over_in_flight](std::uint64_t, std::string_view data,
+                                                   error_code& chunk_ec) -> std::size_t {
+    if (!reservation_.add(data.size())) {
+      over_in_flight = true;
+      chunk_ec = beast_http::error::body_limit;
+      return 0;
+    }
+    parser.get().body().append(data);
+    return data.size();
+  };
+  parser.on_chunk_body(on_chunk);
   if (!ec && !parser.is_done() &&
       beast::iequals(parser.get()[beast_http::field::expect], "100-continue")) {
     // curl and others wait for this before sending a large body.
@@ -277,15 +361,35 @@ asio::awaitable<bool> Session::read_request(
     phase_ = Phase::waiting_for_request;
     if (!ec && close_requested_) ec = asio::error::operation_aborted;
   }
-  if (!ec && !parser.is_done()) {
-    stream_.expires_after(state_.options.idle_timeout);
-    co_await beast_http::async_read(stream_, buffer_, parser,
-                                    asio::redirect_error(asio::use_awaitable, ec));
+  // The body: each read must bring bytes within body_timeout, the whole within idle_timeout.
+  const auto body_deadline = std::chrono::steady_clock::now() + options.idle_timeout;
+  while (!ec && !parser.is_done()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        body_deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      ec = beast::error::timeout;
+      break;
+    }
+    stream_.expires_after(std::min(options.body_timeout, left));
+    co_await beast_http::async_read_some(stream_, buffer_, parser,
+                                         asio::redirect_error(asio::use_awaitable, ec));
   }
   if (!ec) co_return true;
 
-  if (ec == beast_http::error::body_limit) {
-    co_await send_too_large(parser.get());
+  if (over_in_flight) {
+    co_await refuse(parser.get(), Status::service_unavailable, "service_unavailable",
+                    "Too many request bytes in flight; retry later", true);
+  } else if (ec == beast_http::error::body_limit) {
+    co_await refuse(parser.get(), Status::payload_too_large, "too_large",
+                    "the request entity is too large");
+  } else if (ec == beast_http::error::header_limit) {
+    co_await refuse(parser.get(), Status::request_header_fields_too_large, "bad_request",
+                    "Request header fields too large");
+  } else if (ec.category() == error_code(beast_http::error::body_limit).category() &&
+             ec != beast_http::error::end_of_stream && ec != beast_http::error::partial_message) {
+    // Malformed framing: say so once, then close (the rest of the stream cannot be trusted).
+    co_await refuse(parser.get(), Status::bad_request, "bad_request",
+                    "Malformed HTTP request: " + ec.message());
   } else {
     if (ec != beast_http::error::end_of_stream && ec != asio::error::operation_aborted) {
       spdlog::debug("http: connection {} closed: {}", id_, ec.message());
@@ -295,10 +399,11 @@ asio::awaitable<bool> Session::read_request(
   co_return false;
 }
 
-asio::awaitable<void> Session::send_too_large(const Request& header) {
+asio::awaitable<void> Session::refuse(const Request& header, Status status, std::string_view error,
+                                      std::string_view reason, bool retry_later) {
   phase_ = Phase::responding;
-  Response response = error_response(header, Status::payload_too_large, "too_large",
-                                     "the request entity is too large");
+  Response response = error_response(header, status, error, reason);
+  if (retry_later) response.set(beast_http::field::retry_after, "1");
   response.keep_alive(false);
   error_code ec;
   stream_.expires_after(state_.options.write_timeout);
@@ -405,24 +510,33 @@ asio::awaitable<void> Server::State::accept_loop() {
       continue;
     }
 
+    error_code peer_ec;
+    const auto peer = socket.remote_endpoint(peer_ec);
+    std::string address = peer_ec ? std::string() : peer.address().to_string();
     std::shared_ptr<Session> session;
     {
       std::lock_guard lock(mutex);
       if (stopping) co_return;  // `socket` closes as it goes out of scope
-      if (sessions.size() >= options.max_connections) {
+      std::size_t& from_address = sessions_per_address[address];
+      const bool over_total = sessions.size() >= options.max_connections;
+      if (over_total || from_address >= options.max_connections_per_address) {
+        if (from_address == 0) sessions_per_address.erase(address);
         // At most one line a second, however fast connections are refused.
         ++refused_since_warning;
         const auto now = std::chrono::steady_clock::now();
         if (now - last_refusal_warning >= std::chrono::seconds(1)) {
-          spdlog::warn("http: {} connections open (max_connections); refused {} new one(s)",
-                       sessions.size(), refused_since_warning);
+          spdlog::warn(
+              "http: {} connections open ({}); refused {} new one(s)", sessions.size(),
+              over_total ? "max_connections" : "max_connections_per_address for " + address,
+              refused_since_warning);
           refused_since_warning = 0;
           last_refusal_warning = now;
         }
         continue;
       }
+      ++from_address;
       const std::uint64_t id = next_session_id++;
-      session = std::make_shared<Session>(*this, std::move(socket), id);
+      session = std::make_shared<Session>(*this, std::move(socket), id, std::move(address));
       sessions.emplace(id, session);
     }
     const auto executor = session->executor();

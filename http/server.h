@@ -45,12 +45,21 @@ struct ServerOptions {
   // keep-alive requests) before it is closed. Default 300 s.
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(300)};
   // How long a request's line and headers may take to arrive once its first byte has (a client
-  // trickling a byte a second is cut off). Default 30 s.
+  // trickling a byte a second is cut off), and how long a new connection may stay silent before
+  // its first request begins (idle_timeout applies between keep-alive requests). Default 30 s.
   std::chrono::milliseconds header_timeout{std::chrono::seconds(30)};
   // How long writing one response may take before the connection is closed. Default 60 s.
   std::chrono::milliseconds write_timeout{std::chrono::seconds(60)};
   // Open connections at most; connections beyond it are closed right after accept. Default 10000.
   std::size_t max_connections = 10000;
+  // Open connections from one peer address at most; more are closed right after accept. 1000.
+  std::size_t max_connections_per_address = 1000;
+  // How long a request body may go without a byte arriving (the whole body still has
+  // idle_timeout). Default 30 s.
+  std::chrono::milliseconds body_timeout{std::chrono::seconds(30)};
+  // Bytes of request bodies held at once over all connections; a request that would exceed it
+  // gets 503 with Retry-After and the connection is closed. Default 512 MiB.
+  std::size_t max_request_bytes_in_flight = 512ull << 20;
   // Pending connections queue length passed to listen(). Default 1024 (the kernel may cap it).
   int listen_backlog = 1024;
   // How long stop() lets in-flight responses finish before abandoning them. Default 10 s.

@@ -269,6 +269,9 @@ chaise::http::ServerOptions server_options(const chaise::config::ServerSettings&
   options.idle_timeout = std::chrono::seconds(config.idle_timeout_seconds);
   options.header_timeout = std::chrono::seconds(config.header_timeout_seconds);
   options.max_connections = config.max_connections;
+  options.max_connections_per_address = config.max_connections_per_address;
+  options.body_timeout = std::chrono::seconds(config.body_timeout_seconds);
+  options.max_request_bytes_in_flight = config.max_request_bytes_in_flight;
   return options;
 }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "tests/http/feed_client.h"
 #include "tests/http/test_server.h"
@@ -231,6 +232,104 @@ TEST_F(HardeningTest, AllDocsKeysThatAreNotStrings) {
   ASSERT_EQ(local.status, 200u) << local.body;
   ASSERT_EQ(local.json()["rows"].size(), 1u);
   EXPECT_EQ(local.json()["rows"][0]["id"], "_local/l");
+}
+
+// A request that cannot be read past gets one answer that says why, then the connection closes.
+TEST_F(HardeningTest, UnreadableRequestsAreAnsweredThenClosed) {
+  {  // headers beyond max_header_bytes (64 KiB): 431, not a silent close
+    HttpClient c(port());
+    c.send_raw("GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(70000, 'a') + "\r\n\r\n");
+    auto r = c.read_response();
+    EXPECT_EQ(r.status, 431u);
+    EXPECT_EQ(r.json()["reason"], "Request header fields too large");
+    EXPECT_TRUE(c.wait_closed(5s));
+  }
+  {  // malformed framing: 400, then close
+    HttpClient c(port());
+    c.send_raw("POST /db HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}");
+    auto r = c.read_response();
+    EXPECT_EQ(r.status, 400u);
+    EXPECT_EQ(r.json()["error"], "bad_request");
+    EXPECT_TRUE(c.wait_closed(5s));
+  }
+  {  // a transfer coding other than chunked is refused, not ignored
+    HttpClient c(port());
+    c.send_raw(
+        "POST /db HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: gzip, chunked\r\n\r\n9\r\n{\"_id\":1}\r\n0\r\n\r\n");
+    auto r = c.read_response();
+    EXPECT_EQ(r.status, 501u);
+    EXPECT_EQ(r.json()["reason"], "Transfer-Encoding gzip, chunked is not supported");
+    EXPECT_TRUE(c.wait_closed(5s));
+  }
+  {  // plain chunked bodies still work
+    HttpClient c(port());
+    c.send_raw(
+        "PUT /db/chunked HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\n\r\n");
+    EXPECT_EQ(c.read_response().status, 201u);
+  }
+  EXPECT_EQ(get("/db/chunked").json()["a"], 1);
+}
+
+// Silent and slow clients lose their slot quickly: a new connection that sends nothing is closed
+// after header_timeout, a body that stops arriving after body_timeout.
+TEST_F(HardeningTest, SilentNewConnectionsAndStalledBodiesAreClosed) {
+  const auto ini = dir_.path() / "timeouts.ini";
+  std::ofstream(ini) << "[chaise]\nheader_timeout_seconds = 1\nbody_timeout_seconds = 1\n";
+  start({"--config", ini.string()});
+  HttpClient silent(port());
+  auto t0 = Clock::now();
+  EXPECT_TRUE(silent.wait_closed(10s));
+  EXPECT_LT(seconds_since(t0), 5.0);
+  HttpClient stalled(port());
+  stalled.send_raw(
+      "PUT /db/x HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: 100\r\n\r\n{\"a\":");
+  t0 = Clock::now();
+  EXPECT_TRUE(stalled.wait_closed(10s));
+  EXPECT_LT(seconds_since(t0), 5.0);
+  // A keep-alive connection that has sent a request may still wait (idle_timeout, 300 s).
+  HttpClient kept(port());
+  EXPECT_EQ(kept.get("/").status, 200u);
+  EXPECT_FALSE(kept.wait_closed(1500ms));
+  EXPECT_EQ(get("/db/x").status, 404u);
+}
+
+// One address cannot take every connection slot.
+TEST_F(HardeningTest, ConnectionsPerAddressAreCapped) {
+  const auto ini = dir_.path() / "per_address.ini";
+  std::ofstream(ini) << "[chaise]\nmax_connections_per_address = 3\n";
+  start({"--config", ini.string()});  // client_ holds one
+  HttpClient second(port()), third(port());
+  EXPECT_EQ(second.get("/").status, 200u);
+  EXPECT_EQ(third.get("/").status, 200u);
+  HttpClient fourth(port());
+  EXPECT_TRUE(fourth.wait_closed(5s));  // refused right after accept
+  EXPECT_EQ(get("/").status, 200u);     // the others keep working
+}
+
+// Bodies held at once are bounded over all connections: beyond it, 503 with Retry-After.
+TEST_F(HardeningTest, RequestBytesInFlightAreBounded) {
+  const auto ini = dir_.path() / "in_flight.ini";
+  std::ofstream(ini) << "[chaise]\nmax_request_bytes_in_flight = 2097152\n";
+  start({"--config", ini.string()});
+  // One connection announces 1.5 MiB and sends part of it: its bytes are reserved.
+  HttpClient slow(port());
+  slow.send_raw(
+      "PUT /db/a HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: 1572864\r\n\r\n{\"a\":\"");
+  std::this_thread::sleep_for(200ms);
+  auto refused = call(verb::put, "/db/b", "{\"b\":\"" + std::string(1 << 20, 'x') + "\"}");
+  EXPECT_EQ(refused.status, 503u);
+  EXPECT_EQ(refused.header("Retry-After"), "1");
+  EXPECT_EQ(refused.json()["error"], "service_unavailable");
+  client_ = std::make_unique<HttpClient>(port(), 60s);  // the refused connection was closed
+  // Small requests still fit, and once the slow one is gone the large one does too.
+  EXPECT_EQ(call(verb::put, "/db/c", "{}").status, 201u);
+  slow.send_raw(std::string(1572864 - 6 - 2, 'y') + "\"}");
+  EXPECT_EQ(slow.read_response().status, 201u);
+  EXPECT_EQ(call(verb::put, "/db/b", "{\"b\":\"" + std::string(1 << 20, 'x') + "\"}").status, 201u);
 }
 
 }  // namespace
