@@ -74,6 +74,7 @@ constexpr auto kKeys = std::to_array<Key>({
     {"chaise", "max_connections", Kind::kInt, 1, kMax},
     {"chaise", "max_connections_per_address", Kind::kInt, 1, kMax},
     {"chaise", "body_timeout_seconds", Kind::kInt, 1, 3600},
+    {"chaise", "worker_threads", Kind::kInt, 0, 1024},
     {"chaise", "max_request_bytes_in_flight", Kind::kInt, 1024 * 1024, kMax},
     {"log", "level", Kind::kLogLevel},
     {"uuids", "max_count", Kind::kInt, 1, kMax},
@@ -262,6 +263,8 @@ ServerSettings server_settings(const Sections& values, std::vector<std::string>&
   s.max_connections_per_address =
       static_cast<std::size_t>(get_int(values, "chaise", "max_connections_per_address",
                                        static_cast<std::int64_t>(s.max_connections_per_address)));
+  s.worker_threads =
+      static_cast<unsigned>(get_int(values, "chaise", "worker_threads", s.worker_threads));
   s.body_timeout_seconds = static_cast<unsigned>(
       get_int(values, "chaise", "body_timeout_seconds", s.body_timeout_seconds));
   s.max_request_bytes_in_flight =

@@ -54,6 +54,7 @@ struct ServerSettings {
   std::size_t max_connections = 10000;                      // [chaise] max_connections
   std::size_t max_connections_per_address = 1000;           // [chaise] max_connections_per_address
   unsigned body_timeout_seconds = 30;                       // [chaise] body_timeout_seconds
+  unsigned worker_threads = 0;                              // [chaise] worker_threads
   std::size_t max_request_bytes_in_flight = 512ull << 20;   // [chaise] max_request_bytes_in_flight
   std::int64_t changes_timeout_ms = 60'000;                 // [chttpd] changes_timeout
   std::int64_t uuids_max_count = 1000;                      // [uuids] max_count

@@ -439,7 +439,10 @@ StorageResult<bool> ChangesCursor::next_page(Transaction& tr, std::size_t rows_m
   }
   if (done_) return false;
   if (by_doc_ids_) return next_page_by_doc_ids(tr, out);
-  for (std::size_t consumed = 0; consumed < rows_max;) {
+  // A page also ends once its rows pass kPageBytesMax, so that include_docs over large documents
+  // holds one modest page in memory (a thousand 3 KB documents were 3 MB and more per page).
+  std::size_t page_bytes = 0;
+  for (std::size_t consumed = 0; consumed < rows_max && page_bytes < kPageBytesMax;) {
     ShardScan* best = nullptr;
     for (ShardScan& scan : scans_) {
       if (scan.buffer.empty() && !scan.exhausted) {
@@ -471,7 +474,10 @@ StorageResult<bool> ChangesCursor::next_page(Transaction& tr, std::size_t rows_m
     last_seq_ = e.seq;
     auto row = row_json(tr, e.seq, *id, RevId{*pos, *hash}, *branch_count, !*not_deleted);
     if (!row.ok()) return row.error();
-    if (*row) out.push_back(std::move(**row));
+    if (*row) {
+      page_bytes += (*row)->size();
+      out.push_back(std::move(**row));
+    }
     if (q_.limit > 0 && emitted_ >= q_.limit) {
       if (auto st = finish(tr); !st) return st.error();
       return false;

@@ -141,6 +141,8 @@ class ChangesCursor {
   // With at most this many doc_ids, the feed looks the documents up instead of scanning every change
   // (CouchDB's changes_doc_ids_optimization_threshold).
   static constexpr std::size_t kDocIdsLookupMax = 1000;
+  // Rows of a page stop growing past this many bytes (next_page).
+  static constexpr std::size_t kPageBytesMax = 1024 * 1024;
 
  private:
   struct Entry {

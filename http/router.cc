@@ -1,21 +1,21 @@
 #include "http/router.h"
 
-#include <algorithm>
-
-#include "core/databases.h"
-#include "config/config.h"
-#include "http/auth.h"
-#include "http/metrics.h"
-
 #include <spdlog/spdlog.h>
-#include <chrono>
-#include "http/request.h"
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <exception>
 #include <utility>
+
+#include "config/config.h"
+#include "core/databases.h"
+#include "http/auth.h"
+#include "http/metrics.h"
+#include "http/request.h"
+#include "http/workers.h"
 
 namespace chaise::http {
 
@@ -63,6 +63,35 @@ bool is_get_or_head(const Request& request) {
 Router::Router(RouterContext context) : context_(std::move(context)) {}
 
 namespace {
+
+// Requests whose work grows with their body or with the data they read: they run on the worker
+// pool. Live feeds stay on their connection's strand (they mostly wait, and their peer watch and
+// timers belong to it); single-document reads and small writes stay inline (a thread hop would
+// cost them more than it saves).
+bool is_heavy_request(const Call& call) {
+  constexpr std::size_t kLargeBody = 64 * 1024;
+  if (call.req.body().size() >= kLargeBody) return true;
+  const auto& path = call.path;
+  if (path.empty()) return false;
+  if (path.size() == 1) return path[0] == "_dbs_info" || path[0] == "_all_dbs";
+  std::size_t at = 1;  // /{db}/_partition/{p}/<endpoint>: look at the endpoint
+  if (path[1] == "_partition" && path.size() >= 4) at = 3;
+  const std::string& op = path[at];
+  static constexpr std::string_view kHeavy[] = {
+      "_bulk_docs", "_bulk_get",    "_revs_diff", "_missing_revs", "_find",
+      "_explain",   "_index",       "_purge",     "_view_cleanup", "_compact",
+      "_all_docs",  "_design_docs", "_local_docs"};
+  for (std::string_view h : kHeavy) {
+    if (op == h) return true;
+  }
+  if (op == "_changes") {
+    const auto feed = call.query.get("feed");
+    return !feed || *feed == "normal";
+  }
+  // /{db}/_design/{ddoc}/_view|_update|_info|_show|_list/...
+  return op == "_design" && path.size() >= at + 3 && !path[at + 2].empty() &&
+         path[at + 2].front() == '_';
+}
 
 // Adds the headers every answer gets (a refreshed AuthSession cookie, CORS) to a streamed
 // response's head.
@@ -160,7 +189,11 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
     Call call{request,          stream, context_, std::move(*segments), Query::parse(request.target()),
               std::move(auth.user), std::move(auth.handler), core::SecurityObject{}, std::nullopt};
     authorize_request(call);
-    response = co_await dispatch(call);
+    if (context_.workers != nullptr && is_heavy_request(call)) {
+      response = co_await context_.workers->run(dispatch(call));
+    } else {
+      response = co_await dispatch(call);
+    }
   } catch (const HttpError& e) {
     error = e.error();
     allow = e.allow;

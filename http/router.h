@@ -54,6 +54,7 @@ inline constexpr std::string_view kChaiseVersion = "0.1.0";
 inline constexpr std::string_view kServerHeader = "Chaise/0.1.0";
 
 class ResponseStream;
+class WorkerPool;
 struct Call;
 class Authenticator;
 class Metrics;
@@ -89,6 +90,8 @@ struct RouterContext {
   core::js::Engine* js = nullptr;
   // One info line per request (method, target, status, bytes, duration, user).
   bool access_log = false;
+  // Runs the CPU-heavy requests off the io threads (http/workers.h); nullptr: all run inline.
+  WorkerPool* workers = nullptr;
 };
 
 using MaybeResponse = boost::asio::awaitable<std::optional<Response>>;

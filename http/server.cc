@@ -146,19 +146,21 @@ class StreamWriter final : public ResponseStream {
  public:
   StreamWriter(Session& session, bool keep_alive) : session_(session), keep_alive_(keep_alive) {}
 
-  asio::awaitable<bool> begin(Response head) override;
+  asio::awaitable<bool> begin(Response head) override {
+    co_return co_await on_strand(do_begin(std::move(head)));
+  }
   asio::awaitable<bool> write(std::string_view data) override {
     if (!ok_ || !begun_) co_return false;
     buffer_.append(data);
-    if (buffer_.size() >= kFlushBytes) co_return co_await send_chunk();
+    if (buffer_.size() >= kFlushBytes) co_return co_await on_strand(send_chunk());
     co_return true;
   }
   asio::awaitable<bool> flush() override {
     if (!ok_ || !begun_) co_return false;
     if (buffer_.empty()) co_return true;
-    co_return co_await send_chunk();
+    co_return co_await on_strand(send_chunk());
   }
-  asio::awaitable<bool> finish() override;
+  asio::awaitable<bool> finish() override { co_return co_await on_strand(do_finish()); }
   bool begun() const override { return begun_; }
   void watch_peer(std::function<void()> closed) override;
   std::string peer_address() const override;
@@ -167,6 +169,11 @@ class StreamWriter final : public ResponseStream {
   void stop_watching();
 
  private:
+  // Socket work happens on the connection's strand; a handler running on the worker pool
+  // (http/workers.h) hops there for it and back.
+  asio::awaitable<bool> on_strand(asio::awaitable<bool> work);
+  asio::awaitable<bool> do_begin(Response head);
+  asio::awaitable<bool> do_finish();
   asio::awaitable<bool> send_chunk();
 
   Session& session_;
@@ -459,7 +466,14 @@ void StreamWriter::stop_watching() {
   watching_ = false;
 }
 
-asio::awaitable<bool> StreamWriter::begin(Response head) {
+asio::awaitable<bool> StreamWriter::on_strand(asio::awaitable<bool> work) {
+  const asio::any_io_executor strand = session_.executor();
+  const auto* typed = strand.target<asio::strand<asio::io_context::executor_type>>();
+  if (typed == nullptr || typed->running_in_this_thread()) co_return co_await std::move(work);
+  co_return co_await asio::co_spawn(strand, std::move(work), asio::use_awaitable);
+}
+
+asio::awaitable<bool> StreamWriter::do_begin(Response head) {
   if (begun_) co_return false;
   begun_ = true;
   head_ = std::move(head);
@@ -485,7 +499,7 @@ asio::awaitable<bool> StreamWriter::send_chunk() {
   co_return ok_;
 }
 
-asio::awaitable<bool> StreamWriter::finish() {
+asio::awaitable<bool> StreamWriter::do_finish() {
   if (!ok_ || !begun_ || finished_) co_return false;
   if (!buffer_.empty() && !co_await send_chunk()) co_return false;
   error_code ec;

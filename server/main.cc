@@ -7,26 +7,12 @@
 // Contract with the tests and with scripts: once the listener is bound, exactly one line
 //   chaise listening on <bind_address>:<port>
 // is written to stdout and flushed (the real port, also when --port 0 asked the OS for one).
-#include "config/config.h"
-#include "config/settings.h"
-#include "core/databases.h"
-#include "core/security.h"
-#include "http/auth.h"
-#include "http/metrics.h"
-#include "http/router.h"
-#include "http/server.h"
-#include "core/changes_notifier.h"
-#include "core/js/js.h"
-#include "core/txid_janitor.h"
-#include "storage/database.h"
-
-#include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
-
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -52,6 +38,20 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "config/config.h"
+#include "config/settings.h"
+#include "core/changes_notifier.h"
+#include "core/databases.h"
+#include "core/js/js.h"
+#include "core/security.h"
+#include "core/txid_janitor.h"
+#include "http/auth.h"
+#include "http/metrics.h"
+#include "http/router.h"
+#include "http/server.h"
+#include "http/workers.h"
+#include "storage/database.h"
 
 namespace {
 
@@ -394,8 +394,11 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
       .jit = config.js_jit,
       .reduce_limit = config.js_reduce_limit}};
 
+  // Declared before the server; stopped after it and destroyed after the store (see the end).
+  auto workers = std::make_unique<chaise::http::WorkerPool>(config.worker_threads);
   chaise::http::RouterContext context;
   context.server_uuid = uuid;
+  context.workers = workers.get();
   context.js = &js_engine;
   context.store = store.get();
   context.max_document_size = config.max_document_size;
@@ -464,11 +467,13 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   spdlog::info("received {}, shutting down", strsignal(signal_number));
   notify_systemd("STOPPING=1");
   server.stop();
-  // The store drains its pending commits, whose callbacks post into the server's io_context:
-  // it goes before the server (and its io_context) is destroyed.
+  workers->stop();
+  // The store drains its pending commits, whose callbacks post into the server's io_context or
+  // the workers': it goes before the server (and its io_context) and the workers are destroyed.
   notifier.reset();
   janitor.reset();
   store.reset();
+  workers.reset();
   spdlog::info("shutdown complete");
   return 0;
 }

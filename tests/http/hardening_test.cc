@@ -4,11 +4,15 @@
 // what was wrong. Each test starts the real binary on a free port.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/http/feed_client.h"
 #include "tests/http/test_server.h"
@@ -330,6 +334,58 @@ TEST_F(HardeningTest, RequestBytesInFlightAreBounded) {
   slow.send_raw(std::string(1572864 - 6 - 2, 'y') + "\"}");
   EXPECT_EQ(slow.read_response().status, 201u);
   EXPECT_EQ(call(verb::put, "/db/b", "{\"b\":\"" + std::string(1 << 20, 'x') + "\"}").status, 201u);
+}
+
+// CPU-heavy requests run on the worker pool, not on the threads that read and write connections:
+// while 8 clients keep sending the heaviest requests above, `GET /` still answers promptly.
+TEST_F(HardeningTest, HeavyRequestsDoNotHoldUpCheapOnes) {
+  std::string revs = "{";
+  for (int i = 0; i < 80000; ++i) {
+    if (i > 0) revs += ',';
+    revs += "\"d" + std::to_string(i) + "\":[\"1-" + std::string(32, 'a') + "\"]";
+  }
+  revs += '}';
+  std::string docs = "{\"docs\":[";
+  for (int i = 0; i < 2000; ++i)
+    docs += std::string(i ? "," : "") + "{\"v\":\"" + std::string(200, 'v') + "\"}";
+  docs += "]}";
+  std::atomic<bool> stop{false};
+  std::atomic<int> heavy_done{0};
+  std::vector<std::thread> heavy;
+  for (int t = 0; t < 8; ++t) {
+    heavy.emplace_back([&, t] {
+      HttpClient c(port(), 120s);
+      while (!stop.load()) {
+        const bool diff = t % 2 == 0;
+        auto r = c.request(verb::post, diff ? "/db/_revs_diff" : "/db/_bulk_docs",
+                           diff ? revs : docs, kJson);
+        if (r.status == 200u || r.status == 201u) heavy_done.fetch_add(1);
+      }
+    });
+  }
+  std::this_thread::sleep_for(500ms);  // the heavy requests are under way
+  HttpClient probe(port());
+  std::vector<double> ms;
+  const auto until = Clock::now() + 4s;
+  while (Clock::now() < until) {
+    const auto t0 = Clock::now();
+    EXPECT_EQ(probe.get("/").status, 200u);
+    ms.push_back(seconds_since(t0) * 1000);
+    std::this_thread::sleep_for(20ms);
+  }
+  stop.store(true);
+  for (auto& t : heavy) t.join();
+  std::sort(ms.begin(), ms.end());
+  const double p50 = ms[ms.size() / 2], p99 = ms[ms.size() * 99 / 100];
+  std::printf(
+      "GET / under 8 heavy clients: %zu probes, p50 %.2f ms, p99 %.2f ms, max %.2f ms; "
+      "%d heavy requests done\n",
+      ms.size(), p50, p99, ms.back(), heavy_done.load());
+  EXPECT_GT(heavy_done.load(), 8);
+  // Measured p99 on the 2-core machine: see the issue note. The bound leaves room for sanitizer
+  // builds and a loaded CI machine; without the worker pool a probe waited for whole requests
+  // (seconds).
+  EXPECT_LT(p99, 250.0);
 }
 
 }  // namespace
