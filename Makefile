@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 .ONESHELL:
 .SHELLFLAGS := -euo pipefail -c
-.PHONY: deps interop-deps browser-deps ui install build run test asan tsan bench
+.PHONY: deps interop-deps browser-deps fuzz-deps ui install build run test asan tsan fuzz bench
 
 # Debian 12 packages needed to build and test.
 PACKAGES := build-essential cmake ccache libboost-all-dev nlohmann-json3-dev libspdlog-dev \
@@ -83,6 +83,42 @@ install: build ui
 
 test: build interop-deps browser-deps
 	ctest --test-dir build --output-on-failure -j2
+	$(MAKE) fuzz
+
+# libFuzzer (tests/fuzz/) needs Debian's clang and its runtime libraries.
+FUZZ_PACKAGES := clang libclang-rt-14-dev
+fuzz-deps:
+	@if dpkg -s $(FUZZ_PACKAGES) >/dev/null 2>&1; then exit 0; fi
+	if [ "$$(id -u)" -ne 0 ]; then
+	  echo "make fuzz-deps: missing packages; run as root (or: sudo apt-get install -y $(FUZZ_PACKAGES))" >&2
+	  exit 1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update
+	apt-get install -y --no-install-recommends $(FUZZ_PACKAGES)
+
+# Every libFuzzer target (ASan+UBSan) for FUZZ_SECONDS from its corpus in tests/fuzz/corpus/;
+# a crash, leak or slow input fails the run and leaves the input in build-fuzz/. New corpus
+# entries go to a scratch directory (the checked-in corpus changes only by hand).
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS := fuzz_json_doc fuzz_rev fuzz_tuple fuzz_sequence fuzz_request_target \
+                fuzz_selector fuzz_multipart
+fuzz: deps fuzz-deps
+	cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCHAISE_FUZZ=ON -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+	cmake --build build-fuzz -j$(JOBS)
+	for t in $(FUZZ_TARGETS); do
+	  scratch="$$(mktemp -d)"
+	  mkdir -p "tests/fuzz/corpus/$$t"
+	  if ! (cd build-fuzz && ./tests/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	         -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+	         "$$scratch" "$(CURDIR)/tests/fuzz/corpus/$$t") >"$$scratch.log" 2>&1; then
+	    tail -60 "$$scratch.log"
+	    echo "fuzz: $$t failed (the input is in build-fuzz/)" >&2
+	    exit 1
+	  fi
+	  echo "$$t: $$(grep -E '^stat::number_of_executed_units' "$$scratch.log" | tr -s ' ') in $(FUZZ_SECONDS) s"
+	  rm -rf "$$scratch" "$$scratch.log"
+	done
 
 asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCHAISE_SANITIZE=address -DCHAISE_BENCH=OFF

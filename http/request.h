@@ -18,53 +18,12 @@
 #include "core/error.h"
 #include "core/json_text.h"
 #include "core/security.h"
+#include "http/request_parse.h"
 #include "http/response_stream.h"
 #include "http/router.h"
 #include "storage/database.h"
 
 namespace chaise::http {
-
-// A CouchDB error answer, thrown by request helpers and endpoints; Router::handle converts it.
-class HttpError : public std::runtime_error {
- public:
-  explicit HttpError(core::CouchError e) : std::runtime_error(e.reason), error_(std::move(e)) {}
-  HttpError(int status, std::string error, std::string reason)
-      : HttpError(core::CouchError{status, std::move(error), std::move(reason)}) {}
-  const core::CouchError& error() const { return error_; }
-  std::string allow;  // 405: the Allow header
-
- private:
-  core::CouchError error_;
-};
-
-[[noreturn]] inline void throw_bad_request(std::string reason) {
-  throw HttpError(core::bad_request(std::move(reason)));
-}
-// 400 query_parse_error, CouchDB's answer to a malformed query parameter.
-[[noreturn]] inline void throw_query_parse_error(std::string reason) {
-  throw HttpError(400, "query_parse_error", std::move(reason));
-}
-
-// Query string parameters, percent-decoded ('+' is a space, as Erlang's parse_qs does).
-class Query {
- public:
-  // Malformed %-escapes make the whole query a 400.
-  static Query parse(std::string_view target);
-
-  // The first value of `key`, or nullopt.
-  std::optional<std::string> get(std::string_view key) const;
-  bool has(std::string_view key) const { return get(key).has_value(); }
-  // "true"/"false"; anything else: 400 query_parse_error "Invalid boolean parameter: ...".
-  bool get_bool(std::string_view key, bool fallback) const;
-  // A decimal integer; anything else: 400 query_parse_error "Invalid value for integer: ...".
-  std::optional<std::int64_t> get_int(std::string_view key) const;
-  // A JSON value (startkey, key, keys, ...); invalid JSON: 400 bad_request.
-  std::optional<Json> get_json(std::string_view key) const;
-  const std::vector<std::pair<std::string, std::string>>& params() const { return params_; }
-
- private:
-  std::vector<std::pair<std::string, std::string>> params_;
-};
 
 // Everything an endpoint gets.
 struct Call {
@@ -88,10 +47,6 @@ struct Call {
   bool is(beast_http::verb v) const { return req.method() == v; }
 };
 
-// Client JSON text as a value (core::parse_json_text); 400 bad_request with the parser's reason
-// ("invalid UTF-8 JSON: ...") if it is not JSON or nests deeper than core::kJsonDepthMax.
-Json parse_json_or_throw(std::string_view text,
-                         core::JsonNumbers numbers = core::JsonNumbers::doubles);
 // The request body as JSON (parse_json_or_throw); 415 bad_content_type unless the Content-Type is
 // application/json (when `require_json_type`). Document bodies ask for JsonNumbers::exact.
 Json parse_json_body(const Request& req, bool require_json_type = true,

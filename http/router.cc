@@ -29,31 +29,6 @@ namespace {
 // means them (no ?engine=, no _reshard, no _scheduler, no _access).
 const std::array<std::string_view, 1> kFeatures = {"partitioned"};
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-std::optional<std::string> percent_decode(std::string_view in) {
-  std::string out;
-  out.reserve(in.size());
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    if (in[i] != '%') {
-      out.push_back(in[i]);
-      continue;
-    }
-    if (i + 2 >= in.size()) return std::nullopt;  // needs two hex digits after '%'
-    const int hi = hex_value(in[i + 1]);
-    const int lo = hex_value(in[i + 2]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    out.push_back(static_cast<char>(hi * 16 + lo));
-    i += 2;
-  }
-  return out;
-}
-
 bool is_get_or_head(const Request& request) {
   return request.method() == beast_http::verb::get || request.method() == beast_http::verb::head;
 }
@@ -301,25 +276,6 @@ Response method_not_allowed(const Request& request, std::string_view allowed) {
       error_response(request, Status::method_not_allowed, "method_not_allowed", reason);
   response.set(beast_http::field::allow, allowed);
   return response;
-}
-
-
-std::optional<std::vector<std::string>> path_segments(std::string_view target) {
-  const std::size_t query = target.find('?');
-  std::string_view path = target.substr(0, query);
-  if (path.empty() || path.front() != '/') return std::nullopt;
-  std::vector<std::string> segments;
-  while (!path.empty()) {
-    path.remove_prefix(1);  // the '/'
-    const std::size_t next = path.find('/');
-    const std::string_view raw = path.substr(0, next);
-    path = next == std::string_view::npos ? std::string_view{} : path.substr(next);
-    if (raw.empty()) continue;
-    auto decoded = percent_decode(raw);
-    if (!decoded) return std::nullopt;
-    segments.push_back(std::move(*decoded));
-  }
-  return segments;
 }
 
 std::string http_date_now() {

@@ -164,14 +164,6 @@ Response error_response(const Request& request, Status status, std::string_view 
 // `allowed` is CouchDB's comma-separated list, e.g. "GET,HEAD".
 Response method_not_allowed(const Request& request, std::string_view allowed);
 
-
-// Splits the path of a request target ("/db/doc%2Fid?rev=1") into percent-decoded segments
-// (["db", "doc/id"]); the query string is ignored. Splitting happens before decoding, so an encoded
-// "%2F" stays inside its segment, as CouchDB requires for database names and document ids.
-// "/" gives an empty vector; empty segments from "//" or a trailing "/" are dropped.
-// Returns nullopt when the target does not start with '/' or holds a malformed %-escape.
-std::optional<std::vector<std::string>> path_segments(std::string_view target);
-
 // The IMF-fixdate HTTP wants in the Date header, e.g. "Sun, 06 Nov 1994 08:49:37 GMT".
 std::string http_date_now();
 

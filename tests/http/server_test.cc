@@ -1,14 +1,7 @@
-// Integration tests of the chaise binary's HTTP skeleton: CouchDB's welcome and _up documents, error
-// shapes, keep-alive, robustness against bad clients, limits, configuration, and process lifecycle
-// (SIGTERM, systemd notify, server uuid persistence). Plus unit tests of the router helpers.
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/use_future.hpp>
-
-#include "http/response_stream.h"
-#include "http/router.h"
-#include "tests/http/test_server.h"
-
+// Integration tests of the chaise binary's HTTP skeleton: CouchDB's welcome and _up documents,
+// error shapes, keep-alive, robustness against bad clients, limits, configuration, and process
+// lifecycle (SIGTERM, systemd notify, server uuid persistence). Plus unit tests of the router
+// helpers.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -16,6 +9,9 @@
 #include <sys/un.h>
 
 #include <atomic>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -24,7 +20,11 @@
 #include <set>
 #include <sstream>
 #include <thread>
-#include <thread>
+
+#include "http/request_parse.h"
+#include "http/response_stream.h"
+#include "http/router.h"
+#include "tests/http/test_server.h"
 
 namespace chaise::test {
 namespace {
