@@ -82,13 +82,6 @@ std::string url_encode(std::string_view s) {
   return out;
 }
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 // mochiweb_util:unquote with '+' as a space (chttpd's decode_plus_to_space default). A malformed
 // escape is kept as it is, as mochiweb does.
 std::string unquote(std::string_view s) {
@@ -97,9 +90,9 @@ std::string unquote(std::string_view s) {
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (s[i] == '+') {
       out.push_back(' ');
-    } else if (s[i] == '%' && i + 2 < s.size() && hex_value(s[i + 1]) >= 0 &&
-               hex_value(s[i + 2]) >= 0) {
-      out.push_back(static_cast<char>(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2])));
+    } else if (s[i] == '%' && i + 2 < s.size() && hex_digit(s[i + 1]) >= 0 &&
+               hex_digit(s[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2])));
       i += 2;
     } else {
       out.push_back(s[i]);
@@ -159,7 +152,7 @@ std::optional<std::string> couch_rev_text(std::string_view text) {
   std::string h(hash);
   if (n != 0 && h.size() == 32) {
     for (char c : h)
-      if (hex_value(c) < 0) return std::nullopt;
+      if (hex_digit(c) < 0) return std::nullopt;
     h = lower(h);
   }
   return std::to_string(n) + "-" + h;

@@ -5,14 +5,14 @@
 
 namespace chaise::http {
 
-namespace {
-
 int hex_digit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
 }
+
+namespace {
 
 // Percent-decoding; in a query string '+' is a space (Erlang's parse_qs), in a path it is '+'.
 std::optional<std::string> decode(std::string_view in, bool plus_is_space) {

@@ -69,6 +69,9 @@ class Query {
 // Returns nullopt when the target does not start with '/' or holds a malformed %-escape.
 std::optional<std::vector<std::string>> path_segments(std::string_view target);
 
+// The value of a hexadecimal digit (either case), or -1.
+int hex_digit(char c);
+
 // Percent-decodes a path segment ('+' stays '+'); nullopt for a malformed %-escape.
 std::optional<std::string> percent_decode(std::string_view in);
 
