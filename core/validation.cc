@@ -4,6 +4,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/keyspace.h"
 
@@ -52,6 +53,37 @@ DdocCache& cache() {
   return c;
 }
 
+// Database name -> whether its last write found validation functions (last_had_functions).
+class ValidatedDbs {
+ public:
+  bool contains(std::string_view name) {
+    std::lock_guard lock(mu_);
+    return names_.find(name) != names_.end();
+  }
+  void note(const std::string& name, bool has) {
+    std::lock_guard lock(mu_);
+    if (!has) {
+      names_.erase(name);
+      return;
+    }
+    if (names_.size() >= JsDocValidator::kHintsMax) names_.clear();
+    names_.insert(name);
+  }
+
+ private:
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::mutex mu_;
+  std::unordered_set<std::string, Hash, std::equal_to<>> names_;
+};
+
+ValidatedDbs& validated_dbs() {
+  static ValidatedDbs v;
+  return v;
+}
+
 }  // namespace
 
 JsDocValidator::JsDocValidator(js::Engine& engine, std::string user_ctx, std::string sec_obj)
@@ -97,7 +129,13 @@ StorageResult<bool> JsDocValidator::begin(Transaction& tr, const DbRef& db) {
     cache().put(ck, d);
     if (d) funcs_.push_back(std::move(d));
   }
-  return !funcs_.empty() || failure_.has_value();
+  const bool has = !funcs_.empty() || failure_.has_value();
+  validated_dbs().note(db.name, has);
+  return has;
+}
+
+bool JsDocValidator::last_had_functions(std::string_view db_name) {
+  return validated_dbs().contains(db_name);
 }
 
 std::optional<CouchError> JsDocValidator::validate(std::string_view new_doc,

@@ -32,6 +32,13 @@ class JsDocValidator : public DocValidator {
   // answers 500 on writes rather than skip a validation function).
   static constexpr std::size_t kDesignDocsMax = 10'000;
 
+  // Whether the last write to database `db_name` found validation functions to run. A hint for
+  // where to run a write (the JavaScript may take up to os_process_timeout, so the HTTP layer runs
+  // such writes on its worker pool): the first write after a validator is added runs where it
+  // arrived. Remembers at most kHintsMax databases.
+  static bool last_had_functions(std::string_view db_name);
+  static constexpr std::size_t kHintsMax = 100'000;
+
  private:
   js::Engine& engine_;
   std::string user_ctx_;

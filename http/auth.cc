@@ -161,6 +161,30 @@ core::CouchError unauthorized(std::string reason) {
   return core::CouchError{401, "unauthorized", std::move(reason)};
 }
 
+// What an `Authorization: Basic <b64>` header says. No name: no Basic header, no colon, or
+// CouchDB's "_:_" (anonymous); any other scheme (PouchDB's `Basic: …` included) is anonymous too.
+struct BasicCredential {
+  std::optional<std::string> name;
+  std::string password;
+  bool invalid_base64 = false;
+};
+
+BasicCredential basic_credential(const Request& req) {
+  BasicCredential out;
+  const auto auth = req.find(beast_http::field::authorization);
+  if (auth == req.end() || !auth->value().starts_with("Basic ")) return out;
+  const auto decoded = core::base64_decode(auth->value().substr(6));
+  if (!decoded) {
+    out.invalid_base64 = true;
+    return out;
+  }
+  const auto colon = decoded->find(':');
+  if (colon == std::string::npos || *decoded == "_:_") return out;
+  out.name = decoded->substr(0, colon);
+  out.password = decoded->substr(colon + 1);
+  return out;
+}
+
 }  // namespace
 
 bool is_https(const Request&) {
@@ -369,6 +393,15 @@ std::string Authenticator::clear_cookie(const Request& req) const {
   return cookie_header(req, *settings(), "");
 }
 
+bool Authenticator::may_hash_password(const Request& req) const {
+  const BasicCredential basic = basic_credential(req);
+  if (!basic.name) return false;
+  const std::string digest = sha256(cache_salt_ + basic.password);
+  std::lock_guard lock(mutex_);
+  const auto it = verified_.find(*basic.name);
+  return it == verified_.end() || !core::constant_time_equal(it->second.password_digest, digest);
+}
+
 AuthResult Authenticator::authenticate(const Request& req, std::string_view peer) const {
   const auto s = settings();
   AuthResult result;
@@ -444,30 +477,22 @@ AuthResult Authenticator::authenticate(const Request& req, std::string_view peer
   }
 
   // HTTP Basic.
-  if (const auto auth = req.find(beast_http::field::authorization); auth != req.end()) {
-    const std::string_view value = auth->value();
-    if (value.starts_with("Basic ")) {
-      const auto decoded = core::base64_decode(value.substr(6));
-      if (!decoded) {
-        result.error = core::bad_request("Authorization header has invalid base64 value");
-        return result;
-      }
-      const auto colon = decoded->find(':');
-      if (colon != std::string::npos && *decoded != "_:_") {
-        const std::string name = decoded->substr(0, colon);
-        const std::string password = decoded->substr(colon + 1);
-        bool locked = false;
-        const auto creds = verify_login(*s, name, password, peer, locked);
-        if (!creds) {
-          result.error = locked ? core::CouchError{403, "forbidden", std::string(kLockoutReason)}
-                                : unauthorized("Name or password is incorrect.");
-          return result;
-        }
-        result.user = creds->user;
-        result.handler = "default";
-        return result;
-      }
+  const BasicCredential basic = basic_credential(req);
+  if (basic.invalid_base64) {
+    result.error = core::bad_request("Authorization header has invalid base64 value");
+    return result;
+  }
+  if (basic.name) {
+    bool locked = false;
+    const auto creds = verify_login(*s, *basic.name, basic.password, peer, locked);
+    if (!creds) {
+      result.error = locked ? core::CouchError{403, "forbidden", std::string(kLockoutReason)}
+                            : unauthorized("Name or password is incorrect.");
+      return result;
     }
+    result.user = creds->user;
+    result.handler = "default";
+    return result;
   }
 
   // Nobody: admin party (no admin configured, --admin-party) or anonymous.

@@ -71,6 +71,10 @@ class Authenticator {
   std::shared_ptr<const AuthSettings> settings() const;
   // `peer` is the client's address (for the failed-login throttle).
   AuthResult authenticate(const Request& req, std::string_view peer) const;
+  // Whether authenticate() may hash a password (PBKDF2, tens of milliseconds at CouchDB's
+  // iteration count): the request carries a Basic credential not verified since the server
+  // started. The router runs such requests' authentication on its worker pool.
+  bool may_hash_password(const Request& req) const;
 
   // POST /_session: name and password checked; on success the user and the Set-Cookie value.
   struct Login {

@@ -12,6 +12,7 @@
 
 #include "config/config.h"
 #include "core/databases.h"
+#include "core/validation.h"
 #include "http/auth.h"
 #include "http/metrics.h"
 #include "http/request.h"
@@ -43,11 +44,20 @@ namespace {
 // pool. Live feeds stay on their connection's strand (they mostly wait, and their peer watch and
 // timers belong to it); single-document reads and small writes stay inline (a thread hop would
 // cost them more than it saves).
+// Writes that hash a password (a _users doc, a config admin, a login) and writes that run a
+// validate_doc_update (bounded only by os_process_timeout) count as heavy too.
 bool is_heavy_request(const Call& call) {
   constexpr std::size_t kLargeBody = 64 * 1024;
   if (call.req.body().size() >= kLargeBody) return true;
   const auto& path = call.path;
   if (path.empty()) return false;
+  const auto method = call.req.method();
+  const bool write = method == beast_http::verb::put || method == beast_http::verb::post ||
+                     method == beast_http::verb::delete_ || method == beast_http::verb::copy;
+  if (write) {
+    if (path[0] == "_session" || path[0] == "_users" || path[0] == "_node") return true;
+    if (core::JsDocValidator::last_had_functions(path[0])) return true;
+  }
   if (path.size() == 1) return path[0] == "_dbs_info" || path[0] == "_all_dbs";
   std::size_t at = 1;  // /{db}/_partition/{p}/<endpoint>: look at the endpoint
   if (path[1] == "_partition" && path.size() >= 4) at = 3;
@@ -66,6 +76,13 @@ bool is_heavy_request(const Call& call) {
   // /{db}/_design/{ddoc}/_view|_update|_info|_show|_list/...
   return op == "_design" && path.size() >= at + 3 && !path[at + 2].empty() &&
          path[at + 2].front() == '_';
+}
+
+// Authentication as a coroutine, for the worker pool (the peer address is copied: the caller's
+// string may not outlive the hop).
+boost::asio::awaitable<AuthResult> authenticate_on(const Authenticator& auth, const Request& req,
+                                                   std::string peer) {
+  co_return auth.authenticate(req, peer);
 }
 
 // Adds the headers every answer gets (a refreshed AuthSession cookie, CORS) to a streamed
@@ -142,7 +159,12 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
       done(preflight, 0);
       co_return std::move(*preflight);
     }
-    auth = context_.auth->authenticate(request, raw_stream.peer_address());
+    if (context_.workers != nullptr && context_.auth->may_hash_password(request)) {
+      auth = co_await context_.workers->run(
+          authenticate_on(*context_.auth, request, raw_stream.peer_address()));
+    } else {
+      auth = context_.auth->authenticate(request, raw_stream.peer_address());
+    }
     if (auth.error && auth.error->status == 401 && context_.metrics != nullptr) {
       context_.metrics->record_auth_failure();
     }
