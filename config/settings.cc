@@ -33,6 +33,8 @@ constexpr auto kKeys = std::to_array<Key>({
     {"chttpd", "authentication_handlers", Kind::kString},
     {"chttpd", "admin_only_all_dbs", Kind::kBool},
     {"chttpd", "require_valid_user_except_for_up", Kind::kBool},
+    {"chttpd", "WWW-Authenticate", Kind::kString},
+    {"chttpd_auth", "authentication_redirect", Kind::kString},
     {"couchdb", "database_dir", Kind::kNonEmpty},
     {"couchdb", "uuid", Kind::kHex32},
     {"couchdb", "max_document_size", Kind::kInt, 1, kMax},
@@ -83,6 +85,15 @@ constexpr auto kKeys = std::to_array<Key>({
     {"cors", "methods", Kind::kString},
     {"cors", "headers", Kind::kString},
     {"cors", "max_age", Kind::kInt, 0, kMax},
+    {"ssl", "enable", Kind::kBool},
+    {"ssl", "port", Kind::kInt, 0, 65535},
+    {"ssl", "cert_file", Kind::kString},
+    {"ssl", "key_file", Kind::kString},
+    {"ssl", "password", Kind::kString},
+    {"ssl", "cacert_file", Kind::kString},
+    {"ssl", "verify_ssl_certificates", Kind::kBool},
+    {"ssl", "fail_if_no_peer_cert", Kind::kBool},
+    {"ssl", "ciphers", Kind::kString},
 });
 
 // Keys of the old all-in-[chaise] layout, and where each lives now. Refused with that hint, so an
@@ -131,6 +142,27 @@ std::string lookup(const Sections& values, std::string_view section, std::string
   if (k == s->second.end()) return {};
   found = true;
   return k->second;
+}
+
+// [ssl] ciphers as CouchDB's local.ini writes them (an Erlang list of OpenSSL names,
+// ["ECDHE-ECDSA-AES128-SHA256", "ECDHE-ECDSA-AES128-SHA"]) or as an OpenSSL cipher list; returns
+// the OpenSSL form ("A:B"). "undefined" or empty: OpenSSL's default.
+std::string openssl_cipher_list(std::string_view text) {
+  if (text.empty() || text == "undefined") return {};
+  if (text.front() != '[') return std::string(text);
+  std::string out;
+  std::string name;
+  bool quoted = false;
+  for (char c : text) {
+    if (c == '"') {
+      if (quoted && !name.empty()) out.append(out.empty() ? "" : ":").append(name);
+      name.clear();
+      quoted = !quoted;
+    } else if (quoted) {
+      name.push_back(c);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -278,6 +310,21 @@ ServerSettings server_settings(const Sections& values, std::vector<std::string>&
   s.js_jit = get_bool(values, "chaise", "js_jit", s.js_jit);
   s.uuids_max_count = get_int(values, "uuids", "max_count", s.uuids_max_count);
   s.log_level = get_string(values, "log", "level", s.log_level);
+  if (get_bool(values, "ssl", "enable", false)) {
+    TlsSettings tls;
+    tls.port = static_cast<std::uint16_t>(get_int(values, "ssl", "port", tls.port));
+    tls.cert_file = get_string(values, "ssl", "cert_file");
+    tls.key_file = get_string(values, "ssl", "key_file");
+    if (tls.cert_file.empty() || tls.key_file.empty()) {
+      throw ConfigError("[ssl] enable = true needs cert_file and key_file");
+    }
+    tls.password = get_string(values, "ssl", "password");
+    tls.cacert_file = get_string(values, "ssl", "cacert_file");
+    tls.verify_peer = get_bool(values, "ssl", "verify_ssl_certificates", false);
+    tls.fail_if_no_peer_cert = get_bool(values, "ssl", "fail_if_no_peer_cert", false);
+    tls.ciphers = openssl_cipher_list(get_string(values, "ssl", "ciphers"));
+    s.tls = std::move(tls);
+  }
   return s;
 }
 

@@ -37,6 +37,18 @@ std::string get_string(const Sections& values, std::string_view section, std::st
 // [chttpd_auth] key, falling back to [couch_httpd_auth] key as CouchDB 3 does.
 std::string get_auth(const Sections& values, std::string_view key, std::string fallback = {});
 
+// [ssl]: HTTPS on a second port (CouchDB's keys).
+struct TlsSettings {
+  std::uint16_t port = 6984;          // [ssl] port
+  std::string cert_file;              // [ssl] cert_file
+  std::string key_file;               // [ssl] key_file
+  std::string password;               // [ssl] password
+  std::string cacert_file;            // [ssl] cacert_file
+  bool verify_peer = false;           // [ssl] verify_ssl_certificates
+  bool fail_if_no_peer_cert = false;  // [ssl] fail_if_no_peer_cert
+  std::string ciphers;                // [ssl] ciphers, as an OpenSSL cipher list
+};
+
 // Read once at startup.
 struct ServerSettings {
   std::string bind_address = "127.0.0.1";     // [chttpd] bind_address
@@ -64,6 +76,7 @@ struct ServerSettings {
   unsigned js_contexts = 2;                                 // [chaise] js_contexts
   unsigned js_heap_mb = 64;                                 // [chaise] js_heap_mb
   bool js_jit = false;                                      // [chaise] js_jit
+  std::optional<TlsSettings> tls;                           // [ssl] enable = true
 };
 
 // Validates every known key of `values` (ConfigError naming the first bad one) and returns the

@@ -143,14 +143,14 @@ std::string cookie_date(std::int64_t seconds) {
   return buffer;
 }
 
-std::string cookie_header(const Request& req, const AuthSettings& s, std::string_view value) {
+std::string cookie_header(const Client& client, const AuthSettings& s, std::string_view value) {
   std::string out = "AuthSession=";
   out.append(value).append("; Version=1");
   if (s.allow_persistent_cookies) {
     out.append("; Expires=").append(cookie_date(now_seconds() + s.timeout_s));
     out.append("; Max-Age=").append(std::to_string(s.timeout_s));
   }
-  if (is_https(req)) out.append("; Secure");
+  if (client.secure) out.append("; Secure");
   if (!s.cookie_domain.empty()) out.append("; Domain=").append(s.cookie_domain);
   out.append("; Path=/; HttpOnly");
   if (!s.same_site.empty()) out.append("; SameSite=").append(s.same_site);
@@ -186,11 +186,6 @@ BasicCredential basic_credential(const Request& req) {
 }
 
 }  // namespace
-
-bool is_https(const Request&) {
-  // TLS terminates in front of Chaise until [ssl] lands; the connection is plain HTTP.
-  return false;
-}
 
 AuthSettings auth_settings(const config::Sections& values, bool admin_party) {
   AuthSettings s;
@@ -376,7 +371,7 @@ std::string Authenticator::ensure_secret() const {
   return settings()->secret;
 }
 
-std::string Authenticator::make_cookie(const Request& req, const AuthSettings& s,
+std::string Authenticator::make_cookie(const Client& client, const AuthSettings& s,
                                        std::string_view name, std::string_view salt,
                                        std::int64_t now) const {
   char hex[24];
@@ -386,11 +381,11 @@ std::string Authenticator::make_cookie(const Request& req, const AuthSettings& s
   std::string data(name);
   data.append(":").append(time_hex);
   const std::string mac = hmac(s.hash_algorithms.front(), s.secret + std::string(salt), data);
-  return cookie_header(req, s, base64url_encode(data + ":" + mac));
+  return cookie_header(client, s, base64url_encode(data + ":" + mac));
 }
 
-std::string Authenticator::clear_cookie(const Request& req) const {
-  return cookie_header(req, *settings(), "");
+std::string Authenticator::clear_cookie(const Client& client) const {
+  return cookie_header(client, *settings(), "");
 }
 
 bool Authenticator::may_hash_password(const Request& req) const {
@@ -402,7 +397,7 @@ bool Authenticator::may_hash_password(const Request& req) const {
   return it == verified_.end() || !core::constant_time_equal(it->second.password_digest, digest);
 }
 
-AuthResult Authenticator::authenticate(const Request& req, std::string_view peer) const {
+AuthResult Authenticator::authenticate(const Request& req, const Client& client) const {
   const auto s = settings();
   AuthResult result;
 
@@ -468,7 +463,7 @@ AuthResult Authenticator::authenticate(const Request& req, std::string_view peer
           result.handler = "cookie";
           const std::int64_t left = stamp + s->timeout_s - now;
           if (static_cast<double>(left) < static_cast<double>(s->timeout_s) * 0.9) {
-            result.set_cookie = make_cookie(req, *s, name, creds->salt, now);
+            result.set_cookie = make_cookie(client, *s, name, creds->salt, now);
           }
           return result;
         }
@@ -484,7 +479,7 @@ AuthResult Authenticator::authenticate(const Request& req, std::string_view peer
   }
   if (basic.name) {
     bool locked = false;
-    const auto creds = verify_login(*s, *basic.name, basic.password, peer, locked);
+    const auto creds = verify_login(*s, *basic.name, basic.password, client.address, locked);
     if (!creds) {
       result.error = locked ? core::CouchError{403, "forbidden", std::string(kLockoutReason)}
                             : unauthorized("Name or password is incorrect.");
@@ -509,24 +504,24 @@ AuthResult Authenticator::authenticate(const Request& req, std::string_view peer
   return result;
 }
 
-Authenticator::Login Authenticator::login(const Request& req, std::string_view name,
-                                          std::string_view password, std::string_view peer) const {
+Authenticator::Login Authenticator::login(std::string_view name, std::string_view password,
+                                          const Client& client) const {
   const auto s = settings();
   Login out;
   bool locked = false;
-  const auto creds = verify_login(*s, name, password, peer, locked);
+  const auto creds = verify_login(*s, name, password, client.address, locked);
   if (locked) {
     out.error = core::CouchError{403, "forbidden", std::string(kLockoutReason)};
     return out;
   }
   if (!creds) {
-    out.set_cookie = clear_cookie(req);
+    out.set_cookie = clear_cookie(client);
     return out;
   }
   ensure_secret();
   const auto current = settings();
   out.user = creds->user;
-  out.set_cookie = make_cookie(req, *current, name, creds->salt, now_seconds());
+  out.set_cookie = make_cookie(client, *current, name, creds->salt, now_seconds());
   return out;
 }
 

@@ -62,6 +62,13 @@ struct AuthResult {
   std::optional<core::CouchError> error;
 };
 
+// Who is on the other end of the connection: its address (for the failed-login throttle) and
+// whether it came over TLS (the AuthSession cookie is then `Secure`, as CouchDB sets it on https).
+struct Client {
+  std::string address;
+  bool secure = false;
+};
+
 class Authenticator {
  public:
   // `config` and `store` outlive the Authenticator. `admin_party` is honoured only while no admin
@@ -69,8 +76,7 @@ class Authenticator {
   Authenticator(config::Config& config, storage::Database& store, bool admin_party);
 
   std::shared_ptr<const AuthSettings> settings() const;
-  // `peer` is the client's address (for the failed-login throttle).
-  AuthResult authenticate(const Request& req, std::string_view peer) const;
+  AuthResult authenticate(const Request& req, const Client& client) const;
   // Whether authenticate() may hash a password (PBKDF2, tens of milliseconds at CouchDB's
   // iteration count): the request carries a Basic credential not verified since the server
   // started. The router runs such requests' authentication on its worker pool.
@@ -82,10 +88,9 @@ class Authenticator {
     std::string set_cookie;             // AuthSession, or a clearing cookie after a failure
     std::optional<core::CouchError> error;  // throttled
   };
-  Login login(const Request& req, std::string_view name, std::string_view password,
-              std::string_view peer) const;
+  Login login(std::string_view name, std::string_view password, const Client& client) const;
   // The Set-Cookie value that removes the AuthSession cookie.
-  std::string clear_cookie(const Request& req) const;
+  std::string clear_cookie(const Client& client) const;
   // The names CouchDB lists in GET /_session info.authentication_handlers.
   std::vector<std::string> handler_names() const;
 
@@ -107,7 +112,7 @@ class Authenticator {
   std::optional<Creds> verify_login(const AuthSettings& s, std::string_view name,
                                     std::string_view password, std::string_view peer,
                                     bool& locked) const;
-  std::string make_cookie(const Request& req, const AuthSettings& s, std::string_view name,
+  std::string make_cookie(const Client& client, const AuthSettings& s, std::string_view name,
                           std::string_view salt, std::int64_t now) const;
   std::string ensure_secret() const;
   // Failed-login throttle: true when `key` failed too often recently.
@@ -133,8 +138,5 @@ class Authenticator {
   };
   mutable std::unordered_map<std::string, Failures> failures_;
 };
-
-// "name" / "roles" etc. of an AuthResult as the HTTP layer needs them.
-bool is_https(const Request& req);
 
 }  // namespace chaise::http

@@ -296,10 +296,8 @@ MaybeResponse write_attachment(Call& call, const core::DbRef& db, const std::str
                              Json{{"ok", true}, {"id", id}, {"rev", new_rev}});
   r.set(field::etag, "\"" + new_rev + "\"");
   if (call.is(verb::put)) {
-    std::string host = std::string(call.req[field::host]);
-    if (host.empty()) host = "localhost";
-    r.set(field::location, "http://" + host + std::string(call.req.target().substr(
-                                                  0, call.req.target().find('?'))));
+    r.set(field::location,
+          absolute_uri(call, call.req.target().substr(0, call.req.target().find('?'))));
   }
   co_return r;
 }

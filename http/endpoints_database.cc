@@ -67,37 +67,6 @@ core::DbRef open_db_at(storage::Transaction& tr, const std::string& name) {
   return std::get<core::DbRef>(std::move(r));
 }
 
-// couch_util:url_encode: keeps [A-Za-z0-9_.:-], %-encodes every other byte in uppercase hex.
-std::string url_encode(std::string_view text) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : text) {
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-        c == '.' || c == '-' || c == ':') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 0xf]);
-    }
-  }
-  return out;
-}
-
-// chttpd:absolute_uri: X-Forwarded-Host, else Host; https when X-Forwarded-Ssl is "on" or
-// X-Forwarded-Proto is "https". `path` starts with "/". (CouchDB falls back to the socket's
-// address when there is no Host header; handlers do not see the socket, so Chaise uses
-// "localhost".)
-std::string absolute_uri(const Request& req, std::string_view path) {
-  std::string_view host = req["X-Forwarded-Host"];
-  if (host.empty()) host = req[beast_http::field::host];
-  if (host.empty()) host = "localhost";
-  const bool https = req["X-Forwarded-Ssl"] == "on" || req["X-Forwarded-Proto"] == "https";
-  std::string uri = https ? "https://" : "http://";
-  uri.append(host).append(path);
-  return uri;
-}
-
 // ---- Documents as couch_db:doc_from_json_obj_validate reads them ----------------------------
 
 // CouchDB's parse_rev syntax: "<integer>-<anything>". Used where Chaise's RevId (pos >= 1) is
@@ -348,7 +317,7 @@ MaybeResponse create_database(Call& call) {
   if (!s.ok()) co_return storage_error_response(call.req, s.error());
   if (error) throw HttpError(*error);
   Response response = json_response(call.req, Status::created, Json{{"ok", true}});
-  response.set(beast_http::field::location, absolute_uri(call.req, "/" + url_encode(name)));
+  response.set(beast_http::field::location, absolute_uri(call, "/" + url_encode(name)));
   co_return response;
 }
 
@@ -418,7 +387,7 @@ MaybeResponse post_document(Call& call, const core::DbRef& db) {
   Response response =
       json_response(call.req, Status::created, {{"ok", true}, {"id", id}, {"rev", rev}});
   response.set(beast_http::field::location,
-               absolute_uri(call.req, "/" + url_encode(db.name) + "/" + url_encode(id)));
+               absolute_uri(call, "/" + url_encode(db.name) + "/" + url_encode(id)));
   co_return response;
 }
 

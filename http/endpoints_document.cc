@@ -63,25 +63,6 @@ std::string dquote(std::string_view s) {
   return out;
 }
 
-// couch_util:url_encode: keeps [A-Za-z0-9_.-:], %XX (uppercase) for every other byte.
-std::string url_encode(std::string_view s) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-    if (alnum || c == '_' || c == '.' || c == '-' || c == ':') {
-      out.push_back(c);
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[u >> 4]);
-      out.push_back(kHex[u & 15]);
-    }
-  }
-  return out;
-}
-
 // mochiweb_util:unquote with '+' as a space (chttpd's decode_plus_to_space default). A malformed
 // escape is kept as it is, as mochiweb does.
 std::string unquote(std::string_view s) {
@@ -113,18 +94,8 @@ std::optional<std::string> header(const Request& req, field f) {
   return std::string(it->value());
 }
 
-// chttpd:absolute_uri: scheme and host from X-Forwarded-Ssl/-Proto/-Host, else Host.
-std::string absolute_uri(const Request& req, std::string_view path) {
-  std::string host = std::string(req["X-Forwarded-Host"]);
-  if (host.empty()) host = std::string(req[field::host]);
-  if (host.empty()) host = "localhost";  // HTTP/1.0 without Host: no socket address here
-  std::string scheme = "http";
-  if (req["X-Forwarded-Ssl"] == "on" || req["X-Forwarded-Proto"] == "https") scheme = "https";
-  return scheme + "://" + host + std::string(path);
-}
-
 std::string doc_location(const Call& call, std::string_view id) {
-  return absolute_uri(call.req, "/" + url_encode(call.path.at(0)) + "/" + url_encode(id));
+  return absolute_uri(call, "/" + url_encode(call.path.at(0)) + "/" + url_encode(id));
 }
 
 // ---- Revisions as CouchDB parses them ---------------------------------------------------------
@@ -1079,7 +1050,7 @@ std::optional<Response> design_redirect(const Call& call) {
   Response r{Status::moved_permanently, call.req.version()};
   r.set(field::server, kServerHeader);
   r.set(field::date, http_date_now());
-  r.set(field::location, absolute_uri(call.req, target));
+  r.set(field::location, absolute_uri(call, target));
   r.keep_alive(call.req.keep_alive());
   r.prepare_payload();
   return r;

@@ -24,13 +24,9 @@ std::optional<std::string> form_value(const std::vector<std::pair<std::string, s
 }
 
 // couch_httpd:absolute_uri for ?next= / ?fail=: must start with "/".
-std::string redirect_uri(const Request& req, const std::string& path) {
+std::string redirect_uri(const Call& call, const std::string& path) {
   if (path.empty() || path.front() != '/') throw_bad_request("path must begin with a /.");
-  std::string_view host = req["X-Forwarded-Host"];
-  if (host.empty()) host = req[beast_http::field::host];
-  if (host.empty()) host = "localhost";
-  const bool https = req["X-Forwarded-Ssl"] == "on" || req["X-Forwarded-Proto"] == "https";
-  return std::string(https ? "https://" : "http://") + std::string(host) + path;
+  return absolute_uri(call, path);
 }
 
 Response login(Call& call) {
@@ -57,21 +53,22 @@ Response login(Call& call) {
   }
   const std::string user = name ? *name : *username;
   const std::string password = form_value(form, "password").value_or("");
-  const auto result = call.ctx.auth->login(call.req, user, password, call.stream.peer_address());
+  const auto result = call.ctx.auth->login(
+      user, password, Client{call.stream.peer_address(), call.stream.secure()});
   if (result.error) throw HttpError(*result.error);
   if (!result.user) {
     const auto fail = call.query.get("fail");
     Response r = error_response(call.req, fail ? Status::found : Status::unauthorized,
                                 "unauthorized", "Name or password is incorrect.");
     r.set(beast_http::field::set_cookie, result.set_cookie);
-    if (fail) r.set(beast_http::field::location, redirect_uri(call.req, *fail));
+    if (fail) r.set(beast_http::field::location, redirect_uri(call, *fail));
     return r;
   }
   const auto next = call.query.get("next");
   Response r = json_response(call.req, next ? Status::found : Status::ok,
                              Json{{"ok", true}, {"name", user}, {"roles", result.user->roles}});
   r.set(beast_http::field::set_cookie, result.set_cookie);
-  if (next) r.set(beast_http::field::location, redirect_uri(call.req, *next));
+  if (next) r.set(beast_http::field::location, redirect_uri(call, *next));
   return r;
 }
 
@@ -101,9 +98,10 @@ Response logout(Call& call) {
   const auto next = call.query.get("next");
   Response r = json_response(call.req, next ? Status::found : Status::ok, Json{{"ok", true}});
   if (call.ctx.auth != nullptr) {
-    r.set(beast_http::field::set_cookie, call.ctx.auth->clear_cookie(call.req));
+    r.set(beast_http::field::set_cookie,
+          call.ctx.auth->clear_cookie(Client{{}, call.stream.secure()}));
   }
-  if (next) r.set(beast_http::field::location, redirect_uri(call.req, *next));
+  if (next) r.set(beast_http::field::location, redirect_uri(call, *next));
   return r;
 }
 

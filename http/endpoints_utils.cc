@@ -49,6 +49,15 @@ Response handle_utils(Call& call) {
   }
   const std::string dir =
       call.ctx.config ? call.ctx.config->get("chaise", "fauxton_dir").value_or("") : "";
+  std::error_code exists_ec;
+  if (call.path.size() == 2 && call.path[1] == "session.html" &&
+      (dir.empty() || !fs::exists(fs::path(dir) / "session.html", exists_ec))) {
+    // CouchDB's login page, where a browser that must log in is sent ([chttpd_auth]
+    // authentication_redirect). Fauxton has none of its own: its login view takes the visit.
+    Response r = json_response(call.req, Status::found, Json::object());
+    r.set(beast_http::field::location, "/_utils/#login");
+    return r;
+  }
   if (dir.empty()) throw HttpError(404, "not_found", "no web UI installed: set [chaise] fauxton_dir");
   std::error_code ec;
   const fs::path root = fs::canonical(dir, ec);

@@ -87,6 +87,21 @@ boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call, core::Do
   co_return storage::Status{};
 }
 
+std::string absolute_uri(const Call& call, std::string_view path) {
+  return absolute_uri(call.req, call.stream.secure(), path);
+}
+
+std::string absolute_uri(const Request& req, bool secure, std::string_view path) {
+  std::string_view host = req["X-Forwarded-Host"];
+  if (host.empty()) host = req[beast_http::field::host];
+  if (host.empty()) host = "localhost";
+  const bool https =
+      req["X-Forwarded-Ssl"] == "on" || req["X-Forwarded-Proto"] == "https" || secure;
+  std::string uri = https ? "https://" : "http://";
+  uri.append(host).append(path);
+  return uri;
+}
+
 bool accepts_media_type(const Request& req, std::string_view type) {
   auto lower = [](std::string_view v) {
     std::string out(v);

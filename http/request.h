@@ -103,6 +103,12 @@ boost::asio::awaitable<storage::Status> preupload_attachments(const Call& call,
 // accepts everything; a malformed q value accepts nothing (mochiweb: bad_accept_header).
 bool accepts_media_type(const Request& req, std::string_view type);
 
+// chttpd:absolute_uri: the host from X-Forwarded-Host, else Host (else "localhost": handlers do
+// not see the socket's address); https when X-Forwarded-Ssl is "on", X-Forwarded-Proto is
+// "https", or the request came over TLS (`secure`). `path` starts with "/".
+std::string absolute_uri(const Request& req, bool secure, std::string_view path);
+std::string absolute_uri(const Call& call, std::string_view path);
+
 // GET or HEAD (CouchDB answers HEAD like GET without the body).
 inline bool is_get(const Call& call) {
   return call.is(beast_http::verb::get) || call.is(beast_http::verb::head);

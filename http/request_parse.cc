@@ -98,6 +98,24 @@ Json parse_json_or_throw(std::string_view text, core::JsonNumbers numbers) {
 
 std::optional<std::string> percent_decode(std::string_view in) { return decode(in, false); }
 
+std::string url_encode(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (alnum || c == '_' || c == '.' || c == '-' || c == ':') {
+      out.push_back(c);
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[u >> 4]);
+      out.push_back(kHex[u & 15]);
+    }
+  }
+  return out;
+}
+
 std::optional<std::vector<std::string>> path_segments(std::string_view target) {
   const std::size_t query = target.find('?');
   std::string_view path = target.substr(0, query);

@@ -75,6 +75,9 @@ int hex_digit(char c);
 // Percent-decodes a path segment ('+' stays '+'); nullopt for a malformed %-escape.
 std::optional<std::string> percent_decode(std::string_view in);
 
+// couch_util:url_encode: keeps [A-Za-z0-9_.:-], %-encodes every other byte in uppercase hex.
+std::string url_encode(std::string_view text);
+
 // Client JSON text as a value (core::parse_json_text); 400 bad_request with the parser's reason
 // ("invalid UTF-8 JSON: ...") if it is not JSON or nests deeper than core::kJsonDepthMax.
 Json parse_json_or_throw(std::string_view text,

@@ -40,6 +40,8 @@ class ResponseStream {
   virtual void watch_peer(std::function<void()> closed) = 0;
   // The client's IP address as text ("" when unknown).
   virtual std::string peer_address() const { return {}; }
+  // True when the connection is TLS (the [ssl] port): cookies get `Secure`, URIs `https`.
+  virtual bool secure() const { return false; }
 };
 
 }  // namespace chaise::http

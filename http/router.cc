@@ -78,11 +78,10 @@ bool is_heavy_request(const Call& call) {
          path[at + 2].front() == '_';
 }
 
-// Authentication as a coroutine, for the worker pool (the peer address is copied: the caller's
-// string may not outlive the hop).
+// Authentication as a coroutine, for the worker pool.
 boost::asio::awaitable<AuthResult> authenticate_on(const Authenticator& auth, const Request& req,
-                                                   std::string peer) {
-  co_return auth.authenticate(req, peer);
+                                                   Client client) {
+  co_return auth.authenticate(req, client);
 }
 
 // Adds the headers every answer gets (a refreshed AuthSession cookie, CORS) to a streamed
@@ -107,6 +106,7 @@ class DecoratedStream final : public ResponseStream {
   bool begun() const override { return inner_.begun(); }
   void watch_peer(std::function<void()> closed) override { inner_.watch_peer(std::move(closed)); }
   std::string peer_address() const override { return inner_.peer_address(); }
+  bool secure() const override { return inner_.secure(); }
 
  private:
   ResponseStream& inner_;
@@ -117,15 +117,55 @@ class DecoratedStream final : public ResponseStream {
 
 // chttpd:error_headers for a 401: WWW-Authenticate only when the client asks for it with
 // X-CouchDB-WWW-Authenticate, or when require_valid_user is on.
-void add_unauthorized_headers(const Request& request, const RouterContext& ctx, Response& response) {
+// chttpd:error_headers for a 401: the WWW-Authenticate header a client asked for
+// (X-CouchDB-WWW-Authenticate) or [chttpd] WWW-Authenticate names; with require_valid_user the
+// browser's Basic prompt; otherwise a browser (accepts text/html, not application/json) asking for
+// something it must log in for is sent to [chttpd_auth] authentication_redirect with 302.
+void add_unauthorized_headers(const Request& request, bool secure, const RouterContext& ctx,
+                              const core::CouchError& error, Response& response) {
   if (response.result() != Status::unauthorized) return;
   if (const auto asked = request.find("X-CouchDB-WWW-Authenticate"); asked != request.end()) {
     response.set(beast_http::field::www_authenticate, asked->value());
     return;
   }
+  // A setting's value; nullopt when it is empty (CouchDB's "undefined").
+  const auto configured = [&](std::string_view section, std::string_view key,
+                              std::string fallback) -> std::optional<std::string> {
+    std::string value = std::move(fallback);
+    if (ctx.config != nullptr) {
+      if (auto v = ctx.config->get(section, key)) value = std::move(*v);
+    }
+    if (value.empty()) return std::nullopt;
+    return value;
+  };
+  if (auto type = configured("chttpd", "WWW-Authenticate", "")) {
+    response.set(beast_http::field::www_authenticate, *type);
+    return;
+  }
+  if (error.error != "unauthorized") return;
+  // "undefined" in CouchDB's terms: an empty value turns the redirect off.
+  const auto redirect =
+      configured("chttpd_auth", "authentication_redirect", "/_utils/session.html");
+  if (!redirect) return;
   if (ctx.auth != nullptr && ctx.auth->settings()->require_valid_user) {
     response.set(beast_http::field::www_authenticate, "Basic realm=\"server\"");
+    return;
   }
+  if (accepts_media_type(request, "application/json") ||
+      !accepts_media_type(request, "text/html")) {
+    return;
+  }
+  // The path the user asked for, decoded and with "//" collapsed (mochiweb's get(path)).
+  const std::string_view target = request.target();
+  const std::string_view raw_path = target.substr(0, target.find('?'));
+  std::string path = percent_decode(raw_path).value_or(std::string(raw_path));
+  path.erase(
+      std::unique(path.begin(), path.end(), [](char a, char b) { return a == '/' && b == '/'; }),
+      path.end());
+  const std::string location =
+      *redirect + "?return=" + url_encode(path) + "&reason=" + url_encode(error.reason);
+  response.result(Status::found);
+  response.set(beast_http::field::location, absolute_uri(request, secure, location));
 }
 
 }  // namespace
@@ -159,11 +199,12 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
       done(preflight, 0);
       co_return std::move(*preflight);
     }
+    Client client{raw_stream.peer_address(), raw_stream.secure()};
     if (context_.workers != nullptr && context_.auth->may_hash_password(request)) {
       auth = co_await context_.workers->run(
-          authenticate_on(*context_.auth, request, raw_stream.peer_address()));
+          authenticate_on(*context_.auth, request, std::move(client)));
     } else {
-      auth = context_.auth->authenticate(request, raw_stream.peer_address());
+      auth = context_.auth->authenticate(request, client);
     }
     if (auth.error && auth.error->status == 401 && context_.metrics != nullptr) {
       context_.metrics->record_auth_failure();
@@ -214,7 +255,7 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
     co_return answer;
   }
   std::optional<Response> answer = couch_error_response(request, *error);
-  add_unauthorized_headers(request, context_, *answer);
+  add_unauthorized_headers(request, raw_stream.secure(), context_, *error, *answer);
   decorate(*answer);
   done(answer, 0);
   co_return answer;

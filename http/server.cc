@@ -12,6 +12,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream_base.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -26,12 +28,14 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 #include <condition_variable>
 #include <exception>
 #include <future>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -66,8 +70,19 @@ void log_coroutine_exception(const char* what, std::exception_ptr error) {
   }
 }
 
+// A connection's byte stream: plain TCP, or TLS over it ([ssl]). Timeouts, cancellation and the
+// socket itself always belong to the TCP layer.
+using PlainStream = beast::tcp_stream;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+beast::tcp_stream& tcp_layer(PlainStream& stream) { return stream; }
+beast::tcp_stream& tcp_layer(TlsStream& stream) { return stream.next_layer(); }
+const beast::tcp_stream& tcp_layer(const PlainStream& stream) { return stream; }
+const beast::tcp_stream& tcp_layer(const TlsStream& stream) { return stream.next_layer(); }
+
 }  // namespace
 
+class SessionBase;
+template <typename Stream>
 class Session;
 struct BodyReservation;
 
@@ -84,7 +99,7 @@ struct Server::State {
   bool stopping = false;
   unsigned running_threads = 0;
   std::uint64_t next_session_id = 0;
-  std::unordered_map<std::uint64_t, std::weak_ptr<Session>> sessions;
+  std::unordered_map<std::uint64_t, std::weak_ptr<SessionBase>> sessions;
   std::unordered_map<std::string, std::size_t> sessions_per_address;  // open sessions by peer
   // The refused-connection warning, rate-limited to one line a second.
   std::chrono::steady_clock::time_point last_refusal_warning{};
@@ -104,8 +119,12 @@ struct Server::State {
   // members above.
   asio::io_context ioc;
   std::optional<tcp::acceptor> acceptor;
+  // The TLS listener and its context, when [ssl] enable is set.
+  std::optional<asio::ssl::context> tls_context;
+  std::optional<tcp::acceptor> tls_acceptor;
+  std::uint16_t tls_port = 0;
 
-  asio::awaitable<void> accept_loop();
+  asio::awaitable<void> accept_loop(tcp::acceptor& listener, bool tls);
   void run_io_thread();
 };
 
@@ -142,9 +161,11 @@ struct BodyReservation {
 };
 
 // The ResponseStream of one request: chunked transfer encoding over the session's stream.
+template <typename Stream>
 class StreamWriter final : public ResponseStream {
  public:
-  StreamWriter(Session& session, bool keep_alive) : session_(session), keep_alive_(keep_alive) {}
+  StreamWriter(Session<Stream>& session, bool keep_alive)
+      : session_(session), keep_alive_(keep_alive) {}
 
   asio::awaitable<bool> begin(Response head) override {
     co_return co_await on_strand(do_begin(std::move(head)));
@@ -164,6 +185,7 @@ class StreamWriter final : public ResponseStream {
   bool begun() const override { return begun_; }
   void watch_peer(std::function<void()> closed) override;
   std::string peer_address() const override;
+  bool secure() const override { return std::is_same_v<Stream, TlsStream>; }
   bool completed() const { return finished_ && ok_; }
   // Ends the peer watch (the handler is done; the connection may read its next request).
   void stop_watching();
@@ -176,7 +198,7 @@ class StreamWriter final : public ResponseStream {
   asio::awaitable<bool> do_finish();
   asio::awaitable<bool> send_chunk();
 
-  Session& session_;
+  Session<Stream>& session_;
   const bool keep_alive_;
   std::optional<Response> head_;
   std::string buffer_;
@@ -187,15 +209,13 @@ class StreamWriter final : public ResponseStream {
   std::shared_ptr<bool> watch_alive_ = std::make_shared<bool>(true);
 };
 
-// One connection. Lives as long as its coroutine (run() holds a shared_ptr); everything in it is
-// touched only on its strand, which is also the executor of its socket.
-class Session {
+// What Server::State keeps of a connection, whatever its stream: enough to close it, and its
+// place in the connection counts (given back when it ends).
+class SessionBase {
  public:
-  friend class StreamWriter;
-  Session(Server::State& state, tcp::socket socket, std::uint64_t id, std::string address)
-      : state_(state), stream_(std::move(socket)), id_(id), address_(std::move(address)) {}
-
-  ~Session() {
+  SessionBase(Server::State& state, std::uint64_t id, std::string address)
+      : state_(state), id_(id), address_(std::move(address)) {}
+  virtual ~SessionBase() {
     std::lock_guard lock(state_.mutex);
     state_.sessions.erase(id_);
     if (auto it = state_.sessions_per_address.find(address_);
@@ -203,21 +223,44 @@ class Session {
       state_.sessions_per_address.erase(it);
     }
   }
+  SessionBase(const SessionBase&) = delete;
+  SessionBase& operator=(const SessionBase&) = delete;
 
-  asio::any_io_executor executor() { return stream_.get_executor(); }
+  virtual asio::any_io_executor executor() = 0;
+  // Runs on the strand (posted by Server::stop). A connection waiting for a request is closed now;
+  // one busy with a request finishes its response and then closes.
+  virtual void request_close() = 0;
+
+ protected:
+  Server::State& state_;
+  const std::uint64_t id_;
+  const std::string address_;
+};
+
+// One connection over `Stream` (PlainStream or TlsStream). Lives as long as its coroutine (run()
+// holds a shared_ptr); everything in it is touched only on its strand, which is also the executor
+// of its socket.
+template <typename Stream>
+class Session final : public SessionBase {
+ public:
+  friend class StreamWriter<Stream>;
+  // PlainStream: `args` is the accepted socket; TlsStream: the socket and the TLS context.
+  template <typename... Args>
+  Session(Server::State& state, std::uint64_t id, std::string address, Args&&... args)
+      : SessionBase(state, id, std::move(address)), stream_(std::forward<Args>(args)...) {}
+
+  asio::any_io_executor executor() override { return stream_.get_executor(); }
   std::string remote_address() const {
     error_code ec;
-    const auto endpoint = stream_.socket().remote_endpoint(ec);
+    const auto endpoint = tcp_layer(stream_).socket().remote_endpoint(ec);
     return ec ? std::string() : endpoint.address().to_string();
   }
 
   static asio::awaitable<void> run(std::shared_ptr<Session> self) { co_await self->serve(); }
 
-  // Runs on the strand (posted by Server::stop). A connection waiting for a request is closed now;
-  // one busy with a request finishes its response and then closes.
-  void request_close() {
+  void request_close() override {
     close_requested_ = true;
-    if (phase_ == Phase::waiting_for_request) stream_.cancel();
+    if (phase_ == Phase::waiting_for_request) tcp_layer(stream_).cancel();
     // A handler that waits for the client (a live feed) ends now, as if the client had left.
     if (peer_closed_) std::exchange(peer_closed_, nullptr)();
   }
@@ -231,13 +274,13 @@ class Session {
   asio::awaitable<void> refuse(const Request& header, Status status, std::string_view error,
                                std::string_view reason, bool retry_later = false);
   asio::awaitable<void> linger_and_close();
+  // TLS: the handshake, within header_timeout. False: the connection is closed.
+  asio::awaitable<bool> handshake();
   void close();
+  beast::tcp_stream& transport() { return tcp_layer(stream_); }
 
-  Server::State& state_;
-  beast::tcp_stream stream_;
+  Stream stream_;
   beast::flat_buffer buffer_;
-  const std::uint64_t id_;
-  const std::string address_;
   std::size_t requests_read_ = 0;
   BodyReservation reservation_{state_.body_bytes_in_flight,
                                state_.options.max_request_bytes_in_flight};
@@ -246,10 +289,31 @@ class Session {
   std::function<void()> peer_closed_;  // set while a handler watches the peer (StreamWriter)
 };
 
-std::string StreamWriter::peer_address() const { return session_.remote_address(); }
+template <typename Stream>
+std::string StreamWriter<Stream>::peer_address() const {
+  return session_.remote_address();
+}
 
-asio::awaitable<void> Session::serve() {
+template <typename Stream>
+asio::awaitable<bool> Session<Stream>::handshake() {
+  if constexpr (std::is_same_v<Stream, TlsStream>) {
+    error_code ec;
+    transport().expires_after(std::min(state_.options.header_timeout, state_.options.idle_timeout));
+    co_await stream_.async_handshake(asio::ssl::stream_base::server,
+                                     asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      spdlog::debug("http: TLS handshake with {} failed: {}", address_, ec.message());
+      close();
+      co_return false;
+    }
+  }
+  co_return true;
+}
+
+template <typename Stream>
+asio::awaitable<void> Session<Stream>::serve() {
   const ServerOptions& options = state_.options;
+  if (!co_await handshake()) co_return;
   for (;;) {
     phase_ = Phase::waiting_for_request;
     reservation_.release();  // the previous request's body is gone
@@ -265,7 +329,7 @@ asio::awaitable<void> Session::serve() {
     Request request = parser.release();
     const bool keep_alive_allowed = request.keep_alive() && !close_requested_ &&
                                     !state_.stopping_flag.load(std::memory_order_relaxed);
-    StreamWriter writer(*this, keep_alive_allowed);
+    StreamWriter<Stream> writer(*this, keep_alive_allowed);
     std::optional<Response> response;
     bool handler_failed = false;
     // The handler's contract is not to throw (Router::handle catches); if one does anyway, the
@@ -295,7 +359,7 @@ asio::awaitable<void> Session::serve() {
                   std::string_view(request.target()), response->result_int());
 
     error_code ec;
-    stream_.expires_after(options.write_timeout);
+    transport().expires_after(options.write_timeout);
     co_await beast_http::async_write(stream_, *response, asio::redirect_error(asio::use_awaitable, ec));
     if (ec || !keep_alive || response->need_eof()) break;
   }
@@ -306,15 +370,16 @@ asio::awaitable<void> Session::serve() {
 // closed it, it timed out, it was cancelled by stop(), or the request could not be read past
 // (answered, then closed): 413 body too large, 431 headers too large, 400 malformed, 501 a
 // transfer coding other than chunked, 503 too many body bytes in flight.
-asio::awaitable<bool> Session::read_request(
+template <typename Stream>
+asio::awaitable<bool> Session<Stream>::read_request(
     beast_http::request_parser<beast_http::string_body>& parser) {
   const ServerOptions& options = state_.options;
   error_code ec;
   // A new connection gets header_timeout to begin its first request; a keep-alive connection may
   // wait idle_timeout for its next one.
-  stream_.expires_after(requests_read_++ == 0
-                            ? std::min(options.header_timeout, options.idle_timeout)
-                            : options.idle_timeout);
+  transport().expires_after(requests_read_++ == 0
+                                ? std::min(options.header_timeout, options.idle_timeout)
+                                : options.idle_timeout);
   if (buffer_.size() == 0) {
     const std::size_t n = co_await stream_.async_read_some(
         buffer_.prepare(4096), asio::redirect_error(asio::use_awaitable, ec));
@@ -323,7 +388,7 @@ asio::awaitable<bool> Session::read_request(
   // From its first byte, the request line and headers must arrive within header_timeout, however
   // the client trickles them (slowloris).
   if (!ec) {
-    stream_.expires_after(std::min(options.header_timeout, options.idle_timeout));
+    transport().expires_after(std::min(options.header_timeout, options.idle_timeout));
     co_await beast_http::async_read_header(stream_, buffer_, parser,
                                            asio::redirect_error(asio::use_awaitable, ec));
   }
@@ -377,7 +442,7 @@ asio::awaitable<bool> Session::read_request(
       ec = beast::error::timeout;
       break;
     }
-    stream_.expires_after(std::min(options.body_timeout, left));
+    transport().expires_after(std::min(options.body_timeout, left));
     co_await beast_http::async_read_some(stream_, buffer_, parser,
                                          asio::redirect_error(asio::use_awaitable, ec));
   }
@@ -406,38 +471,43 @@ asio::awaitable<bool> Session::read_request(
   co_return false;
 }
 
-asio::awaitable<void> Session::refuse(const Request& header, Status status, std::string_view error,
-                                      std::string_view reason, bool retry_later) {
+template <typename Stream>
+asio::awaitable<void> Session<Stream>::refuse(const Request& header, Status status,
+                                              std::string_view error, std::string_view reason,
+                                              bool retry_later) {
   phase_ = Phase::responding;
   Response response = error_response(header, status, error, reason);
   if (retry_later) response.set(beast_http::field::retry_after, "1");
   response.keep_alive(false);
   error_code ec;
-  stream_.expires_after(state_.options.write_timeout);
+  transport().expires_after(state_.options.write_timeout);
   co_await beast_http::async_write(stream_, response, asio::redirect_error(asio::use_awaitable, ec));
   co_await linger_and_close();
 }
 
-asio::awaitable<void> Session::linger_and_close() {
+template <typename Stream>
+asio::awaitable<void> Session<Stream>::linger_and_close() {
   error_code ec;
-  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  transport().socket().shutdown(tcp::socket::shutdown_send, ec);
   std::array<char, 64 * 1024> sink;
   std::size_t discarded = 0;
-  stream_.expires_after(kLingerTimeout);
+  transport().expires_after(kLingerTimeout);
   while (!ec && discarded < kLingerBytesMax) {
-    discarded += co_await stream_.async_read_some(asio::buffer(sink),
-                                                  asio::redirect_error(asio::use_awaitable, ec));
+    discarded += co_await transport().async_read_some(
+        asio::buffer(sink), asio::redirect_error(asio::use_awaitable, ec));
   }
   close();
 }
 
-void Session::close() {
+template <typename Stream>
+void Session<Stream>::close() {
   error_code ignored;
-  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  stream_.socket().close(ignored);
+  transport().socket().shutdown(tcp::socket::shutdown_both, ignored);
+  transport().socket().close(ignored);
 }
 
-void StreamWriter::watch_peer(std::function<void()> closed) {
+template <typename Stream>
+void StreamWriter<Stream>::watch_peer(std::function<void()> closed) {
   if (watching_) return;
   watching_ = true;
   session_.peer_closed_ = closed;  // shutdown ends the handler the same way
@@ -445,7 +515,7 @@ void StreamWriter::watch_peer(std::function<void()> closed) {
     std::exchange(session_.peer_closed_, nullptr)();
     return;
   }
-  auto& socket = session_.stream_.socket();
+  auto& socket = session_.transport().socket();
   std::weak_ptr<bool> alive = watch_alive_;
   // Readable with nothing to read means end of stream: the client closed. Readable with bytes is
   // a pipelined request: leave it for the next read and stop watching.
@@ -457,23 +527,26 @@ void StreamWriter::watch_peer(std::function<void()> closed) {
                     });
 }
 
-void StreamWriter::stop_watching() {
+template <typename Stream>
+void StreamWriter<Stream>::stop_watching() {
   if (!watching_) return;
   session_.peer_closed_ = nullptr;
   watch_alive_.reset();
   error_code ignored;
-  session_.stream_.socket().cancel(ignored);
+  session_.transport().socket().cancel(ignored);
   watching_ = false;
 }
 
-asio::awaitable<bool> StreamWriter::on_strand(asio::awaitable<bool> work) {
+template <typename Stream>
+asio::awaitable<bool> StreamWriter<Stream>::on_strand(asio::awaitable<bool> work) {
   const asio::any_io_executor strand = session_.executor();
   const auto* typed = strand.target<asio::strand<asio::io_context::executor_type>>();
   if (typed == nullptr || typed->running_in_this_thread()) co_return co_await std::move(work);
   co_return co_await asio::co_spawn(strand, std::move(work), asio::use_awaitable);
 }
 
-asio::awaitable<bool> StreamWriter::do_begin(Response head) {
+template <typename Stream>
+asio::awaitable<bool> StreamWriter<Stream>::do_begin(Response head) {
   if (begun_) co_return false;
   begun_ = true;
   head_ = std::move(head);
@@ -482,16 +555,17 @@ asio::awaitable<bool> StreamWriter::do_begin(Response head) {
   head_->chunked(true);
   beast_http::response_serializer<beast_http::string_body> serializer{*head_};
   error_code ec;
-  session_.stream_.expires_after(session_.state_.options.write_timeout);
+  session_.transport().expires_after(session_.state_.options.write_timeout);
   co_await beast_http::async_write_header(session_.stream_, serializer,
                                           asio::redirect_error(asio::use_awaitable, ec));
   ok_ = !ec;
   co_return ok_;
 }
 
-asio::awaitable<bool> StreamWriter::send_chunk() {
+template <typename Stream>
+asio::awaitable<bool> StreamWriter<Stream>::send_chunk() {
   error_code ec;
-  session_.stream_.expires_after(session_.state_.options.write_timeout);
+  session_.transport().expires_after(session_.state_.options.write_timeout);
   co_await asio::async_write(session_.stream_, beast_http::make_chunk(asio::buffer(buffer_)),
                              asio::redirect_error(asio::use_awaitable, ec));
   buffer_.clear();
@@ -499,11 +573,12 @@ asio::awaitable<bool> StreamWriter::send_chunk() {
   co_return ok_;
 }
 
-asio::awaitable<bool> StreamWriter::do_finish() {
+template <typename Stream>
+asio::awaitable<bool> StreamWriter<Stream>::do_finish() {
   if (!ok_ || !begun_ || finished_) co_return false;
   if (!buffer_.empty() && !co_await send_chunk()) co_return false;
   error_code ec;
-  session_.stream_.expires_after(session_.state_.options.write_timeout);
+  session_.transport().expires_after(session_.state_.options.write_timeout);
   co_await asio::async_write(session_.stream_, beast_http::make_chunk_last(),
                              asio::redirect_error(asio::use_awaitable, ec));
   ok_ = !ec;
@@ -511,15 +586,15 @@ asio::awaitable<bool> StreamWriter::do_finish() {
   co_return ok_;
 }
 
-asio::awaitable<void> Server::State::accept_loop() {
+asio::awaitable<void> Server::State::accept_loop(tcp::acceptor& listener, bool tls) {
   for (;;) {
     tcp::socket socket{asio::make_strand(ioc)};
     error_code ec;
-    co_await acceptor->async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
+    co_await listener.async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == asio::error::operation_aborted || !listener.is_open()) co_return;
     if (ec) {
       spdlog::warn("http: accept failed: {}", ec.message());
-      asio::steady_timer pause{acceptor->get_executor(), kAcceptErrorPause};
+      asio::steady_timer pause{listener.get_executor(), kAcceptErrorPause};
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
@@ -527,7 +602,8 @@ asio::awaitable<void> Server::State::accept_loop() {
     error_code peer_ec;
     const auto peer = socket.remote_endpoint(peer_ec);
     std::string address = peer_ec ? std::string() : peer.address().to_string();
-    std::shared_ptr<Session> session;
+    std::shared_ptr<SessionBase> session;
+    std::optional<asio::awaitable<void>> serve;
     {
       std::lock_guard lock(mutex);
       if (stopping) co_return;  // `socket` closes as it goes out of scope
@@ -550,11 +626,22 @@ asio::awaitable<void> Server::State::accept_loop() {
       }
       ++from_address;
       const std::uint64_t id = next_session_id++;
-      session = std::make_shared<Session>(*this, std::move(socket), id, std::move(address));
+      if (tls) {
+        auto typed = std::make_shared<Session<TlsStream>>(*this, id, std::move(address),
+                                                          std::move(socket), *tls_context);
+        serve.emplace(Session<TlsStream>::run(typed));
+        session = std::move(typed);
+      } else {
+        auto typed = std::make_shared<Session<PlainStream>>(*this, id, std::move(address),
+                                                            std::move(socket));
+        serve.emplace(Session<PlainStream>::run(typed));
+        session = std::move(typed);
+      }
       sessions.emplace(id, session);
     }
     const auto executor = session->executor();
-    asio::co_spawn(executor, Session::run(std::move(session)),
+    session.reset();
+    asio::co_spawn(executor, std::move(*serve),
                    [](std::exception_ptr e) { log_coroutine_exception("session", e); });
   }
 }
@@ -596,6 +683,64 @@ std::size_t Server::open_connections() const {
 
 std::uint16_t Server::port() const { return state_->port; }
 
+std::uint16_t Server::tls_port() const { return state_->tls_port; }
+
+namespace {
+
+// Opens, binds and listens; the OS-assigned port goes to `port`.
+error_code listen_on(tcp::acceptor& acceptor, const tcp::endpoint& endpoint, int backlog,
+                     std::uint16_t& port) {
+  error_code ec;
+  if (acceptor.open(endpoint.protocol(), ec)) return ec;
+  if (acceptor.set_option(asio::socket_base::reuse_address(true), ec)) return ec;
+  if (acceptor.bind(endpoint, ec)) return ec;
+  if (acceptor.listen(backlog, ec)) return ec;
+  port = acceptor.local_endpoint(ec).port();
+  return ec;
+}
+
+// The server's TLS context: certificate chain and key (decrypted with `password`), TLS 1.2+,
+// client certificates when asked for.
+error_code make_tls_context(const TlsOptions& tls, std::optional<asio::ssl::context>& out) {
+  using asio::ssl::context;
+  error_code ec;
+  out.emplace(context::tls_server);
+  context& ctx = *out;
+  ctx.set_options(context::default_workarounds | context::no_sslv2 | context::no_sslv3 |
+                      context::no_tlsv1 | context::no_tlsv1_1 | context::single_dh_use,
+                  ec);
+  if (ec) return ec;
+  if (!tls.password.empty()) {
+    ctx.set_password_callback(
+        [password = tls.password](std::size_t, context::password_purpose) { return password; });
+  }
+  if (ctx.use_certificate_chain_file(tls.cert_file, ec)) {
+    spdlog::critical("[ssl] cert_file {}: {}", tls.cert_file, ec.message());
+    return ec;
+  }
+  if (ctx.use_private_key_file(tls.key_file, context::pem, ec)) {
+    spdlog::critical("[ssl] key_file {}: {}", tls.key_file, ec.message());
+    return ec;
+  }
+  if (!tls.cacert_file.empty() && ctx.load_verify_file(tls.cacert_file, ec)) {
+    spdlog::critical("[ssl] cacert_file {}: {}", tls.cacert_file, ec.message());
+    return ec;
+  }
+  if (tls.verify_peer) {
+    int mode = asio::ssl::verify_peer;
+    if (tls.fail_if_no_peer_cert) mode |= asio::ssl::verify_fail_if_no_peer_cert;
+    if (ctx.set_verify_mode(mode, ec)) return ec;
+  }
+  if (!tls.ciphers.empty() &&
+      SSL_CTX_set_cipher_list(ctx.native_handle(), tls.ciphers.c_str()) != 1) {
+    spdlog::critical("[ssl] ciphers: OpenSSL accepts none of '{}'", tls.ciphers);
+    return asio::error::invalid_argument;
+  }
+  return {};
+}
+
+}  // namespace
+
 error_code Server::start() {
   State& s = *state_;
   std::lock_guard lifecycle(s.lifecycle_mutex);
@@ -604,17 +749,21 @@ error_code Server::start() {
   error_code ec;
   const asio::ip::address address = asio::ip::make_address(s.options.bind_address, ec);
   if (ec) return ec;
-  const tcp::endpoint endpoint{address, s.options.port};
   s.acceptor.emplace(asio::make_strand(s.ioc));
-  tcp::acceptor& acceptor = *s.acceptor;
-  if (acceptor.open(endpoint.protocol(), ec)) return ec;
-  if (acceptor.set_option(asio::socket_base::reuse_address(true), ec)) return ec;
-  if (acceptor.bind(endpoint, ec)) return ec;
-  if (acceptor.listen(s.options.listen_backlog, ec)) return ec;
-  s.port = acceptor.local_endpoint(ec).port();
-  if (ec) return ec;
-
-  asio::co_spawn(acceptor.get_executor(), s.accept_loop(),
+  if ((ec = listen_on(*s.acceptor, {address, s.options.port}, s.options.listen_backlog, s.port))) {
+    return ec;
+  }
+  if (s.options.tls) {
+    if ((ec = make_tls_context(*s.options.tls, s.tls_context))) return ec;
+    s.tls_acceptor.emplace(asio::make_strand(s.ioc));
+    if ((ec = listen_on(*s.tls_acceptor, {address, s.options.tls->port}, s.options.listen_backlog,
+                        s.tls_port))) {
+      return ec;
+    }
+    asio::co_spawn(s.tls_acceptor->get_executor(), s.accept_loop(*s.tls_acceptor, true),
+                   [](std::exception_ptr e) { log_coroutine_exception("TLS listener", e); });
+  }
+  asio::co_spawn(s.acceptor->get_executor(), s.accept_loop(*s.acceptor, false),
                  [](std::exception_ptr e) { log_coroutine_exception("listener", e); });
 
   unsigned threads = s.options.io_threads;
@@ -628,6 +777,7 @@ error_code Server::start() {
   s.started = true;
   spdlog::info("http: listening on {}:{} with {} io threads", s.options.bind_address, s.port,
                threads);
+  if (s.options.tls) spdlog::info("http: TLS on {}:{}", s.options.bind_address, s.tls_port);
   return {};
 }
 
@@ -637,7 +787,7 @@ void Server::stop() {
   if (!s.started || s.stopped) return;
   s.stopped = true;
 
-  std::vector<std::shared_ptr<Session>> open;
+  std::vector<std::shared_ptr<SessionBase>> open;
   {
     std::lock_guard lock(s.mutex);
     s.stopping = true;
@@ -650,6 +800,12 @@ void Server::stop() {
     error_code ignored;
     s.acceptor->close(ignored);
   });
+  if (s.tls_acceptor) {
+    asio::post(s.tls_acceptor->get_executor(), [&s] {
+      error_code ignored;
+      s.tls_acceptor->close(ignored);
+    });
+  }
   for (auto& session : open) {
     const auto executor = session->executor();
     asio::post(executor, [session = std::move(session)] { session->request_close(); });

@@ -27,7 +27,21 @@
 
 namespace chaise::http {
 
-class Session;  // server.cc: one connection
+class SessionBase;  // server.cc: one connection
+template <typename Stream>
+class Session;
+
+// A second listener that speaks HTTPS (CouchDB's [ssl] section).
+struct TlsOptions {
+  std::uint16_t port = 6984;  // 0: the OS picks one (Server::tls_port())
+  std::string cert_file;      // PEM certificate chain
+  std::string key_file;       // PEM private key
+  std::string password;       // of the key file, if encrypted
+  std::string cacert_file;    // PEM CA certificates that client certificates are checked against
+  bool verify_peer = false;   // ask clients for a certificate and check it
+  bool fail_if_no_peer_cert = false;  // with verify_peer: refuse clients without one
+  std::string ciphers;                // OpenSSL cipher list for TLS 1.2; empty: OpenSSL's default
+};
 
 struct ServerOptions {
   // Address to listen on, IPv4 or IPv6 literal. Default: loopback only.
@@ -62,6 +76,8 @@ struct ServerOptions {
   std::size_t max_request_bytes_in_flight = 512ull << 20;
   // Pending connections queue length passed to listen(). Default 1024 (the kernel may cap it).
   int listen_backlog = 1024;
+  // HTTPS on a second port, when set. TLS 1.2 and 1.3 only.
+  std::optional<TlsOptions> tls;
   // How long stop() lets in-flight responses finish before abandoning them. Default 10 s.
   std::chrono::milliseconds shutdown_grace{std::chrono::seconds(10)};
 };
@@ -83,12 +99,15 @@ class Server {
 
   // Binds, listens and starts the io threads. Returns an empty error_code once the socket is
   // listening (connections are accepted from then on), or the error from resolving the address,
-  // bind() or listen() -- the server is then not running. Call at most once.
+  // bind() or listen(), or loading the TLS certificate or key -- the server is then not running.
+  // Call at most once.
   [[nodiscard]] boost::system::error_code start();
 
   // The port the listener is bound to (the OS-assigned one when options.port was 0). Valid after
   // a successful start().
   std::uint16_t port() const;
+  // The TLS listener's port (0 without options.tls).
+  std::uint16_t tls_port() const;
   // Connections open now.
   std::size_t open_connections() const;
   // True when an io thread runs a posted handler within `within` (the watchdog's health probe).
@@ -100,6 +119,8 @@ class Server {
   void stop();
 
  private:
+  friend class SessionBase;
+  template <typename Stream>
   friend class Session;
   struct State;
   std::unique_ptr<State> state_;

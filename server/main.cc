@@ -272,6 +272,17 @@ chaise::http::ServerOptions server_options(const chaise::config::ServerSettings&
   options.max_connections_per_address = config.max_connections_per_address;
   options.body_timeout = std::chrono::seconds(config.body_timeout_seconds);
   options.max_request_bytes_in_flight = config.max_request_bytes_in_flight;
+  if (config.tls) {
+    const auto& t = *config.tls;
+    options.tls = chaise::http::TlsOptions{t.port,
+                                           t.cert_file,
+                                           t.key_file,
+                                           t.password,
+                                           t.cacert_file,
+                                           t.verify_peer,
+                                           t.fail_if_no_peer_cert,
+                                           t.ciphers};
+  }
   return options;
 }
 
@@ -426,6 +437,11 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   const bool ipv6 = config.bind_address.find(':') != std::string::npos;
   std::printf(ipv6 ? "chaise listening on [%s]:%u\n" : "chaise listening on %s:%u\n",
               config.bind_address.c_str(), static_cast<unsigned>(server.port()));
+  if (config.tls) {
+    std::printf(
+        ipv6 ? "chaise listening with TLS on [%s]:%u\n" : "chaise listening with TLS on %s:%u\n",
+        config.bind_address.c_str(), static_cast<unsigned>(server.tls_port()));
+  }
   std::fflush(stdout);
   notify_systemd("READY=1");
 

@@ -612,5 +612,47 @@ TEST_F(AuthTest, AdminPartyFlagMakesEveryoneAdmin) {
   EXPECT_EQ(client.request(verb::put, "/db").status, 201u);
 }
 
+// chttpd:error_headers: a browser (Accept: text/html without application/json or */*) that must
+// log in gets 302 to [chttpd_auth] authentication_redirect, with the path it asked for and the
+// reason; everyone else gets the 401. Locations checked against CouchDB 3.5.0.
+TEST_F(AuthTest, BrowserThatMustLogInIsRedirected) {
+  start();
+  auto r = call(verb::get, "/_all_dbs", {}, {{"Accept", "text/html"}});
+  EXPECT_EQ(r.status, 302u);
+  EXPECT_EQ(
+      r.header(field::location),
+      "http://127.0.0.1:" + std::to_string(server_->port()) +
+          "/_utils/session.html?return=%2F_all_dbs&reason=You%20are%20not%20a%20server%20admin.");
+  EXPECT_EQ(r.body, R"({"error":"unauthorized","reason":"You are not a server admin."})"
+                    "\n");
+  r = call(verb::get, "/_node//_local/_config?x=1", {},
+           with(basic("admin", "wrong"), "Accept", "text/html"));
+  EXPECT_EQ(r.status, 302u);
+  EXPECT_EQ(r.header(field::location), "http://127.0.0.1:" + std::to_string(server_->port()) +
+                                           "/_utils/"
+                                           "session.html?return=%2F_node%2F_local%2F_config&reason="
+                                           "Name%20or%20password%20is%20incorrect.");
+  // A client that takes JSON (or anything) gets the 401.
+  EXPECT_EQ(call(verb::get, "/_all_dbs", {}, {{"Accept", "text/html,*/*;q=0.8"}}).status, 401u);
+  EXPECT_EQ(call(verb::get, "/_all_dbs", {}, {{"Accept", "application/json"}}).status, 401u);
+  EXPECT_EQ(call(verb::get, "/_all_dbs").status, 401u);
+  // Asked for WWW-Authenticate: 401 with it, no redirect.
+  r = call(verb::get, "/_all_dbs", {},
+           {{"Accept", "text/html"}, {"X-CouchDB-WWW-Authenticate", "Cookie"}});
+  EXPECT_EQ(r.status, 401u);
+  EXPECT_EQ(r.header(field::www_authenticate), "Cookie");
+  // Fauxton has no session.html: it leads to Fauxton's login view.
+  r = call(verb::get, "/_utils/session.html?return=%2F_all_dbs");
+  EXPECT_EQ(r.status, 302u);
+  EXPECT_EQ(r.header(field::location), "/_utils/#login");
+  // An empty authentication_redirect turns the redirect off; [chttpd] WWW-Authenticate is sent.
+  server_.reset();
+  start(
+      "[chttpd_auth]\nauthentication_redirect =\n[chttpd]\nWWW-Authenticate = Basic realm=\"x\"\n");
+  r = call(verb::get, "/_all_dbs", {}, {{"Accept", "text/html"}});
+  EXPECT_EQ(r.status, 401u);
+  EXPECT_EQ(r.header(field::www_authenticate), "Basic realm=\"x\"");
+}
+
 }  // namespace
 }  // namespace chaise::test

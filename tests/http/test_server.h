@@ -235,25 +235,10 @@ class ServerProcess {
   }
 
  private:
+  // The first line the server printed: "chaise listening on <addr>:<port>".
   std::uint16_t read_listening_port(std::chrono::milliseconds timeout) {
     static constexpr std::string_view kPrefix = "chaise listening on ";
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    std::string line;
-    while (line.find('\n') == std::string::npos) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left <= 0ms) throw std::runtime_error("chaise did not report its port in time");
-      pollfd pfd{stdout_fd_, POLLIN, 0};
-      const int ready = ::poll(&pfd, 1, static_cast<int>(left.count()));
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready <= 0) continue;
-      std::array<char, 256> chunk;
-      const ssize_t n = ::read(stdout_fd_, chunk.data(), chunk.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) throw std::runtime_error("chaise exited before listening; stdout: " + line);
-      line.append(chunk.data(), static_cast<std::size_t>(n));
-    }
-    line.erase(line.find('\n'));
+    const std::string line = read_stdout_line(timeout, "chaise did not report its port in time");
     const auto colon = line.rfind(':');
     if (line.rfind(kPrefix, 0) != 0 || colon == std::string::npos) {
       throw std::runtime_error("unexpected first stdout line: " + line);
@@ -261,8 +246,37 @@ class ServerProcess {
     return static_cast<std::uint16_t>(std::stoul(line.substr(colon + 1)));
   }
 
+ public:
+  // The server's next line on stdout (without the newline), e.g. "chaise listening with TLS on
+  // 127.0.0.1:<port>" after the first. Throws `what_on_timeout` if none comes within `timeout`.
+  std::string read_stdout_line(std::chrono::milliseconds timeout,
+                               const std::string& what_on_timeout = "no stdout line in time") {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (stdout_pending_.find('\n') == std::string::npos) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left <= 0ms) throw std::runtime_error(what_on_timeout);
+      pollfd pfd{stdout_fd_, POLLIN, 0};
+      const int ready = ::poll(&pfd, 1, static_cast<int>(left.count()));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) continue;
+      std::array<char, 256> chunk;
+      const ssize_t n = ::read(stdout_fd_, chunk.data(), chunk.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        throw std::runtime_error("chaise exited before listening; stdout: " + stdout_pending_);
+      stdout_pending_.append(chunk.data(), static_cast<std::size_t>(n));
+    }
+    const auto newline = stdout_pending_.find('\n');
+    std::string line = stdout_pending_.substr(0, newline);
+    stdout_pending_.erase(0, newline + 1);
+    return line;
+  }
+
+ private:
   pid_t pid_ = -1;
   int stdout_fd_ = -1;
+  std::string stdout_pending_;  // read from stdout, not yet returned as a line
   std::uint16_t port_ = 0;
   bool reaped_ = false;
   ExitStatus exit_status_;
