@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <array>
@@ -29,6 +30,7 @@
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
+#include <cerrno>
 #include <condition_variable>
 #include <exception>
 #include <future>
@@ -78,6 +80,25 @@ beast::tcp_stream& tcp_layer(PlainStream& stream) { return stream; }
 beast::tcp_stream& tcp_layer(TlsStream& stream) { return stream.next_layer(); }
 const beast::tcp_stream& tcp_layer(const PlainStream& stream) { return stream; }
 const beast::tcp_stream& tcp_layer(const TlsStream& stream) { return stream.next_layer(); }
+
+// Calls `closed` once the peer has closed (or reset) `socket`, unless `alive` expires first. A
+// readable socket is checked with a non-consuming peek: end of stream means closed; bytes are a
+// pipelined request (or a TLS record) left for the next read, and the watch ends; nothing at all
+// (a wake-up with no data, seen on TLS connections) re-arms the watch.
+void arm_peer_watch(tcp::socket& socket, std::weak_ptr<bool> alive, std::function<void()> closed) {
+  socket.async_wait(
+      tcp::socket::wait_read, [&socket, alive, closed = std::move(closed)](error_code ec) mutable {
+        if (ec || alive.expired()) return;
+        char byte = 0;
+        const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n > 0) return;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+          arm_peer_watch(socket, std::move(alive), std::move(closed));
+          return;
+        }
+        closed();
+      });
+}
 
 }  // namespace
 
@@ -515,16 +536,7 @@ void StreamWriter<Stream>::watch_peer(std::function<void()> closed) {
     std::exchange(session_.peer_closed_, nullptr)();
     return;
   }
-  auto& socket = session_.transport().socket();
-  std::weak_ptr<bool> alive = watch_alive_;
-  // Readable with nothing to read means end of stream: the client closed. Readable with bytes is
-  // a pipelined request: leave it for the next read and stop watching.
-  socket.async_wait(tcp::socket::wait_read,
-                    [&socket, alive, closed = std::move(closed)](error_code ec) {
-                      if (ec || alive.expired()) return;
-                      error_code avail_ec;
-                      if (socket.available(avail_ec) == 0 || avail_ec) closed();
-                    });
+  arm_peer_watch(session_.transport().socket(), watch_alive_, std::move(closed));
 }
 
 template <typename Stream>
