@@ -66,6 +66,7 @@ constexpr auto kKeys = std::to_array<Key>({
     {"chttpd_auth", "authentication_db", Kind::kOneOf, 0, 0, "_users"},
     {"chttpd_auth", "hash_algorithms", Kind::kString},
     {"chttpd_auth", "public_fields", Kind::kString},
+    {"chttpd_auth", "password_regexp", Kind::kString},
     {"chttpd_auth", "users_db_public", Kind::kBool},
     {"chaise", "io_threads", Kind::kInt, 0, 1024},
     {"chaise", "fsync", Kind::kBool},

@@ -3,6 +3,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/sha.h>
+#include <re2/re2.h>
 #include <sys/random.h>
 
 #include <algorithm>
@@ -335,6 +336,127 @@ std::optional<CouchError> validate_user_doc(const OJson& doc, const std::optiona
 
 }  // namespace
 
+namespace {
+
+// An Erlang string literal at `text[i]` (which is '"'), with its escapes; advances `i`.
+std::optional<std::string> erlang_string(std::string_view text, std::size_t& i) {
+  std::string out;
+  for (++i; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '"') {
+      ++i;
+      return out;
+    }
+    if (c == '\\') {
+      if (++i == text.size()) return std::nullopt;
+      switch (text[i]) {
+        case 'n':
+          c = '\n';
+          break;
+        case 't':
+          c = '\t';
+          break;
+        case 'r':
+          c = '\r';
+          break;
+        case 's':
+          c = ' ';
+          break;
+        default:
+          c = text[i];
+      }
+    }
+    out.push_back(c);
+  }
+  return std::nullopt;
+}
+
+void skip_space(std::string_view text, std::size_t& i) {
+  while (i < text.size() &&
+         (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r'))
+    ++i;
+}
+
+constexpr std::string_view kRequirementError = "Password does not conform to requirements.";
+constexpr std::size_t kPasswordRulesMax = 100;
+
+// couch_users_db:validate_password: every rule must find a match in the password.
+std::optional<CouchError> check_password_rules(const UserDbRules& rules,
+                                               const std::string& password) {
+  if (!rules.password_rules) return forbidden("Server cannot hash passwords at this time.");
+  for (const PasswordRule& rule : *rules.password_rules) {
+    RE2::Options options;
+    options.set_log_errors(false);
+    const RE2 re(rule.regexp, options);
+    if (!re.ok()) return forbidden("Server cannot hash passwords at this time.");
+    if (!RE2::PartialMatch(password, re)) {
+      return CouchError{400, "bad_request", rule.message};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::vector<PasswordRule>> parse_password_rules(std::string_view text) {
+  std::vector<PasswordRule> rules;
+  std::size_t i = 0;
+  skip_space(text, i);
+  if (i == text.size()) return rules;
+  if (text[i] != '[') return std::nullopt;
+  ++i;
+  skip_space(text, i);
+  if (i < text.size() && text[i] == ']') {
+    ++i;
+  } else {
+    while (true) {
+      if (rules.size() >= kPasswordRulesMax) return std::nullopt;
+      skip_space(text, i);
+      if (i == text.size()) return std::nullopt;
+      PasswordRule rule;
+      rule.message = std::string(kRequirementError);
+      if (text[i] == '"') {
+        auto re = erlang_string(text, i);
+        if (!re) return std::nullopt;
+        rule.regexp = std::move(*re);
+      } else if (text[i] == '{') {
+        ++i;
+        skip_space(text, i);
+        if (i == text.size() || text[i] != '"') return std::nullopt;
+        auto re = erlang_string(text, i);
+        if (!re) return std::nullopt;
+        rule.regexp = std::move(*re);
+        skip_space(text, i);
+        if (i < text.size() && text[i] == ',') {
+          ++i;
+          skip_space(text, i);
+          if (i == text.size() || text[i] != '"') return std::nullopt;
+          auto reason = erlang_string(text, i);
+          if (!reason) return std::nullopt;
+          if (!reason->empty()) rule.message += " " + *reason;
+          skip_space(text, i);
+        }
+        if (i == text.size() || text[i] != '}') return std::nullopt;
+        ++i;
+      } else {
+        return std::nullopt;
+      }
+      rules.push_back(std::move(rule));
+      skip_space(text, i);
+      if (i == text.size()) return std::nullopt;
+      if (text[i] == ']') {
+        ++i;
+        break;
+      }
+      if (text[i] != ',') return std::nullopt;
+      ++i;
+    }
+  }
+  skip_space(text, i);
+  if (i != text.size()) return std::nullopt;
+  return rules;
+}
+
 Outcome<OJson> prepare_user_doc(const OJson& doc, const std::optional<OJson>& old,
                                 const UserCtx& user, const UserDbRules& rules) {
   const std::string id = doc.value("_id", std::string());
@@ -354,6 +476,9 @@ Outcome<OJson> prepare_user_doc(const OJson& doc, const std::optional<OJson>& ol
   if (password != doc.end() && !password->is_null()) {
     if (!password->is_string()) {
       return forbidden("Password value of '" + password->dump() + "' is invalid.");
+    }
+    if (auto error = check_password_rules(rules, password->get_ref<const std::string&>())) {
+      return *error;
     }
     std::string salt = random_hex32();
     if (doc.value("preserve_salt", false) == true) {

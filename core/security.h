@@ -93,9 +93,25 @@ bool is_db_member(const UserCtx& user, const SecurityObject& sec);
 
 // --- The _users database ---------------------------------------------------------------------------
 
+// One of [chttpd_auth] password_regexp's requirements: a new password must contain a match of
+// `regexp` (RE2 syntax, which covers the PCRE that such rules use); `message` follows CouchDB's
+// "Password does not conform to requirements." when it does not.
+struct PasswordRule {
+  std::string regexp;
+  std::string message;
+};
+
+// [chttpd_auth] password_regexp as CouchDB writes it, an Erlang list of regexps and
+// {Regexp, Reason} tuples: [{".{10,}", "Min length is 10."}, "\\d+"]. "" and "[]" are no rules;
+// nullopt when the value is not such a list (every password change is then refused, as
+// CouchDB refuses it).
+std::optional<std::vector<PasswordRule>> parse_password_rules(std::string_view config);
+
 struct UserDbRules {
   std::string prf = "sha256";
   std::int64_t iterations = 600000;
+  // nullopt: password_regexp could not be read.
+  std::optional<std::vector<PasswordRule>> password_rules = std::vector<PasswordRule>{};
 };
 
 // couch_users_db:before_doc_update plus the _auth design document's validate_doc_update, for a

@@ -224,6 +224,13 @@ AuthSettings auth_settings(const config::Sections& values, bool admin_party) {
   s.x_auth_token = config::get_auth(values, "x_auth_token", s.x_auth_token);
   s.public_fields = split_list(config::get_auth(values, "public_fields"));
   s.user_rules.prf = config::get_auth(values, "pbkdf2_prf", "sha256");
+  s.user_rules.password_rules =
+      core::parse_password_rules(config::get_auth(values, "password_regexp"));
+  if (!s.user_rules.password_rules) {
+    spdlog::error(
+        "[chttpd_auth] password_regexp is not a list of regexps and {{regexp, reason}} "
+        "tuples: password changes are refused until it is");
+  }
   s.cors = cors_settings(values);
   s.user_rules.iterations =
       std::max<std::int64_t>(1, std::atoll(config::get_auth(values, "iterations", "600000").c_str()));

@@ -78,5 +78,54 @@ TEST(UsersDb, HashesPasswordsInCouchDbOrder) {
   EXPECT_EQ(std::get<CouchError>(colon).reason, "Character `:` is not allowed in usernames.");
 }
 
+// [chttpd_auth] password_regexp as CouchDB's local.ini writes it; messages as couch_users_db
+// gives them (checked against CouchDB 3.5.0).
+TEST(UsersDb, PasswordRegexpRules) {
+  EXPECT_TRUE(parse_password_rules("")->empty());
+  EXPECT_TRUE(parse_password_rules(" [] ")->empty());
+  const auto rules =
+      parse_password_rules(R"([{".{10,}", "Min length is 10."}, "\\d+", {"[A-Z]"}])");
+  ASSERT_TRUE(rules);
+  ASSERT_EQ(rules->size(), 3u);
+  EXPECT_EQ((*rules)[0].regexp, ".{10,}");
+  EXPECT_EQ((*rules)[0].message, "Password does not conform to requirements. Min length is 10.");
+  EXPECT_EQ((*rules)[1].regexp, "\\d+");
+  EXPECT_EQ((*rules)[1].message, "Password does not conform to requirements.");
+  EXPECT_EQ((*rules)[2].regexp, "[A-Z]");
+  for (const char* bad : {"notalist", "[", "[\"a\"", "[1]", "[{\"a\", 2}]", "[\"a\"] x", "[,]"}) {
+    EXPECT_FALSE(parse_password_rules(bad)) << bad;
+  }
+
+  UserDbRules with_rules{"sha256", 3, *rules};
+  const auto doc = [](const std::string& pw) {
+    return OJson{{"_id", "org.couchdb.user:bob"},
+                 {"name", "bob"},
+                 {"password", pw},
+                 {"roles", OJson::array()},
+                 {"type", "user"}};
+  };
+  auto r = prepare_user_doc(doc("Short1"), std::nullopt, UserCtx{}, with_rules);
+  EXPECT_EQ(std::get<CouchError>(r).status, 400);
+  EXPECT_EQ(std::get<CouchError>(r).reason,
+            "Password does not conform to requirements. Min length is 10.");
+  r = prepare_user_doc(doc("Longenoughnodigit"), std::nullopt, UserCtx{}, with_rules);
+  EXPECT_EQ(std::get<CouchError>(r).reason, "Password does not conform to requirements.");
+  r = prepare_user_doc(doc("Longenough123"), std::nullopt, UserCtx{}, with_rules);
+  EXPECT_TRUE(std::holds_alternative<OJson>(r));
+  // A document without a new password is not checked.
+  OJson no_password = doc("x");
+  no_password.erase("password");
+  EXPECT_TRUE(std::holds_alternative<OJson>(
+      prepare_user_doc(no_password, std::nullopt, UserCtx{}, with_rules)));
+  // Rules that cannot be read (or compiled) refuse every password change, as CouchDB does.
+  UserDbRules unreadable{"sha256", 3, std::nullopt};
+  r = prepare_user_doc(doc("Longenough123"), std::nullopt, UserCtx{}, unreadable);
+  EXPECT_EQ(std::get<CouchError>(r).status, 403);
+  EXPECT_EQ(std::get<CouchError>(r).reason, "Server cannot hash passwords at this time.");
+  UserDbRules bad_regexp{"sha256", 3, std::vector<PasswordRule>{{"(", "x"}}};
+  r = prepare_user_doc(doc("Longenough123"), std::nullopt, UserCtx{}, bad_regexp);
+  EXPECT_EQ(std::get<CouchError>(r).status, 403);
+}
+
 }  // namespace
 }  // namespace chaise::core

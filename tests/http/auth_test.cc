@@ -654,5 +654,39 @@ TEST_F(AuthTest, BrowserThatMustLogInIsRedirected) {
   EXPECT_EQ(r.header(field::www_authenticate), "Basic realm=\"x\"");
 }
 
+// password_regexp from the config applies to _users writes through the server, and a change
+// through the config API takes effect at once (answers as CouchDB 3.5.0 gives them).
+TEST_F(AuthTest, PasswordRegexpAppliesToUserDocs) {
+  start(R"([chttpd_auth]
+password_regexp = [{".{10,}", "Min length is 10."}, "\\d+"]
+)");
+  ASSERT_EQ(as_admin(verb::put, "/_users").status, 201u);
+  const auto put_user = [&](const std::string& name, const std::string& pw) {
+    return as_admin(
+        verb::put, "/_users/org.couchdb.user:" + name,
+        R"({"name":")" + name + R"(","password":")" + pw + R"(","roles":[],"type":"user"})");
+  };
+  auto r = put_user("a", "short");
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_EQ(
+      r.body,
+      R"({"error":"bad_request","reason":"Password does not conform to requirements. Min length is 10."})"
+      "\n");
+  r = put_user("b", "longenoughbutnodigit");
+  EXPECT_EQ(r.body,
+            R"({"error":"bad_request","reason":"Password does not conform to requirements."})"
+            "\n");
+  EXPECT_EQ(put_user("c", "longenough123").status, 201u);
+  r = as_admin(verb::put, "/_node/_local/_config/chttpd_auth/password_regexp", R"("notalist")");
+  EXPECT_EQ(r.status, 200u);
+  r = put_user("d", "longenough123");
+  EXPECT_EQ(r.status, 403u);
+  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"Server cannot hash passwords at this time."})"
+                    "\n");
+  EXPECT_EQ(as_admin(verb::delete_, "/_node/_local/_config/chttpd_auth/password_regexp").status,
+            200u);
+  EXPECT_EQ(put_user("e", "x").status, 201u);
+}
+
 }  // namespace
 }  // namespace chaise::test
