@@ -2,6 +2,7 @@
 # HTTP load benchmarks for any CouchDB-compatible server (Chaise, pouchdb-server, CouchDB).
 #
 #   bench/http/run.sh http://127.0.0.1:5984        # a server that is already running
+#   bench/http/run.sh https://127.0.0.1:6984       # HTTPS ([ssl] port; certificates not checked)
 #   bench/http/run.sh --chaise                     # starts build/server/chaise (or $CHAISE_BIN)
 #                                                  # on a free port with a temporary data dir
 #
@@ -56,6 +57,12 @@ if [[ -n "${BENCH_AUTH:-}" ]]; then
   wrk_auth=(-H "Authorization: $auth_header")
 fi
 export BENCH_AUTH_HEADER="$auth_header"
+# An https URL (Chaise's [ssl] port with a self-signed certificate): curl and python skip
+# certificate checks; wrk never checks them.
+if [[ "$base" == https://* ]]; then
+  curl_auth+=(-k)
+  export PYTHONHTTPSVERIFY=0
+fi
 curl() { command curl "${curl_auth[@]}" "$@"; }
 echo "server: $base ($(curl -s "$base/" | head -c 120))"
 
@@ -83,8 +90,10 @@ fi
 if [[ " $WORKLOADS " == *" get "* ]]; then
   make_db benchget
   python3 - "$base" <<'PY'
-import json, sys, urllib.request
+import json, ssl, sys, urllib.request
 base = sys.argv[1]
+if base.startswith("https://"):
+    ssl._create_default_https_context = ssl._create_unverified_context
 docs = [{"_id": "d%06d" % i, "value": i, "note": "x" * 150} for i in range(1000)]
 import os
 headers = {"Content-Type": "application/json"}
