@@ -476,7 +476,7 @@ TEST_F(HardeningTest, PasswordHashingDoesNotHoldUpCheapOnes) {
       "GET / under 6 clients sending unknown passwords: %zu probes, p50 %.2f ms, "
       "p99 %.2f ms, %d answered 401\n",
       ms.size(), ms[ms.size() / 2], p99, unauthorized.load());
-  EXPECT_GT(unauthorized.load(), 10);  // passwords were checked (hashed) meanwhile
+  EXPECT_GT(unauthorized.load(), 2);  // passwords were checked (hashed) meanwhile
   EXPECT_LT(p99, 150.0);  // on the io threads, a probe waited behind hashes of 0.15 s each
 }
 
