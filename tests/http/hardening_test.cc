@@ -65,6 +65,22 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// `GET /` on server `port` every 20 ms for `window` (each must answer 200): the latencies in ms,
+// sorted.
+std::vector<double> probe_welcome(std::uint16_t port, std::chrono::milliseconds window) {
+  HttpClient probe(port);
+  std::vector<double> ms;
+  const auto until = Clock::now() + window;
+  while (Clock::now() < until) {
+    const auto t0 = Clock::now();
+    EXPECT_EQ(probe.get("/").status, 200u);
+    ms.push_back(seconds_since(t0) * 1000);
+    std::this_thread::sleep_for(20ms);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms;
+}
+
 // 100,000 ids took minutes when each new member of the parsed body (and of the answer) was found
 // by a linear scan; it now takes about a second. The bound leaves room for sanitizer builds.
 TEST_F(HardeningTest, RevsDiffWithManyIdsIsNotQuadratic) {
@@ -365,18 +381,9 @@ TEST_F(HardeningTest, HeavyRequestsDoNotHoldUpCheapOnes) {
     });
   }
   std::this_thread::sleep_for(500ms);  // the heavy requests are under way
-  HttpClient probe(port());
-  std::vector<double> ms;
-  const auto until = Clock::now() + 4s;
-  while (Clock::now() < until) {
-    const auto t0 = Clock::now();
-    EXPECT_EQ(probe.get("/").status, 200u);
-    ms.push_back(seconds_since(t0) * 1000);
-    std::this_thread::sleep_for(20ms);
-  }
+  const std::vector<double> ms = probe_welcome(port(), 4s);
   stop.store(true);
   for (auto& t : heavy) t.join();
-  std::sort(ms.begin(), ms.end());
   const double p50 = ms[ms.size() / 2], p99 = ms[ms.size() * 99 / 100];
   std::printf(
       "GET / under 8 heavy clients: %zu probes, p50 %.2f ms, p99 %.2f ms, max %.2f ms; "
@@ -408,18 +415,9 @@ TEST_F(HardeningTest, SlowValidationDoesNotHoldUpCheapOnes) {
     });
   }
   std::this_thread::sleep_for(300ms);
-  HttpClient probe(port());
-  std::vector<double> ms;
-  const auto until = Clock::now() + 3s;
-  while (Clock::now() < until) {
-    const auto t0 = Clock::now();
-    EXPECT_EQ(probe.get("/").status, 200u);
-    ms.push_back(seconds_since(t0) * 1000);
-    std::this_thread::sleep_for(20ms);
-  }
+  const std::vector<double> ms = probe_welcome(port(), 3s);
   stop.store(true);
   for (auto& t : writers) t.join();
-  std::sort(ms.begin(), ms.end());
   const double p99 = ms[ms.size() * 99 / 100];
   std::printf(
       "GET / under 6 writers with a 400 ms validator: %zu probes, p50 %.2f ms, p99 %.2f ms, "
@@ -459,18 +457,9 @@ TEST_F(HardeningTest, PasswordHashingDoesNotHoldUpCheapOnes) {
     });
   }
   std::this_thread::sleep_for(300ms);
-  HttpClient probe(port());
-  std::vector<double> ms;
-  const auto until = Clock::now() + 3s;
-  while (Clock::now() < until) {
-    const auto t0 = Clock::now();
-    EXPECT_EQ(probe.get("/").status, 200u);
-    ms.push_back(seconds_since(t0) * 1000);
-    std::this_thread::sleep_for(20ms);
-  }
+  const std::vector<double> ms = probe_welcome(port(), 3s);
   stop.store(true);
   for (auto& t : clients) t.join();
-  std::sort(ms.begin(), ms.end());
   const double p99 = ms[ms.size() * 99 / 100];
   std::printf(
       "GET / under 6 clients sending unknown passwords: %zu probes, p50 %.2f ms, "
