@@ -274,14 +274,14 @@ chaise::http::ServerOptions server_options(const chaise::config::ServerSettings&
   options.max_request_bytes_in_flight = config.max_request_bytes_in_flight;
   if (config.tls) {
     const auto& t = *config.tls;
-    options.tls = chaise::http::TlsOptions{t.port,
-                                           t.cert_file,
-                                           t.key_file,
-                                           t.password,
-                                           t.cacert_file,
-                                           t.verify_peer,
-                                           t.fail_if_no_peer_cert,
-                                           t.ciphers};
+    options.tls = chaise::http::TlsOptions{.port = t.port,
+                                           .cert_file = t.cert_file,
+                                           .key_file = t.key_file,
+                                           .password = t.password,
+                                           .cacert_file = t.cacert_file,
+                                           .verify_peer = t.verify_peer,
+                                           .fail_if_no_peer_cert = t.fail_if_no_peer_cert,
+                                           .ciphers = t.ciphers};
   }
   return options;
 }
