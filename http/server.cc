@@ -366,6 +366,11 @@ asio::awaitable<void> Session<Stream>::serve() {
       handler_failed = true;
     }
     writer.stop_watching();
+    // The handler is done with the body: give its bytes back now, before the answer goes out, so a
+    // client that reads the answer and sends the next request already finds them free.
+    request.body().clear();
+    request.body().shrink_to_fit();
+    reservation_.release();
     if (handler_failed) break;
     if (!response) {
       // Streamed: the connection stays usable only if the whole body went out.
