@@ -136,13 +136,25 @@ async function fauxton(browser, base) {
   await page.waitForSelector('text=fauxton', { timeout: 30000 });
   const text = await page.content();
   check(text.includes('doc-one'), 'Fauxton opens a document');
-  // Create a database through the UI's own calls: the session cookie must carry the admin.
-  const created = await page.evaluate(async () => {
-    const r = await fetch('/uidb', { method: 'PUT', credentials: 'include' });
-    const d = await fetch('/uidb/made-in-ui', { method: 'PUT', credentials: 'include', headers: { 'Content-Type': 'application/json' }, body: '{"x":1}' });
-    return [r.status, d.status];
-  });
-  check(created[0] === 201 && created[1] === 201, `the logged-in UI creates a database and a document (${created})`);
+  // Create a database with Fauxton's own button and tray; it then shows the new, empty database.
+  await page.goto(`${base}/_utils/#/_all_dbs`);
+  await page.click('button.add-new-database-btn', { timeout: 30000 });
+  await page.fill('#js-new-database-name', 'uidb');
+  await page.click('#js-create-database');
+  await page.waitForURL(/#\/?database\/uidb\/_all_docs/, { timeout: 30000 });
+  const db = await api(base, 'GET', '/uidb');
+  check(db.status === 200 && db.json.doc_count === 0, `Fauxton's Create Database button creates it (${db.status})`);
+  // Create a document in Fauxton's editor (Ace) and its Create Document button.
+  await page.goto(`${base}/_utils/#/database/uidb/new`);
+  await page.waitForSelector('button.save-doc', { timeout: 30000 });
+  await page.click('.ace_content');
+  await page.keyboard.press('Control+A');
+  await page.keyboard.insertText('{"_id": "made-in-ui", "x": 1}');
+  await page.click('button.save-doc');
+  await page.waitForURL(/#\/database\/uidb\/_all_docs/, { timeout: 30000 });
+  const doc = await api(base, 'GET', '/uidb/made-in-ui');
+  check(doc.status === 200 && doc.json.x === 1 && /^1-/.test(doc.json._rev),
+    `Fauxton's editor creates a document (${doc.status} ${JSON.stringify(doc.json)})`);
   await page.close();
 }
 
