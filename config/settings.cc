@@ -68,6 +68,7 @@ constexpr auto kKeys = std::to_array<Key>({
     {"chttpd_auth", "public_fields", Kind::kString},
     {"chttpd_auth", "password_regexp", Kind::kString},
     {"chttpd_auth", "users_db_public", Kind::kBool},
+    {"chttpd_auth", "upgrade_hash_on_auth", Kind::kBool},
     {"chaise", "io_threads", Kind::kInt, 0, 1024},
     {"chaise", "fsync", Kind::kBool},
     {"chaise", "fauxton_dir", Kind::kString},

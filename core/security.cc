@@ -514,6 +514,10 @@ bool may_read_user_doc(const UserCtx& user, std::string_view doc_id) {
   return name && user.name && *name == *user.name;
 }
 
+bool needs_hash_upgrade(const PasswordHash& hash, const UserDbRules& rules) {
+  return hash.scheme != "pbkdf2" || hash.prf != rules.prf || hash.iterations != rules.iterations;
+}
+
 bool strip_non_public_fields(OJson& doc, const std::vector<std::string>& fields) {
   bool any = false;
   for (auto it = doc.begin(); it != doc.end();) {

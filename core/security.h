@@ -125,6 +125,9 @@ Outcome<nlohmann::ordered_json> prepare_user_doc(const nlohmann::ordered_json& d
 // couch_users_db:after_doc_read: may `user` read the user doc with this id? (admins and the user
 // themself.)
 bool may_read_user_doc(const UserCtx& user, std::string_view doc_id);
+// couch_password_hasher:needs_upgrade: whether a stored hash differs from what a new password
+// gets under `rules` (scheme pbkdf2, its PRF and iterations).
+bool needs_hash_upgrade(const PasswordHash& hash, const UserDbRules& rules);
 // couch_users_db:strip_non_public_fields: removes every member of `doc` that does not start with
 // '_' and is not in `fields` (a user doc as another non-admin user reads it). False when no such
 // member is left: CouchDB then answers not_found.

@@ -15,6 +15,8 @@
 #include "core/attachments.h"
 #include "core/databases.h"
 #include "core/documents.h"
+#include "core/json_text.h"
+#include "http/workers.h"
 
 namespace chaise::http {
 
@@ -231,6 +233,7 @@ AuthSettings auth_settings(const config::Sections& values, bool admin_party) {
         "[chttpd_auth] password_regexp is not a list of regexps and {{regexp, reason}} "
         "tuples: password changes are refused until it is");
   }
+  s.upgrade_hash_on_auth = config::get_auth(values, "upgrade_hash_on_auth", "true") != "false";
   s.cors = cors_settings(values);
   s.user_rules.iterations =
       std::max<std::int64_t>(1, std::atoll(config::get_auth(values, "iterations", "600000").c_str()));
@@ -494,6 +497,7 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client)
     }
     result.user = creds->user;
     result.handler = "default";
+    result.upgrade = claim_upgrade(*s, *creds, *basic.name, basic.password);
     return result;
   }
 
@@ -528,8 +532,83 @@ Authenticator::Login Authenticator::login(std::string_view name, std::string_vie
   ensure_secret();
   const auto current = settings();
   out.user = creds->user;
+  out.upgrade = claim_upgrade(*s, *creds, name, password);
   out.set_cookie = make_cookie(client, *current, name, creds->salt, now_seconds());
   return out;
+}
+
+std::optional<HashUpgrade> Authenticator::claim_upgrade(const AuthSettings& s, const Creds& creds,
+                                                        std::string_view name,
+                                                        std::string_view password) const {
+  // Admins of [admins] are hashed at start; only user documents are rewritten (is_doc).
+  if (!s.upgrade_hash_on_auth || creds.rev.empty() || !creds.hash ||
+      !core::needs_hash_upgrade(*creds.hash, s.user_rules)) {
+    return std::nullopt;
+  }
+  std::lock_guard lock(mutex_);
+  if (upgrading_.size() >= kUpgradesMax || !upgrading_.emplace(name).second) return std::nullopt;
+  return HashUpgrade{std::string(name), std::string(password), creds.rev};
+}
+
+void Authenticator::upgrade_hash(const HashUpgrade& u, core::TxIdJanitor* janitor) const {
+  struct Done {  // the user may be upgraded again once this attempt is over, however it ends
+    const Authenticator& auth;
+    const std::string& name;
+    ~Done() {
+      std::lock_guard lock(auth.mutex_);
+      auth.upgrading_.erase(name);
+    }
+  } done{*this, u.name};
+  const std::string id = std::string(core::kUserDocPrefix) + u.name;
+  auto tr = store_.create_transaction();
+  auto opened = core::open_db(tr, core::kUsersDb);
+  if (!opened.ok() || core::failed(*opened)) return;
+  auto current = core::get_doc_json(tr, std::get<core::DbRef>(*opened), id, core::DocReadOptions{});
+  if (!current.ok() || core::failed(*current)) return;
+  auto parsed = core::parse_json_text(std::get<std::string>(*current), core::JsonNumbers::exact);
+  auto* doc = std::get_if<OJson>(&parsed);
+  // A document with attachments is left alone: rewriting it would have to carry them over.
+  if (doc == nullptr || doc->value("_rev", std::string()) != u.rev || doc->contains("_attachments"))
+    return;
+  (*doc)["password"] = u.password;
+  (*doc)["preserve_salt"] = true;
+  const auto s = settings();
+  const core::UserCtx server{std::nullopt, {std::string(core::kAdminRole)}};
+  auto prepared = core::prepare_user_doc(*doc, *doc, server, s->user_rules);
+  auto* body = std::get_if<OJson>(&prepared);
+  if (body == nullptr) return;
+  auto fields = core::parse_doc(*body);
+  auto* fields_ok = std::get_if<core::ParsedDoc>(&fields);
+  if (fields_ok == nullptr) return;
+  core::DocWriteBatch::Item item;
+  item.update.id = id;
+  item.update.base_rev = core::RevId::parse(u.rev);
+  item.update.body = std::move(fields_ok->body);
+  std::vector<core::DocWriteBatch::Item> items;
+  items.push_back(std::move(item));
+  core::DocWriteBatch batch(std::string(core::kUsersDb), std::move(items));
+  while (batch.has_more()) {
+    if (!store_.run([&](storage::Transaction& t) { return batch(t); }).ok()) return;
+    if (janitor != nullptr && !batch.tx_key().empty()) janitor->committed(batch.tx_key());
+    batch.committed();
+  }
+  const auto& result = batch.results().at(0);
+  if (!result || core::failed(*result)) return;  // a conflict: someone else wrote the doc first
+  // The password was just checked: the new revision starts verified.
+  const std::string new_rev = std::get<core::UpdateResult>(*result).rev.str();
+  std::lock_guard lock(mutex_);
+  verified_[u.name] = CacheEntry{sha256(cache_salt_ + u.password), new_rev};
+  spdlog::info("upgraded the stored password hash of user '{}'", u.name);
+}
+
+void schedule_hash_upgrade(const Authenticator& auth, WorkerPool* workers,
+                           core::TxIdJanitor* janitor, HashUpgrade u) {
+  if (workers == nullptr) {
+    auth.upgrade_hash(u, janitor);
+    return;
+  }
+  boost::asio::post(workers->executor(),
+                    [&auth, janitor, u = std::move(u)] { auth.upgrade_hash(u, janitor); });
 }
 
 }  // namespace chaise::http

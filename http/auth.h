@@ -16,11 +16,13 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "config/config.h"
 #include "core/error.h"
 #include "core/security.h"
+#include "core/txid_janitor.h"
 #include "http/cors.h"
 #include "http/router.h"
 #include "storage/database.h"
@@ -45,10 +47,20 @@ struct AuthSettings {
   std::string x_auth_token = "X-Auth-CouchDB-Token";
   std::vector<std::string> public_fields;
   core::UserDbRules user_rules;
+  bool upgrade_hash_on_auth = true;
   CorsSettings cors;  // re-read with the rest when the config changes
 };
 
 AuthSettings auth_settings(const config::Sections& values, bool admin_party);
+
+// upgrade_hash_on_auth (couch_password_hasher): a user who just logged in with a password whose
+// stored hash was made with other settings than new ones get. Holds the password: keep it only as
+// long as it takes to hand it to schedule_hash_upgrade.
+struct HashUpgrade {
+  std::string name;
+  std::string password;
+  std::string rev;  // the user doc's revision the password was checked against
+};
 
 // The outcome of authenticating one request.
 struct AuthResult {
@@ -60,6 +72,7 @@ struct AuthResult {
   // Set when the request must be answered with this error instead (bad credentials, malformed
   // header or cookie, require_valid_user).
   std::optional<core::CouchError> error;
+  std::optional<HashUpgrade> upgrade;  // Basic only: give it to schedule_hash_upgrade
 };
 
 // Who is on the other end of the connection: its address (for the failed-login throttle) and
@@ -87,12 +100,18 @@ class Authenticator {
     std::optional<core::UserCtx> user;  // nullopt: wrong name or password
     std::string set_cookie;             // AuthSession, or a clearing cookie after a failure
     std::optional<core::CouchError> error;  // throttled
+    std::optional<HashUpgrade> upgrade;     // give it to schedule_hash_upgrade
   };
   Login login(std::string_view name, std::string_view password, const Client& client) const;
   // The Set-Cookie value that removes the AuthSession cookie.
   std::string clear_cookie(const Client& client) const;
   // The names CouchDB lists in GET /_session info.authentication_handlers.
   std::vector<std::string> handler_names() const;
+
+  // Rewrites the user doc with the password hashed as new passwords are, its salt kept, when the
+  // doc is still at u.rev (else a later write decided). Blocks for a PBKDF2 and a commit: run it
+  // off the io threads (schedule_hash_upgrade). Hands the commit's transaction id to `janitor`.
+  void upgrade_hash(const HashUpgrade& u, core::TxIdJanitor* janitor) const;
 
   config::Config& config() const { return config_; }
   storage::Database& store() const { return store_; }
@@ -118,6 +137,10 @@ class Authenticator {
   // Failed-login throttle: true when `key` failed too often recently.
   bool throttled(const std::string& key) const;
   void record_failure(const std::string& key) const;
+  // After a successful password check: the upgrade to schedule, if the stored hash needs one and
+  // no upgrade of this user is under way (at most kUpgradesMax at a time).
+  std::optional<HashUpgrade> claim_upgrade(const AuthSettings& s, const Creds& creds,
+                                           std::string_view name, std::string_view password) const;
 
   config::Config& config_;
   storage::Database& store_;
@@ -137,6 +160,13 @@ class Authenticator {
     std::chrono::steady_clock::time_point window_start;
   };
   mutable std::unordered_map<std::string, Failures> failures_;
+  static constexpr std::size_t kUpgradesMax = 64;
+  mutable std::unordered_set<std::string> upgrading_;  // names with an upgrade under way
 };
+
+class WorkerPool;
+// Runs auth.upgrade_hash(u, janitor) on `workers`, or right here when there is no pool.
+void schedule_hash_upgrade(const Authenticator& auth, WorkerPool* workers,
+                           core::TxIdJanitor* janitor, HashUpgrade u);
 
 }  // namespace chaise::http

@@ -53,8 +53,8 @@ Response login(Call& call) {
   }
   const std::string user = name ? *name : *username;
   const std::string password = form_value(form, "password").value_or("");
-  const auto result = call.ctx.auth->login(
-      user, password, Client{call.stream.peer_address(), call.stream.secure()});
+  auto result = call.ctx.auth->login(user, password,
+                                     Client{call.stream.peer_address(), call.stream.secure()});
   if (result.error) throw HttpError(*result.error);
   if (!result.user) {
     const auto fail = call.query.get("fail");
@@ -63,6 +63,10 @@ Response login(Call& call) {
     r.set(beast_http::field::set_cookie, result.set_cookie);
     if (fail) r.set(beast_http::field::location, redirect_uri(call, *fail));
     return r;
+  }
+  if (result.upgrade) {
+    schedule_hash_upgrade(*call.ctx.auth, call.ctx.workers, call.ctx.janitor,
+                          std::move(*result.upgrade));
   }
   const auto next = call.query.get("next");
   Response r = json_response(call.req, next ? Status::found : Status::ok,

@@ -209,6 +209,10 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
     if (auth.error && auth.error->status == 401 && context_.metrics != nullptr) {
       context_.metrics->record_auth_failure();
     }
+    if (auth.upgrade) {
+      schedule_hash_upgrade(*context_.auth, context_.workers, context_.janitor,
+                            std::move(*auth.upgrade));
+    }
   } else {
     auth.user.roles = {std::string(core::kAdminRole)};
   }

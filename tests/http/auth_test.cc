@@ -471,6 +471,53 @@ TEST_F(AuthTest, OthersUserDocsShowOnlyPublicFieldsOnEveryReadPath) {
   EXPECT_EQ(call(verb::get, "/_users/org.couchdb.user:dan/att", {}, bob).status, 404u);
 }
 
+// [chttpd_auth] upgrade_hash_on_auth (couch_password_hasher): a successful login re-hashes a
+// _users password stored with other settings than new passwords get, keeping its salt.
+TEST_F(AuthTest, PasswordHashIsUpgradedAfterLogin) {
+  start();
+  add_user("up", "pw");
+  auto doc = [&] { return as_admin(verb::get, "/_users/org.couchdb.user:up").json(); };
+  // Waits (up to 10 s) for the stored iterations to become `n`.
+  auto wait_for_iterations = [&](int n) {
+    for (int i = 0; i < 200; ++i) {
+      if (doc()["iterations"] == n) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  };
+  const auto before = doc();
+  ASSERT_EQ(before["iterations"], 10);
+  as_admin(verb::put, "/_node/_local/_config/chttpd_auth/iterations", R"("12")");
+  // A wrong password changes nothing; the right one (Basic) upgrades the hash.
+  EXPECT_EQ(call(verb::get, "/_session", {}, basic("up", "nope")).status, 401u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(doc()["_rev"], before["_rev"]);
+  EXPECT_EQ(call(verb::get, "/_session", {}, basic("up", "pw")).json()["userCtx"]["name"], "up");
+  ASSERT_TRUE(wait_for_iterations(12));
+  const auto after = doc();
+  EXPECT_EQ(after["salt"], before["salt"]);
+  EXPECT_NE(after["derived_key"], before["derived_key"]);
+  EXPECT_FALSE(after.contains("password"));
+  EXPECT_FALSE(after.contains("preserve_salt"));
+  EXPECT_TRUE(after["_rev"].get<std::string>().starts_with("2-"));
+  EXPECT_EQ(call(verb::get, "/_session", {}, basic("up", "pw")).json()["userCtx"]["name"], "up");
+  EXPECT_EQ(call(verb::get, "/_session", {}, basic("up", "nope")).status, 401u);
+  // A cookie login (POST /_session) upgrades too.
+  as_admin(verb::put, "/_node/_local/_config/chttpd_auth/iterations", R"("14")");
+  auto r = call(verb::post, "/_session", "name=up&password=pw",
+                {{"Content-Type", "application/x-www-form-urlencoded"}});
+  ASSERT_EQ(r.status, 200u) << r.body;
+  ASSERT_TRUE(wait_for_iterations(14));
+  // Switched off, nothing is rewritten.
+  as_admin(verb::put, "/_node/_local/_config/chttpd_auth/upgrade_hash_on_auth", R"("false")");
+  as_admin(verb::put, "/_node/_local/_config/chttpd_auth/iterations", R"("16")");
+  const std::string rev = doc()["_rev"];
+  EXPECT_EQ(call(verb::get, "/_session", {}, basic("up", "pw")).status, 200u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(doc()["_rev"], rev);
+  EXPECT_EQ(doc()["iterations"], 14);
+}
+
 TEST_F(AuthTest, RepeatedFailuresLockTheAccountForThatAddress) {
   start();
   for (int i = 0; i < 5; ++i) {
