@@ -69,6 +69,9 @@ constexpr auto kKeys = std::to_array<Key>({
     {"chttpd_auth", "password_regexp", Kind::kString},
     {"chttpd_auth", "users_db_public", Kind::kBool},
     {"chttpd_auth", "upgrade_hash_on_auth", Kind::kBool},
+    {"jwt_auth", "required_claims", Kind::kString},
+    {"jwt_auth", "roles_claim_name", Kind::kNonEmpty},
+    {"jwt_auth", "roles_claim_path", Kind::kNonEmpty},
     {"chaise", "io_threads", Kind::kInt, 0, 1024},
     {"chaise", "fsync", Kind::kBool},
     {"chaise", "fauxton_dir", Kind::kString},
@@ -223,7 +226,7 @@ std::optional<std::string> validate(std::string_view section, std::string_view k
 }
 
 bool is_known(std::string_view section, std::string_view key) {
-  return section == "admins" || find_key(section, key) != nullptr;
+  return section == "admins" || section == "jwt_keys" || find_key(section, key) != nullptr;
 }
 
 bool get_bool(const Sections& values, std::string_view section, std::string_view key,

@@ -77,6 +77,20 @@ std::string base64_encode(std::string_view in) {
   return out;
 }
 
+std::optional<std::string> base64url_decode(std::string_view text) {
+  std::string standard(text);
+  for (char& c : standard) {
+    if (c == '-')
+      c = '+';
+    else if (c == '_')
+      c = '/';
+    else if (c == '+' || c == '/' || c == '=')
+      return std::nullopt;
+  }
+  while (standard.size() % 4 != 0) standard.push_back('=');
+  return base64_decode(standard);
+}
+
 std::optional<std::string> base64_decode(std::string_view text) {
   std::string out;
   out.reserve(text.size() / 4 * 3);

@@ -55,6 +55,8 @@ std::optional<std::string> att_digest_from_str(std::string_view digest);
 std::string base64_encode(std::string_view bytes);
 // Strict-enough base64 (whitespace ignored, padding optional); nullopt if malformed.
 std::optional<std::string> base64_decode(std::string_view text);
+// The URL-safe alphabet (RFC 4648 section 5: '-' and '_'), padding optional.
+std::optional<std::string> base64url_decode(std::string_view text);
 
 // Incremental MD5 + SHA-256 of attachment bytes as they are stored.
 class AttHasher {

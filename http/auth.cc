@@ -87,17 +87,6 @@ std::string base64url_encode(std::string_view bytes) {
   return out;
 }
 
-std::optional<std::string> base64url_decode(std::string_view text) {
-  std::string standard(text);
-  for (char& c : standard) {
-    if (c == '-') c = '+';
-    else if (c == '_') c = '/';
-    else if (c == '+' || c == '/' || c == '=') return std::nullopt;
-  }
-  while (standard.size() % 4 != 0) standard.push_back('=');
-  return core::base64_decode(standard);
-}
-
 std::string sha256(std::string_view data) {
   std::array<unsigned char, SHA256_DIGEST_LENGTH> out{};
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), out.data());
@@ -220,6 +209,8 @@ AuthSettings auth_settings(const config::Sections& values, bool admin_party) {
   s.hash_algorithms = std::move(algorithms);
   const std::string handlers = config::get_string(values, "chttpd", "authentication_handlers");
   s.proxy_enabled = handlers.find("proxy_authentication_handler") != std::string::npos;
+  s.jwt_enabled = handlers.find("jwt_authentication_handler") != std::string::npos;
+  if (s.jwt_enabled) s.jwt = jwt_settings(values);
   s.proxy_use_secret = config::get_auth(values, "proxy_use_secret") == "true";
   s.x_auth_username = config::get_auth(values, "x_auth_username", s.x_auth_username);
   s.x_auth_roles = config::get_auth(values, "x_auth_roles", s.x_auth_roles);
@@ -258,6 +249,7 @@ std::vector<std::string> Authenticator::handler_names() const {
   const auto s = settings();
   std::vector<std::string> names;
   if (s->proxy_enabled) names.push_back("proxy");
+  if (s->jwt_enabled) names.push_back("jwt");
   names.push_back("cookie");
   names.push_back("default");
   return names;
@@ -439,9 +431,24 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client)
     }
   }
 
+  // Authorization: Bearer <JWT>, when jwt_authentication_handler is configured.
+  if (s->jwt_enabled) {
+    const std::string_view header = req[beast_http::field::authorization];
+    if (header.starts_with("Bearer ")) {
+      auto checked = verify_jwt(header.substr(7), s->jwt, now_seconds());
+      if (auto* e = std::get_if<core::CouchError>(&checked)) {
+        result.error = std::move(*e);
+        return result;
+      }
+      result.user = std::get<core::UserCtx>(std::move(checked));
+      result.handler = "jwt";
+      return result;
+    }
+  }
+
   // The AuthSession cookie.
   if (auto cookie = cookie_value(req, "AuthSession"); cookie && !cookie->empty()) {
-    const auto decoded = base64url_decode(*cookie);
+    const auto decoded = core::base64url_decode(*cookie);
     std::optional<std::array<std::string, 3>> parts;
     if (decoded) {
       const auto a = decoded->find(':');

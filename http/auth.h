@@ -24,6 +24,7 @@
 #include "core/security.h"
 #include "core/txid_janitor.h"
 #include "http/cors.h"
+#include "http/jwt.h"
 #include "http/router.h"
 #include "storage/database.h"
 
@@ -41,6 +42,8 @@ struct AuthSettings {
   std::string cookie_domain;
   std::vector<std::string> hash_algorithms = {"sha256", "sha"};
   bool proxy_enabled = false;
+  bool jwt_enabled = false;  // jwt_authentication_handler in [chttpd] authentication_handlers
+  JwtSettings jwt;
   bool proxy_use_secret = false;
   std::string x_auth_username = "X-Auth-CouchDB-UserName";
   std::string x_auth_roles = "X-Auth-CouchDB-Roles";
