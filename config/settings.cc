@@ -116,6 +116,8 @@ constexpr auto kMoved = std::to_array<std::array<std::string_view, 3>>({
 const Key* find_key(std::string_view section, std::string_view key) {
   // [couch_httpd_auth] is CouchDB's older name of [chttpd_auth]; both are read.
   if (section == "couch_httpd_auth") section = "chttpd_auth";
+  // [cors:<host>]: [cors]'s keys for one virtual host.
+  if (section.starts_with("cors:")) section = "cors";
   for (const Key& k : kKeys) {
     if (k.section == section && k.key == key) return &k;
   }

@@ -225,7 +225,7 @@ AuthSettings auth_settings(const config::Sections& values, bool admin_party) {
         "tuples: password changes are refused until it is");
   }
   s.upgrade_hash_on_auth = config::get_auth(values, "upgrade_hash_on_auth", "true") != "false";
-  s.cors = cors_settings(values);
+  s.cors = cors_config(values);
   s.user_rules.iterations =
       std::max<std::int64_t>(1, std::atoll(config::get_auth(values, "iterations", "600000").c_str()));
   return s;

@@ -51,7 +51,7 @@ struct AuthSettings {
   std::vector<std::string> public_fields;
   core::UserDbRules user_rules;
   bool upgrade_hash_on_auth = true;
-  CorsSettings cors;  // re-read with the rest when the config changes
+  CorsConfig cors;  // re-read with the rest when the config changes
 };
 
 AuthSettings auth_settings(const config::Sections& values, bool admin_party);

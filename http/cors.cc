@@ -72,32 +72,65 @@ std::string join(const std::vector<std::string>& items) {
 
 }  // namespace
 
-CorsSettings cors_settings(const config::Sections& values) {
+namespace {
+
+// One host's settings: `section`'s keys, else [cors]'s.
+CorsSettings cors_settings(const config::Sections& values, const std::string& section) {
+  auto get = [&](std::string_view key, std::string fallback = {}) {
+    if (const auto sec = values.find(section); sec != values.end()) {
+      if (const auto it = sec->second.find(std::string(key)); it != sec->second.end())
+        return it->second;
+    }
+    return config::get_string(values, "cors", key, std::move(fallback));
+  };
   CorsSettings s;
-  s.enabled = config::get_bool(values, "chttpd", "enable_cors", false);
-  if (!s.enabled) return s;
-  s.credentials = config::get_string(values, "cors", "credentials", "false") == "true";
-  s.origins = split_list(config::get_string(values, "cors", "origins"));
-  const std::string methods = config::get_string(values, "cors", "methods");
+  s.enabled = true;
+  s.credentials = get("credentials", "false") == "true";
+  s.origins = split_list(get("origins"));
+  const std::string methods = get("methods");
   if (methods.empty()) {
     for (auto m : kSupportedMethods) s.methods.emplace_back(m);
   } else {
     s.methods = split_list(methods);
   }
-  const std::string headers = config::get_string(values, "cors", "headers");
+  const std::string headers = get("headers");
   if (headers.empty()) {
     for (auto h : kSupportedHeaders) s.headers.emplace_back(h);
   } else {
     for (const auto& h : split_list(headers)) s.headers.push_back(lower(h));
   }
-  const std::string exposed = config::get_string(values, "cors", "exposed_headers");
+  const std::string exposed = get("exposed_headers");
   if (exposed.empty()) {
     for (auto h : kCouchHeaders) s.exposed.emplace_back(h);
   } else {
     for (const auto& h : split_list(exposed)) s.exposed.push_back(lower(h));
   }
-  s.max_age = config::get_string(values, "cors", "max_age", "600");
+  s.max_age = get("max_age", "600");
   return s;
+}
+
+}  // namespace
+
+CorsConfig cors_config(const config::Sections& values) {
+  CorsConfig c;
+  if (!config::get_bool(values, "chttpd", "enable_cors", false)) return c;
+  c.any_host = cors_settings(values, "cors");
+  for (const auto& [section, keys] : values) {
+    if (section.starts_with("cors:") && section.size() > 5)
+      c.hosts.emplace(section.substr(5), cors_settings(values, section));
+  }
+  return c;
+}
+
+const CorsSettings& CorsConfig::for_request(const Request& req) const {
+  if (hosts.empty()) return any_host;
+  std::string_view host = req["X-Forwarded-Host"];
+  if (host.empty()) host = req[beast_http::field::host];
+  if (const auto scheme = host.find("://"); scheme != std::string_view::npos)
+    host.remove_prefix(scheme + 3);
+  host = host.substr(0, host.find(':'));
+  const auto it = hosts.find(host);
+  return it == hosts.end() ? any_host : it->second;
 }
 
 std::optional<Response> cors_preflight(const Request& req, const CorsSettings& s) {

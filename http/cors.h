@@ -2,12 +2,14 @@
 // page on another origin (PouchDB in a browser, Fauxton served elsewhere) can talk to Chaise.
 //
 // Off unless [chttpd] enable_cors = true. [cors] origins (comma list, "*" for any), credentials,
-// methods, headers, exposed_headers, max_age. A preflight OPTIONS from an accepted origin for a
+// methods, headers, exposed_headers, max_age; a [cors:<host>] section overrides them for requests
+// to that host name. A preflight OPTIONS from an accepted origin for a
 // supported method and headers is answered 204 before authentication (browsers send no
 // credentials with it); every other response to an accepted origin carries
 // Access-Control-Allow-Origin (+ -Credentials) and -Expose-Headers.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,7 +29,15 @@ struct CorsSettings {
   std::string max_age = "600";
 };
 
-CorsSettings cors_settings(const config::Sections& values);
+// [cors], and per virtual host [cors:<host>] whose keys each fall back to [cors]'s
+// (chttpd_cors:cors_config).
+struct CorsConfig {
+  CorsSettings any_host;
+  std::map<std::string, CorsSettings, std::less<>> hosts;  // by host name, without the port
+  // The settings for the host `req` is for: X-Forwarded-Host, else Host, without scheme and port.
+  const CorsSettings& for_request(const Request& req) const;
+};
+CorsConfig cors_config(const config::Sections& values);
 
 // The 204 answer to a CORS preflight, or nullopt when `req` is not one Chaise accepts.
 std::optional<Response> cors_preflight(const Request& req, const CorsSettings& s);

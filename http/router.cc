@@ -195,7 +195,7 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
   if (context_.auth != nullptr) {
     settings = context_.auth->settings();
     // A CORS preflight is answered before authentication: browsers send no credentials with it.
-    if (auto preflight = cors_preflight(request, settings->cors)) {
+    if (auto preflight = cors_preflight(request, settings->cors.for_request(request))) {
       done(preflight, 0);
       co_return std::move(*preflight);
     }
@@ -220,7 +220,7 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
     if (auth.set_cookie && r.find(beast_http::field::set_cookie) == r.end()) {
       r.set(beast_http::field::set_cookie, *auth.set_cookie);
     }
-    if (settings) add_cors_headers(request, settings->cors, r);
+    if (settings) add_cors_headers(request, settings->cors.for_request(request), r);
   };
   DecoratedStream stream{raw_stream, decorate};
   if (auth.user.name) user_name = *auth.user.name;

@@ -641,6 +641,33 @@ TEST_F(AuthTest, CorsPreflightAndResponseHeaders) {
   EXPECT_EQ(r.header(field::access_control_allow_origin), "http://b.example");
   r = call(verb::get, "/", {}, {{"Origin", "http://App.example"}});  // case-sensitive, as CouchDB
   EXPECT_EQ(r.header(field::access_control_allow_origin), "");
+  // [cors:<host>]: another policy for requests to that host name (Host or X-Forwarded-Host, port
+  // and scheme dropped); its keys fall back to [cors]'s (credentials here).
+  as_admin(verb::put, "/_node/_local/_config/cors:vhost.example/origins",
+           R"("http://only.example")");
+  as_admin(verb::put, "/_node/_local/_config/cors:vhost.example/methods", R"("GET")");
+  for (const auto& host : {std::pair<std::string, std::string>{"Host", "vhost.example:5984"},
+                           {"X-Forwarded-Host", "https://vhost.example"}}) {
+    r = call(verb::get, "/", {}, {{host.first, host.second}, {"Origin", "http://only.example"}});
+    EXPECT_EQ(r.header(field::access_control_allow_origin), "http://only.example") << host.second;
+    EXPECT_EQ(r.header(field::access_control_allow_credentials), "true");
+    r = call(verb::get, "/", {}, {{host.first, host.second}, {"Origin", "http://app.example"}});
+    EXPECT_EQ(r.header(field::access_control_allow_origin), "") << host.second;
+  }
+  r = call(verb::options, "/db", {},
+           {{"Host", "vhost.example"},
+            {"Origin", "http://only.example"},
+            {"Access-Control-Request-Method", "PUT"}});
+  EXPECT_NE(r.status, 204u);
+  r = call(verb::options, "/db", {},
+           {{"Host", "vhost.example"},
+            {"Origin", "http://only.example"},
+            {"Access-Control-Request-Method", "GET"}});
+  EXPECT_EQ(r.status, 204u);
+  EXPECT_EQ(r.header(field::access_control_allow_methods), "GET");
+  // Other hosts keep [cors].
+  r = call(verb::get, "/", {}, {{"Origin", "http://app.example"}});
+  EXPECT_EQ(r.header(field::access_control_allow_origin), "http://app.example");
   // Disabled (the default): nothing.
   as_admin(verb::put, "/_node/_local/_config/chttpd/enable_cors", R"("false")");
   r = call(verb::get, "/", {}, {{"Origin", "http://app.example"}});
