@@ -313,6 +313,12 @@ MaybeResponse handle_server(Call& call) {
     if (!is_get(call)) throw_method_not_allowed("GET,HEAD");
     co_return json_response(call.req, Status::ok, Json::array());
   }
+  if (first == "_replicate" || first == "_scheduler") {
+    // Chaise is a replication peer, not a replicator: say so rather than "no such database".
+    throw HttpError(501, "not_implemented",
+                    "Chaise does not run replications; run CouchDB's or PouchDB's replicator "
+                    "against it");
+  }
   not_a_database(call);
 }
 
