@@ -18,12 +18,13 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
-#include <variant>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
+#include "core/base64.h"
 #include "core/databases.h"
 #include "core/error.h"
 #include "storage/transaction.h"
@@ -51,12 +52,6 @@ inline constexpr std::size_t kAttChunkBytes = 90'000;
 std::string att_digest_str(std::string_view md5_raw);
 // Inverse of att_digest_str; nullopt unless "md5-" + base64 of 16 bytes.
 std::optional<std::string> att_digest_from_str(std::string_view digest);
-
-std::string base64_encode(std::string_view bytes);
-// Strict-enough base64 (whitespace ignored, padding optional); nullopt if malformed.
-std::optional<std::string> base64_decode(std::string_view text);
-// The URL-safe alphabet (RFC 4648 section 5: '-' and '_'), padding optional.
-std::optional<std::string> base64url_decode(std::string_view text);
 
 // Incremental MD5 + SHA-256 of attachment bytes as they are stored.
 class AttHasher {

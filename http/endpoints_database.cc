@@ -46,6 +46,9 @@ using ItemResult = core::DocWriteBatch::ItemResult;
 
 // Documents looked up per read transaction by _revs_diff / _missing_revs.
 constexpr std::size_t kReadIdsPerTransaction = 1000;
+// An answer to _revs_diff / _missing_revs larger than this is streamed in pieces of about this
+// size.
+constexpr std::size_t kStreamChunkBytes = 256 * 1024;
 
 // /{db} answers these (PUT is handled before, and CouchDB does not list it).
 constexpr std::string_view kDbMethods = "DELETE,GET,HEAD,POST";
@@ -520,24 +523,39 @@ void append_rev_list(std::string& out, const std::vector<std::string>& revs) {
 }
 
 // POST /{db}/_revs_diff (missing_revs = false) and /{db}/_missing_revs (true).
-Response revs_diff(Call& call, bool missing_revs) {
+MaybeResponse revs_diff(Call& call, bool missing_revs) {
   if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
   const std::vector<IdRevs> request = parse_id_revs(call);
   // Snapshot reads, in a fresh transaction every kReadIdsPerTransaction documents so that a large
   // request never outlives one transaction's 5 s read window.
   // The answer is written as text: a JSON object of that many members would be built in
   // quadratic time (ordered_json finds members by a linear scan). The parsed body has unique ids.
+  // A small answer goes out whole; a larger one is streamed (chunked) in pieces of about
+  // kStreamChunkBytes, so that it is never held whole next to the request.
   std::optional<storage::Transaction> tr;
   core::DbRef db;
   std::string out = missing_revs ? "{\"missing_revs\":{" : "{";
   bool first = true;
+  bool streaming = false;
   for (std::size_t i = 0; i < request.size(); ++i) {
-    const IdRevs& entry = request[i];
-    if (i % kReadIdsPerTransaction == 0) {
-      tr.emplace(call.store().create_transaction());
-      db = open_db_at(*tr, call.path.front());
+    if (out.size() >= kStreamChunkBytes) {
+      if (!streaming && !co_await call.stream.begin(stream_head(call.req))) co_return std::nullopt;
+      streaming = true;
+      if (!co_await call.stream.write(out)) co_return std::nullopt;
+      out.clear();
     }
-    auto diff = value_or_throw(core::revs_diff(*tr, db, entry.id, entry.revs));
+    const IdRevs& entry = request[i];
+    std::optional<core::RevsDiff> diff;
+    try {
+      if (i % kReadIdsPerTransaction == 0) {
+        tr.emplace(call.store().create_transaction());
+        db = open_db_at(*tr, call.path.front());
+      }
+      diff = value_or_throw(core::revs_diff(*tr, db, entry.id, entry.revs));
+    } catch (const HttpError&) {
+      if (!streaming) throw;
+      co_return std::nullopt;  // the head is sent: ending the stream unfinished is all we can do
+    }
     if (!diff) continue;
     if (!first) out.push_back(',');
     first = false;
@@ -556,7 +574,10 @@ Response revs_diff(Call& call, bool missing_revs) {
     out.push_back('}');
   }
   out += missing_revs ? "}}" : "}";
-  return raw_json_response(call.req, Status::ok, std::move(out));
+  if (!streaming) co_return raw_json_response(call.req, Status::ok, std::move(out));
+  out.push_back('\n');  // as raw_json_response ends its body
+  if (co_await call.stream.write(out)) co_await call.stream.finish();
+  co_return std::nullopt;
 }
 
 // ---- /{db}/_revs_limit --------------------------------------------------------------------------
@@ -698,8 +719,8 @@ MaybeResponse handle_database(Call& call) {
   if (path.size() == 2) {
     if (op == "_bulk_docs") co_return co_await bulk_docs(call, db);
     if (op == "_bulk_get") co_return co_await handle_bulk_get(call, db);
-    if (op == "_revs_diff") co_return revs_diff(call, false);
-    if (op == "_missing_revs") co_return revs_diff(call, true);
+    if (op == "_revs_diff") co_return co_await revs_diff(call, false);
+    if (op == "_missing_revs") co_return co_await revs_diff(call, true);
     if (op == "_revs_limit") co_return co_await revs_limit(call, db);
     if (op == "_security") co_return co_await security(call, db);
     if (op == "_ensure_full_commit") {

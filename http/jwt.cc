@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "core/attachments.h"
+#include "core/base64.h"
 #include "core/json_text.h"
 
 namespace chaise::http {

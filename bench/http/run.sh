@@ -14,6 +14,8 @@
 # Environment: DURATION (s, default 10), STREAM_DOCS (default 1000000), WORKLOADS ("put get bulk scan"),
 # BENCH_AUTH=user:password: Basic auth on every request (with --chaise: that user is the server
 # admin; without BENCH_AUTH, --chaise runs in admin party).
+# BENCH_LOAD_AUTHORIZATION="Bearer <jwt>": this Authorization header on the load requests instead
+# (set-up still uses BENCH_AUTH), e.g. to measure JWT authentication.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -54,6 +56,10 @@ auth_header=""
 if [[ -n "${BENCH_AUTH:-}" ]]; then
   curl_auth=(-u "$BENCH_AUTH")
   auth_header="Basic $(printf '%s' "$BENCH_AUTH" | base64 -w0)"
+  wrk_auth=(-H "Authorization: $auth_header")
+fi
+if [[ -n "${BENCH_LOAD_AUTHORIZATION:-}" ]]; then
+  auth_header="$BENCH_LOAD_AUTHORIZATION"
   wrk_auth=(-H "Authorization: $auth_header")
 fi
 export BENCH_AUTH_HEADER="$auth_header"
