@@ -28,7 +28,8 @@
 //   The first error in CouchDB's order wins: all operators are checked before any field name.
 // - matches() never throws, and recurses only along the selector (at most kSelectorDepthMax
 //   levels): a document however deep or large is walked by iteration, and compared only as deep
-//   as the selector's argument goes. A $regex costs at most kRegexStepsMax steps.
+//   as the selector's argument goes. A $regex search costs at most kRegexCostMax (subject bytes
+//   x RE2 instructions).
 // - A Selector is immutable. Copies share one normalized tree; any number of threads may call
 //   matches() on one Selector at once.
 //
@@ -60,17 +61,12 @@
 // - Strings compare by UTF-8 bytes (= code points), not with ICU's root collation: "B" < "a"
 //   here, "a" < "B" in CouchDB; canonically equivalent strings (precomposed vs combining
 //   accents) are equal in CouchDB, different here. Equality of ordinary strings is unaffected.
-// - $regex runs on Chaise's own engine, not PCRE: linear time, no recursion, byte-oriented like
-//   Erlang's re without the unicode option (ASCII-only case folding, "." is one byte). It
-//   supports literals and escapes (\n \t \xhh \x{hh} \0oo \o{ooo} \cX \Q..\E), . ^ $ \A \z \Z
-//   \G \b \B, classes ([...], [:posix:], \d \w \s \h \v and negations), groups ((...), (?:...),
-//   named, (?|...)), alternation, greedy and lazy quantifiers, comments, and the options
-//   i m s x U J (inline or scoped). It refuses, as "not supported by Chaise": backreferences,
-//   lookaround, atomic groups, possessive quantifiers, conditionals, recursion, callouts, verbs,
-//   \p{..}, \R, \X, \K, \N, \C, unknown letter escapes (PCRE 8 reads \y as "y", PCRE2 refuses
-//   it), a quantifier on an assertion or on a quantifier, and patterns that compile to more
-//   than kRegexProgramSizeMax instructions. A match needing more than kRegexStepsMax steps is
-//   no match (Erlang's re answers nomatch past PCRE's match_limit too, at other points).
+// - $regex is translated to RE2 (core/mango_regex.h): linear time, no recursion, byte-oriented
+//   like Erlang's re without the unicode option. It refuses, as "not supported by Chaise",
+//   the PCRE features RE2 lacks (backreferences, lookaround, atomic groups, possessive
+//   quantifiers, conditionals, recursion, \p{..}, ...; mango_regex.h lists them). A search
+//   costing more than kRegexCostMax is no match (Erlang's re answers nomatch past PCRE's
+//   match_limit too, at other points).
 // - {"$mod": [0, r]} is refused as a bad argument; CouchDB accepts it and then fails matching.
 // - Field names with an empty segment ("a..b", "a.", "") are refused at parse, as on CouchDB's
 //   main branch; 3.5 raised that error only while matching, and gave {"": ...} the
@@ -86,19 +82,13 @@
 #include <variant>
 
 #include "core/error.h"
+#include "core/mango_regex.h"
 
 namespace chaise::core {
 
 // Nesting of arrays and objects in a selector, arguments included ({"a": 1} is 1 level).
 // Deeper selectors are rejected at parse; this bounds every recursion of parse and match.
 inline constexpr int kSelectorDepthMax = 64;
-// Nesting of groups in a $regex pattern (PCRE's default parenthesis nesting limit is 250).
-inline constexpr int kRegexNestingMax = 250;
-// Instructions of one compiled $regex ("a{1000}" is 1000); larger patterns are rejected.
-inline constexpr std::size_t kRegexProgramSizeMax = 20'000;
-// Steps (instruction visits) one $regex match may take before it gives up as no match; the
-// same bound as the default match_limit of Erlang's re.
-inline constexpr std::uint64_t kRegexStepsMax = 10'000'000;
 
 namespace selector_detail {
 struct Node;
