@@ -132,9 +132,20 @@ Outcome<std::vector<MangoField>> parse_mango_fields(const OrderedJson& list, std
   return out;
 }
 
-std::vector<MangoIndex> mango_indexes(const std::string& ddoc_id, const OrderedJson& ddoc) {
+std::optional<bool> ddoc_partitioned_option(const OrderedJson& ddoc) {
+  if (!ddoc.is_object()) return std::nullopt;
+  auto o = ddoc.find("options");
+  if (o == ddoc.end() || !o->is_object()) return std::nullopt;
+  auto p = o->find("partitioned");
+  if (p == o->end() || !p->is_boolean()) return std::nullopt;
+  return p->get<bool>();
+}
+
+std::vector<MangoIndex> mango_indexes(const std::string& ddoc_id, const OrderedJson& ddoc,
+                                      bool db_partitioned) {
   std::vector<MangoIndex> out;
   if (!ddoc.is_object() || ddoc.value("language", "") != "query") return out;
+  const bool partitioned = ddoc_partitioned_option(ddoc).value_or(db_partitioned);
   auto views = ddoc.find("views");
   if (views == ddoc.end() || !views->is_object()) return out;
   for (auto it = views->begin(); it != views->end(); ++it) {
@@ -145,6 +156,7 @@ std::vector<MangoIndex> mango_indexes(const std::string& ddoc_id, const OrderedJ
     MangoIndex idx;
     idx.ddoc = ddoc_id;
     idx.name = it.key();
+    idx.partitioned = partitioned;
     OrderedJson def_fields = OrderedJson::array();
     bool ok = true;
     for (auto f = map["fields"].begin(); f != map["fields"].end(); ++f) {

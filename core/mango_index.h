@@ -29,7 +29,13 @@ struct MangoIndex {
   std::vector<MangoField> fields;
   std::optional<OrderedJson> partial_filter;  // partial_filter_selector
   OrderedJson def;                            // {"fields":[{"f":"asc"}], ...} as GET _index shows
+  // Rows kept per partition, for partition queries only (mango_idx:get_idx_partitioned/2: the
+  // design document's options.partitioned, else whether the database is partitioned).
+  bool partitioned = false;
 };
+
+// A design document's options.partitioned when it is a boolean.
+std::optional<bool> ddoc_partitioned_option(const OrderedJson& ddoc);
 
 // The selector with CouchDB's normalization of the simple cases (mango_selector:normalize):
 // {"a": 1} -> {"a": {"$eq": 1}}, {"a": {"b": 1}} -> {"a.b": {"$eq": 1}}, inside $and/$or/$nor
@@ -46,7 +52,8 @@ const OrderedJson* field_value(const OrderedJson& doc, const std::vector<std::st
 Outcome<std::vector<MangoField>> parse_mango_fields(const OrderedJson& list, std::string_view what);
 
 // The json indexes a design document body defines (language "query"), in view-name order.
-std::vector<MangoIndex> mango_indexes(const std::string& ddoc_id, const OrderedJson& ddoc);
+std::vector<MangoIndex> mango_indexes(const std::string& ddoc_id, const OrderedJson& ddoc,
+                                      bool db_partitioned);
 
 // The key a json index view emits for `doc`, or nullopt when it emits none.
 std::optional<OrderedJson> mango_index_key(const OrderedJson& doc, const OrderedJson& map_def);

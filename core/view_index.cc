@@ -90,7 +90,7 @@ Outcome<ViewGroup> ViewGroup::from_design_doc(const std::string& ddoc_id, const 
                    : "javascript";
   OrderedJson sig_input = OrderedJson::object();
   sig_input["language"] = g.language;
-  g.partitioned = db_partitioned && g.language != "query";
+  g.partitioned = db_partitioned;
   if (auto o = doc.find("options"); o != doc.end() && o->is_object()) {
     g.include_design = o->value("include_design", false) == true;
     g.local_seq = o->value("local_seq", false) == true;

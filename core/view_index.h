@@ -51,7 +51,7 @@ struct ViewGroup {
   bool include_design = false;
   bool local_seq = false;
   // A partitioned design document (in a partitioned database, unless options.partitioned is
-  // false; JavaScript views only): its rows are kept per partition (the document id's part
+  // false; Mango indexes too): its rows are kept per partition (the document id's part
   // before ':'), and it is queried one partition at a time.
   bool partitioned = false;
 

@@ -6,13 +6,15 @@
 // the one named by use_index), scanning only the first field's range the selector allows, and
 // checks every document against the whole selector; without one it scans _all_docs. Text
 // indexes need a search service CouchDB 3.5 does not ship either: refused with CouchDB's error.
+#include <openssl/evp.h>
+
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <map>
-#include <openssl/evp.h>
 
 #include "core/attachments.h"
 #include "core/cursors.h"
+#include "core/design_doc.h"
 #include "core/mango_index.h"
 #include "core/view_index.h"
 #include "http/js_request.h"
@@ -47,7 +49,8 @@ struct DesignDocs {
 DesignDocs read_design_docs(const Call& call, const core::DbRef& db) {
   DesignDocs out;
   for (auto& [id, doc] : read_design_doc_bodies(call, db)) {
-    for (auto& idx : core::mango_indexes(id, doc)) out.indexes.push_back(std::move(idx));
+    for (auto& idx : core::mango_indexes(id, doc, db.partitioned))
+      out.indexes.push_back(std::move(idx));
     out.bodies[id] = std::move(doc);
   }
   return out;
@@ -58,7 +61,7 @@ OrderedJson index_json(const core::MangoIndex& idx) {
   j["ddoc"] = idx.ddoc;
   j["name"] = idx.name;
   j["type"] = "json";
-  j["partitioned"] = false;
+  j["partitioned"] = idx.partitioned;
   j["def"] = idx.def;
   return j;
 }
@@ -79,6 +82,9 @@ MaybeResponse write_index_ddoc(const Call& call, const core::DbRef& db, const st
                                const OrderedJson& doc, bool deleted) {
   Json as_json = Json::parse(doc.dump());
   if (auto err = check_doc_write(call, db, as_json)) throw HttpError(*err);
+  if (!deleted)
+    if (auto e = core::validate_design_doc(ddoc, as_json, core::Partitioned{db.partitioned}))
+      throw HttpError(*e);
   core::DocUpdate u;
   u.id = ddoc;
   if (doc.contains("_rev")) u.base_rev = core::RevId::parse(doc["_rev"].get<std::string>());
@@ -131,6 +137,15 @@ MaybeResponse create_index(Call& call, const core::DbRef& db) {
     partial = core::normalize_selector(index["partial_filter_selector"]);
   }
   map["partial_filter_selector"] = partial;
+  // mango_opts:validate_partitioned/1: true or false; absent means the database's default.
+  std::optional<bool> partitioned;
+  if (body.contains("partitioned")) {
+    if (!body["partitioned"].is_boolean())
+      throw HttpError(
+          400, "bad_request",
+          "Invalid value for partitioned: " + body["partitioned"].dump() + " (true or false)");
+    partitioned = body["partitioned"].get<bool>();
+  }
   // Default names: a digest of the definition (and of the name for the design document, so
   // that two names for one definition are two indexes, as in CouchDB).
   const std::string hash = md5_hex(map.dump());
@@ -146,6 +161,12 @@ MaybeResponse create_index(Call& call, const core::DbRef& db) {
     doc = it->second;
     if (doc.value("language", "") != "query")
       throw HttpError(400, "invalid_index", "Design document " + ddoc + " is not a Mango index design document");
+    // mango_idx:set_ddoc_partitioned/2: an existing design document keeps its option, and an
+    // index asking for another one (or for none when it has one) is refused.
+    if (core::ddoc_partitioned_option(doc) != partitioned)
+      throw HttpError(
+          400, "invalid_partitioned_option",
+          "Requested partitioned option does not match existing value on design document " + ddoc);
     if (doc.contains("views") && doc["views"].contains(name) && doc["views"][name].contains("map") &&
         doc["views"][name]["map"] == map) {
       OrderedJson out = OrderedJson::object();
@@ -163,6 +184,11 @@ MaybeResponse create_index(Call& call, const core::DbRef& db) {
   view["reduce"] = "_count";
   view["options"] = OrderedJson{{"def", OrderedJson{{"fields", index["fields"]}}}};
   doc["views"][name] = view;
+  if (partitioned && !doc.contains("_rev")) {
+    if (!doc.contains("options") || !doc["options"].is_object())
+      doc["options"] = OrderedJson::object();
+    doc["options"]["partitioned"] = *partitioned;
+  }
 
   if (auto failed = co_await write_index_ddoc(call, db, ddoc, doc, false)) co_return failed;
   OrderedJson out = OrderedJson::object();
@@ -293,12 +319,15 @@ struct Plan {
   std::optional<std::string> warning;
 };
 
-Plan choose(const FindRequest& r, const std::vector<core::MangoIndex>& indexes) {
+// `partition_query`: a /{db}/_partition/{p}/_find, which only partitioned indexes can answer
+// (and a global query only global ones: mango_idx:filter_partition_indexes/2).
+Plan choose(const FindRequest& r, const std::vector<core::MangoIndex>& indexes, bool db_partitioned,
+            bool partition_query) {
   Plan p;
   const core::MangoIndex* best = nullptr;
   bool asked_unusable = false;
   for (const auto& idx : indexes) {
-    if (!core::mango_index_usable(idx, r.selector, r.sort)) {
+    if (idx.partitioned != partition_query || !core::mango_index_usable(idx, r.selector, r.sort)) {
       if (r.use_index && idx.ddoc == (*r.use_index)[0]) asked_unusable = true;
       continue;
     }
@@ -313,7 +342,7 @@ Plan choose(const FindRequest& r, const std::vector<core::MangoIndex>& indexes) 
     std::string named = (*r.use_index)[0] + (r.use_index->size() > 1 ? ", " + (*r.use_index)[1] : "");
     FindRequest any = r;
     any.use_index.reset();
-    p = choose(any, indexes);
+    p = choose(any, indexes, db_partitioned, partition_query);
     (void)asked_unusable;
     p.warning = named + " was not used because it does not contain a valid index for this query.";
     return p;
@@ -324,12 +353,15 @@ Plan choose(const FindRequest& r, const std::vector<core::MangoIndex>& indexes) 
   }
   bool id_sort = true;
   for (const auto& f : r.sort) id_sort = id_sort && f.name == "_id";
-  if (!id_sort)
-    throw HttpError(400, "no_usable_index", "No index exists for this sort, try indexing by the sort fields.");
+  if (!id_sort) {  // mango_idx:mango_sort_error/2
+    const char* which = !db_partitioned ? "" : partition_query ? " partitioned" : " global";
+    throw HttpError(400, "no_usable_index",
+                    std::string("No") + which +
+                        " index exists for this sort, try indexing by the sort fields.");
+  }
   p.warning = "No matching index found, create an index to optimize query time.";
   return p;
 }
-
 
 MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
   require_method(call, "POST");
@@ -337,14 +369,14 @@ MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
   const OrderedJson body = OrderedJson::parse(raw.dump());
   const FindRequest r = parse_find(body);
   DesignDocs d = read_design_docs(call, db);
-  const Plan plan = choose(r, d.indexes);
+  const Plan plan = choose(r, d.indexes, db.partitioned, call.partition.has_value());
   const bool descending = !r.sort.empty() && r.sort[0].descending;
 
   if (explain) {
     OrderedJson out = OrderedJson::object();
     out["dbname"] = db.name;
     out["index"] = plan.index ? index_json(*plan.index) : all_docs_index_json();
-    out["partitioned"] = call.partition.has_value();
+    out["partitioned"] = db.partitioned;
     out["selector"] = r.selector;
     OrderedJson opts = OrderedJson::object();
     if (call.partition) opts["partition"] = *call.partition;
@@ -408,6 +440,7 @@ MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
     if (!view) throw HttpError(404, "not_found", "missing_named_view");
     core::ViewQuery q;
     q.view = *view;
+    if (group->partitioned) q.partition = call.partition.value_or("");
     q.include_docs = true;
     q.conflicts = r.conflicts;
     q.reduce = false;

@@ -328,6 +328,108 @@ TEST_F(DesignTest, PartitionEndpoints) {
   expect_error(admin(verb::get, "/pdb/_partition/a/_changes"), 404, "not_found", "missing");
 }
 
+// Mango indexes in a partitioned database are partitioned unless `"partitioned": false`: a
+// partitioned one answers only /_partition/{p}/_find (reading that partition's rows), a global
+// one only /{db}/_find (mango_idx:filter_partition_indexes), as on CouchDB 3.5.
+TEST_F(DesignTest, PartitionedAndGlobalMangoIndexes) {
+  ASSERT_EQ(admin(verb::put, "/pdb?partitioned=true").status, 201u);
+  Json docs = Json::array();
+  for (int i = 0; i < 20; ++i)
+    docs.push_back(
+        {{"_id", std::string(i % 2 ? "p:" : "q:") + std::to_string(100 + i)}, {"a", i}, {"b", i}});
+  ASSERT_EQ(admin(verb::post, "/pdb/_bulk_docs", Json{{"docs", docs}}.dump()).status, 201u);
+  EXPECT_EQ(
+      admin(verb::post, "/pdb/_index", R"({"index":{"fields":["a"]},"ddoc":"ia","name":"ia"})")
+          .json()["result"],
+      "created");
+  EXPECT_EQ(admin(verb::post, "/pdb/_index",
+                  R"({"index":{"fields":["b"]},"ddoc":"ib","name":"ib","partitioned":false})")
+                .json()["result"],
+            "created");
+  // The design document records an explicit choice only.
+  EXPECT_FALSE(admin(verb::get, "/pdb/_design/ia").json().contains("options"));
+  EXPECT_EQ(admin(verb::get, "/pdb/_design/ib").json()["options"], Json({{"partitioned", false}}));
+  Json list = admin(verb::get, "/pdb/_index").json();
+  ASSERT_EQ(list["indexes"].size(), 3u);
+  EXPECT_EQ(list["indexes"][1]["name"], "ia");
+  EXPECT_EQ(list["indexes"][1]["partitioned"], true);
+  EXPECT_EQ(list["indexes"][2]["name"], "ib");
+  EXPECT_EQ(list["indexes"][2]["partitioned"], false);
+
+  // Each scope uses its own indexes; the other scope's index is not a candidate.
+  auto explained = [&](const std::string& path, const std::string& body) {
+    return admin(verb::post, path, body).json()["index"]["name"].get<std::string>();
+  };
+  EXPECT_EQ(explained("/pdb/_partition/p/_explain", R"({"selector":{"a":{"$gt":5}}})"), "ia");
+  EXPECT_EQ(explained("/pdb/_partition/p/_explain", R"({"selector":{"b":{"$gt":5}}})"),
+            "_all_docs");
+  EXPECT_EQ(explained("/pdb/_explain", R"({"selector":{"b":{"$gt":5}}})"), "ib");
+  EXPECT_EQ(explained("/pdb/_explain", R"({"selector":{"a":{"$gt":5}}})"), "_all_docs");
+  EXPECT_EQ(admin(verb::post, "/pdb/_explain", R"({"selector":{"a":1}})").json()["partitioned"],
+            true);
+
+  // The partitioned index answers from the partition's rows, sorted.
+  Json found = admin(verb::post, "/pdb/_partition/p/_find",
+                     R"({"selector":{"a":{"$gt":5}},"sort":["a"],"fields":["_id","a"]})")
+                   .json();
+  ASSERT_EQ(found["docs"].size(), 7u);
+  EXPECT_EQ(found["docs"][0], Json({{"_id", "p:107"}, {"a", 7}}));
+  EXPECT_EQ(found["docs"][6], Json({{"_id", "p:119"}, {"a", 19}}));
+  Json stats = admin(verb::post, "/pdb/_partition/p/_find",
+                     R"({"selector":{"a":{"$gte":0}},"execution_stats":true})")
+                   .json()["execution_stats"];
+  EXPECT_EQ(stats["total_keys_examined"], 10);  // the partition's rows, not the database's 20
+  found = admin(verb::post, "/pdb/_find",
+                R"({"selector":{"b":{"$lt":4}},"sort":["b"],"fields":["_id"]})")
+              .json();
+  ASSERT_EQ(found["docs"].size(), 4u);
+  EXPECT_EQ(found["docs"][1]["_id"], "p:101");
+  // A sort only the other scope's index could serve: CouchDB's scope-specific errors.
+  expect_error(admin(verb::post, "/pdb/_find", R"({"selector":{"a":{"$gt":0}},"sort":["a"]})"), 400,
+               "no_usable_index",
+               "No global index exists for this sort, try indexing by the sort fields.");
+  expect_error(
+      admin(verb::post, "/pdb/_partition/p/_find", R"({"selector":{"b":{"$gt":0}},"sort":["b"]})"),
+      400, "no_usable_index",
+      "No partitioned index exists for this sort, try indexing by the sort fields.");
+  expect_error(admin(verb::post, "/db/_find", R"({"selector":{"z":{"$gt":0}},"sort":["z"]})"), 400,
+               "no_usable_index",
+               "No index exists for this sort, try indexing by the sort fields.");
+
+  // An index may not change an existing design document's option, nor ask for a bad one.
+  expect_error(
+      admin(verb::post, "/pdb/_index",
+            R"({"index":{"fields":["a","b"]},"ddoc":"ia","name":"iab","partitioned":false})"),
+      400, "invalid_partitioned_option",
+      "Requested partitioned option does not match existing value on design document _design/ia");
+  expect_error(
+      admin(verb::post, "/pdb/_index", R"({"index":{"fields":["b"]},"ddoc":"ib","name":"ib"})"),
+      400, "invalid_partitioned_option",
+      "Requested partitioned option does not match existing value on design document _design/ib");
+  expect_error(
+      admin(verb::post, "/pdb/_index", R"({"index":{"fields":["c"]},"partitioned":"yes"})"), 400,
+      "bad_request", "Invalid value for partitioned: \"yes\" (true or false)");
+  expect_error(admin(verb::post, "/db/_index", R"({"index":{"fields":["c"]},"partitioned":true})"),
+               400, "invalid_design_doc",
+               "partitioned option cannot be true in a non-partitioned database.");
+  EXPECT_EQ(admin(verb::get, "/db/_index").json()["total_rows"], 1);
+  EXPECT_EQ(
+      admin(verb::post, "/pdb/_index", R"({"index":{"fields":["a","b"]},"ddoc":"ia","name":"iab"})")
+          .json()["result"],
+      "created");
+
+  // Edits move rows within their partition's index.
+  const std::string rev = admin(verb::get, "/pdb/p:119").json()["_rev"];
+  ASSERT_EQ(admin(verb::put, "/pdb/p:119", Json{{"_rev", rev}, {"a", 1}, {"b", 1}}.dump()).status,
+            201u);
+  found = admin(verb::post, "/pdb/_partition/p/_find",
+                R"({"selector":{"a":{"$lt":3}},"fields":["_id"]})")
+              .json();
+  ASSERT_EQ(found["docs"].size(), 2u);
+  EXPECT_EQ(found["docs"][0]["_id"], "p:101");
+  EXPECT_EQ(found["docs"][1]["_id"], "p:119");
+}
+
 TEST_F(ViewTest, MapQueryParameters) {
   Json all = view("by_n");
   EXPECT_EQ(all["total_rows"], 6);
