@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "core/couch_rev.h"
+#include "core/replicator_docs.h"
 #include "core/security.h"
 
 namespace chaise::core {
@@ -656,12 +657,24 @@ StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std
     if (!public_body) return std::string();
     body = *public_body;
   }
-  std::string json = splice_doc(body, id, b.branch.leaf.str(), {});
+  // The branch as the reader sees it: in _replicator, maybe under a made-up leaf revision.
+  Branch shown = b.branch;
+  if (o.replication_reader && !id.starts_with("_design/")) {
+    public_body = masked_replicator_body(body, *o.replication_reader);
+    if (public_body) {
+      body = *public_body;
+      std::optional<RevId> parent;
+      if (!shown.ancestors.empty()) parent = RevId{shown.leaf.pos - 1, shown.ancestors.front()};
+      static const std::vector<AttInfo> kNoAtts;
+      shown.leaf.hash = new_rev_hash(shown.deleted, parent, body, *rec ? (*rec)->atts : kNoAtts);
+    }
+  }
+  std::string json = splice_doc(body, id, shown.leaf.str(), {});
   std::vector<std::string> tail;
   if (b.branch.deleted) tail.push_back("\"_deleted\":true");
-  if (o.revs) tail.push_back("\"_revisions\":" + revisions_json(b.branch).dump());
+  if (o.revs) tail.push_back("\"_revisions\":" + revisions_json(shown).dump());
   if (o.revs_info) {
-    auto ri = revs_info_member(tr, db, id, b.branch);
+    auto ri = revs_info_member(tr, db, id, shown);
     if (!ri.ok()) return ri.error();
     tail.push_back(std::move(*ri));
   }

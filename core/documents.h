@@ -120,6 +120,10 @@ struct DocReadOptions {
   // couch_users_db:after_doc_read for a reader who is not the user: the body keeps only these
   // members (see strip_non_public_fields); a body that keeps none renders as "" (not_found).
   std::optional<std::vector<std::string>> public_fields;
+  // couch_replicator_docs:after_doc_read for a reader of _replicator who is not an admin (the
+  // reader's name, null for none): a document this reader does not own shows its source and
+  // target without credentials, under the revision id CouchDB makes up for that body.
+  std::optional<std::optional<std::string>> replication_reader;
 };
 // The document JSON with _id/_rev spliced into the stored body. 404 missing / deleted as CouchDB.
 StorageResult<Outcome<std::string>> get_doc_json(Transaction& tr, const DbRef& db,

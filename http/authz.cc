@@ -1,12 +1,12 @@
 // Authorization: what the authenticated user of a request may do. CouchDB 3.5's rules from
 // chttpd_auth_request.erl (paths), couch_db.erl (check_is_member / check_is_admin, design
 // documents) and couch_users_db.erl (the _users database).
-#include "http/request.h"
-
 #include <array>
 
 #include "config/settings.h"
+#include "core/replicator_docs.h"
 #include "http/auth.h"
+#include "http/request.h"
 
 namespace chaise::http {
 
@@ -124,6 +124,11 @@ std::optional<core::CouchError> check_doc_write(const Call& call, const core::Db
     if (!call.user.name) return core::CouchError{401, "unauthorized", reason};
     return core::CouchError{403, "forbidden", reason};
   }
+  if (db.name == core::kReplicatorDb) {
+    if (design) return std::nullopt;
+    return core::prepare_replicator_doc(doc, call.user,
+                                        core::is_db_admin(call.user, call.security));
+  }
   if (db.name != core::kUsersDb) return std::nullopt;
 
   // The current document, for the "may not change name / roles" rules.
@@ -159,6 +164,15 @@ std::optional<std::vector<std::string>> readable_fields(const Call& call, const 
   if (core::may_read_user_doc(call.user, id)) return std::nullopt;
   if (call.ctx.auth == nullptr) return std::vector<std::string>{};
   return call.ctx.auth->settings()->public_fields;
+}
+
+ReadRule read_rule(const Call& call, const core::DbRef& db, std::string_view id) {
+  ReadRule rule;
+  rule.public_fields = readable_fields(call, db, id);
+  if (db.name == core::kReplicatorDb && !core::is_db_admin(call.user, call.security)) {
+    rule.replication_reader = call.user.name;
+  }
+  return rule;
 }
 
 }  // namespace chaise::http

@@ -13,8 +13,10 @@
 
 #include "core/attachments.h"
 #include "core/documents.h"
-#include "http/request.h"
+#include "core/json_text.h"
+#include "core/replicator_docs.h"
 #include "http/etag.h"
+#include "http/request.h"
 #include "http/router.h"
 #include "http/txn.h"
 
@@ -268,6 +270,16 @@ MaybeResponse write_attachment(Call& call, const core::DbRef& db, const std::str
   u.id = id;
   u.base_rev = rev;
   u.body = opened ? opened->record.body : "{}";
+  if (db.name == core::kReplicatorDb) {  // the owner rule and validation, on the body kept
+    auto parsed = core::parse_json_text(u.body, core::JsonNumbers::exact);
+    if (auto* body = std::get_if<Json>(&parsed); body && body->is_object()) {
+      Json doc = Json::object({{"_id", id}});
+      doc.update(*body);
+      if (auto e = check_doc_write(call, db, doc)) throw HttpError(std::move(*e));
+      doc.erase("_id");
+      u.body = core::dump_json(doc, false);
+    }
+  }
   bool found = false;
   // CouchDB puts the new attachment first, the others after it in their order.
   if (upload) u.atts.push_back(std::move(*upload));

@@ -120,10 +120,10 @@ struct Answer {
   std::vector<std::string> errors;  // serialized error objects
 };
 
-// `fields`: readable_fields for the entry's document.
+// `fields`: read_rule for the entry's document.
 storage::Result<Answer> answer_entry(storage::Transaction& tr, const core::DbRef& db,
                                      const Entry& e, const BulkGetOptions& q, bool multipart,
-                                     const std::optional<std::vector<std::string>>& fields) {
+                                     const ReadRule& fields) {
   Answer a;
   if (e.error) {
     a.errors.push_back(error_json(e.id, e.error_rev, *e.error));
@@ -136,7 +136,7 @@ storage::Result<Answer> answer_entry(storage::Transaction& tr, const core::DbRef
   if (e.rev) revs = std::vector<core::RevId>{*e.rev};
   auto sel = core::select_open_revs(*all, revs, q.latest);
   core::DocReadOptions o;
-  o.public_fields = fields;
+  fields.apply(o);
   o.revs = q.revs;
   o.attachments = q.attachments || multipart;
   o.att_encoding_info = q.att_encoding_info || multipart;
@@ -247,10 +247,10 @@ MaybeResponse handle_bulk_get(Call& call, const core::DbRef& db) {
   std::optional<storage::Transaction> tr;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     if (i % kEntriesPerTransaction == 0) tr.emplace(call.store().create_transaction());
-    std::optional<std::vector<std::string>> fields;
+    ReadRule fields;
     if (!entries[i].error) {
       try {
-        fields = readable_fields(call, db, entries[i].id.get_ref<const std::string&>());
+        fields = read_rule(call, db, entries[i].id.get_ref<const std::string&>());
       } catch (const HttpError& denied) {  // a design document of _users
         entries[i].error = denied.error();
         entries[i].error_rev = "undefined";

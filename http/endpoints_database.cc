@@ -11,9 +11,9 @@
 // Order of checks, as in CouchDB: PUT and DELETE /{db} first; every other request needs the
 // database to exist (do_db_req → mem3:props answers 404 before any handler runs), then the
 // method, then the Content-Type, then the body.
+#include <spdlog/spdlog.h>
+
 #include <boost/asio/use_awaitable.hpp>
-
-
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -24,15 +24,14 @@
 #include <variant>
 #include <vector>
 
+#include "config/config.h"
 #include "core/databases.h"
 #include "core/doc_json.h"
 #include "core/documents.h"
+#include "core/replicator_docs.h"
 #include "core/rev.h"
-#include <spdlog/spdlog.h>
-
 #include "http/js_request.h"
 #include "http/request.h"
-#include "config/config.h"
 #include "http/router.h"
 #include "http/txn.h"
 
@@ -161,16 +160,25 @@ struct ParsedItem {
 ParsedItem parse_item(const Call& call, const Json& original, const core::DbRef& db, bool new_edits,
                       std::size_t max_document_size, std::size_t max_attachment_size) {
   if (!original.is_object()) throw_bad_request("Document must be a JSON object");
-  // Design documents need a db admin; _users documents are checked and their password hashed.
+  // Design documents need a db admin; _users documents are checked and their password hashed;
+  // _replicator documents get their owner, and one that breaks the rules fails the whole
+  // request (couch_replicator_docs:before_doc_update throws, as in CouchDB).
   Json rewritten;
   std::optional<core::CouchError> write_error;
-  const bool users_db = db.name == core::kUsersDb;
-  if (users_db || original.value("_id", Json()).is_string()) {
-    if (users_db) rewritten = original;
-    Json probe = users_db ? Json() : Json::object({{"_id", original["_id"]}});
-    write_error = check_doc_write(call, db, users_db ? rewritten : probe);
+  const bool replicator_db = db.name == core::kReplicatorDb;
+  const bool rewrite = db.name == core::kUsersDb || replicator_db;
+  if (rewrite || original.value("_id", Json()).is_string()) {
+    if (rewrite) rewritten = original;
+    Json probe = rewrite ? Json() : Json::object({{"_id", original["_id"]}});
+    write_error = check_doc_write(call, db, rewrite ? rewritten : probe);
   }
-  const Json& doc = users_db && !write_error ? rewritten : original;
+  if (replicator_db && write_error) {
+    const auto id = original.find("_id");
+    if (id == original.end() || !id->is_string() ||
+        !id->get_ref<const std::string&>().starts_with("_design/"))
+      throw HttpError(std::move(*write_error));
+  }
+  const Json& doc = rewrite && !write_error ? rewritten : original;
   const auto id_member = doc.find("_id");
   const bool local = id_member != doc.end() && id_member->is_string() &&
                      is_local_id(id_member->get_ref<const std::string&>());

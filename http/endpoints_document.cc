@@ -24,12 +24,12 @@
 #include <vector>
 
 #include "core/documents.h"
-#include "http/multipart.h"
+#include "core/replicator_docs.h"
 #include "http/auth.h"
 #include "http/js_request.h"
+#include "http/multipart.h"
 #include "http/request.h"
 #include "http/router.h"
-
 
 namespace chaise::http {
 namespace {
@@ -423,13 +423,15 @@ Response open_revs_response(const Request& req, const OpenRevsResult& r) {
 // fabric:open_revs as chttpd answers it: the found leaves first, sorted by (pos, hash) and without
 // duplicates, then the missing revisions, sorted the same way. Documents carry no meta members
 // (couch_db:open_doc_revs does not compute them); `revs` is honoured.
-storage::Result<OpenRevsResult> read_open_revs(
-    storage::Transaction& tr, const core::DbRef& db, std::string_view id,
-    const std::vector<core::StoredBranch>& all, const std::optional<std::vector<core::RevId>>& revs,
-    const DocQuery& q, bool multipart, const std::optional<std::vector<std::string>>& fields) {
+storage::Result<OpenRevsResult> read_open_revs(storage::Transaction& tr, const core::DbRef& db,
+                                               std::string_view id,
+                                               const std::vector<core::StoredBranch>& all,
+                                               const std::optional<std::vector<core::RevId>>& revs,
+                                               const DocQuery& q, bool multipart,
+                                               const ReadRule& fields) {
   auto [found, missing] = core::select_open_revs(all, revs, q.latest);
   core::DocReadOptions o;
-  o.public_fields = fields;
+  fields.apply(o);
   o.revs = q.revs;
   set_att_options(o, q);
   // chttpd_db:send_docs_multipart always sends attachment bodies (only atts_since leaves some as
@@ -512,8 +514,7 @@ Response send_doc(const Call& call, storage::Transaction& tr, const core::DbRef&
 // The winning revision, all leaves when conflicts are asked for; the doc's meta members decide
 // whether CouchDB sends an ETag (send_doc: only when the document has no meta).
 Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRef& db,
-                    const std::string& id, const DocQuery& q,
-                    const std::optional<std::vector<std::string>>& fields) {
+                    const std::string& id, const DocQuery& q, const ReadRule& fields) {
   std::vector<core::StoredBranch> all;
   if (q.conflicts || q.deleted_conflicts) {
     auto r = core::read_branches(tr, db, id, storage::Snapshot::yes);
@@ -528,7 +529,7 @@ Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRe
   const core::StoredBranch& winner = all.back();
   if (winner.branch.deleted && !q.deleted) throw_couch(core::doc_deleted());
   core::DocReadOptions o;
-  o.public_fields = fields;
+  fields.apply(o);
   o.revs = q.revs;
   o.revs_info = q.revs_info;
   o.conflicts = q.conflicts;
@@ -547,7 +548,7 @@ Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRe
 
 Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const DocQuery& q) {
   // In _users, 403 for another's design document before anything is read.
-  const std::optional<std::vector<std::string>> fields = readable_fields(call, db, t.id);
+  const ReadRule fields = read_rule(call, db, t.id);
   auto tr = call.store().create_transaction();
   if (q.open_revs || q.open_revs_all) {
     std::optional<std::vector<core::RevId>> revs;
@@ -563,7 +564,7 @@ Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const
   if (q.rev_text && !q.latest) {
     // A specific revision (couch_doc_open through open_revs): tombstones too, no meta members.
     core::DocReadOptions o;
-    o.public_fields = fields;
+    fields.apply(o);
     o.revs = q.revs;
     o.rev = parse_rev_or_throw(*q.rev_text);
     set_att_options(o, q);
@@ -797,7 +798,7 @@ MaybeResponse put_doc(Call& call, const core::DbRef& db, const Target& t, const 
     Json checked = j;
     checked["_id"] = t.id;
     if (auto e = check_doc_write(call, db, checked)) throw_couch(std::move(*e));
-    if (db.name == core::kUsersDb) j = std::move(checked);
+    if (db.name == core::kUsersDb || db.name == core::kReplicatorDb) j = std::move(checked);
   }
   core::ParsedDoc d = parse_doc_or_throw(j);
   check_size(call, d);
@@ -845,15 +846,23 @@ MaybeResponse delete_doc(Call& call, const core::DbRef& db, const Target& t) {
   if (!winner.ok()) co_return storage_error_response(call.req, winner.error());
   if (!*winner) throw_couch(core::doc_not_found());
   if ((*winner)->branch.deleted) throw_couch(core::doc_deleted());
+  // The tombstone's body: {} (in _replicator, with the "owner" the rules give it).
+  std::string tombstone_body = "{}";
   {
     Json tombstone{{"_id", t.id}, {"_deleted", true}};
     if (auto e = check_doc_write(call, db, tombstone)) throw_couch(std::move(*e));
+    if (db.name == core::kReplicatorDb) {
+      Json body = Json::object();
+      for (auto it = tombstone.begin(); it != tombstone.end(); ++it)
+        if (!it.key().starts_with('_')) body[it.key()] = it.value();
+      tombstone_body = body.dump();
+    }
   }
   std::optional<core::RevId> qs_rev, im_rev;
   if (auto r = call.query.get("rev")) qs_rev = parse_rev_or_throw(*r);
   if (auto r = if_match_text(call.req)) im_rev = parse_rev_or_throw(*r);
   auto base = merge_revs(qs_rev, std::optional<core::RevId>{}, im_rev);
-  auto w = co_await write_one(call, interactive_item(t.id, std::move(base), true, "{}"));
+  auto w = co_await write_one(call, interactive_item(t.id, std::move(base), true, tombstone_body));
   if (w.failure) co_return std::move(w.failure);
   const std::string rev = written_rev(w);
   co_return update_response(call, Status::ok, t.id, rev, dquote(rev));

@@ -419,10 +419,19 @@ MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
     const std::string id = doc.value("_id", "");
     if (id.starts_with("_design/")) return;
     if (call.partition && !id.starts_with(*call.partition + ":")) return;
-    // In _users, others' documents are matched and answered as their public fields only.
-    if (auto fields = readable_fields(call, db, id);
-        fields && !core::strip_non_public_fields(doc, *fields))
-      return;
+    // In _users, others' documents are matched and answered as their public fields only; in
+    // _replicator, others' jobs as their readers see them (no credentials, a made-up rev).
+    const ReadRule rule = read_rule(call, db, id);
+    if (rule.public_fields && !core::strip_non_public_fields(doc, *rule.public_fields)) return;
+    if (rule.replication_reader) {
+      core::DocReadOptions o;
+      rule.apply(o);
+      o.conflicts = r.conflicts;
+      auto tr = call.store().create_transaction();
+      auto shown = value_or_throw(core::get_doc_json(tr, db, id, o));
+      if (core::failed(shown)) return;
+      doc = OrderedJson::parse(std::get<std::string>(shown), nullptr, false);
+    }
     if (!r.matcher->matches(doc)) return;
     ++matched;
     if (matched <= r.skip) return;

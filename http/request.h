@@ -79,6 +79,8 @@ void require_db_admin(const Call& call);
 // The per-document write rules: a design document needs a db admin; a _users document is checked
 // and its password hashed (couch_users_db). Returns the document's error or nullopt; may rewrite
 // `doc`. `doc` must be an object.
+// In _replicator, sets the owner and applies couch_replicator_docs' rules (to new_edits=false
+// writes too: CouchDB 3.5 skips them only for its internal replication).
 std::optional<core::CouchError> check_doc_write(const Call& call, const core::DbRef& db, Json& doc);
 // couch_users_db:after_doc_read: what the user of `call` may read of document `id` in `db`.
 // nullopt: all of it (any database but _users; in _users, db admins and the user the document is
@@ -86,6 +88,18 @@ std::optional<core::CouchError> check_doc_write(const Call& call, const core::Db
 // Design documents of _users: 403 forbidden for everyone else.
 std::optional<std::vector<std::string>> readable_fields(const Call& call, const core::DbRef& db,
                                                         std::string_view id);
+// What the user of `call` may read of document `id` in `db`: readable_fields in _users, and in
+// _replicator the credentials masking of couch_replicator_docs:after_doc_read for everyone
+// but its admins. apply() puts it into the options a document is read with.
+struct ReadRule {
+  std::optional<std::vector<std::string>> public_fields;
+  std::optional<std::optional<std::string>> replication_reader;
+  void apply(core::DocReadOptions& o) const {
+    o.public_fields = public_fields;
+    o.replication_reader = replication_reader;
+  }
+};
+ReadRule read_rule(const Call& call, const core::DbRef& db, std::string_view id);
 // The security object of `db` as of `tr` (the default one when none was ever stored).
 core::SecurityObject read_security(storage::Transaction& tr, const core::DbRef& db);
 

@@ -1,7 +1,9 @@
 // Password hashes, security objects and the _users rules (core/security.h).
+#include "core/security.h"
+
 #include <gtest/gtest.h>
 
-#include "core/security.h"
+#include "core/replicator_docs.h"
 
 namespace chaise::core {
 namespace {
@@ -127,5 +129,35 @@ TEST(UsersDb, PasswordRegexpRules) {
   EXPECT_EQ(std::get<CouchError>(r).status, 403);
 }
 
+// couch_replicator_docs:strip_credentials/1's regex, case by case.
+TEST(ReplicatorDocs, StripUrlCredentialsAsCouchDbsRegexDoes) {
+  EXPECT_EQ(strip_url_credentials("http://u:p@host/db"), "http://host/db");
+  EXPECT_EQ(strip_url_credentials("https://u:p@host:5984/db"), "https://host:5984/db");
+  EXPECT_EQ(strip_url_credentials("https://a:b@c:d@host"),
+            "https://c:d@host");  // first ':' and '@'
+  EXPECT_EQ(strip_url_credentials("x http://u:p@h"), "x http://h");
+  EXPECT_EQ(strip_url_credentials("http://host/db"), "http://host/db");
+  EXPECT_EQ(strip_url_credentials("http://u@host/db"), "http://u@host/db");  // no password
+  EXPECT_EQ(strip_url_credentials("http://:p@host"), "http://:p@host");      // no user
+  EXPECT_EQ(strip_url_credentials("http://u:p@h\nx"), "http://u:p@h\nx");    // "." stops at \n
+  EXPECT_EQ(strip_url_credentials("http://u:p@h\n"), "http://h\n");  // "$" before a final \n
+}
+
+TEST(ReplicatorDocs, OwnerIsSetAndEnforced) {
+  UserCtx bob{std::string("bob"), {}};
+  nlohmann::ordered_json doc = nlohmann::ordered_json::parse(
+      R"({"_id":"r","source":"http://e.com/a","target":"http://e.com/b"})");
+  EXPECT_FALSE(prepare_replicator_doc(doc, bob, false));
+  EXPECT_EQ(doc.back(), "bob");
+  doc["owner"] = "carl";
+  auto e = prepare_replicator_doc(doc, bob, false);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, 403);
+  EXPECT_FALSE(prepare_replicator_doc(doc, bob, true));  // an admin keeps carl as the owner
+  EXPECT_EQ(doc["owner"], "carl");
+  UserCtx replicator{std::string("r"), {std::string(kReplicatorRole)}};
+  nlohmann::ordered_json bad = nlohmann::ordered_json::parse(R"({"_id":"r","owner":"x"})");
+  EXPECT_FALSE(prepare_replicator_doc(bad, replicator, false));  // neither rule for the replicator
+}
 }  // namespace
 }  // namespace chaise::core

@@ -852,5 +852,108 @@ password_regexp = [{".{10,}", "Min length is 10."}, "\\d+"]
   EXPECT_EQ(put_user("e", "x").status, 201u);
 }
 
+// couch_replicator_docs' rules, with the revs CouchDB 3.5.0 gives the same requests: a writer
+// becomes the owner, only the owner or an admin may write a replication document, a bad one is
+// refused with CouchDB's reason (the whole _bulk_docs request too), and a reader who is neither
+// sees source and target without credentials under CouchDB's made-up rev, on every read path.
+TEST_F(AuthTest, ReplicatorDocsKeepTheirOwnerAndHideCredentialsFromOthers) {
+  start();
+  add_user("bob", "pw");
+  add_user("carl", "pw");
+  ASSERT_EQ(as_admin(verb::put, "/_replicator").status, 201u);
+  ASSERT_EQ(as_admin(verb::put, "/_replicator/_security", R"({"admins":{},"members":{}})").status,
+            200u);
+  const Headers bob = with(basic("bob", "pw"), "Content-Type", "application/json");
+  const Headers carl = with(basic("carl", "pw"), "Content-Type", "application/json");
+  const std::string job =
+      R"("source":"http://u:secret@example.com/a","target":{"url":"https://example.com/b",)"
+      R"("headers":{"Authorization":"Basic Zm9vOmJhcg=="},"auth":{"basic":{"username":"u","password":"p"}}})";
+  auto r = call(verb::put, "/_replicator/r1", "{" + job + "}", bob);
+  ASSERT_EQ(r.status, 201u) << r.body;
+  EXPECT_EQ(r.json()["rev"], "1-94a955f6d22aa0587b0016dc07d4532b");  // CouchDB's, owner included
+  const std::string stored =
+      R"({"_id":"r1","_rev":"1-94a955f6d22aa0587b0016dc07d4532b",)" + job + R"(,"owner":"bob"})";
+  EXPECT_EQ(call(verb::get, "/_replicator/r1", {}, bob).body, stored + "\n");
+  EXPECT_EQ(as_admin(verb::get, "/_replicator/r1").body, stored + "\n");
+  const std::string masked =
+      R"({"_id":"r1","_rev":"1-c39400afcd39d6c95c2e75b7608d1116","source":"http://example.com/a",)"
+      R"("target":{"url":"https://example.com/b"},"owner":"bob"})";
+  EXPECT_EQ(call(verb::get, "/_replicator/r1", {}, carl).body, masked + "\n");
+  auto revs = call(verb::get, "/_replicator/r1?revs=true", {}, carl).json();
+  EXPECT_EQ(revs["_revisions"]["ids"][0], "c39400afcd39d6c95c2e75b7608d1116");
+  EXPECT_EQ(revs["target"], nlohmann::json::parse(R"({"url":"https://example.com/b"})"));
+  auto open = call(verb::get, "/_replicator/r1?open_revs=all", {},
+                   with(carl, "Accept", "application/json"));
+  ASSERT_EQ(open.status, 200u) << open.body;
+  EXPECT_EQ(open.json()[0]["ok"]["_rev"], "1-c39400afcd39d6c95c2e75b7608d1116");
+  EXPECT_EQ(open.json()[0]["ok"]["source"], "http://example.com/a");
+  auto bulk = call(verb::post, "/_replicator/_bulk_get", R"({"docs":[{"id":"r1"}]})", carl);
+  EXPECT_EQ(bulk.json()["results"][0]["docs"][0]["ok"]["source"], "http://example.com/a");
+  auto found = call(verb::post, "/_replicator/_find", R"({"selector":{"owner":"bob"}})", carl);
+  ASSERT_EQ(found.json()["docs"].size(), 1u) << found.body;
+  EXPECT_EQ(found.json()["docs"][0]["_rev"], "1-c39400afcd39d6c95c2e75b7608d1116");
+  EXPECT_FALSE(found.json()["docs"][0]["target"].contains("headers"));
+
+  // Writes: a body naming another owner is refused; an admin may write any.
+  const std::string rev = "1-94a955f6d22aa0587b0016dc07d4532b";
+  r = call(verb::put, "/_replicator/r1",
+           R"({"_rev":")" + rev + R"(",)" + job + R"(,"owner":"bob"})", carl);
+  EXPECT_EQ(r.status, 403u);
+  EXPECT_EQ(r.json()["reason"], "Can't update replication documents from other users.");
+  r = call(verb::put, "/_replicator/r2", "{" + job + R"(,"owner":"carl"})", bob);
+  EXPECT_EQ(r.status, 403u);
+  r = call(verb::put, "/_replicator/r1/att?rev=" + rev, "hello", carl);
+  EXPECT_EQ(r.status, 403u) << r.body;
+  r = as_admin(verb::put, "/_replicator/r3", "{" + job + R"(,"owner":"carl"})");
+  const std::string r3_rev = r.json()["rev"];
+  EXPECT_EQ(r3_rev, "1-4dc6751f231fb3452ae8ac359e130193");
+  // CouchDB's rule looks at the new body only: one without "owner" becomes the writer's.
+  r = call(verb::put, "/_replicator/r3", R"({"_rev":")" + r3_rev + R"(",)" + job + "}", bob);
+  EXPECT_EQ(r.status, 201u) << r.body;
+  EXPECT_EQ(as_admin(verb::get, "/_replicator/r3").json()["owner"], "bob");
+  r = as_admin(verb::put, "/_replicator/r4", "{" + job + R"(,"owner":null})");
+  EXPECT_EQ(r.json()["rev"], "1-4f6dbf25faec6c9e0cf8167426bcf921");  // owner: "admin"
+  EXPECT_EQ(as_admin(verb::get, "/_replicator/r4").json()["owner"], "admin");
+
+  // Validation, with CouchDB's reasons.
+  auto refused = [&](const std::string& body) {
+    auto res = call(verb::put, "/_replicator/v", body, bob);
+    EXPECT_EQ(res.status, 403u) << body;
+    return res.json()["reason"].get<std::string>();
+  };
+  EXPECT_EQ(refused(R"({"target":"http://example.com/b"})"), "Missing replicator database");
+  EXPECT_EQ(refused(R"({"source":"db","target":"http://example.com/b"})"),
+            "local_endpoints_not_supported");
+  EXPECT_EQ(refused(R"({"source":"http://example.com/a","target":{"url":5}})"),
+            "endpoint has an invalid url");
+  EXPECT_EQ(refused(R"({"source":"http://e.com/a","target":"http://e.com/b","continuous":"yes"})"),
+            "{throw,{bad_request,<<\"parameter `continuous` must be a boolean\">>}}");
+  EXPECT_EQ(
+      refused(
+          R"({"source":"http://e.com/a","target":"http://e.com/b","doc_ids":["a"],"filter":"d/f"})"),
+      "{throw,{bad_request,\"`doc_ids`,`filter`,`selector` are mutually exclusive\"}}");
+  EXPECT_EQ(refused(R"({"source":"http://e.com/a","target":"http://e.com/b","filter":"nofilter"})"),
+            "Invalid filter. Must match `ddocname/filtername`.");
+  EXPECT_EQ(
+      refused(R"({"source":"http://e.com/a","target":"http://e.com/b","worker_processes":"x"})"),
+      "{error,badarg}");
+  EXPECT_EQ(
+      call(verb::put, "/_replicator/v7",
+           R"({"source":"http://e.com/a","target":"http://e.com/b","_replication_state":"failed"})",
+           bob)
+          .status,
+      201u);
+  auto whole = call(verb::post, "/_replicator/_bulk_docs",
+                    R"({"docs":[{"_id":"b1","target":"http://e.com/b"},)"
+                    R"({"_id":"b2","source":"http://e.com/a","target":"http://e.com/b"}]})",
+                    bob);
+  EXPECT_EQ(whole.status, 403u);
+  EXPECT_EQ(as_admin(verb::get, "/_replicator/b2").status, 404u);
+
+  // Anyone may delete (the tombstone's owner is the deleter, as in CouchDB).
+  r = call(verb::delete_, "/_replicator/r1?rev=" + rev, {}, carl);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.json()["rev"], "2-b98e375d32319bf8135da94e583fca0f");
+}
 }  // namespace
 }  // namespace chaise::test
