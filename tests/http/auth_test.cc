@@ -950,6 +950,12 @@ TEST_F(AuthTest, ReplicatorDocsKeepTheirOwnerAndHideCredentialsFromOthers) {
   EXPECT_EQ(whole.status, 403u);
   EXPECT_EQ(as_admin(verb::get, "/_replicator/b2").status, 404u);
 
+  // COPY writes the source's body: copying bob's job to a new id is refused to carl.
+  r = call(verb::copy, "/_replicator/r1", {}, with(carl, "Destination", "stolen"));
+  EXPECT_EQ(r.status, 403u) << r.body;
+  r = call(verb::copy, "/_replicator/r1", {}, with(bob, "Destination", "mine"));
+  EXPECT_EQ(r.status, 201u) << r.body;
+
   // Anyone may delete (the tombstone's owner is the deleter, as in CouchDB).
   r = call(verb::delete_, "/_replicator/r1?rev=" + rev, {}, carl);
   ASSERT_EQ(r.status, 200u) << r.body;
