@@ -17,7 +17,9 @@
 #include <unordered_set>
 
 #include "core/couch_rev.h"
+#include "core/json_text.h"
 #include "core/replicator_docs.h"
+#include "core/rev_delta.h"
 #include "core/security.h"
 
 namespace chaise::core {
@@ -106,8 +108,10 @@ std::string changes_key(const DbRef& db, std::int64_t shard, const Sequence& s) 
 // A revision's record: body chunks at Chunk >= 0; when the revision is deleted or has
 // attachments, a header (kRevHeaderFormat, Deleted, AttList) split over Chunk -k..-1 (key order is
 // byte order, so the pieces concatenate back in order).
+// With `delta_base`, the body is a delta against that revision's body (core/rev_delta.h).
 void write_rev(Transaction& tr, const DbRef& db, std::string_view id, const RevId& rev,
-               std::string_view body, bool deleted, const std::vector<AttInfo>& atts) {
+               std::string_view body, bool deleted, const std::vector<AttInfo>& atts,
+               const RevId* delta_base = nullptr) {
   std::int64_t chunk = 0;
   std::size_t off = 0;
   do {
@@ -115,9 +119,13 @@ void write_rev(Transaction& tr, const DbRef& db, std::string_view id, const RevI
     tr.set(db.space.body_chunk_key(id, rev.pos, rev.hash, chunk++), body.substr(off, n));
     off += n;
   } while (off < body.size());
-  if (!deleted && atts.empty()) return;
-  const std::string header =
-      Tuple().add(keyspace::kRevHeaderFormat).add(deleted).add_bytes(encode_atts(atts)).pack();
+  if (!deleted && atts.empty() && !delta_base) return;
+  Tuple h;
+  h.add(delta_base ? keyspace::kRevHeaderDeltaFormat : keyspace::kRevHeaderFormat)
+      .add(deleted)
+      .add_bytes(encode_atts(atts));
+  if (delta_base) h.add(delta_base->pos).add_bytes(delta_base->hash);
+  const std::string header = h.pack();
   const std::size_t pieces = (header.size() + keyspace::kBodyChunkBytes - 1) / keyspace::kBodyChunkBytes;
   for (std::size_t i = 0; i < pieces; ++i) {
     const auto k = -static_cast<std::int64_t>(pieces - i);
@@ -138,13 +146,24 @@ struct EditPlan {
   std::int64_t branch_count = 1;            // after the edit
 };
 
+StorageResult<std::int64_t> store_superseded_as_delta(Transaction& tr, const DbRef& db,
+                                                      std::string_view id, const Branch& old_leaf,
+                                                      const Branch& added,
+                                                      std::string_view added_body);
+
 // Writes the plan: revisions, body, changes, by_id, counters.
-void apply_edit(Transaction& tr, const DbRef& db, std::string_view id, const EditPlan& p,
-                const std::vector<ShardMap>& maps, SeqSlot slot) {
+storage::Status apply_edit(Transaction& tr, const DbRef& db, std::string_view id, const EditPlan& p,
+                           const std::vector<ShardMap>& maps, SeqSlot slot) {
   const auto body_size = static_cast<std::int64_t>(p.body.size());
   std::int64_t active_delta = body_size;
-  // The replaced leaf's body stays (CouchDB keeps superseded revisions until compaction).
-  if (p.removed) tr.clear(p.removed->key);
+  // The replaced leaf's body stays (CouchDB keeps superseded revisions until compaction), as a
+  // delta against the new body when it can.
+  if (p.removed) {
+    tr.clear(p.removed->key);
+    auto saved = store_superseded_as_delta(tr, db, id, p.removed->branch, p.added, p.body);
+    if (!saved.ok()) return saved.error();
+    active_delta += *saved;
+  }
   const bool added_wins = !p.best_other || winner_less(p.best_other->branch, p.added);
   const std::string added_key = revision_key(db, id, p.added);
   if (added_wins) {
@@ -221,6 +240,7 @@ void apply_edit(Transaction& tr, const DbRef& db, std::string_view id, const Edi
     if (active_delta)
       tr.add(db.space.partition_counter_key(part, keyspace::kSizeActive), active_delta);
   }
+  return storage::Status{};
 }
 
 // Appends members before the closing brace of a serialized JSON object.
@@ -287,21 +307,90 @@ bool is_header_chunk(std::string_view key, std::size_t chunk_at) {
   return static_cast<unsigned char>(key[chunk_at]) < kTupleIntZero;
 }
 
-RevRecord decode_header_or_empty(std::string_view header, bool& ok) {
+RevRecord decode_header_or_empty(std::string_view header, bool& ok,
+                                 std::optional<RevId>* delta_base = nullptr) {
   RevRecord r;
   ok = true;
   if (header.empty()) return r;
   auto t = Tuple::unpack(header);
-  auto deleted = t && t->size() == 3 ? t->get_bool(1) : std::nullopt;
-  const std::string* atts = t && t->size() == 3 ? t->get_bytes(2) : nullptr;
+  auto format = t && t->size() >= 3 ? t->get_int(0) : std::nullopt;
+  const bool delta = format == keyspace::kRevHeaderDeltaFormat && t->size() == 5;
+  const bool plain = format == keyspace::kRevHeaderFormat && t->size() == 3;
+  auto deleted = delta || plain ? t->get_bool(1) : std::nullopt;
+  const std::string* atts = delta || plain ? t->get_bytes(2) : nullptr;
   auto decoded = atts ? decode_atts(*atts) : std::nullopt;
-  if (!deleted || !decoded) {
+  auto base_pos = delta ? t->get_int(3) : std::nullopt;
+  const std::string* base_hash = delta ? t->get_bytes(4) : nullptr;
+  if (!deleted || !decoded || (delta && (!base_pos || !base_hash))) {
     ok = false;
     return r;
   }
   r.deleted = *deleted;
   r.atts = std::move(*decoded);
+  if (delta_base) {
+    if (delta)
+      *delta_base = RevId{*base_pos, *base_hash};
+    else
+      delta_base->reset();
+  }
   return r;
+}
+
+// A revision's record as stored: with `base`, its body is a delta against that revision.
+struct StoredRecord {
+  RevRecord rec;
+  std::optional<RevId> base;
+};
+
+StorageResult<std::optional<StoredRecord>> read_stored_record(Transaction& tr, const DbRef& db,
+                                                              std::string_view id, const RevId& rev,
+                                                              Snapshot snapshot) {
+  auto [b, e] = db.space.body_range(id, rev.pos, rev.hash);
+  auto kvs = tr.get_range(b, e, 0, Reverse::no, snapshot);
+  if (!kvs.ok()) return kvs.error();
+  if (kvs->empty()) return std::optional<StoredRecord>();
+  StoredRecord r;
+  std::string header;
+  // Every key is b without its last byte, then the packed Chunk; the tuple layer's integer type
+  // code tells the sign, so no key is unpacked on this path (every document read goes here).
+  const std::size_t chunk_at = b.size() - 1;
+  for (const KeyValue& kv : *kvs) {
+    if (kv.key.size() <= chunk_at) return storage::Error::io_error;
+    (is_header_chunk(kv.key, chunk_at) ? header : r.rec.body) += kv.value;
+  }
+  bool ok = false;
+  RevRecord h = decode_header_or_empty(header, ok, &r.base);
+  if (!ok) return storage::Error::io_error;
+  r.rec.deleted = h.deleted;
+  r.rec.atts = std::move(h.atts);
+  return std::optional<StoredRecord>(std::move(r));
+}
+
+// Every kDeltaFullEvery-th revision of a path keeps its whole body, and a delta is only made
+// against the next position, so reading an old revision applies at most this many deltas.
+constexpr std::int64_t kDeltaFullEvery = 64;
+constexpr int kDeltaChainMax = static_cast<int>(kDeltaFullEvery) + 1;
+
+// When an edit supersedes the leaf `old_leaf` with `added` (body `added_body`), the leaf's whole
+// body becomes a delta against the new one, when that is exact and worth it. Returns the change of
+// stored body bytes (<= 0).
+StorageResult<std::int64_t> store_superseded_as_delta(Transaction& tr, const DbRef& db,
+                                                      std::string_view id, const Branch& old_leaf,
+                                                      const Branch& added,
+                                                      std::string_view added_body) {
+  if (added.deleted || old_leaf.deleted || added.leaf.pos != old_leaf.leaf.pos + 1 ||
+      old_leaf.leaf.pos % kDeltaFullEvery == 0)
+    return std::int64_t{0};
+  auto stored = read_stored_record(tr, db, id, old_leaf.leaf, Snapshot::yes);
+  if (!stored.ok()) return stored.error();
+  if (!*stored || (*stored)->base) return std::int64_t{0};
+  const RevRecord& rec = (*stored)->rec;
+  auto delta = make_body_delta(added_body, rec.body);
+  if (!delta) return std::int64_t{0};
+  auto [b, e] = db.space.body_range(id, old_leaf.leaf.pos, old_leaf.leaf.hash);
+  tr.clear_range(b, e);
+  write_rev(tr, db, id, old_leaf.leaf, *delta, rec.deleted, rec.atts, &added.leaf);
+  return static_cast<std::int64_t>(delta->size()) - static_cast<std::int64_t>(rec.body.size());
 }
 }  // namespace
 
@@ -331,24 +420,37 @@ StorageResult<RevStatus> rev_status(Transaction& tr, const DbRef& db, std::strin
 StorageResult<std::optional<RevRecord>> read_rev(Transaction& tr, const DbRef& db,
                                                  std::string_view id, const RevId& rev,
                                                  Snapshot snapshot) {
-  auto [b, e] = db.space.body_range(id, rev.pos, rev.hash);
-  auto kvs = tr.get_range(b, e, 0, Reverse::no, snapshot);
-  if (!kvs.ok()) return kvs.error();
-  if (kvs->empty()) return std::optional<RevRecord>();
-  RevRecord r;
-  std::string header;
-  // Every key is b without its last byte, then the packed Chunk; the tuple layer's integer type
-  // code tells the sign, so no key is unpacked on this path (every document read goes here).
-  const std::size_t chunk_at = b.size() - 1;
-  for (const KeyValue& kv : *kvs) {
-    if (kv.key.size() <= chunk_at) return storage::Error::io_error;
-    (is_header_chunk(kv.key, chunk_at) ? header : r.body) += kv.value;
+  auto first = read_stored_record(tr, db, id, rev, snapshot);
+  if (!first.ok()) return first.error();
+  if (!*first) return std::optional<RevRecord>();
+  if (!(*first)->base) return std::optional<RevRecord>(std::move((*first)->rec));
+  // A delta: follow the bases to a whole body, then apply the deltas back, nearest first. A base
+  // that is gone (a compaction under way) makes this revision gone too.
+  std::vector<std::string> deltas{std::move((*first)->rec.body)};
+  std::optional<RevId> base = (*first)->base;
+  std::string whole;
+  for (;;) {
+    if (static_cast<int>(deltas.size()) > kDeltaChainMax) return storage::Error::io_error;
+    auto next = read_stored_record(tr, db, id, *base, snapshot);
+    if (!next.ok()) return next.error();
+    if (!*next) return std::optional<RevRecord>();
+    if (!(*next)->base) {
+      whole = std::move((*next)->rec.body);
+      break;
+    }
+    deltas.push_back(std::move((*next)->rec.body));
+    base = (*next)->base;
   }
-  bool ok = false;
-  RevRecord h = decode_header_or_empty(header, ok);
-  if (!ok) return storage::Error::io_error;
-  r.deleted = h.deleted;
-  r.atts = std::move(h.atts);
+  auto doc = parse_json_text(whole, JsonNumbers::exact);
+  auto* j = std::get_if<nlohmann::ordered_json>(&doc);
+  if (!j) return storage::Error::io_error;
+  for (auto d = deltas.rbegin(); d != deltas.rend(); ++d) {
+    auto delta = parse_json_text(*d, JsonNumbers::exact);
+    auto* dj = std::get_if<nlohmann::ordered_json>(&delta);
+    if (!dj || !apply_body_delta(*j, *dj)) return storage::Error::io_error;
+  }
+  RevRecord r = std::move((*first)->rec);
+  r.body = dump_json(*j);
   return std::optional<RevRecord>(std::move(r));
 }
 
@@ -513,7 +615,7 @@ StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db
     plan.best_other = prev;    // deleting the winner: the next in line may take over
   }
   plan.branch_count = winner ? winner->branch_count : 1;
-  apply_edit(tr, db, u.id, plan, maps, slot);
+  if (auto st = apply_edit(tr, db, u.id, plan, maps, slot); !st.ok()) return st.error();
   return R(UpdateResult{u.id, plan.added.leaf});
 }
 
@@ -553,7 +655,7 @@ StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, con
     break;
   }
   plan.branch_count = static_cast<std::int64_t>(remaining) + 1;
-  apply_edit(tr, db, d.id, plan, maps, slot);
+  if (auto st = apply_edit(tr, db, d.id, plan, maps, slot); !st.ok()) return st.error();
   return Outcome<bool>(true);
 }
 
@@ -1188,12 +1290,14 @@ StorageResult<bool> compact_step(Transaction& tr, const DbRef& db, std::string& 
         last_id = *id;
       }
       if (find_leaf(branches, rev)) continue;
-      auto rec = read_rev(tr, db, *id, rev, Snapshot::no);
-      if (!rec.ok()) return rec.error();
-      if (!*rec) continue;
-      for (const AttInfo& a : (*rec)->atts) tr.add(att_ref_key(db, a.address), -1);
+      // As stored: a delta's size is what it counted in sizes.active.
+      auto stored = read_stored_record(tr, db, *id, rev, Snapshot::no);
+      if (!stored.ok()) return stored.error();
+      if (!*stored) continue;
+      const RevRecord& rec = (*stored)->rec;
+      for (const AttInfo& a : rec.atts) tr.add(att_ref_key(db, a.address), -1);
       tr.add(db.space.counter_key(keyspace::kSizeActive),
-             -static_cast<std::int64_t>((*rec)->body.size()));
+             -static_cast<std::int64_t>(rec.body.size()));
       tr.clear_range(rb, re);
       ++stats.bodies_removed;
     }

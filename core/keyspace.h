@@ -40,7 +40,8 @@
 //   Sig is the design document's view signature (core/view_index.h); View its view's number.
 // A revision's body chunks are Chunk >= 0; its header (deleted flag, attachment list; see
 // core/documents.cc) is stored in the same range at Chunk < 0, so one range read returns both.
-// Bodies of superseded revisions stay until compaction (CouchDB keeps them too).
+// Bodies of superseded revisions stay until compaction (CouchDB keeps them too), most of them as
+// deltas against their successor's body (core/rev_delta.h; the header then names the base).
 // RevHash is stored as bytes: 16 raw bytes for 32-hex revisions, the text itself for opaque ones.
 // NotDeleted sorts false < true and RevPos, RevHash ascend, so a document's winning branch
 // (CouchDB's rule: live first, then highest pos, then highest hash) is the LAST key of its
@@ -95,6 +96,9 @@ inline constexpr std::int64_t kByIdFormat = 1;
 inline constexpr std::int64_t kSeqFormat = 1;
 inline constexpr std::int64_t kLocalFormat = 1;
 inline constexpr std::int64_t kRevHeaderFormat = 1;
+// A revision header whose body chunks hold a delta (core/rev_delta.h) against another stored
+// revision: (kRevHeaderDeltaFormat, Deleted, AttList, BasePos, BaseHash:bytes).
+inline constexpr std::int64_t kRevHeaderDeltaFormat = 2;
 
 // Counter names.
 inline constexpr std::string_view kDocCount = "doc_count";
