@@ -83,6 +83,8 @@ constexpr auto kKeys = std::to_array<Key>({
     {"chaise", "body_timeout_seconds", Kind::kInt, 1, 3600},
     {"chaise", "worker_threads", Kind::kInt, 0, 1024},
     {"chaise", "max_request_bytes_in_flight", Kind::kInt, 1024 * 1024, kMax},
+    {"chaise", "block_cache_bytes", Kind::kInt, 1024 * 1024, kMax},
+    {"chaise", "write_buffer_bytes", Kind::kInt, 1024 * 1024, 1024ll * 1024 * 1024},
     {"log", "level", Kind::kLogLevel},
     {"uuids", "max_count", Kind::kInt, 1, kMax},
     {"cors", "origins", Kind::kString},
@@ -281,6 +283,10 @@ ServerSettings server_settings(const Sections& values, std::vector<std::string>&
   if (auto uuid = get_string(values, "couchdb", "uuid"); !uuid.empty()) s.uuid = uuid;
   s.io_threads = static_cast<unsigned>(get_int(values, "chaise", "io_threads", s.io_threads));
   s.fsync = get_bool(values, "chaise", "fsync", s.fsync);
+  s.block_cache_bytes = static_cast<std::size_t>(get_int(
+      values, "chaise", "block_cache_bytes", static_cast<std::int64_t>(s.block_cache_bytes)));
+  s.write_buffer_bytes = static_cast<std::size_t>(get_int(
+      values, "chaise", "write_buffer_bytes", static_cast<std::int64_t>(s.write_buffer_bytes)));
   s.max_request_body_bytes = static_cast<std::size_t>(get_int(
       values, "chttpd", "max_http_request_size", static_cast<std::int64_t>(s.max_request_body_bytes)));
   s.max_document_size = static_cast<std::size_t>(get_int(

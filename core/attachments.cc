@@ -7,8 +7,6 @@
 // Chunk keys: (kAtts, Address:bytes, Chunk:int) with Chunk = offset / kAttChunkBytes.
 #include "core/attachments.h"
 
-#include "core/doc_json.h"
-
 #include <openssl/evp.h>
 #include <zlib.h>
 
@@ -16,6 +14,9 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+
+#include "core/doc_json.h"
 
 namespace chaise::core {
 
@@ -107,6 +108,49 @@ std::string gzip_compress(std::string_view data) {
   out.resize(zs.total_out);
   deflateEnd(&zs);
   return out;
+}
+
+struct GzipStream::Impl {
+  z_stream zs{};
+  bool finished = false;
+};
+
+GzipStream::GzipStream() : impl_(std::make_unique<Impl>()) {
+  // The same parameters as gzip_compress.
+  check(deflateInit2(&impl_->zs, 8, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK,
+        "deflateInit2");
+}
+
+GzipStream::~GzipStream() { deflateEnd(&impl_->zs); }
+
+namespace {
+void deflate_into(z_stream& zs, std::string_view data, int flush, std::string& out) {
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  zs.avail_in = static_cast<uInt>(data.size());
+  std::array<char, 64 * 1024> buf{};
+  for (;;) {
+    zs.next_out = reinterpret_cast<Bytef*>(buf.data());
+    zs.avail_out = static_cast<uInt>(buf.size());
+    const int rc = deflate(&zs, flush);
+    check(rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR, "deflate");
+    out.append(buf.data(), buf.size() - zs.avail_out);
+    if (flush == Z_FINISH ? rc == Z_STREAM_END : (zs.avail_in == 0 && zs.avail_out != 0)) break;
+  }
+}
+}  // namespace
+
+void GzipStream::add(std::string_view data, std::string& out) {
+  check(!impl_->finished, "GzipStream::add after finish");
+  // zlib counts in uInt: feed large inputs in pieces.
+  constexpr std::size_t kPiece = 1 << 30;
+  for (std::size_t off = 0; off < data.size(); off += kPiece)
+    deflate_into(impl_->zs, data.substr(off, kPiece), Z_NO_FLUSH, out);
+}
+
+void GzipStream::finish(std::string& out) {
+  check(!impl_->finished, "GzipStream::finish twice");
+  impl_->finished = true;
+  deflate_into(impl_->zs, {}, Z_FINISH, out);
 }
 
 std::optional<std::string> gzip_decompress(std::string_view data, std::size_t max_bytes) {

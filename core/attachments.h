@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -76,6 +77,22 @@ bool is_compressible_type(std::string_view content_type);
 // larger than `max_bytes`).
 std::string gzip_compress(std::string_view data);
 std::optional<std::string> gzip_decompress(std::string_view data, std::size_t max_bytes);
+// gzip_compress over bytes that arrive in pieces (a streamed upload); the same output.
+class GzipStream {
+ public:
+  GzipStream();
+  ~GzipStream();
+  GzipStream(const GzipStream&) = delete;
+  GzipStream& operator=(const GzipStream&) = delete;
+  // Appends to `out` what compressing `data` produced so far.
+  void add(std::string_view data, std::string& out);
+  // Ends the stream: appends the rest and the gzip trailer. Call once.
+  void finish(std::string& out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Byte layout of a revision's attachment list (a packed tuple, one nested tuple per attachment,
 // in document order):

@@ -2,9 +2,12 @@
 // chttpd_db:db_attachment_req. GET and HEAD answer the bytes (ETag from the MD5 digest,
 // If-None-Match, one byte range); PUT stores the request body as the attachment of a new revision
 // (the document's other attachments carried over as stubs); DELETE writes a revision without it.
+#include <openssl/rand.h>
+
 #include <algorithm>
 #include <boost/beast/http/field.hpp>
 #include <charconv>
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +17,7 @@
 #include "core/attachments.h"
 #include "core/documents.h"
 #include "core/json_text.h"
+#include "core/keyspace.h"
 #include "core/replicator_docs.h"
 #include "http/etag.h"
 #include "http/request.h"
@@ -34,6 +38,11 @@ constexpr std::int64_t kWholeResponseBytesMax = 1 << 20;
 // own, so that a document transaction stays far below FoundationDB's 10 MB.
 constexpr std::size_t kPreuploadBytesMin = 1 << 20;
 constexpr std::size_t kPreuploadBytesPerTransaction = 44 * core::kAttChunkBytes;  // ~4 MB
+// Attachment PUTs with a larger (or a chunked) body are streamed (streams_request_body): read in
+// pieces and written kStreamedBytesPerTransaction at a time, so server memory stays flat.
+constexpr std::uint64_t kStreamBodyBytesMin = 1 << 20;
+constexpr std::size_t kStreamedReadBytes = 256 * 1024;
+constexpr std::size_t kStreamedBytesPerTransaction = 11 * core::kAttChunkBytes;  // ~1 MB
 
 core::CouchError missing_att() { return {404, "not_found", "Document is missing attachment"}; }
 
@@ -347,6 +356,152 @@ boost::asio::awaitable<storage::Status> preupload_attachments(const Call& call,
   co_return storage::Status{};
 }
 
+namespace {
+
+// Clears what a streamed upload wrote under `address` (it failed, or equal bytes were stored),
+// unless a stored revision names it after all (an edit whose commit outcome was unknown). A
+// failure here leaves unreferenced bytes behind, never a revision without its bytes.
+boost::asio::awaitable<void> drop_streamed_bytes(const Call& call, const core::DbRef& db,
+                                                 const std::string& address) {
+  (void)co_await run_txn(call.store(), [&](storage::Transaction& tr) {
+    auto refs = tr.get(core::att_ref_key(db, address));
+    if (!refs.ok()) return storage::Status(refs.error());
+    if (*refs && core::keyspace::decode_counter(**refs) > 0) return storage::Status{};
+    auto [b, e] = core::att_chunks_range(db, address);
+    tr.clear_range(b, e);
+    return storage::Status{};
+  });
+}
+
+// The body of a streamed attachment PUT, read piece by piece and written as it comes, under an
+// address of its own (random: the SHA-256 is only known at the end). Returns the upload, marked
+// preuploaded; bytes equal to an attachment already stored end up sharing that copy.
+// `own_address` is set to the address written here when the upload keeps its own copy.
+boost::asio::awaitable<core::AttUpload> stream_attachment_upload(Call& call, const core::DbRef& db,
+                                                                 const std::string& name,
+                                                                 std::string& own_address) {
+  core::AttUpload up;
+  up.name = name;
+  up.info.name = name;
+  const std::string_view ctype = call.req[field::content_type];
+  up.info.content_type = ctype.empty() ? "application/octet-stream" : std::string(ctype);
+  std::string address(32, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(address.data()), 32) != 1)
+    throw HttpError(500, "unknown_error", "no random bytes for an attachment address");
+  std::optional<core::GzipStream> gzip;
+  if (core::is_compressible_type(up.info.content_type)) gzip.emplace();
+  core::AttHasher hasher;
+  std::string piece, pending;
+  std::int64_t identity_length = 0, stored_length = 0, chunk = 0;
+  std::optional<HttpError> failure;
+  bool wrote = false;
+  // Writes whole transactions' worth of pending bytes (all of them when `last`).
+  auto write_pending = [&](bool last) -> boost::asio::awaitable<storage::Status> {
+    while (pending.size() >= kStreamedBytesPerTransaction || (last && !pending.empty())) {
+      const std::size_t n = std::min(pending.size(), kStreamedBytesPerTransaction);
+      storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) {
+        std::int64_t c = chunk;
+        for (std::size_t p = 0; p < n; p += core::kAttChunkBytes)
+          tr.set(core::att_chunk_key(db, address, c++),
+                 std::string_view(pending).substr(p, std::min(core::kAttChunkBytes, n - p)));
+        return storage::Status{};
+      });
+      if (!s.ok()) co_return s;
+      wrote = true;
+      chunk += static_cast<std::int64_t>((n + core::kAttChunkBytes - 1) / core::kAttChunkBytes);
+      pending.erase(0, n);
+    }
+    co_return storage::Status{};
+  };
+  for (;;) {
+    piece.clear();
+    auto n = co_await call.stream.read_body(piece, kStreamedReadBytes);
+    if (!n) {
+      failure = HttpError(400, "bad_request", "The request body ended early");
+      break;
+    }
+    if (*n == 0) break;
+    identity_length += static_cast<std::int64_t>(*n);
+    if (static_cast<std::uint64_t>(identity_length) > call.ctx.max_attachment_size) {
+      failure = HttpError(413, "attachment_too_large", name);
+      break;
+    }
+    const std::size_t before = pending.size();
+    if (gzip) {
+      gzip->add(piece, pending);
+    } else {
+      pending += piece;
+    }
+    hasher.update(std::string_view(pending).substr(before));
+    stored_length += static_cast<std::int64_t>(pending.size() - before);
+    if (storage::Status s = co_await write_pending(false); !s.ok()) {
+      failure = HttpError(core::storage_failure(s.error()));
+      break;
+    }
+  }
+  if (!failure) {
+    const std::size_t before = pending.size();
+    if (gzip) gzip->finish(pending);
+    hasher.update(std::string_view(pending).substr(before));
+    stored_length += static_cast<std::int64_t>(pending.size() - before);
+    if (storage::Status s = co_await write_pending(true); !s.ok())
+      failure = HttpError(core::storage_failure(s.error()));
+  }
+  if (failure) {
+    if (wrote) co_await drop_streamed_bytes(call, db, address);
+    throw *failure;
+  }
+  std::string sha;
+  hasher.finish(up.info.md5, sha);
+  up.info.length = identity_length;
+  up.info.encoded_length = stored_length;
+  up.info.encoding = gzip ? "gzip" : "";
+  up.info.address = address;
+  up.preuploaded = true;
+  // Content addressing: when these bytes are already stored under their SHA-256, share that copy.
+  bool shared = false;
+  storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) {
+    auto present = core::att_present(tr, db, sha, stored_length);
+    if (!present.ok()) return storage::Status(present.error());
+    shared = *present;
+    return storage::Status{};
+  });
+  if (s.ok() && shared) {
+    up.info.address = sha;
+    if (wrote) co_await drop_streamed_bytes(call, db, address);
+  } else if (wrote) {
+    own_address = address;
+  }
+  co_return up;
+}
+
+}  // namespace
+
+bool streams_request_body(const Request& header) {
+  if (header.method() != verb::put) return false;
+  const std::string_view te = header[field::transfer_encoding];
+  const std::string_view cl = header[field::content_length];
+  std::uint64_t length = 0;
+  const bool has_length =
+      !cl.empty() && std::from_chars(cl.data(), cl.data() + cl.size(), length).ec == std::errc();
+  if (te.empty() && (!has_length || length <= kStreamBodyBytesMin)) return false;
+  // /{db}/{doc}/{att...} or /{db}/_design/{ddoc}/{att...}; attachment names never start with '_'.
+  std::string_view path = header.target();
+  path = path.substr(0, path.find('?'));
+  std::vector<std::string_view> parts;
+  while (!path.empty()) {
+    while (path.starts_with('/')) path.remove_prefix(1);
+    if (path.empty()) break;
+    const std::size_t slash = path.find('/');
+    parts.push_back(path.substr(0, slash));
+    path = slash == std::string_view::npos ? std::string_view() : path.substr(slash);
+  }
+  if (parts.size() < 3) return false;
+  if (parts[0].starts_with('_') && parts[0] != "_users" && parts[0] != "_replicator") return false;
+  if (parts[1] == "_design") return parts.size() >= 4 && !parts[3].starts_with('_');
+  return !parts[1].starts_with('_') && !parts[2].starts_with('_');
+}
+
 MaybeResponse handle_attachment(Call& call, const core::DbRef& db, const std::string& doc_id,
                                 const std::string& name) {
   if (is_get(call)) co_return co_await get_attachment(call, db, doc_id, name);
@@ -355,6 +510,29 @@ MaybeResponse handle_attachment(Call& call, const core::DbRef& db, const std::st
   if (!core::is_valid_utf8(name)) throw_bad_request("Attachment name is not UTF-8 encoded");
   if (auto e = core::validate_docid(doc_id)) throw HttpError(std::move(*e));
   if (call.is(verb::delete_)) co_return co_await write_attachment(call, db, doc_id, name, {});
+  if (call.stream.body_streamed()) {
+    const std::string_view cl = call.req[field::content_length];
+    std::uint64_t length = 0;
+    if (!cl.empty() &&
+        std::from_chars(cl.data(), cl.data() + cl.size(), length).ec == std::errc() &&
+        length > call.ctx.max_attachment_size)
+      throw HttpError(413, "attachment_too_large", name);
+    std::string own_address;
+    core::AttUpload up = co_await stream_attachment_upload(call, db, name, own_address);
+    std::exception_ptr failed;
+    std::optional<Response> answer;
+    try {
+      answer = co_await write_attachment(call, db, doc_id, name, std::move(up));
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    if (failed) {
+      // The edit did not happen: its own bytes must not stay (a shared copy belongs to others).
+      if (!own_address.empty()) co_await drop_streamed_bytes(call, db, own_address);
+      std::rethrow_exception(failed);
+    }
+    co_return answer;
+  }
   if (call.req.body().size() > call.ctx.max_attachment_size)
     throw HttpError(413, "attachment_too_large", name);
   core::AttUpload up;

@@ -10,8 +10,8 @@
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
-
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -42,6 +42,19 @@ class ResponseStream {
   virtual std::string peer_address() const { return {}; }
   // True when the connection is TLS (the [ssl] port): cookies get `Secure`, URIs `https`.
   virtual bool secure() const { return false; }
+
+  // A request the server hands over before reading its body (ServerOptions::stream_body): the
+  // request's body() is empty and the handler pulls the body through read_body().
+  virtual bool body_streamed() const { return false; }
+  // Appends the next bytes of a streamed body to `out`, at most `max` (> 0): the number appended,
+  // 0 once the body is complete, nullopt if the client is gone, too slow or breaks the framing
+  // (then the handler stops and its answer closes the connection).
+  virtual boost::asio::awaitable<std::optional<std::size_t>> read_body(std::string& out,
+                                                                       std::size_t max) {
+    (void)out;
+    (void)max;
+    co_return std::nullopt;
+  }
 };
 
 }  // namespace chaise::http

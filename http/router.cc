@@ -107,6 +107,11 @@ class DecoratedStream final : public ResponseStream {
   void watch_peer(std::function<void()> closed) override { inner_.watch_peer(std::move(closed)); }
   std::string peer_address() const override { return inner_.peer_address(); }
   bool secure() const override { return inner_.secure(); }
+  bool body_streamed() const override { return inner_.body_streamed(); }
+  boost::asio::awaitable<std::optional<std::size_t>> read_body(std::string& out,
+                                                               std::size_t max) override {
+    return inner_.read_body(out, max);
+  }
 
  private:
   ResponseStream& inner_;

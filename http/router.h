@@ -115,6 +115,11 @@ class Router {
   RouterContext context_;
 };
 
+// ServerOptions::stream_body for the router: attachment PUTs with a body over 1 MiB (or chunked)
+// reach their handler before the body is read, which streams it into storage
+// (endpoints_attachments.cc).
+bool streams_request_body(const Request& header);
+
 // Endpoint groups, one file each (declared here, defined in http/endpoints_*.cc).
 // Server level: /_all_dbs, /_dbs_info, /_uuids.
 MaybeResponse handle_server(Call& call);

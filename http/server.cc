@@ -22,6 +22,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/chunk_encode.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
@@ -34,6 +35,7 @@
 #include <condition_variable>
 #include <exception>
 #include <future>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -208,13 +210,25 @@ class StreamWriter final : public ResponseStream {
   std::string peer_address() const override;
   bool secure() const override { return std::is_same_v<Stream, TlsStream>; }
   bool completed() const { return finished_ && ok_; }
+  // A streamed request's body parser (ServerOptions::stream_body), set before the handler runs.
+  void set_body_parser(beast_http::request_parser<beast_http::buffer_body>* parser,
+                       std::chrono::steady_clock::time_point deadline) {
+    body_parser_ = parser;
+    body_deadline_ = deadline;
+  }
+  bool body_streamed() const override { return body_parser_ != nullptr; }
+  asio::awaitable<std::optional<std::size_t>> read_body(std::string& out, std::size_t max) override;
+  // False while a streamed body has bytes the handler did not read.
+  bool body_complete() const { return body_parser_ == nullptr || body_parser_->is_done(); }
   // Ends the peer watch (the handler is done; the connection may read its next request).
   void stop_watching();
 
  private:
   // Socket work happens on the connection's strand; a handler running on the worker pool
   // (http/workers.h) hops there for it and back.
-  asio::awaitable<bool> on_strand(asio::awaitable<bool> work);
+  template <typename T>
+  asio::awaitable<T> on_strand(asio::awaitable<T> work);
+  asio::awaitable<std::optional<std::size_t>> do_read_body(std::string& out, std::size_t max);
   asio::awaitable<bool> do_begin(Response head);
   asio::awaitable<bool> do_finish();
   asio::awaitable<bool> send_chunk();
@@ -228,6 +242,9 @@ class StreamWriter final : public ResponseStream {
   bool finished_ = false;
   bool watching_ = false;
   std::shared_ptr<bool> watch_alive_ = std::make_shared<bool>(true);
+  beast_http::request_parser<beast_http::buffer_body>* body_parser_ = nullptr;
+  std::chrono::steady_clock::time_point body_deadline_;
+  bool body_failed_ = false;
 };
 
 // What Server::State keeps of a connection, whatever its stream: enough to close it, and its
@@ -290,7 +307,9 @@ class Session final : public SessionBase {
   enum class Phase { waiting_for_request, responding };
 
   asio::awaitable<void> serve();
-  asio::awaitable<bool> read_request(beast_http::request_parser<beast_http::string_body>& parser);
+  // `streamed` is set when the body is left for the handler (ServerOptions::stream_body).
+  asio::awaitable<bool> read_request(beast_http::request_parser<beast_http::string_body>& parser,
+                                     bool& streamed);
   // Answers an error the request cannot be read past (413, 431, 400, 501, 503), then closes.
   asio::awaitable<void> refuse(const Request& header, Status status, std::string_view error,
                                std::string_view reason, bool retry_later = false);
@@ -343,14 +362,34 @@ asio::awaitable<void> Session<Stream>::serve() {
     beast_http::request_parser<beast_http::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(
         std::min<std::size_t>(options.max_header_bytes, UINT32_MAX)));
-    parser.body_limit(options.max_request_body_bytes);
-    if (!co_await read_request(parser)) co_return;
+    // No limit while the header is read (Beast would refuse a large Content-Length there, before
+    // streaming is decided); read_request sets max_request_body_bytes for bodies read whole.
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    bool streamed = false;
+    if (!co_await read_request(parser, streamed)) co_return;
 
     phase_ = Phase::responding;
-    Request request = parser.release();
+    // A streamed body is parsed into the handler's buffers (buffer_body) as it pulls them.
+    std::optional<beast_http::request_parser<beast_http::buffer_body>> body_parser;
+    Request request;
+    if (streamed) {
+      request = Request(beast_http::request_header<>(parser.get().base()));
+      body_parser.emplace(std::move(parser));
+      body_parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+    } else {
+      request = parser.release();
+    }
     const bool keep_alive_allowed = request.keep_alive() && !close_requested_ &&
                                     !state_.stopping_flag.load(std::memory_order_relaxed);
     StreamWriter<Stream> writer(*this, keep_alive_allowed);
+    if (body_parser) {
+      // However fast the handler consumes it, the body must keep coming: at least 64 KiB/s
+      // on average beyond idle_timeout.
+      const auto length = body_parser->content_length().value_or(0);
+      writer.set_body_parser(&*body_parser, std::chrono::steady_clock::now() +
+                                                options.idle_timeout +
+                                                std::chrono::seconds(length / (64 * 1024)));
+    }
     std::optional<Response> response;
     bool handler_failed = false;
     // The handler's contract is not to throw (Router::handle catches); if one does anyway, the
@@ -372,14 +411,16 @@ asio::awaitable<void> Session<Stream>::serve() {
     request.body().shrink_to_fit();
     reservation_.release();
     if (handler_failed) break;
+    // A streamed body the handler did not read to its end cannot be skipped to the next request.
+    const bool body_left = !writer.body_complete();
     if (!response) {
       // Streamed: the connection stays usable only if the whole body went out.
       spdlog::debug("http: {} {} -> streamed", std::string_view(request.method_string()),
                     std::string_view(request.target()));
-      if (!writer.completed() || !keep_alive_allowed) break;
+      if (!writer.completed() || !keep_alive_allowed || body_left) break;
       continue;
     }
-    const bool keep_alive = response->keep_alive() && keep_alive_allowed;
+    const bool keep_alive = response->keep_alive() && keep_alive_allowed && !body_left;
     response->keep_alive(keep_alive);
     spdlog::debug("http: {} {} -> {}", std::string_view(request.method_string()),
                   std::string_view(request.target()), response->result_int());
@@ -387,6 +428,11 @@ asio::awaitable<void> Session<Stream>::serve() {
     error_code ec;
     transport().expires_after(options.write_timeout);
     co_await beast_http::async_write(stream_, *response, asio::redirect_error(asio::use_awaitable, ec));
+    if (!ec && body_left) {
+      // Let the answer reach the client before its unread body makes the kernel reset.
+      co_await linger_and_close();
+      co_return;
+    }
     if (ec || !keep_alive || response->need_eof()) break;
   }
   close();
@@ -398,7 +444,7 @@ asio::awaitable<void> Session<Stream>::serve() {
 // transfer coding other than chunked, 503 too many body bytes in flight.
 template <typename Stream>
 asio::awaitable<bool> Session<Stream>::read_request(
-    beast_http::request_parser<beast_http::string_body>& parser) {
+    beast_http::request_parser<beast_http::string_body>& parser, bool& streamed) {
   const ServerOptions& options = state_.options;
   error_code ec;
   // A new connection gets header_timeout to begin its first request; a keep-alive connection may
@@ -426,11 +472,21 @@ asio::awaitable<bool> Session<Stream>::read_request(
                       "Transfer-Encoding " + std::string(coding) + " is not supported");
       co_return false;
     }
+    const auto length = parser.content_length();
+    streamed = !parser.is_done() && (parser.chunked() || (length && *length > 0)) &&
+               options.stream_body && options.stream_body(parser.get());
+    if (!streamed) {
+      parser.body_limit(options.max_request_body_bytes);
+      if (length && *length > options.max_request_body_bytes) ec = beast_http::error::body_limit;
+    }
+  }
+  if (!ec) {
+    const auto length = parser.content_length();
     // The body's bytes count against the server-wide limit: all of a Content-Length up front,
     // chunked bodies as their chunks arrive.
-    if (auto length = parser.content_length();
-        length && !reservation_.add(static_cast<std::size_t>(
-                      std::min<std::uint64_t>(*length, options.max_request_body_bytes)))) {
+    if (!streamed && length &&
+        !reservation_.add(static_cast<std::size_t>(
+            std::min<std::uint64_t>(*length, options.max_request_body_bytes)))) {
       co_await refuse(parser.get(), Status::service_unavailable, "service_unavailable",
                       "Too many request bytes in flight; retry later", true);
       co_return false;
@@ -459,6 +515,7 @@ asio::awaitable<bool> Session<Stream>::read_request(
     phase_ = Phase::waiting_for_request;
     if (!ec && close_requested_) ec = asio::error::operation_aborted;
   }
+  if (!ec && streamed) co_return true;  // the handler reads the body
   // The body: each read must bring bytes within body_timeout, the whole within idle_timeout.
   const auto body_deadline = std::chrono::steady_clock::now() + options.idle_timeout;
   while (!ec && !parser.is_done()) {
@@ -555,11 +612,55 @@ void StreamWriter<Stream>::stop_watching() {
 }
 
 template <typename Stream>
-asio::awaitable<bool> StreamWriter<Stream>::on_strand(asio::awaitable<bool> work) {
+template <typename T>
+asio::awaitable<T> StreamWriter<Stream>::on_strand(asio::awaitable<T> work) {
   const asio::any_io_executor strand = session_.executor();
   const auto* typed = strand.target<asio::strand<asio::io_context::executor_type>>();
   if (typed == nullptr || typed->running_in_this_thread()) co_return co_await std::move(work);
   co_return co_await asio::co_spawn(strand, std::move(work), asio::use_awaitable);
+}
+
+template <typename Stream>
+asio::awaitable<std::optional<std::size_t>> StreamWriter<Stream>::read_body(std::string& out,
+                                                                            std::size_t max) {
+  co_return co_await on_strand(do_read_body(out, max));
+}
+
+template <typename Stream>
+asio::awaitable<std::optional<std::size_t>> StreamWriter<Stream>::do_read_body(std::string& out,
+                                                                               std::size_t max) {
+  if (body_parser_ == nullptr || body_failed_ || max == 0) co_return std::nullopt;
+  if (body_parser_->is_done()) co_return std::size_t{0};
+  const std::size_t old_size = out.size();
+  out.resize(old_size + max);
+  auto& body = body_parser_->get().body();
+  body.data = out.data() + old_size;
+  body.size = max;
+  body.more = true;
+  error_code ec;
+  // Until some bytes arrive: each read within body_timeout, the whole body before its deadline.
+  while (!ec && !body_parser_->is_done() && body.size == max) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        body_deadline_ - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      ec = beast::error::timeout;
+      break;
+    }
+    session_.transport().expires_after(std::min(session_.state_.options.body_timeout, left));
+    co_await beast_http::async_read_some(session_.stream_, session_.buffer_, *body_parser_,
+                                         asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == beast_http::error::need_buffer) ec = {};
+  }
+  const std::size_t got = max - body.size;
+  body.data = nullptr;
+  body.size = 0;
+  out.resize(old_size + got);
+  if (ec) {
+    spdlog::debug("http: connection {}: streamed body ended: {}", session_.id_, ec.message());
+    body_failed_ = true;
+    co_return std::nullopt;
+  }
+  co_return got;
 }
 
 template <typename Stream>

@@ -78,6 +78,11 @@ struct ServerOptions {
   int listen_backlog = 1024;
   // HTTPS on a second port, when set. TLS 1.2 and 1.3 only.
   std::optional<TlsOptions> tls;
+  // Requests (with a body) for which this answers true, given their line and headers, reach the
+  // handler before their body is read: it pulls the body with ResponseStream::read_body(), so a
+  // large upload streams through bounded memory. max_request_body_bytes and the in-flight cap do
+  // not apply to them (the handler bounds what it accepts). Unset: every body is read whole.
+  std::function<bool(const Request& header)> stream_body;
   // How long stop() lets in-flight responses finish before abandoning them. Default 10 s.
   std::chrono::milliseconds shutdown_grace{std::chrono::seconds(10)};
 };

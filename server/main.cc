@@ -386,6 +386,8 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
 
   chaise::storage::Options store_options;
   store_options.fsync = config.fsync;
+  store_options.block_cache_bytes = config.block_cache_bytes;
+  store_options.write_buffer_bytes = config.write_buffer_bytes;
   auto opened = chaise::storage::Database::open((config.data_dir / "store").string(), store_options);
   if (!opened.ok()) {
     spdlog::critical("cannot open the store in {}: {}", (config.data_dir / "store").string(),
@@ -424,11 +426,12 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   context.metrics = &metrics;
   context.access_log = chaise::config::get_bool(*config_store.snapshot(), "log", "access_log", true);
   chaise::http::Router router{std::move(context)};
-  chaise::http::Server server{
-      server_options(config),
-      [&router](const chaise::http::Request& request, chaise::http::ResponseStream& stream) {
-        return router.handle(request, stream);
-      }};
+  chaise::http::ServerOptions options = server_options(config);
+  options.stream_body = chaise::http::streams_request_body;
+  chaise::http::Server server{std::move(options), [&router](const chaise::http::Request& request,
+                                                            chaise::http::ResponseStream& stream) {
+                                return router.handle(request, stream);
+                              }};
   metrics.set_connection_counter([&server] { return server.open_connections(); });
   if (const auto ec = server.start()) {
     spdlog::critical("cannot listen on {}:{}: {}", config.bind_address, config.port, ec.message());

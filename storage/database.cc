@@ -90,7 +90,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   ro.create_missing_column_families = true;
   ro.IncreaseParallelism(2);
   ro.OptimizeLevelStyleCompaction();
-  ro.write_buffer_size = 64u << 20;
+  ro.write_buffer_size = options.write_buffer_bytes;
   ro.max_total_wal_size = 512u << 20;
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);

@@ -77,6 +77,9 @@ struct Options {
   std::size_t resolver_keys_max = 4u << 20;
   // RocksDB block cache, bytes. Default 256 MiB.
   std::size_t block_cache_bytes = 256u << 20;
+  // RocksDB memtable size, bytes; a few can exist at once (one being written, the others
+  // waiting for their flush). Default 64 MiB.
+  std::size_t write_buffer_bytes = 64u << 20;
   // Retry backoff of on_error(): starts at initial, doubles up to max, jittered. Defaults 1 ms / 1
   // s.
   std::int64_t retry_backoff_initial_us = 1'000;

@@ -5,15 +5,23 @@
 //
 // Expected answers come from CouchDB 3.5 (chttpd_db:db_attachment_req, couch_att:to_json,
 // couch_doc:doc_to_multi_part_stream), checked side by side against a CouchDB 3.5.0.
-#include <gtest/gtest.h>
+#include "core/attachments.h"
 
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "core/attachments.h"
 #include "http/multipart.h"
 #include "tests/http/test_server.h"
 
@@ -62,6 +70,9 @@ class AttachmentsTest : public ::testing::Test {
     return call(verb::put, target, body, headers);
   }
   std::string rev_of(const std::string& doc) { return get("/db/" + doc).json()["_rev"]; }
+  // PUTs 100 MB to /db/huge<round>/blob over a plain socket, reads it back, checks the bytes, and
+  // keeps the largest server RSS seen in `peak`.
+  void stream_hundred_megabytes(int round, long& peak);
 
   TempDir dir_;
   std::optional<ServerProcess> server_;
@@ -349,6 +360,219 @@ TEST_F(AttachmentsTest, RevsInfoReadsTheStatusOfEveryStoredRevision) {
   EXPECT_EQ(info[1]["status"], "deleted");
   EXPECT_EQ(info[2]["status"], "available");
   EXPECT_EQ(info[2]["rev"], r1);
+}
+
+// ---- Streamed uploads (bodies over 1 MiB, or chunked, are never held whole) ----
+
+// A plain socket for bodies too large to build in memory.
+class RawConnection {
+ public:
+  explicit RawConnection(std::uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+      throw std::runtime_error("connect failed");
+  }
+  ~RawConnection() { ::close(fd_); }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+  bool send_all(std::string_view data) {
+    while (!data.empty()) {
+      const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      data.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+  // Up to `max` bytes; "" at end of stream or after 30 s without any.
+  std::string read_some(std::size_t max = 1 << 20) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, 30000) <= 0) return {};
+    std::string out(max, '\0');
+    const ssize_t n = ::recv(fd_, out.data(), out.size(), 0);
+    out.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+    return out;
+  }
+  // The response head (through the blank line); what came after it stays in `rest`.
+  std::string read_head(std::string& rest) {
+    std::string got;
+    for (;;) {
+      if (auto end = got.find("\r\n\r\n"); end != std::string::npos) {
+        rest = got.substr(end + 4);
+        return got.substr(0, end + 4);
+      }
+      std::string more = read_some();
+      if (more.empty()) return got;
+      got += more;
+    }
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// Deterministic bytes that do not compress, and that differ piece by piece.
+std::string pseudo_random_piece(std::uint64_t& state, std::size_t n) {
+  std::string out(n, '\0');
+  for (std::size_t i = 0; i < n; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    out[i] = static_cast<char>(state >> 56);
+  }
+  return out;
+}
+
+long server_rss_kib(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
+// Two of them, in and out: 400 MB through the server.
+TEST_F(AttachmentsTest, HundredMegabyteAttachmentStreamsInAndOutWithFlatMemory) {
+  // The storage engine's own memory (block cache, memtables) made small, so that what is left to
+  // grow is the server's buffering.
+  TearDown();
+  const auto ini = dir_.path() / "small-caches.ini";
+  std::ofstream(ini) << "[chaise]\nblock_cache_bytes = 8388608\nwrite_buffer_bytes = 8388608\n";
+  start({"--config", ini.string()});
+  const long before = server_rss_kib(server_->pid());
+  long peak = before;
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round);
+    stream_hundred_megabytes(round, peak);
+  }
+  std::printf("server RSS: %ld KiB before, %ld KiB at most while 2 x 100 MB went in and out\n",
+              before, peak);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  // Flat: the 8 MiB caches, a few 8 MiB memtables and the buffers of a request, where one body
+  // held whole would add 100 MB.
+  EXPECT_LT(peak - before, 80 * 1024);
+#endif
+}
+
+void AttachmentsTest::stream_hundred_megabytes(int round, long& peak) {
+  constexpr std::size_t kSize = 100u << 20, kPiece = 1u << 20;
+  const std::string doc = "/db/huge" + std::to_string(round);
+  core::AttHasher sent_hash;
+  {
+    RawConnection c(server_->port());
+    ASSERT_TRUE(c.send_all("PUT " + doc +
+                           "/blob HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           "Content-Type: application/octet-stream\r\nContent-Length: " +
+                           std::to_string(kSize) + "\r\n\r\n"));
+    std::uint64_t state = 42 + static_cast<std::uint64_t>(round);
+    for (std::size_t sent = 0; sent < kSize; sent += kPiece) {
+      const std::string piece = pseudo_random_piece(state, kPiece);
+      sent_hash.update(piece);
+      ASSERT_TRUE(c.send_all(piece)) << sent;
+      if (sent % (8 * kPiece) == 0) peak = std::max(peak, server_rss_kib(server_->pid()));
+    }
+    std::string rest;
+    const std::string head = c.read_head(rest);
+    ASSERT_TRUE(head.starts_with("HTTP/1.1 201")) << head << rest;
+  }
+  std::string md5, address;
+  sent_hash.finish(md5, address);
+  auto stored = get(doc).json();
+  EXPECT_EQ(stored["_attachments"]["blob"]["length"], kSize);
+  EXPECT_EQ(stored["_attachments"]["blob"]["digest"], core::att_digest_str(md5));
+  // And out again, read piece by piece while the server's memory is watched.
+  {
+    RawConnection c(server_->port());
+    ASSERT_TRUE(c.send_all("GET " + doc + "/blob HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+    std::string body;
+    const std::string head = c.read_head(body);
+    ASSERT_TRUE(head.starts_with("HTTP/1.1 200")) << head;
+    // Chunked: decode as it comes, hashing the bytes.
+    core::AttHasher got_hash;
+    std::size_t got = 0, reads = 0;
+    std::string buf = std::move(body);
+    for (;;) {
+      auto eol = buf.find("\r\n");
+      if (eol == std::string::npos) {
+        std::string more = c.read_some();
+        ASSERT_FALSE(more.empty()) << "stream ended after " << got;
+        buf += more;
+        continue;
+      }
+      const std::size_t n = std::stoul(buf.substr(0, eol), nullptr, 16);
+      while (buf.size() < eol + 2 + n + 2) {
+        std::string more = c.read_some();
+        ASSERT_FALSE(more.empty()) << "stream ended after " << got;
+        buf += more;
+      }
+      if (n == 0) break;
+      got_hash.update(std::string_view(buf).substr(eol + 2, n));
+      got += n;
+      buf.erase(0, eol + 2 + n + 2);
+      if (++reads % 64 == 0) peak = std::max(peak, server_rss_kib(server_->pid()));
+    }
+    EXPECT_EQ(got, kSize);
+    std::string got_md5;
+    got_hash.finish(got_md5, address);
+    EXPECT_TRUE(got_md5 == md5);
+  }
+}
+
+TEST_F(AttachmentsTest, ChunkedUploadsAreStreamedAndCompressedLikeWholeOnes) {
+  std::string text;
+  for (int i = 0; text.size() < 3 * 1024 * 1024; ++i) text += "line " + std::to_string(i) + "\n";
+  RawConnection c(server_->port());
+  std::string req =
+      "PUT /db/t/log.txt HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n";
+  for (std::size_t off = 0; off < text.size(); off += 100'000) {
+    const std::string piece = text.substr(off, 100'000);
+    char size[32];
+    std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
+    req += size + piece + "\r\n";
+  }
+  req += "0\r\n\r\n";
+  ASSERT_TRUE(c.send_all(req));
+  std::string rest;
+  ASSERT_TRUE(c.read_head(rest).starts_with("HTTP/1.1 201"));
+  auto att = get("/db/t?att_encoding_info=true").json()["_attachments"]["log.txt"];
+  EXPECT_EQ(att["length"], text.size());
+  EXPECT_EQ(att["encoding"], "gzip");
+  // The same digest as the same bytes uploaded whole (the MD5 of the stored gzip stream).
+  EXPECT_EQ(att["digest"], md5_digest(core::gzip_compress(text)));
+  EXPECT_TRUE(get("/db/t/log.txt").body == text);
+  // Equal bytes uploaded again share the stored copy and read back the same.
+  auto again = put("/db/t2/copy.txt", text, {{"Content-Type", "text/plain"}});
+  ASSERT_EQ(again.status, 201u) << again.body;
+  EXPECT_TRUE(get("/db/t2/copy.txt").body == text);
+}
+
+TEST_F(AttachmentsTest, RefusedStreamedUploadsKeepNothingAndAnswerFirst) {
+  const std::string big(2 * 1024 * 1024, 'z');
+  // A conflict (the document exists, no rev): the answer arrives and the document is unchanged.
+  ASSERT_EQ(put("/db/c", R"({"v":1})").status, 201u);
+  expect_error(put("/db/c/a", big, {{"Content-Type", "application/octet-stream"}}), 409, "conflict",
+               "Document update conflict.");
+  EXPECT_FALSE(get("/db/c").json().contains("_attachments"));
+  // Over max_attachment_size, by Content-Length before any byte is read, or as the bytes come.
+  TearDown();
+  const auto ini = dir_.path() / "small.ini";
+  std::ofstream(ini) << "[couchdb]\nmax_attachment_size = 1500000\n";
+  start({"--config", ini.string()});
+  expect_error(put("/db/d/a", big, {{"Content-Type", "text/plain"}}), 413, "attachment_too_large",
+               "a");
+  client_ = std::make_unique<HttpClient>(server_->port());  // that answer closed the connection
+  RawConnection c(server_->port());
+  std::string req = "PUT /db/d/b HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 4; ++i) req += "7a120\r\n" + std::string(500'000, 'y') + "\r\n";
+  req += "0\r\n\r\n";
+  c.send_all(req);
+  std::string rest;
+  const std::string head = c.read_head(rest);
+  EXPECT_TRUE(head.starts_with("HTTP/1.1 413")) << head;
+  EXPECT_EQ(get("/db/d").status, 404u);
+  // The server is still fine, and a small upload on a fresh connection works.
+  EXPECT_EQ(put("/db/d/ok", "1234", {{"Content-Type", "text/plain"}}).status, 201u);
 }
 
 }  // namespace
