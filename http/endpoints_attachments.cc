@@ -356,13 +356,8 @@ boost::asio::awaitable<storage::Status> preupload_attachments(const Call& call,
   co_return storage::Status{};
 }
 
-namespace {
-
-// Clears what a streamed upload wrote under `address` (it failed, or equal bytes were stored),
-// unless a stored revision names it after all (an edit whose commit outcome was unknown). A
-// failure here leaves unreferenced bytes behind, never a revision without its bytes.
-boost::asio::awaitable<void> drop_streamed_bytes(const Call& call, const core::DbRef& db,
-                                                 const std::string& address) {
+boost::asio::awaitable<void> drop_streamed_attachment(const Call& call, const core::DbRef& db,
+                                                      const std::string& address) {
   (void)co_await run_txn(call.store(), [&](storage::Transaction& tr) {
     auto refs = tr.get(core::att_ref_key(db, address));
     if (!refs.ok()) return storage::Status(refs.error());
@@ -373,26 +368,19 @@ boost::asio::awaitable<void> drop_streamed_bytes(const Call& call, const core::D
   });
 }
 
-// The body of a streamed attachment PUT, read piece by piece and written as it comes, under an
-// address of its own (random: the SHA-256 is only known at the end). Returns the upload, marked
-// preuploaded; bytes equal to an attachment already stored end up sharing that copy.
-// `own_address` is set to the address written here when the upload keeps its own copy.
-boost::asio::awaitable<core::AttUpload> stream_attachment_upload(Call& call, const core::DbRef& db,
-                                                                 const std::string& name,
-                                                                 std::string& own_address) {
-  core::AttUpload up;
-  up.name = name;
-  up.info.name = name;
-  const std::string_view ctype = call.req[field::content_type];
-  up.info.content_type = ctype.empty() ? "application/octet-stream" : std::string(ctype);
+boost::asio::awaitable<core::AttUpload> stream_attachment(const Call& call, const core::DbRef& db,
+                                                          core::AttUpload up, const AttPull& pull,
+                                                          std::string& own_address) {
+  own_address.clear();
   std::string address(32, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(address.data()), 32) != 1)
     throw HttpError(500, "unknown_error", "no random bytes for an attachment address");
+  const bool encoded = !up.info.encoding.empty();
   std::optional<core::GzipStream> gzip;
-  if (core::is_compressible_type(up.info.content_type)) gzip.emplace();
+  if (!encoded && core::is_compressible_type(up.info.content_type)) gzip.emplace();
   core::AttHasher hasher;
   std::string piece, pending;
-  std::int64_t identity_length = 0, stored_length = 0, chunk = 0;
+  std::int64_t received = 0, stored_length = 0, chunk = 0;
   std::optional<HttpError> failure;
   bool wrote = false;
   // Writes whole transactions' worth of pending bytes (all of them when `last`).
@@ -415,15 +403,21 @@ boost::asio::awaitable<core::AttUpload> stream_attachment_upload(Call& call, con
   };
   for (;;) {
     piece.clear();
-    auto n = co_await call.stream.read_body(piece, kStreamedReadBytes);
+    std::optional<std::size_t> n;
+    try {
+      n = co_await pull(piece, kStreamedReadBytes);
+    } catch (const HttpError& e) {
+      failure = e;
+      break;
+    }
     if (!n) {
       failure = HttpError(400, "bad_request", "The request body ended early");
       break;
     }
     if (*n == 0) break;
-    identity_length += static_cast<std::int64_t>(*n);
-    if (static_cast<std::uint64_t>(identity_length) > call.ctx.max_attachment_size) {
-      failure = HttpError(413, "attachment_too_large", name);
+    received += static_cast<std::int64_t>(*n);
+    if (static_cast<std::uint64_t>(received) > call.ctx.max_attachment_size) {
+      failure = HttpError(413, "attachment_too_large", up.name);
       break;
     }
     const std::size_t before = pending.size();
@@ -448,15 +442,19 @@ boost::asio::awaitable<core::AttUpload> stream_attachment_upload(Call& call, con
       failure = HttpError(core::storage_failure(s.error()));
   }
   if (failure) {
-    if (wrote) co_await drop_streamed_bytes(call, db, address);
+    if (wrote) co_await drop_streamed_attachment(call, db, address);
     throw *failure;
   }
   std::string sha;
   hasher.finish(up.info.md5, sha);
-  up.info.length = identity_length;
+  if (!encoded) {
+    up.info.length = received;
+    up.info.encoding = gzip ? "gzip" : "";
+  }
   up.info.encoded_length = stored_length;
-  up.info.encoding = gzip ? "gzip" : "";
   up.info.address = address;
+  up.stored.clear();
+  up.stub = up.follows = false;
   up.preuploaded = true;
   // Content addressing: when these bytes are already stored under their SHA-256, share that copy.
   bool shared = false;
@@ -468,17 +466,19 @@ boost::asio::awaitable<core::AttUpload> stream_attachment_upload(Call& call, con
   });
   if (s.ok() && shared) {
     up.info.address = sha;
-    if (wrote) co_await drop_streamed_bytes(call, db, address);
+    if (wrote) co_await drop_streamed_attachment(call, db, address);
   } else if (wrote) {
     own_address = address;
   }
   co_return up;
 }
 
-}  // namespace
-
 bool streams_request_body(const Request& header) {
   if (header.method() != verb::put) return false;
+  std::string content_type(header[field::content_type]);
+  for (char& c : content_type)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  const bool multipart = content_type.starts_with("multipart/related");
   const std::string_view te = header[field::transfer_encoding];
   const std::string_view cl = header[field::content_length];
   std::uint64_t length = 0;
@@ -496,8 +496,14 @@ bool streams_request_body(const Request& header) {
     parts.push_back(path.substr(0, slash));
     path = slash == std::string_view::npos ? std::string_view() : path.substr(slash);
   }
-  if (parts.size() < 3) return false;
+  if (parts.size() < 2) return false;
   if (parts[0].starts_with('_') && parts[0] != "_users" && parts[0] != "_replicator") return false;
+  // A document with its attachments as multipart/related parts (the replicator's upload):
+  // /{db}/{doc} or /{db}/_design/{ddoc}.
+  if (multipart && parts[1] == "_design" && parts.size() == 3) return true;
+  if (multipart && parts.size() == 2) return !parts[1].starts_with('_');
+  // An attachment: /{db}/{doc}/{att...} or /{db}/_design/{ddoc}/{att...}.
+  if (parts.size() < 3) return false;
   if (parts[1] == "_design") return parts.size() >= 4 && !parts[3].starts_with('_');
   return !parts[1].starts_with('_') && !parts[2].starts_with('_');
 }
@@ -517,8 +523,16 @@ MaybeResponse handle_attachment(Call& call, const core::DbRef& db, const std::st
         std::from_chars(cl.data(), cl.data() + cl.size(), length).ec == std::errc() &&
         length > call.ctx.max_attachment_size)
       throw HttpError(413, "attachment_too_large", name);
+    core::AttUpload up;
+    up.name = name;
+    up.info.name = name;
+    const std::string_view ctype = call.req[field::content_type];
+    up.info.content_type = ctype.empty() ? "application/octet-stream" : std::string(ctype);
+    const AttPull pull = [&call](std::string& out, std::size_t max) {
+      return call.stream.read_body(out, max);
+    };
     std::string own_address;
-    core::AttUpload up = co_await stream_attachment_upload(call, db, name, own_address);
+    up = co_await stream_attachment(call, db, std::move(up), pull, own_address);
     std::exception_ptr failed;
     std::optional<Response> answer;
     try {
@@ -528,7 +542,7 @@ MaybeResponse handle_attachment(Call& call, const core::DbRef& db, const std::st
     }
     if (failed) {
       // The edit did not happen: its own bytes must not stay (a shared copy belongs to others).
-      if (!own_address.empty()) co_await drop_streamed_bytes(call, db, own_address);
+      if (!own_address.empty()) co_await drop_streamed_attachment(call, db, own_address);
       std::rethrow_exception(failed);
     }
     co_return answer;

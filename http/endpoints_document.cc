@@ -29,6 +29,7 @@
 #include "http/auth.h"
 #include "http/js_request.h"
 #include "http/multipart.h"
+#include "http/multipart_reader.h"
 #include "http/request.h"
 #include "http/router.h"
 
@@ -790,11 +791,9 @@ std::vector<core::AttUpload> upload_atts(const Call& call, const core::ParsedDoc
   return atts;
 }
 
-MaybeResponse put_doc(Call& call, const core::DbRef& db, const Target& t, const DocQuery& q) {
-  if (auto e = core::validate_docid(t.id)) throw_couch(std::move(*e));
-  std::vector<MultipartPart> parts;
-  Json j = put_body(call, parts);
-  if (t.local) co_return co_await put_local(call, t, q, std::move(j));
+// The document of a PUT, checked: the write rules of its database, its size, a design
+// document's validity. May rewrite `j` (_users, _replicator).
+core::ParsedDoc checked_put_doc(const Call& call, const core::DbRef& db, const Target& t, Json& j) {
   if (j.is_object()) {
     Json checked = j;
     checked["_id"] = t.id;
@@ -806,7 +805,99 @@ MaybeResponse put_doc(Call& call, const core::DbRef& db, const Target& t, const 
   if (auto e = core::validate_design_doc(t.id, j, core::Partitioned{db.partitioned}))
     throw_couch(std::move(*e));
   if (auto e = check_design_functions(call, t.id, j)) throw_couch(std::move(*e));
+  return d;
+}
+
+// A streamed multipart/related PUT (streams_request_body: the replicator's upload of a document
+// with large attachments): the document part is read whole, each "follows" attachment is streamed
+// into storage as its part arrives. `own` collects the addresses of bytes written here.
+boost::asio::awaitable<std::pair<core::ParsedDoc, std::vector<core::AttUpload>>> streamed_put(
+    Call& call, const core::DbRef& db, const Target& t, std::vector<std::string>& own) {
+  const std::string_view ctype = call.req[field::content_type];
+  auto boundary = multipart_boundary(ctype);
+  if (!boundary) throw_bad_request("Invalid multipart/related request: no boundary");
+  MultipartReader reader(
+      [&call](std::string& out, std::size_t max) { return call.stream.read_body(out, max); },
+      *boundary);
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (!co_await reader.next_part(headers))
+    throw_bad_request("Invalid multipart/related request body");
+  std::string text;
+  // The JSON part: a document, with its attachments as stubs or "follows".
+  const std::size_t text_max = call.ctx.max_document_size + (1u << 20);
+  while (co_await reader.read(text, 256 * 1024) > 0) {
+    if (text.size() > text_max)
+      throw HttpError(413, "too_large", "the request entity is too large");
+  }
+  Json j = parse_json_or_throw(text, core::JsonNumbers::exact);
+  text = std::string();
+  core::ParsedDoc d = checked_put_doc(call, db, t, j);
+  std::vector<core::AttUpload> atts;
+  if (!has_attachments(d)) co_return std::make_pair(std::move(d), std::move(atts));
+  auto parsed = core::parse_attachments_json(*d.attachments, call.ctx.max_attachment_size);
+  if (auto* e = std::get_if<core::CouchError>(&parsed)) throw_couch(std::move(*e));
+  atts = std::get<std::vector<core::AttUpload>>(std::move(parsed));
+  const AttPull pull = [&reader](
+                           std::string& out,
+                           std::size_t max) -> boost::asio::awaitable<std::optional<std::size_t>> {
+    co_return co_await reader.read(out, max);
+  };
+  for (core::AttUpload& u : atts) {
+    if (!u.follows) continue;
+    if (!co_await reader.next_part(headers))
+      throw_bad_request("Attachment data missing for " + u.name);
+    core::AttUpload up = u;
+    if (!u.follows_encoding.empty()) {
+      // Encoded bytes (CouchDB's replicator sends gzip-stored attachments as they are stored).
+      if (u.follows_length < 0) throw_bad_request("Attachment length missing for " + u.name);
+      up.info.encoding = u.follows_encoding;
+      up.info.length = u.follows_length;
+    }
+    std::string address;
+    up = co_await stream_attachment(call, db, std::move(up), pull, address);
+    if (!address.empty()) own.push_back(address);
+    const bool mismatch =
+        u.follows_encoding.empty()
+            ? u.follows_length >= 0 && u.follows_length != up.info.length
+            : u.follows_encoded_length >= 0 && u.follows_encoded_length != up.info.encoded_length;
+    if (mismatch) throw_bad_request("Attachment length mismatch for " + u.name);
+    u = std::move(up);
+  }
+  co_return std::make_pair(std::move(d), std::move(atts));
+}
+
+MaybeResponse put_doc_write(Call& call, const core::DbRef& db, const Target& t, const DocQuery& q,
+                            core::ParsedDoc d, std::vector<core::AttUpload> atts);
+
+MaybeResponse put_doc(Call& call, const core::DbRef& db, const Target& t, const DocQuery& q) {
+  if (auto e = core::validate_docid(t.id)) throw_couch(std::move(*e));
+  if (call.stream.body_streamed() && !t.local) {
+    // Whatever goes wrong, the bytes streamed for an edit that did not happen must not stay.
+    std::vector<std::string> own;
+    std::exception_ptr failed;
+    std::optional<Response> answer;
+    try {
+      auto [d, atts] = co_await streamed_put(call, db, t, own);
+      answer = co_await put_doc_write(call, db, t, q, std::move(d), std::move(atts));
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    if (failed || !answer || answer->result_int() >= 300) {
+      for (const std::string& address : own) co_await drop_streamed_attachment(call, db, address);
+    }
+    if (failed) std::rethrow_exception(failed);
+    co_return answer;
+  }
+  std::vector<MultipartPart> parts;
+  Json j = put_body(call, parts);
+  if (t.local) co_return co_await put_local(call, t, q, std::move(j));
+  core::ParsedDoc d = checked_put_doc(call, db, t, j);
   std::vector<core::AttUpload> atts = upload_atts(call, d, parts);
+  co_return co_await put_doc_write(call, db, t, q, std::move(d), std::move(atts));
+}
+
+MaybeResponse put_doc_write(Call& call, const core::DbRef& db, const Target& t, const DocQuery& q,
+                            core::ParsedDoc d, std::vector<core::AttUpload> atts) {
   const bool deleted = d.deleted;
   auto item = put_item(call, t, q, std::move(d));
   auto& item_atts = item.replicated ? item.replicated_doc.atts : item.update.atts;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -117,6 +118,26 @@ boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call, core::Do
 boost::asio::awaitable<storage::Status> preupload_attachments(const Call& call,
                                                               const core::DbRef& db,
                                                               std::vector<core::AttUpload>& atts);
+
+// Where a streamed attachment's bytes come from: appends at most `max` bytes to `out`, returns
+// how many (0 at the end), nullopt if the client is gone; may throw HttpError (malformed input).
+using AttPull = std::function<boost::asio::awaitable<std::optional<std::size_t>>(std::string& out,
+                                                                                 std::size_t max)>;
+// Streams one attachment's bytes from `pull` into storage, ~1 MB per transaction, under an address
+// of its own (the SHA-256 is only known at the end), so memory stays flat whatever the size. `up`
+// names it and gives its content type; bytes already encoded (info.encoding "gzip", as CouchDB's
+// replicator sends them) are stored as they come with info.length their identity length; others
+// are compressed when the type is compressible (as set_att_data). max_attachment_size is enforced
+// (413). Returns the upload marked preuploaded; when equal bytes were already stored it shares
+// them, else `own_address` names its copy: drop_streamed_attachment() it if the edit fails.
+// Throws HttpError after dropping what it wrote. Defined in endpoints_attachments.cc.
+boost::asio::awaitable<core::AttUpload> stream_attachment(const Call& call, const core::DbRef& db,
+                                                          core::AttUpload up, const AttPull& pull,
+                                                          std::string& own_address);
+// Clears the bytes under `address`, unless a stored revision names them (an edit whose commit
+// outcome was unknown): a failure leaves unreferenced bytes, never a revision without its bytes.
+boost::asio::awaitable<void> drop_streamed_attachment(const Call& call, const core::DbRef& db,
+                                                      const std::string& address);
 
 // mochiweb_request:accepts_content_type(type): some Accept entry with q > 0 is `type`, its
 // "major/*" or "*/*", and none refuses `type` or "major/*" with q=0. A missing Accept header

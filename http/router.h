@@ -115,9 +115,9 @@ class Router {
   RouterContext context_;
 };
 
-// ServerOptions::stream_body for the router: attachment PUTs with a body over 1 MiB (or chunked)
-// reach their handler before the body is read, which streams it into storage
-// (endpoints_attachments.cc).
+// ServerOptions::stream_body for the router: attachment PUTs, and multipart/related document PUTs
+// (the replicator's), with a body over 1 MiB (or chunked) reach their handler before the body is
+// read, which streams the attachment bytes into storage (endpoints_attachments.cc).
 bool streams_request_body(const Request& header);
 
 // Endpoint groups, one file each (declared here, defined in http/endpoints_*.cc).

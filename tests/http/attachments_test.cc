@@ -575,5 +575,77 @@ TEST_F(AttachmentsTest, RefusedStreamedUploadsKeepNothingAndAnswerFirst) {
   EXPECT_EQ(put("/db/d/ok", "1234", {{"Content-Type", "text/plain"}}).status, 201u);
 }
 
+// The replicator's upload of a document with large attachments (multipart/related, "follows"),
+// streamed: sent in odd pieces, with bytes that look like the start of a delimiter inside.
+TEST_F(AttachmentsTest, StreamedMultipartPutStoresEachFollowsPart) {
+  std::uint64_t state = 7;
+  std::string blob = pseudo_random_piece(state, 3 * 1024 * 1024 + 5);
+  const std::string boundary = "abc123boundary";
+  blob.replace(1000, 20, "\r\n--abc123boundar");  // almost a delimiter
+  std::string text;
+  for (int i = 0; text.size() < 200'000; ++i) text += "row " + std::to_string(i) + "\n";
+  const std::string gz = core::gzip_compress(text);
+  Json doc = {{"_id", "m"},
+              {"_rev", "2-0123456789abcdef0123456789abcdef"},
+              {"_revisions", {{"start", 2}, {"ids", {"0123456789abcdef0123456789abcdef", "aa"}}}},
+              {"v", 1},
+              {"_attachments",
+               {{"blob.bin",
+                 {{"content_type", "application/octet-stream"},
+                  {"revpos", 2},
+                  {"follows", true},
+                  {"length", blob.size()}}},
+                {"log.txt",
+                 {{"content_type", "text/plain"},
+                  {"revpos", 1},
+                  {"follows", true},
+                  {"encoding", "gzip"},
+                  {"length", text.size()},
+                  {"encoded_length", gz.size()}}}}}};
+  std::string body = "--" + boundary + "\r\nContent-Type: application/json\r\n\r\n" + doc.dump() +
+                     "\r\n--" + boundary +
+                     "\r\nContent-Disposition: attachment; filename=\"blob.bin\"\r\n\r\n" + blob +
+                     "\r\n--" + boundary + "\r\n\r\n" + gz + "\r\n--" + boundary + "--";
+  RawConnection c(server_->port());
+  ASSERT_TRUE(
+      c.send_all("PUT /db/m?new_edits=false HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 "Content-Type: multipart/related; boundary=\"" +
+                 boundary + "\"\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n"));
+  for (std::size_t off = 0; off < body.size(); off += 7777) {
+    ASSERT_TRUE(c.send_all(std::string_view(body).substr(off, 7777)));
+  }
+  std::string rest;
+  const std::string head = c.read_head(rest);
+  ASSERT_TRUE(head.starts_with("HTTP/1.1 201")) << head << rest;
+  auto stored = get("/db/m?att_encoding_info=true").json();
+  EXPECT_EQ(stored["_rev"], "2-0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(stored["_attachments"]["blob.bin"]["digest"], md5_digest(blob));
+  EXPECT_EQ(stored["_attachments"]["blob.bin"]["revpos"], 2);
+  EXPECT_EQ(stored["_attachments"]["log.txt"]["digest"], md5_digest(gz));
+  EXPECT_EQ(stored["_attachments"]["log.txt"]["encoding"], "gzip");
+  EXPECT_EQ(stored["_attachments"]["log.txt"]["length"], text.size());
+  EXPECT_TRUE(get("/db/m/blob.bin").body == blob);
+  EXPECT_TRUE(get("/db/m/log.txt").body == text);
+
+  // Broken uploads: a length that does not match, a body without its closing delimiter. Each
+  // is refused and writes no revision.
+  doc["_id"] = "bad";
+  doc["_attachments"]["blob.bin"]["length"] = blob.size() + 1;
+  std::string bad = "--" + boundary + "\r\n\r\n" + doc.dump() + "\r\n--" + boundary + "\r\n\r\n" +
+                    blob + "\r\n--" + boundary + "\r\n\r\n" + gz + "\r\n--" + boundary + "--";
+  auto r = put("/db/bad?new_edits=false", bad,
+               {{"Content-Type", "multipart/related; boundary=" + boundary}});
+  EXPECT_EQ(r.status, 400u) << r.body;
+  client_ = std::make_unique<HttpClient>(server_->port());  // the unread rest closed it
+  EXPECT_EQ(get("/db/bad").status, 404u);
+  doc["_attachments"]["blob.bin"]["length"] = blob.size();
+  bad = "--" + boundary + "\r\n\r\n" + doc.dump() + "\r\n--" + boundary + "\r\n\r\n" + blob;
+  r = put("/db/bad?new_edits=false", bad,
+          {{"Content-Type", "multipart/related; boundary=" + boundary}});
+  EXPECT_EQ(r.status, 400u) << r.body;
+  client_ = std::make_unique<HttpClient>(server_->port());  // the unread rest closed it
+  EXPECT_EQ(get("/db/bad").status, 404u);
+}
+
 }  // namespace
 }  // namespace chaise::test
