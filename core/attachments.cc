@@ -153,6 +153,48 @@ void GzipStream::finish(std::string& out) {
   deflate_into(impl_->zs, {}, Z_FINISH, out);
 }
 
+struct GunzipStream::Impl {
+  z_stream zs{};
+  bool ended = false;
+  bool failed = false;
+  std::size_t produced = 0;
+  std::size_t max_bytes = 0;
+};
+
+GunzipStream::GunzipStream(std::size_t max_bytes) : impl_(std::make_unique<Impl>()) {
+  impl_->max_bytes = max_bytes;
+  check(inflateInit2(&impl_->zs, 15 + 32) == Z_OK, "inflateInit2");  // as gzip_decompress
+}
+
+GunzipStream::~GunzipStream() { inflateEnd(&impl_->zs); }
+
+bool GunzipStream::add(std::string_view data, std::string& out) {
+  Impl& m = *impl_;
+  if (m.failed) return false;
+  if (data.empty()) return true;
+  if (m.ended) return m.failed = true, false;  // bytes after the end of the stream
+  m.zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  m.zs.avail_in = static_cast<uInt>(data.size());
+  std::array<char, 64 * 1024> buf{};
+  while (m.zs.avail_in > 0 && !m.ended) {
+    m.zs.next_out = reinterpret_cast<Bytef*>(buf.data());
+    m.zs.avail_out = static_cast<uInt>(buf.size());
+    const int rc = inflate(&m.zs, Z_NO_FLUSH);
+    if (rc != Z_OK && rc != Z_STREAM_END) return m.failed = true, false;
+    const std::size_t n = buf.size() - m.zs.avail_out;
+    m.produced += n;
+    if (m.produced > m.max_bytes) return m.failed = true, false;
+    out.append(buf.data(), n);
+    m.ended = rc == Z_STREAM_END;
+    if (rc == Z_OK && n == 0 && m.zs.avail_in > 0 && m.zs.avail_out != 0)
+      return m.failed = true, false;  // no progress
+  }
+  if (m.ended && m.zs.avail_in > 0) return m.failed = true, false;
+  return true;
+}
+
+bool GunzipStream::finish() const { return impl_->ended && !impl_->failed; }
+
 std::optional<std::string> gzip_decompress(std::string_view data, std::size_t max_bytes) {
   z_stream zs{};
   if (inflateInit2(&zs, 15 + 32) != Z_OK) return std::nullopt;  // gzip or zlib, auto-detected

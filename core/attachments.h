@@ -77,6 +77,23 @@ bool is_compressible_type(std::string_view content_type);
 // larger than `max_bytes`).
 std::string gzip_compress(std::string_view data);
 std::optional<std::string> gzip_decompress(std::string_view data, std::size_t max_bytes);
+// gzip_decompress over stored bytes read in pieces (a large attachment sent decoded).
+class GunzipStream {
+ public:
+  explicit GunzipStream(std::size_t max_bytes);
+  ~GunzipStream();
+  GunzipStream(const GunzipStream&) = delete;
+  GunzipStream& operator=(const GunzipStream&) = delete;
+  // Appends what `data` decodes to; false once the bytes are corrupt, go on past the end of the
+  // stream, or decode to more than max_bytes in all.
+  bool add(std::string_view data, std::string& out);
+  // True when the whole stream was decoded without error.
+  bool finish() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 // gzip_compress over bytes that arrive in pieces (a streamed upload); the same output.
 class GzipStream {
  public:

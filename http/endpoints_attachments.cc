@@ -174,13 +174,49 @@ bool accepts_coding(const Request& req, std::string_view coding) {
 // A compressed attachment (CouchDB stores compressible types gzip'd): sent as stored with
 // Content-Encoding to a client that accepts it, else decoded; no byte ranges (CouchDB answers
 // "Accept-Ranges: none" for these too). Compressible types are text, so one read is fine.
-Response encoded_attachment(const Call& call, storage::Transaction& tr, const core::DbRef& db,
-                            const core::AttInfo& att, const std::string& etag) {
+// Bytes read per transaction when an attachment is streamed out.
+constexpr std::int64_t kStreamedReadChunk = 4 * static_cast<std::int64_t>(core::kAttChunkBytes);
+
+// Writes the identity bytes of a gzip-stored attachment to the begun stream, decoding as it
+// reads. False if the client went away or the stored bytes do not decode (the head is sent: the
+// connection is closed instead of ending the body).
+boost::asio::awaitable<bool> write_att_decoded(const Call& call, const core::DbRef& db,
+                                               const core::AttInfo& att) {
+  core::GunzipStream gunzip(static_cast<std::size_t>(std::max<std::int64_t>(att.length, 0)));
+  std::string out;
+  for (std::int64_t off = 0; off < att.encoded_length;) {
+    const std::int64_t n = std::min(kStreamedReadChunk, att.encoded_length - off);
+    auto tr = call.store().create_transaction();
+    auto piece = core::read_att_stored(tr, db, att, off, n);
+    if (!piece.ok()) co_return false;
+    out.clear();
+    if (!gunzip.add(*piece, out)) co_return false;
+    if (!out.empty() && !co_await call.stream.write(out)) co_return false;
+    off += n;
+  }
+  co_return gunzip.finish();
+}
+
+MaybeResponse encoded_attachment(Call& call, storage::Transaction& tr, const core::DbRef& db,
+                                 const core::AttInfo& att, const std::string& etag) {
   Response r = bytes_head(call.req, Status::ok, att, etag);
   r.set(field::accept_ranges, "none");
+  const bool as_stored = accepts_coding(call.req, att.encoding);
+  if (as_stored) r.set(field::content_encoding, att.encoding);
+  if (call.is(verb::head)) {
+    r.content_length(static_cast<std::uint64_t>(as_stored ? att.encoded_length : att.length));
+    co_return r;
+  }
+  if (att.encoded_length > kWholeResponseBytesMax) {
+    // Large: streamed, read (and decoded) a piece at a time.
+    if (!co_await call.stream.begin(std::move(r))) co_return std::nullopt;
+    const bool sent = as_stored ? co_await write_att_stored(call, db, att, 0, att.encoded_length)
+                                : co_await write_att_decoded(call, db, att);
+    if (sent) co_await call.stream.finish();
+    co_return std::nullopt;
+  }
   std::string stored = value_or_throw(core::read_att_stored(tr, db, att, 0, att.encoded_length));
-  if (accepts_coding(call.req, att.encoding)) {
-    r.set(field::content_encoding, att.encoding);
+  if (as_stored) {
     r.body() = std::move(stored);
   } else {
     auto identity = core::att_identity(att, std::move(stored));
@@ -188,8 +224,7 @@ Response encoded_attachment(const Call& call, storage::Transaction& tr, const co
     r.body() = std::move(*identity);
   }
   r.prepare_payload();
-  if (call.is(verb::head)) r.body().clear();
-  return r;
+  co_return r;
 }
 
 MaybeResponse get_attachment(Call& call, const core::DbRef& db, const std::string& id,
@@ -215,7 +250,7 @@ MaybeResponse get_attachment(Call& call, const core::DbRef& db, const std::strin
     r.prepare_payload();
     co_return r;
   }
-  if (!att->encoding.empty()) co_return encoded_attachment(call, tr, db, *att, etag);
+  if (!att->encoding.empty()) co_return co_await encoded_attachment(call, tr, db, *att, etag);
   const std::int64_t size = att->encoded_length;
   std::optional<ByteRange> range = parse_range(call.req, size);
   const std::int64_t from = range ? range->from : 0;
@@ -237,17 +272,7 @@ MaybeResponse get_attachment(Call& call, const core::DbRef& db, const std::strin
   // bytes under an address never change).
   if (!co_await call.stream.begin(std::move(head))) co_return std::nullopt;
   const core::AttInfo info = *att;
-  for (std::int64_t off = from; off < from + len;) {
-    const std::int64_t n =
-        std::min<std::int64_t>(static_cast<std::int64_t>(core::kAttChunkBytes) * 4,
-                               from + len - off);
-    auto piece_tr = call.store().create_transaction();
-    auto piece = core::read_att_stored(piece_tr, db, info, off, n);
-    if (!piece.ok()) co_return std::nullopt;  // the head is sent: all we can do is stop
-    if (!co_await call.stream.write(*piece)) co_return std::nullopt;
-    off += n;
-  }
-  co_await call.stream.finish();
+  if (co_await write_att_stored(call, db, info, from, len)) co_await call.stream.finish();
   co_return std::nullopt;
 }
 
@@ -354,6 +379,61 @@ boost::asio::awaitable<storage::Status> preupload_attachments(const Call& call,
     u.stored = std::string();
   }
   co_return storage::Status{};
+}
+
+std::uint64_t BodyPlan::size() const {
+  std::uint64_t n = 0;
+  for (const auto& p : pieces) {
+    if (const auto* t = std::get_if<std::string>(&p)) {
+      n += t->size();
+    } else {
+      n += static_cast<std::uint64_t>(std::get<core::AttInfo>(p).encoded_length);
+    }
+  }
+  return n;
+}
+
+storage::Result<std::string> materialize_body_plan(storage::Transaction& tr, const core::DbRef& db,
+                                                   const BodyPlan& plan) {
+  std::string out;
+  for (const auto& p : plan.pieces) {
+    if (const auto* t = std::get_if<std::string>(&p)) {
+      out += *t;
+      continue;
+    }
+    const core::AttInfo& a = std::get<core::AttInfo>(p);
+    auto bytes = core::read_att_stored(tr, db, a, 0, a.encoded_length);
+    if (!bytes.ok()) return bytes.error();
+    out += *bytes;
+  }
+  return out;
+}
+
+boost::asio::awaitable<bool> write_att_stored(const Call& call, const core::DbRef& db,
+                                              const core::AttInfo& att, std::int64_t from,
+                                              std::int64_t len) {
+  for (std::int64_t off = from; off < from + len;) {
+    const std::int64_t n = std::min(kStreamedReadChunk, from + len - off);
+    auto tr = call.store().create_transaction();
+    auto piece = core::read_att_stored(tr, db, att, off, n);
+    if (!piece.ok()) co_return false;
+    if (!co_await call.stream.write(*piece)) co_return false;
+    off += n;
+  }
+  co_return true;
+}
+
+boost::asio::awaitable<bool> write_body_plan(const Call& call, const core::DbRef& db,
+                                             const BodyPlan& plan) {
+  for (const auto& p : plan.pieces) {
+    if (const auto* t = std::get_if<std::string>(&p)) {
+      if (!co_await call.stream.write(*t)) co_return false;
+    } else {
+      const core::AttInfo& a = std::get<core::AttInfo>(p);
+      if (!co_await write_att_stored(call, db, a, 0, a.encoded_length)) co_return false;
+    }
+  }
+  co_return true;
 }
 
 boost::asio::awaitable<void> drop_streamed_attachment(const Call& call, const core::DbRef& db,

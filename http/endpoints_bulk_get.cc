@@ -179,34 +179,39 @@ std::string json_result(const Entry& e, const Answer& a) {
 // send_docs_multipart_bulk_get: a document with attachment bytes is a nested multipart/related
 // part with X-Doc-Id and X-Rev-Id; one without is an application/json part; errors are
 // application/json parts with error="true".
-storage::Result<std::string> multipart_result(storage::Transaction& tr, const core::DbRef& db,
-                                              const Entry& e, const Answer& a,
-                                              std::string_view boundary) {
-  std::string out;
+// The attachment bytes are planned, not read: they are streamed (write_body_plan).
+BodyPlan multipart_result(const Entry& e, const Answer& a, std::string_view boundary) {
+  BodyPlan out;
   for (const auto& d : a.docs) {
-    out += "\r\n--";
-    out += boundary;
+    out.text("\r\n--");
+    out.text(boundary);
     if (d.atts.follows.empty()) {
-      out += "\r\nContent-Type: application/json\r\n\r\n" + d.json;
+      out.text("\r\nContent-Type: application/json\r\n\r\n" + d.json);
       continue;
     }
     const std::string inner = make_boundary();
-    out += "\r\nX-Doc-Id: " + e.id.get<std::string>() + "\r\nX-Rev-Id: " + d.rev +
-           "\r\nContent-Type: multipart/related; boundary=\"" + inner + "\"\r\n\r\n";
-    append_part(out, inner, {{"Content-Type", "application/json"}}, d.json);
+    std::string text = "\r\nX-Doc-Id: " + e.id.get<std::string>() + "\r\nX-Rev-Id: " + d.rev +
+                       "\r\nContent-Type: multipart/related; boundary=\"" + inner + "\"\r\n\r\n";
+    append_part(text, inner, {{"Content-Type", "application/json"}}, d.json);
     for (const core::AttInfo& att : d.atts.follows) {
-      auto bytes = core::read_att_stored(tr, db, att, 0, att.encoded_length);
-      if (!bytes.ok()) return bytes.error();
-      append_part(out, inner,
-                  attachment_part_headers(att.name, att.content_type, bytes->size(), att.encoding),
-                  *bytes);
+      // The part's delimiter and headers (append_part with an empty body, less its CRLF).
+      append_part(
+          text, inner,
+          attachment_part_headers(att.name, att.content_type,
+                                  static_cast<std::size_t>(att.encoded_length), att.encoding),
+          "");
+      text.resize(text.size() - 2);
+      out.text(text);
+      out.att(att);
+      text = "\r\n";
     }
-    append_close(out, inner);
+    append_close(text, inner);
+    out.text(text);
   }
   for (const auto& err : a.errors) {
-    out += "\r\n--";
-    out += boundary;
-    out += "\r\nContent-Type: application/json; error=\"true\"\r\n\r\n" + err;
+    out.text("\r\n--");
+    out.text(boundary);
+    out.text("\r\nContent-Type: application/json; error=\"true\"\r\n\r\n" + err);
   }
   return out;
 }
@@ -258,15 +263,13 @@ MaybeResponse handle_bulk_get(Call& call, const core::DbRef& db) {
     }
     auto a = answer_entry(*tr, db, entries[i], q, multipart, fields);
     if (!a.ok()) co_return std::nullopt;  // the head is sent: all we can do is stop
-    std::string chunk;
     if (multipart) {
-      auto mp = multipart_result(*tr, db, entries[i], *a, boundary);
-      if (!mp.ok()) co_return std::nullopt;
-      chunk = std::move(*mp);
-    } else {
-      chunk = (i ? "," : "") + json_result(entries[i], *a);
+      if (!co_await write_body_plan(call, db, multipart_result(entries[i], *a, boundary)))
+        co_return std::nullopt;
+      continue;
     }
-    if (!co_await call.stream.write(chunk)) co_return std::nullopt;
+    if (!co_await call.stream.write((i ? "," : "") + json_result(entries[i], *a)))
+      co_return std::nullopt;
   }
   if (multipart) {
     if (!entries.empty() && !co_await call.stream.write("\r\n--" + boundary + "--\r\n"))

@@ -350,21 +350,47 @@ void set_att_options(core::DocReadOptions& o, const DocQuery& q) {
 
 // A document and the bytes of its "follows" attachments as one multipart/related body
 // (couch_doc:doc_to_multi_part_stream): the JSON part first, then one part per attachment.
-storage::Result<std::string> multipart_related_body(storage::Transaction& tr,
-                                                    const core::DbRef& db, std::string_view json,
-                                                    const std::vector<core::AttInfo>& follows,
-                                                    std::string_view boundary) {
-  std::string out;
-  append_part(out, boundary, {{"Content-Type", "application/json"}}, json);
+BodyPlan multipart_related_plan(std::string_view json, const std::vector<core::AttInfo>& follows,
+                                std::string_view boundary) {
+  BodyPlan plan;
+  std::string text;
+  append_part(text, boundary, {{"Content-Type", "application/json"}}, json);
   for (const core::AttInfo& a : follows) {
-    auto bytes = core::read_att_stored(tr, db, a, 0, a.encoded_length);
-    if (!bytes.ok()) return bytes.error();
-    append_part(out, boundary,
-                attachment_part_headers(a.name, a.content_type, bytes->size(), a.encoding),
-                *bytes);
+    // The part's delimiter and headers (append_part with an empty body, less its CRLF), the
+    // bytes, then the CRLF.
+    append_part(text, boundary,
+                attachment_part_headers(a.name, a.content_type,
+                                        static_cast<std::size_t>(a.encoded_length), a.encoding),
+                "");
+    text.resize(text.size() - 2);
+    plan.text(text);
+    text.clear();
+    plan.att(a);
+    text = "\r\n";
   }
-  append_close(out, boundary);
-  return out;
+  append_close(text, boundary);
+  plan.text(text);
+  return plan;
+}
+
+// The answer `head` with `plan` as its body: assembled when small (or for HEAD, which only needs
+// its length); when large, the plan goes to `deferred` for the caller to stream (write_body_plan)
+// and the head is returned without a body.
+Response finish_with_plan(const Call& call, storage::Transaction& tr, const core::DbRef& db,
+                          Response head, BodyPlan plan, BodyPlan* deferred) {
+  if (call.is(verb::head)) {
+    head.content_length(plan.size());
+    return head;
+  }
+  if (deferred != nullptr && plan.att_bytes > kBodyPlanWholeBytesMax) {
+    *deferred = std::move(plan);
+    return head;
+  }
+  auto body = materialize_body_plan(tr, db, plan);
+  if (!body.ok()) return storage_error_response(call.req, body.error());
+  head.body() = std::move(*body);
+  head.prepare_payload();
+  return head;
 }
 
 // ---- open_revs ---------------------------------------------------------------------------------
@@ -374,41 +400,45 @@ struct OpenRevsResult {
   std::vector<std::string> missing;  // rev strings
   // Multipart answers with attachments: ok[i] as a whole multipart/related part body, with its
   // boundary (empty when the document has no attachment bytes to send).
-  std::vector<std::string> related;
+  std::vector<BodyPlan> related;
   std::vector<std::string> related_boundary;
 };
 
 // chttpd_db:send_docs_multipart: every document is its own application/json part (it would be a
 // nested multipart/related with attachments); a missing rev is an error="true" part.
-Response open_revs_multipart(const Request& req, const OpenRevsResult& r) {
+Response open_revs_multipart(const Call& call, storage::Transaction& tr, const core::DbRef& db,
+                             OpenRevsResult& r, BodyPlan* deferred) {
   const std::string b = make_boundary();
-  std::string body = "--" + b;
+  BodyPlan plan;
+  plan.text("--" + b);
   for (std::size_t i = 0; i < r.ok.size(); ++i) {
     if (i < r.related_boundary.size() && !r.related_boundary[i].empty()) {
-      body += "\r\nContent-Type: multipart/related; boundary=\"" + r.related_boundary[i] +
-              "\"\r\n\r\n" + r.related[i] + "\r\n--" + b;
+      plan.text("\r\nContent-Type: multipart/related; boundary=\"" + r.related_boundary[i] +
+                "\"\r\n\r\n");
+      plan.append(std::move(r.related[i]));
+      plan.text("\r\n--" + b);
     } else {
-      body += "\r\nContent-Type: application/json\r\n\r\n" + r.ok[i] + "\r\n--" + b;
+      plan.text("\r\nContent-Type: application/json\r\n\r\n" + r.ok[i] + "\r\n--" + b);
     }
   }
   for (const std::string& rev : r.missing)
-    body += "\r\nContent-Type: application/json; error=\"true\"\r\n\r\n{\"missing\":" +
-            core::json_string(rev) + "}\r\n--" + b;
-  body += "--";
-  Response resp{Status::ok, req.version()};
+    plan.text("\r\nContent-Type: application/json; error=\"true\"\r\n\r\n{\"missing\":" +
+              core::json_string(rev) + "}\r\n--" + b);
+  plan.text("--");
+  Response resp{Status::ok, call.req.version()};
   resp.set(field::server, kServerHeader);
   resp.set(field::date, http_date_now());
   resp.set(field::content_type, "multipart/mixed; boundary=\"" + b + "\"");
   resp.set(field::cache_control, "must-revalidate");
-  resp.keep_alive(req.keep_alive());
-  resp.body() = std::move(body);
-  resp.prepare_payload();
-  if (req.method() == verb::head) resp.body().clear();
-  return resp;
+  resp.keep_alive(call.req.keep_alive());
+  return finish_with_plan(call, tr, db, std::move(resp), std::move(plan), deferred);
 }
 
-Response open_revs_response(const Request& req, const OpenRevsResult& r) {
-  if (accepts_media_type(req, "multipart/mixed")) return open_revs_multipart(req, r);
+Response open_revs_response(const Call& call, storage::Transaction& tr, const core::DbRef& db,
+                            OpenRevsResult& r, BodyPlan* deferred) {
+  const Request& req = call.req;
+  if (accepts_media_type(req, "multipart/mixed"))
+    return open_revs_multipart(call, tr, db, r, deferred);
   std::string body = "[";
   for (const std::string& doc : r.ok) {
     if (body.size() > 1) body.push_back(',');
@@ -451,12 +481,11 @@ storage::Result<OpenRevsResult> read_open_revs(storage::Transaction& tr, const c
       continue;
     }
     if (multipart) {
-      std::string boundary, related;
+      std::string boundary;
+      BodyPlan related;
       if (!follows.empty()) {
         boundary = make_boundary();
-        auto body = multipart_related_body(tr, db, *json, follows, boundary);
-        if (!body.ok()) return body.error();
-        related = std::move(*body);
+        related = multipart_related_plan(*json, follows, boundary);
       }
       out.related.push_back(std::move(related));
       out.related_boundary.push_back(std::move(boundary));
@@ -481,7 +510,7 @@ std::vector<core::RevId> open_revs_ids(const DocQuery& q) {
 Response send_doc(const Call& call, storage::Transaction& tr, const core::DbRef& db,
                   const std::string& id, const std::vector<core::StoredBranch>& all,
                   const core::StoredBranch& b, core::DocReadOptions o,
-                  const std::optional<std::string>& etag) {
+                  const std::optional<std::string>& etag, BodyPlan* deferred) {
   // A document only partly public is answered 304 only once it is known to be readable at all.
   if (etag && !o.public_fields && etag_matches(call.req, *etag))
     return not_modified(call.req, *etag);
@@ -498,8 +527,7 @@ Response send_doc(const Call& call, storage::Transaction& tr, const core::DbRef&
     return not_modified(call.req, *etag);
   if (!multipart || !rendered.any) return doc_response(call.req, std::move(*json), etag);
   const std::string boundary = make_boundary();
-  auto body = multipart_related_body(tr, db, *json, rendered.follows, boundary);
-  if (!body.ok()) return storage_error_response(call.req, body.error());
+  BodyPlan plan = multipart_related_plan(*json, rendered.follows, boundary);
   Response r{Status::ok, call.req.version()};
   r.set(field::server, kServerHeader);
   r.set(field::date, http_date_now());
@@ -507,16 +535,14 @@ Response send_doc(const Call& call, storage::Transaction& tr, const core::DbRef&
   r.set(field::cache_control, "must-revalidate");
   if (etag) r.set(field::etag, *etag);
   r.keep_alive(call.req.keep_alive());
-  r.body() = std::move(*body);
-  r.prepare_payload();
-  if (call.is(verb::head)) r.body().clear();
-  return r;
+  return finish_with_plan(call, tr, db, std::move(r), std::move(plan), deferred);
 }
 
 // The winning revision, all leaves when conflicts are asked for; the doc's meta members decide
 // whether CouchDB sends an ETag (send_doc: only when the document has no meta).
 Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRef& db,
-                    const std::string& id, const DocQuery& q, const ReadRule& fields) {
+                    const std::string& id, const DocQuery& q, const ReadRule& fields,
+                    BodyPlan* deferred) {
   std::vector<core::StoredBranch> all;
   if (q.conflicts || q.deleted_conflicts) {
     auto r = core::read_branches(tr, db, id, storage::Snapshot::yes);
@@ -545,10 +571,12 @@ Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRe
   }
   std::optional<std::string> etag;
   if (!meta) etag = dquote(winner.branch.leaf.str());
-  return send_doc(call, tr, db, id, all, winner, o, etag);
+  return send_doc(call, tr, db, id, all, winner, o, etag, deferred);
 }
 
-Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const DocQuery& q) {
+// A large multipart answer leaves its body in `deferred` for the caller to stream.
+Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const DocQuery& q,
+                 BodyPlan* deferred) {
   // In _users, 403 for another's design document before anything is read.
   const ReadRule fields = read_rule(call, db, t.id);
   auto tr = call.store().create_transaction();
@@ -561,7 +589,7 @@ Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const
     const bool multipart = accepts_media_type(call.req, "multipart/mixed");
     auto r = read_open_revs(tr, db, t.id, *all, revs, q, multipart, fields);
     if (!r.ok()) return storage_error_response(call.req, r.error());
-    return open_revs_response(call.req, *r);
+    return open_revs_response(call, tr, db, *r, deferred);
   }
   if (q.rev_text && !q.latest) {
     // A specific revision (couch_doc_open through open_revs): tombstones too, no meta members.
@@ -575,9 +603,21 @@ Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const
     auto found = core::find_revision(tr, db, t.id, *all, *o.rev);
     if (!found.ok()) return storage_error_response(call.req, found.error());
     if (!*found) throw_couch(core::doc_not_found());
-    return send_doc(call, tr, db, t.id, *all, **found, o, dquote(o.rev->str()));
+    return send_doc(call, tr, db, t.id, *all, **found, o, dquote(o.rev->str()), deferred);
   }
-  return get_winner(call, tr, db, t.id, q, fields);
+  return get_winner(call, tr, db, t.id, q, fields, deferred);
+}
+
+// get_doc, with a large multipart body streamed.
+MaybeResponse get_doc_answer(Call& call, const core::DbRef& db, const Target& t,
+                             const DocQuery& q) {
+  BodyPlan deferred;
+  Response head = get_doc(call, db, t, q, &deferred);
+  if (deferred.pieces.empty()) co_return head;
+  head.body().clear();
+  if (!co_await call.stream.begin(std::move(head))) co_return std::nullopt;
+  if (co_await write_body_plan(call, db, deferred)) co_await call.stream.finish();
+  co_return std::nullopt;
 }
 
 // The "0-N" rev of a document spliced by core::get_local_json ({"_id":..,"_rev":"0-N",...}).
@@ -594,7 +634,8 @@ Response get_local(const Call& call, const core::DbRef& db, const Target& t, con
   if (q.open_revs) {
     OpenRevsResult r;
     for (const std::string& rev : *q.open_revs) r.missing.push_back(local_rev_or_throw(rev));
-    return open_revs_response(call.req, r);
+    auto tr = call.store().create_transaction();
+    return open_revs_response(call, tr, db, r, nullptr);
   }
   if (q.rev_text && !q.latest) throw_couch(core::doc_not_found());
   auto tr = call.store().create_transaction();
@@ -1175,7 +1216,8 @@ MaybeResponse handle_document(Call& call) {
     case verb::get:
     case verb::head: {
       const DocQuery q = parse_doc_query(call);
-      co_return t.local ? get_local(call, db, t, q) : get_doc(call, db, t, q);
+      if (t.local) co_return get_local(call, db, t, q);
+      co_return co_await get_doc_answer(call, db, t, q);
     }
     case verb::put: {
       const DocQuery q = parse_doc_query(call);

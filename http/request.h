@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "core/databases.h"
@@ -119,6 +120,49 @@ boost::asio::awaitable<storage::Status> preupload_attachments(const Call& call,
                                                               const core::DbRef& db,
                                                               std::vector<core::AttUpload>& atts);
 
+// A response body of literal text and attachment bytes (multipart answers). Small ones are
+// assembled in memory (materialize_body_plan); larger ones are streamed piece by piece, each
+// attachment read a few chunks per transaction, so memory stays flat (write_body_plan).
+struct BodyPlan {
+  std::vector<std::variant<std::string, core::AttInfo>> pieces;
+  std::uint64_t att_bytes = 0;  // stored bytes of the attachments in it
+
+  void text(std::string_view s) {
+    if (pieces.empty() || !std::holds_alternative<std::string>(pieces.back()))
+      pieces.emplace_back(std::string());
+    std::get<std::string>(pieces.back()) += s;
+  }
+  void att(const core::AttInfo& a) {
+    pieces.emplace_back(a);
+    att_bytes += static_cast<std::uint64_t>(a.encoded_length);
+  }
+  void append(BodyPlan other) {
+    for (auto& p : other.pieces) {
+      if (auto* t = std::get_if<std::string>(&p)) {
+        text(*t);
+      } else {
+        pieces.push_back(std::move(p));
+      }
+    }
+    att_bytes += other.att_bytes;
+  }
+  // Total bytes of the body.
+  std::uint64_t size() const;
+};
+// Plans with more attachment bytes than this are streamed rather than assembled.
+inline constexpr std::uint64_t kBodyPlanWholeBytesMax = 1 << 20;
+// The whole body, attachment bytes read with `tr`. (Defined in endpoints_attachments.cc, as the
+// three below.)
+storage::Result<std::string> materialize_body_plan(storage::Transaction& tr, const core::DbRef& db,
+                                                   const BodyPlan& plan);
+// Writes the plan to a begun stream; false if the client went away or a read failed.
+boost::asio::awaitable<bool> write_body_plan(const Call& call, const core::DbRef& db,
+                                             const BodyPlan& plan);
+// Writes stored bytes [from, from + len) of an attachment to a begun stream, a few chunks per
+// read transaction (the bytes under an address never change); false as write_body_plan.
+boost::asio::awaitable<bool> write_att_stored(const Call& call, const core::DbRef& db,
+                                              const core::AttInfo& att, std::int64_t from,
+                                              std::int64_t len);
 // Where a streamed attachment's bytes come from: appends at most `max` bytes to `out`, returns
 // how many (0 at the end), nullopt if the client is gone; may throw HttpError (malformed input).
 using AttPull = std::function<boost::asio::awaitable<std::optional<std::size_t>>(std::string& out,

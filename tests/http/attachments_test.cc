@@ -516,6 +516,22 @@ void AttachmentsTest::stream_hundred_megabytes(int round, long& peak) {
     got_hash.finish(got_md5, address);
     EXPECT_TRUE(got_md5 == md5);
   }
+  // The replicator's read of it (open_revs, multipart/mixed) is streamed too.
+  {
+    RawConnection c(server_->port());
+    ASSERT_TRUE(c.send_all("GET " + doc +
+                           "?open_revs=all HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           "Accept: multipart/mixed\r\nConnection: close\r\n\r\n"));
+    std::string body;
+    const std::string head = c.read_head(body);
+    ASSERT_TRUE(head.starts_with("HTTP/1.1 200")) << head;
+    std::size_t total = body.size(), reads = 0;
+    for (std::string more; !(more = c.read_some()).empty();) {
+      total += more.size();
+      if (++reads % 64 == 0) peak = std::max(peak, server_rss_kib(server_->pid()));
+    }
+    EXPECT_GT(total, kSize);
+  }
 }
 
 TEST_F(AttachmentsTest, ChunkedUploadsAreStreamedAndCompressedLikeWholeOnes) {
@@ -645,6 +661,79 @@ TEST_F(AttachmentsTest, StreamedMultipartPutStoresEachFollowsPart) {
   EXPECT_EQ(r.status, 400u) << r.body;
   client_ = std::make_unique<HttpClient>(server_->port());  // the unread rest closed it
   EXPECT_EQ(get("/db/bad").status, 404u);
+}
+
+// Multipart answers and encoded attachments over 1 MiB are streamed (chunked) from storage, and
+// carry exactly the bytes the whole ones did.
+TEST_F(AttachmentsTest, LargeMultipartAnswersAndEncodedAttachmentsAreStreamedExactly) {
+  std::uint64_t state = 11;
+  const std::string blob = pseudo_random_piece(state, 3 * 1024 * 1024 + 1);
+  // Hex text: compressible (stored gzip), but only to about half, so still over 1 MiB stored.
+  std::string text;
+  for (unsigned char c : pseudo_random_piece(state, 1536 * 1024)) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    text += kHex[c >> 4];
+    text += kHex[c & 15];
+  }
+  ASSERT_EQ(put("/db/big/blob.bin", blob, {{"Content-Type", "application/octet-stream"}}).status,
+            201u);
+  const std::string rev =
+      put("/db/big/log.txt?rev=" + rev_of("big"), text, {{"Content-Type", "text/plain"}})
+          .json()["rev"];
+  const std::string gz = core::gzip_compress(text);
+
+  // The identity bytes of a gzip-stored attachment, decoded as they are read; or as stored.
+  auto plain = get("/db/big/log.txt");
+  EXPECT_EQ(plain.header(field::transfer_encoding), "chunked");
+  EXPECT_TRUE(plain.body == text);
+  auto encoded = get("/db/big/log.txt", {{"Accept-Encoding", "gzip"}});
+  EXPECT_EQ(encoded.header(field::content_encoding), "gzip");
+  EXPECT_TRUE(encoded.body == gz);
+  auto head = call(verb::head, "/db/big/log.txt");
+  EXPECT_EQ(head.header(field::content_length), std::to_string(text.size()));
+
+  // Checks a multipart/related document body: the JSON, then the stored bytes of each.
+  auto check_related = [&](std::string_view body, std::string_view ctype) {
+    auto boundary = http::multipart_boundary(ctype);
+    ASSERT_TRUE(boundary) << ctype;
+    auto parts = http::parse_multipart(body, *boundary);
+    ASSERT_TRUE(parts);
+    ASSERT_EQ(parts->size(), 3u);
+    Json doc = Json::parse((*parts)[0].body);
+    EXPECT_EQ(doc["_rev"], rev);
+    // The attachment edited last comes first, as on CouchDB.
+    EXPECT_EQ((*parts)[1].header("content-disposition"), "attachment; filename=\"log.txt\"");
+    EXPECT_TRUE((*parts)[1].body == gz);
+    EXPECT_EQ((*parts)[1].header("content-encoding"), "gzip");
+    EXPECT_TRUE((*parts)[2].body == blob);
+    EXPECT_EQ((*parts)[2].header("content-length"), std::to_string(blob.size()));
+  };
+  auto related = get("/db/big?attachments=true", {{"Accept", "multipart/related"}});
+  ASSERT_EQ(related.status, 200u);
+  EXPECT_EQ(related.header(field::transfer_encoding), "chunked");
+  check_related(related.body, related.header(field::content_type));
+  auto related_head =
+      call(verb::head, "/db/big?attachments=true", {}, {{"Accept", "multipart/related"}});
+  EXPECT_GT(std::stoull(related_head.header(field::content_length)), blob.size() + gz.size());
+
+  auto mixed = get("/db/big?open_revs=all&revs=true", {{"Accept", "multipart/mixed"}});
+  ASSERT_EQ(mixed.status, 200u);
+  auto outer = http::parse_multipart(mixed.body,
+                                     *http::multipart_boundary(mixed.header(field::content_type)));
+  ASSERT_TRUE(outer);
+  ASSERT_EQ(outer->size(), 1u);
+  check_related((*outer)[0].body, (*outer)[0].header("content-type"));
+
+  auto bulk = call(verb::post, "/db/_bulk_get?revs=true",
+                   Json{{"docs", {{{"id", "big"}, {"rev", rev}}}}}.dump(),
+                   {{"Content-Type", "application/json"}, {"Accept", "multipart/mixed"}});
+  ASSERT_EQ(bulk.status, 200u);
+  auto bulk_parts =
+      http::parse_multipart(bulk.body, *http::multipart_boundary(bulk.header(field::content_type)));
+  ASSERT_TRUE(bulk_parts);
+  ASSERT_EQ(bulk_parts->size(), 1u);
+  EXPECT_EQ((*bulk_parts)[0].header("x-doc-id"), "big");
+  check_related((*bulk_parts)[0].body, (*bulk_parts)[0].header("content-type"));
 }
 
 }  // namespace
