@@ -24,9 +24,11 @@ std::string lower(std::string s) {
   return s;
 }
 
+// As parse_multipart trims (a stray CR before the line's CRLF goes too).
 std::string trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return std::string(s);
 }
 }  // namespace
