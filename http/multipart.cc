@@ -32,15 +32,21 @@ std::size_t parse_headers(std::string_view s, MultipartPart& part) {
     std::string_view line = s.substr(pos, eol - pos);
     pos = eol + 2;
     if (line.empty()) return pos;
-    const std::size_t colon = line.find(':');
-    if (colon == std::string_view::npos || colon == 0) return std::string_view::npos;
-    part.headers.emplace_back(lower(trim(line.substr(0, colon))),
-                              std::string(trim(line.substr(colon + 1))));
-    if (part.headers.size() > 100) return std::string_view::npos;
+    auto header = parse_part_header(line);
+    if (!header) return std::string_view::npos;
+    part.headers.push_back(std::move(*header));
+    if (part.headers.size() > kPartHeadersMax) return std::string_view::npos;
   }
 }
 
 }  // namespace
+
+std::optional<std::pair<std::string, std::string>> parse_part_header(std::string_view line) {
+  const std::size_t colon = line.find(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  return std::make_pair(lower(trim(line.substr(0, colon))),
+                        std::string(trim(line.substr(colon + 1))));
+}
 
 std::string_view MultipartPart::header(std::string_view name) const {
   for (const auto& [k, v] : headers)

@@ -25,6 +25,12 @@ struct MultipartPart {
 // At most this many parts are parsed from one body (a bound on work per request).
 inline constexpr std::size_t kMultipartPartsMax = 10'000;
 
+// At most this many headers in one part.
+inline constexpr std::size_t kPartHeadersMax = 100;
+// One "Name: value" line of a part's headers: the name lowercased, both trimmed of spaces and
+// tabs (and a stray CR at the end); nullopt without a colon or with an empty name.
+std::optional<std::pair<std::string, std::string>> parse_part_header(std::string_view line);
+
 // The boundary parameter of a Content-Type value (quotes removed), or nullopt.
 std::optional<std::string> multipart_boundary(std::string_view content_type);
 

@@ -10,7 +10,7 @@ namespace chaise::http {
 namespace {
 // Bytes asked of the body per read, and the largest header block of one part.
 constexpr std::size_t kPullBytes = 256 * 1024;
-constexpr std::size_t kPartHeadersMax = 16 * 1024;
+constexpr std::size_t kPartHeaderBytesMax = 16 * 1024;
 // A preamble longer than this (before the first delimiter) is refused.
 constexpr std::size_t kPreambleMax = 64 * 1024;
 
@@ -18,19 +18,6 @@ constexpr std::size_t kPreambleMax = 64 * 1024;
   throw HttpError(400, "bad_request", std::string("Invalid multipart/related request: ") + what);
 }
 
-std::string lower(std::string s) {
-  for (char& c : s)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return s;
-}
-
-// As parse_multipart trims (a stray CR before the line's CRLF goes too).
-std::string trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  return std::string(s);
-}
 }  // namespace
 
 MultipartReader::MultipartReader(Pull pull, std::string boundary)
@@ -112,7 +99,7 @@ boost::asio::awaitable<bool> MultipartReader::next_part(
   if (++parts_ > kMultipartPartsMax) malformed("too many parts");
   std::size_t end;
   while ((end = buffer_.find("\r\n\r\n")) == std::string::npos && !buffer_.starts_with("\r\n")) {
-    if (buffer_.size() > kPartHeadersMax) malformed("part headers too large");
+    if (buffer_.size() > kPartHeaderBytesMax) malformed("part headers too large");
     co_await fill();
   }
   std::string_view block(buffer_);
@@ -128,10 +115,10 @@ boost::asio::awaitable<bool> MultipartReader::next_part(
     const std::size_t eol = block.find("\r\n");
     const std::string_view line = block.substr(0, eol);
     block = eol == std::string_view::npos ? std::string_view() : block.substr(eol + 2);
-    const std::size_t colon = line.find(':');
-    if (colon == std::string_view::npos || colon == 0) malformed("bad part header");
-    headers.emplace_back(lower(trim(line.substr(0, colon))), trim(line.substr(colon + 1)));
-    if (headers.size() > 100) malformed("too many part headers");
+    auto header = parse_part_header(line);
+    if (!header) malformed("bad part header");
+    headers.push_back(std::move(*header));
+    if (headers.size() > kPartHeadersMax) malformed("too many part headers");
   }
   buffer_.erase(0, consumed);
   state_ = State::in_part;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "http/multipart.h"
+#include "tests/http/feed_client.h"
 #include "tests/http/test_server.h"
 
 namespace chaise::test {
@@ -367,15 +368,7 @@ TEST_F(AttachmentsTest, RevsInfoReadsTheStatusOfEveryStoredRevision) {
 // A plain socket for bodies too large to build in memory.
 class RawConnection {
  public:
-  explicit RawConnection(std::uint16_t port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-      throw std::runtime_error("connect failed");
-  }
+  explicit RawConnection(std::uint16_t port) : fd_(connect_loopback(port)) {}
   ~RawConnection() { ::close(fd_); }
   RawConnection(const RawConnection&) = delete;
   RawConnection& operator=(const RawConnection&) = delete;
@@ -424,13 +417,6 @@ std::string pseudo_random_piece(std::uint64_t& state, std::size_t n) {
   return out;
 }
 
-long server_rss_kib(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  return -1;
-}
-
 // Two of them, in and out: 400 MB through the server.
 TEST_F(AttachmentsTest, HundredMegabyteAttachmentStreamsInAndOutWithFlatMemory) {
   // The storage engine's own memory (block cache, memtables) made small, so that what is left to
@@ -439,7 +425,7 @@ TEST_F(AttachmentsTest, HundredMegabyteAttachmentStreamsInAndOutWithFlatMemory) 
   const auto ini = dir_.path() / "small-caches.ini";
   std::ofstream(ini) << "[chaise]\nblock_cache_bytes = 8388608\nwrite_buffer_bytes = 8388608\n";
   start({"--config", ini.string()});
-  const long before = server_rss_kib(server_->pid());
+  const long before = process_rss_kib(server_->pid());
   long peak = before;
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE(round);
@@ -469,7 +455,7 @@ void AttachmentsTest::stream_hundred_megabytes(int round, long& peak) {
       const std::string piece = pseudo_random_piece(state, kPiece);
       sent_hash.update(piece);
       ASSERT_TRUE(c.send_all(piece)) << sent;
-      if (sent % (8 * kPiece) == 0) peak = std::max(peak, server_rss_kib(server_->pid()));
+      if (sent % (8 * kPiece) == 0) peak = std::max(peak, process_rss_kib(server_->pid()));
     }
     std::string rest;
     const std::string head = c.read_head(rest);
@@ -509,7 +495,7 @@ void AttachmentsTest::stream_hundred_megabytes(int round, long& peak) {
       got_hash.update(std::string_view(buf).substr(eol + 2, n));
       got += n;
       buf.erase(0, eol + 2 + n + 2);
-      if (++reads % 64 == 0) peak = std::max(peak, server_rss_kib(server_->pid()));
+      if (++reads % 64 == 0) peak = std::max(peak, process_rss_kib(server_->pid()));
     }
     EXPECT_EQ(got, kSize);
     std::string got_md5;
@@ -528,7 +514,7 @@ void AttachmentsTest::stream_hundred_megabytes(int round, long& peak) {
     std::size_t total = body.size(), reads = 0;
     for (std::string more; !(more = c.read_some()).empty();) {
       total += more.size();
-      if (++reads % 64 == 0) peak = std::max(peak, server_rss_kib(server_->pid()));
+      if (++reads % 64 == 0) peak = std::max(peak, process_rss_kib(server_->pid()));
     }
     EXPECT_GT(total, kSize);
   }

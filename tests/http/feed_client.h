@@ -15,17 +15,25 @@
 
 namespace chaise::test {
 
+// A blocking TCP socket connected to 127.0.0.1:<port> (the caller closes it).
+inline int connect_loopback(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    throw std::runtime_error("connect failed");
+  }
+  return fd;
+}
+
 class FeedClient {
  public:
   FeedClient(std::uint16_t port, const std::string& target, const std::string& method = "GET",
              const std::string& body = "") {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-      throw std::runtime_error("connect failed");
+    fd_ = connect_loopback(port);
     std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
     if (!body.empty())
       req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";

@@ -325,14 +325,6 @@ TEST_F(FeedsTest, ShardedChangesFeedEndpoints) {
   EXPECT_EQ(client_->request(verb::put, "/db/_changes/_meta", R"({"shards":"4"})", json).status, 400);
 }
 
-// Resident memory of a process, from /proc.
-long rss_kib(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  return -1;
-}
-
 TEST_F(FeedsTest, AClientThatDoesNotReadDoesNotGrowServerMemory) {
   // ~24 MB of documents; a continuous feed with include_docs whose client never reads.
   const std::string filler(3000, 'x');
@@ -343,10 +335,10 @@ TEST_F(FeedsTest, AClientThatDoesNotReadDoesNotGrowServerMemory) {
                               {{"Content-Type", "application/json"}});
     ASSERT_EQ(r.status, 201);
   }
-  const long before = rss_kib(server_->pid());
+  const long before = process_rss_kib(server_->pid());
   FeedClient stalled(port(), "/db/_changes?feed=continuous&include_docs=true&timeout=10000");
   std::this_thread::sleep_for(1500ms);  // the server fills the socket buffers, then must wait
-  const long during = rss_kib(server_->pid());
+  const long during = process_rss_kib(server_->pid());
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   // AddressSanitizer's quarantine keeps freed pages resident and ThreadSanitizer's shadow memory
   // grows with what is touched, so RSS says nothing about buffering there; the bound is checked
