@@ -187,6 +187,7 @@ boost::asio::awaitable<bool> write_att_decoded(const Call& call, const core::DbR
   for (std::int64_t off = 0; off < att.encoded_length;) {
     const std::int64_t n = std::min(kStreamedReadChunk, att.encoded_length - off);
     auto tr = call.store().create_transaction();
+    tr.disable_read_cache();  // streamed bytes pass through once
     auto piece = core::read_att_stored(tr, db, att, off, n);
     if (!piece.ok()) co_return false;
     out.clear();
@@ -415,6 +416,7 @@ boost::asio::awaitable<bool> write_att_stored(const Call& call, const core::DbRe
   for (std::int64_t off = from; off < from + len;) {
     const std::int64_t n = std::min(kStreamedReadChunk, from + len - off);
     auto tr = call.store().create_transaction();
+    tr.disable_read_cache();  // streamed bytes pass through once
     auto piece = core::read_att_stored(tr, db, att, off, n);
     if (!piece.ok()) co_return false;
     if (!co_await call.stream.write(*piece)) co_return false;

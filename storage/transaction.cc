@@ -106,6 +106,7 @@ Result<std::optional<std::string>> Transaction::read_storage(std::string_view ke
   if (auto s = ensure_read_view(); !s) return s.error();
   rocksdb::ReadOptions ro;
   ro.snapshot = view_->snapshot;
+  ro.fill_cache = fill_cache_;
   rocksdb::PinnableSlice v;
   rocksdb::Status s = engine_->db()->Get(ro, engine_->data_cf(), to_slice(key), &v);
   if (s.IsNotFound()) return std::optional<std::string>();
@@ -143,6 +144,7 @@ Status Transaction::read_range(std::string_view begin, std::string_view end, int
   if (auto s = ensure_read_view(); !s) return s;
   rocksdb::ReadOptions ro;
   ro.snapshot = view_->snapshot;
+  ro.fill_cache = fill_cache_;
   rocksdb::Slice lo = to_slice(begin), hi = to_slice(end);
   ro.iterate_lower_bound = &lo;
   ro.iterate_upper_bound = &hi;

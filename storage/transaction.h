@@ -100,6 +100,11 @@ class Transaction {
                                           Snapshot snapshot = Snapshot::no);
   Result<std::string> get_key(const KeySelector& selector, Snapshot snapshot = Snapshot::no);
 
+  // FoundationDB's read_server_side_cache_disable: this transaction's reads do not fill the
+  // storage engine's block cache (bulk reads, such as attachment bytes streamed out, that would
+  // evict what other requests read and grow memory).
+  void disable_read_cache() { fill_cache_ = false; }
+
   // The read version, acquiring it if not yet done.
   Result<std::int64_t> get_read_version();
 
@@ -167,6 +172,7 @@ class Transaction {
   std::size_t size_bytes_ = 0;
   Error deferred_ = Error::success;
   bool committing_ = false;
+  bool fill_cache_ = true;
   std::chrono::microseconds backoff_{0};
 };
 
