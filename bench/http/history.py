@@ -50,7 +50,8 @@ def main():
     doc = {"text": words, "n": 0, "tags": ["a", "b"]}
     status, body = call("PUT", "/%s/doc" % DB, doc)
     assert status in (201, 202), body
-    rev = first_rev = body["rev"]
+    rev = body["rev"]
+    middle_rev = None
     active0, file0 = sizes()
     started = time.perf_counter()
     for i in range(1, EDITS + 1):
@@ -59,11 +60,17 @@ def main():
         status, body = call("PUT", "/%s/doc" % DB, doc)
         assert status in (201, 202), body
         rev = body["rev"]
+        if i == EDITS // 2:
+            middle_rev = rev
     took = time.perf_counter() - started
     time.sleep(1)  # CouchDB updates its size counters shortly after the writes
     active1, file1 = sizes()
-    status, body = call("GET", "/%s/doc?rev=%s" % (DB, first_rev))
-    assert status == 200 and body["n"] == 0, body  # the oldest revision still reads back
+    # Whether an old revision still reads back (CouchDB's automatic compaction, smoosh, may have
+    # run meanwhile and removed it; revisions beyond revs_limit, 1,000, are stemmed anyway).
+    status, body = call("GET", "/%s/doc?rev=%s" % (DB, middle_rev))
+    middle_readable = status == 200 and body.get("n") == EDITS // 2
+    if not middle_readable:
+        print("GET ?rev=%s: %s %s" % (middle_rev, status, str(body)[:200]))
     call("POST", "/%s/_compact" % DB, {})
     for _ in range(100):  # CouchDB compacts in the background
         time.sleep(0.2)
@@ -75,6 +82,8 @@ def main():
     print("sizes.active per edit: %.0f bytes (%d -> %d)" % ((active1 - active0) / EDITS, active0, active1))
     print("sizes.file per edit:   %.0f bytes (%d -> %d)" % ((file1 - file0) / EDITS, file0, file1))
     print("edits/s (one client):  %.0f" % (EDITS / took))
+    print("revision %d of %d readable before _compact: %s" % (EDITS // 2 + 1, EDITS + 1,
+                                                            "yes" if middle_readable else "no"))
     print("after _compact: sizes.active %d, sizes.file %d" % (active2, file2))
     call("DELETE", "/" + DB)
 
