@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -840,50 +841,58 @@ std::size_t program_size(const Ast& a) {
 // The three search strategies (mango_regex.h) are exact unless an assertion meets one of the
 // conditions below; compile() refuses those patterns, or picks the strategy they need.
 
-// True if `a` can match without consuming a byte (assertions count as holding).
-bool nullable(const Ast& a) {
-  switch (a.kind) {
-    case Ast::Kind::kEmpty:
-    case Ast::Kind::kAssert:
-      return true;
-    case Ast::Kind::kBytes:
-      return false;
-    case Ast::Kind::kConcat:
-      return std::all_of(a.children.begin(), a.children.end(), nullable);
-    case Ast::Kind::kAlternate:
-      return std::any_of(a.children.begin(), a.children.end(), nullable);
-    case Ast::Kind::kRepeat:
-      return a.min == 0 || nullable(a.children.front());
-  }
-  return true;
-}
+// Whether each node of a pattern can match without consuming a byte (assertions count as
+// holding), and the bytes it can consume first: computed once, bottom-up, because asking at every
+// level of analyze() would cost the pattern's size times its depth.
+class Summaries {
+ public:
+  explicit Summaries(const Ast& root) { visit(root); }
+  bool nullable(const Ast& a) const { return of_.at(&a).nullable; }
+  const ByteSet& first(const Ast& a) const { return of_.at(&a).first; }
 
-// The bytes `a` can consume first.
-ByteSet first_bytes(const Ast& a) {
-  switch (a.kind) {
-    case Ast::Kind::kEmpty:
-    case Ast::Kind::kAssert:
-      return {};
-    case Ast::Kind::kBytes:
-      return a.bytes;
-    case Ast::Kind::kConcat: {
-      ByteSet s;
-      for (const Ast& c : a.children) {
-        s |= first_bytes(c);
-        if (!nullable(c)) break;
+ private:
+  struct Summary {
+    bool nullable = true;
+    ByteSet first;
+  };
+  // References into the map stay valid as it grows (its nodes never move).
+  const Summary& visit(const Ast& a) {
+    Summary s;
+    switch (a.kind) {
+      case Ast::Kind::kEmpty:
+      case Ast::Kind::kAssert:
+        break;
+      case Ast::Kind::kBytes:
+        s.nullable = false;
+        s.first = a.bytes;
+        break;
+      case Ast::Kind::kConcat:
+        // The first bytes of each child up to the first one that must consume.
+        for (const Ast& c : a.children) {
+          const Summary& cs = visit(c);
+          if (s.nullable) s.first |= cs.first;
+          s.nullable = s.nullable && cs.nullable;
+        }
+        break;
+      case Ast::Kind::kAlternate:
+        s.nullable = false;
+        for (const Ast& c : a.children) {
+          const Summary& cs = visit(c);
+          s.first |= cs.first;
+          s.nullable = s.nullable || cs.nullable;
+        }
+        break;
+      case Ast::Kind::kRepeat: {
+        const Summary& cs = visit(a.children.front());
+        s.nullable = a.min == 0 || cs.nullable;
+        if (a.max != 0) s.first = cs.first;
+        break;
       }
-      return s;
     }
-    case Ast::Kind::kAlternate: {
-      ByteSet s;
-      for (const Ast& c : a.children) s |= first_bytes(c);
-      return s;
-    }
-    case Ast::Kind::kRepeat:
-      return a.max == 0 ? ByteSet{} : first_bytes(a.children.front());
+    return of_[&a] = s;
   }
-  return {};
-}
+  std::unordered_map<const Ast*, Summary> of_;
+};
 
 // What may come right after a point of the pattern.
 struct Follow {
@@ -891,9 +900,9 @@ struct Follow {
   bool may_end = false;  // the match may end there without consuming anything more
 };
 
-Follow preceded_by(const Ast& a, const Follow& after) {
-  if (!nullable(a)) return {first_bytes(a), false};
-  return {first_bytes(a) | after.first, after.may_end};
+Follow preceded_by(const Ast& a, const Follow& after, const Summaries& sum) {
+  if (!sum.nullable(a)) return {sum.first(a), false};
+  return {sum.first(a) | after.first, after.may_end};
 }
 
 struct Facts {
@@ -904,7 +913,7 @@ struct Facts {
   bool has_not_word_boundary = false;  // \B
 };
 
-void analyze(const Ast& a, const Follow& after, Facts& facts) {
+void analyze(const Ast& a, const Follow& after, const Summaries& sum, Facts& facts) {
   switch (a.kind) {
     case Ast::Kind::kEmpty:
     case Ast::Kind::kBytes:
@@ -936,19 +945,19 @@ void analyze(const Ast& a, const Follow& after, Facts& facts) {
     case Ast::Kind::kConcat: {
       Follow f = after;
       for (auto c = a.children.rbegin(); c != a.children.rend(); ++c) {
-        analyze(*c, f, facts);
-        f = preceded_by(*c, f);
+        analyze(*c, f, sum, facts);
+        f = preceded_by(*c, f, sum);
       }
       return;
     }
     case Ast::Kind::kAlternate:
-      for (const Ast& c : a.children) analyze(c, after, facts);
+      for (const Ast& c : a.children) analyze(c, after, sum, facts);
       return;
     case Ast::Kind::kRepeat: {
       if (a.max == 0) return;
       Follow inside = after;
-      if (a.max == kUnbounded || a.max > 1) inside.first |= first_bytes(a.children.front());
-      analyze(a.children.front(), inside, facts);
+      if (a.max == kUnbounded || a.max > 1) inside.first |= sum.first(a.children.front());
+      analyze(a.children.front(), inside, sum, facts);
       return;
     }
   }
@@ -1173,7 +1182,8 @@ std::variant<std::shared_ptr<const Regex>, CompileError> compile(std::string_vie
   if (!ast) return parser.error();
   if (program_size(*ast) + 1 > kRegexProgramSizeMax) return too_large();
   Facts facts;
-  analyze(*ast, Follow{{}, true}, facts);
+  const Summaries sum(*ast);
+  analyze(*ast, Follow{{}, true}, sum, facts);
   if (facts.end_text_then_newline) {
     return CompileError{true, "$ or \\Z followed by pattern that can match a newline"};
   }

@@ -113,6 +113,20 @@ core::DbRef open_db_or_throw(const Call& call) {
   return db;
 }
 
+std::string check_kept_body(const Call& call, const core::DbRef& db, std::string_view id,
+                            std::string body, bool deleted) {
+  auto parsed = core::parse_json_text(body, core::JsonNumbers::exact);
+  auto* members = std::get_if<Json>(&parsed);
+  if (!members || !members->is_object()) return body;
+  Json doc = Json::object({{"_id", std::string(id)}});
+  if (deleted) doc["_deleted"] = true;
+  doc.update(*members);
+  if (auto e = check_doc_write(call, db, doc)) throw HttpError(std::move(*e));
+  doc.erase("_id");
+  doc.erase("_deleted");
+  return core::dump_json(doc, false);
+}
+
 std::optional<core::CouchError> check_doc_write(const Call& call, const core::DbRef& db,
                                                 Json& doc) {
   std::string id;

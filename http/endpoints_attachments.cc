@@ -305,16 +305,8 @@ MaybeResponse write_attachment(Call& call, const core::DbRef& db, const std::str
   u.id = id;
   u.base_rev = rev;
   u.body = opened ? opened->record.body : "{}";
-  if (db.name == core::kReplicatorDb) {  // the owner rule and validation, on the body kept
-    auto parsed = core::parse_json_text(u.body, core::JsonNumbers::exact);
-    if (auto* body = std::get_if<Json>(&parsed); body && body->is_object()) {
-      Json doc = Json::object({{"_id", id}});
-      doc.update(*body);
-      if (auto e = check_doc_write(call, db, doc)) throw HttpError(std::move(*e));
-      doc.erase("_id");
-      u.body = core::dump_json(doc, false);
-    }
-  }
+  if (db.name == core::kReplicatorDb)  // the owner rule and validation, on the body kept
+    u.body = check_kept_body(call, db, id, std::move(u.body), false);
   bool found = false;
   // CouchDB puts the new attachment first, the others after it in their order.
   if (upload) u.atts.push_back(std::move(*upload));

@@ -1115,16 +1115,7 @@ MaybeResponse copy_doc(Call& call, const core::DbRef& db, const Target& t) {
   if (failure) co_return std::move(failure);
   if (db.name == core::kReplicatorDb && !dest_local && !dest.id.starts_with("_design/")) {
     // The copy is a write of the source's body: _replicator's owner rule and validation apply.
-    auto parsed = core::parse_json_text(src->body, core::JsonNumbers::exact);
-    if (auto* body = std::get_if<Json>(&parsed); body && body->is_object()) {
-      Json doc = Json::object({{"_id", dest.id}});
-      if (src->deleted) doc["_deleted"] = true;
-      doc.update(*body);
-      if (auto e = check_doc_write(call, db, doc)) throw_couch(std::move(*e));
-      doc.erase("_id");
-      doc.erase("_deleted");
-      src->body = core::dump_json(doc, false);
-    }
+    src->body = check_kept_body(call, db, dest.id, std::move(src->body), src->deleted);
   }
   auto item = dest_local ? local_item(dest.id, dest_local_rev, src->deleted, src->body)
                          : interactive_item(dest.id, dest_rev, src->deleted, src->body);

@@ -84,6 +84,12 @@ void require_db_admin(const Call& call);
 // In _replicator, sets the owner and applies couch_replicator_docs' rules (to new_edits=false
 // writes too: CouchDB 3.5 skips them only for its internal replication).
 std::optional<core::CouchError> check_doc_write(const Call& call, const core::DbRef& db, Json& doc);
+// check_doc_write for an edit that keeps a stored body (an attachment PUT/DELETE, a COPY): `body`
+// (compact JSON without "_" members) as document `id`, a tombstone when `deleted`. Returns the
+// body to write (in _replicator, with its owner set) or throws the rule's error; a body that is
+// not an object comes back unchanged.
+std::string check_kept_body(const Call& call, const core::DbRef& db, std::string_view id,
+                            std::string body, bool deleted);
 // couch_users_db:after_doc_read: what the user of `call` may read of document `id` in `db`.
 // nullopt: all of it (any database but _users; in _users, db admins and the user the document is
 // for); else only the body members [chttpd_auth] public_fields lists (none when it is unset).
