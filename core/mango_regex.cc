@@ -991,7 +991,7 @@ class Translator {
     if (rune_aligned) out_ = "\\A(?s:.)*?(?:";
     emit(a, out_);
     if (rune_aligned) out_ += ')';
-    if (out_.size() > kRegexTranslationBytesMax) return std::nullopt;
+    if (overflow_ || out_.size() > kRegexTranslationBytesMax) return std::nullopt;
     return std::move(out_);
   }
 
@@ -1074,7 +1074,7 @@ class Translator {
 
   // Appends `a` so that the text can be concatenated with more: alternations are grouped.
   void emit(const Ast& a, std::string& out) {
-    if (out.size() > kRegexTranslationBytesMax) return;
+    if (overflow_ || out.size() > kRegexTranslationBytesMax) return;
     switch (a.kind) {
       case Ast::Kind::kEmpty:
         return;
@@ -1101,16 +1101,36 @@ class Translator {
         std::string body = "(?:";
         emit(a.children.front(), body);
         body += ')';
-        for (int k = 0; k < a.min && out.size() <= kRegexTranslationBytesMax; ++k) out += body;
-        if (a.max == kUnbounded) {
+        // Every copy counts against one budget for the whole pattern: nested repetitions
+        // multiply, and each level's text is held at once while the next one builds.
+        auto copy = [&](char suffix) {
+          expanded_ += body.size() + 1;
+          if (expanded_ > kRegexTranslationBytesMax) {
+            overflow_ = true;
+            return false;
+          }
           out += body;
-          out += '*';
+          if (suffix) out += suffix;
+          return true;
+        };
+        // X*, X+ and X? are RE2's own (spelling X+ as X X* would double the text at every
+        // nesting level).
+        if (a.max == kUnbounded && a.min <= 1) {
+          copy(a.min == 0 ? '*' : '+');
           return;
         }
-        for (int k = a.min; k < a.max && out.size() <= kRegexTranslationBytesMax; ++k) {
-          out += body;
-          out += '?';
+        if (a.min == 0 && a.max == 1) {
+          copy('?');
+          return;
         }
+        for (int k = 0; k < a.min; ++k)
+          if (!copy('\0')) return;
+        if (a.max == kUnbounded) {
+          copy('*');
+          return;
+        }
+        for (int k = a.min; k < a.max; ++k)
+          if (!copy('?')) return;
         return;
       }
     }
@@ -1118,6 +1138,8 @@ class Translator {
 
   Mode mode_;
   std::string out_;
+  std::size_t expanded_ = 0;  // bytes of repeated copies emitted, at every nesting level
+  bool overflow_ = false;     // past kRegexTranslationBytesMax: the pattern is refused
 };
 
 CompileError too_large() {

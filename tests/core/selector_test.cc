@@ -1,6 +1,7 @@
 #include "core/selector.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <string>
@@ -1068,6 +1069,27 @@ TEST(SelectorRegex, PatternsThatDefeatTheDfaStayBounded) {
   EXPECT_LT(took, std::chrono::seconds(10));
   std::cerr << "[ab]*a[ab]{20}c over 1.5 MB, twice: "
             << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms\n";
+}
+
+// Found by fuzz_selector's 10M-execution run: the translation to RE2 spelled X+ as X X*, and each
+// nesting level copied the text of the one below, so nested repetitions doubled the pattern at
+// every level: 28 levels of (...)+ allocated gigabytes. X+ is now RE2's own +, and every copy of
+// a counted repetition counts against one budget for the whole pattern.
+TEST(SelectorRegex, NestedRepetitionsStayWithinBoundedMemory) {
+  std::string plus = "a";
+  for (int level = 0; level < 28; ++level) plus = "(" + plus + ")+";
+  std::string counted = "a";
+  for (int level = 0; level < 28; ++level) counted = "(" + counted + "){2}";
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  EXPECT_TRUE(regex_matches(plus, "xaay"));
+  EXPECT_FALSE(regex_matches(plus, "xy"));
+  const std::string reason = regex_reason(counted);  // 2^28 a's: refused, not built
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  EXPECT_NE(reason.find("large counted repetitions"), std::string::npos) << reason;
+  // ru_maxrss is in KiB: the peak grew by less than 64 MiB (it was gigabytes).
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 64 * 1024);
 }
 
 }  // namespace
