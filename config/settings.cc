@@ -85,6 +85,7 @@ constexpr auto kKeys = std::to_array<Key>({
     {"chaise", "max_request_bytes_in_flight", Kind::kInt, 1024 * 1024, kMax},
     {"chaise", "block_cache_bytes", Kind::kInt, 1024 * 1024, kMax},
     {"chaise", "write_buffer_bytes", Kind::kInt, 1024 * 1024, 1024ll * 1024 * 1024},
+    {"chaise", "idempotency_key_ttl", Kind::kInt, 1, 365ll * 24 * 3600},
     {"log", "level", Kind::kLogLevel},
     {"uuids", "max_count", Kind::kInt, 1, kMax},
     {"cors", "origins", Kind::kString},

@@ -1124,7 +1124,7 @@ StorageResult<std::optional<CouchError>> validate_item(Transaction& tr, const Db
 storage::Status DocWriteBatch::operator()(Transaction& tr) {
   if (attempts_++ == 0) {
     tx_id_ = random_tx_id();
-  } else if (!round_.empty()) {
+  } else if (!round_.empty() && !idem_) {
     // A retry: if the previous attempt's commit may have landed, its transaction id tells.
     auto db = open_db(tr, db_name_);
     if (!db.ok()) return db.error();
@@ -1144,6 +1144,25 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
     return {};
   }
   const DbRef& db = std::get<DbRef>(*dbr);
+  const std::int64_t now_ms = idem_ ? idem_now_ms() : 0;
+  if (idem_) {
+    auto found = idem_lookup(tr, db, *idem_, now_ms, storage::Snapshot::no);
+    if (!found.ok()) return found.error();
+    idem_expired_ = found->expired;
+    if (found->state == IdemState::replay) {
+      // A retry after commit_unknown_result whose previous attempt landed finds the answer that
+      // attempt stored (the record does what the transaction id does for other batches).
+      if (attempts_ > 1 && rendered_ && found->response == *rendered_) return {};
+      rendered_.reset();
+      replayed_ = std::move(found->response);
+      return {};
+    }
+    rendered_.reset();
+    if (found->state == IdemState::mismatch) {
+      idem_mismatch_ = true;
+      return {};
+    }
+  }
   auto limit = revs_limit(tr, db);
   if (!limit.ok()) return limit.error();
   // The current shard map, in the read-conflict set: a concurrent reshard fails this attempt.
@@ -1226,13 +1245,38 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
       results_[i] = std::move(*r);
     }
   }
-  tx_key_ = db.space.txids().pack(Tuple().add_bytes(tx_id_));
-  tr.set(tx_key_, "");
+  if (!idem_) {  // an idempotent batch's record tells whether it committed
+    tx_key_ = db.space.txids().pack(Tuple().add_bytes(tx_id_));
+    tr.set(tx_key_, "");
+  }
   if (vs_user > 0) {
     tr.add(db.space.meta_key(keyspace::kUpdateCounter), 1);  // wakes waiting feeds
     tr.add(db.space.counter_key(keyspace::kChangeCount), vs_user);
   }
+  if (idem_) {
+    rendered_ = render_(*this);
+    auto stored = idem_store(tr, db, *idem_, now_ms, *rendered_, idem_expired_);
+    if (!stored.ok()) return stored.error();
+  }
   return {};
+}
+
+void DocWriteBatch::set_idempotency(IdemRequest r, Render render) {
+  idem_ = std::move(r);
+  render_ = std::move(render);
+}
+
+bool DocWriteBatch::fits_one_round() const {
+  if (items_.size() > kDocsPerTransactionMax) return false;
+  std::unordered_set<std::string_view> ids;
+  std::size_t bytes = 0;
+  for (const Item& it : items_) {
+    if (!ids.insert(item_id(it)).second) return false;
+    bytes += it.replicated ? it.replicated_doc.body.size() : it.update.body.size();
+    for (const AttUpload& a : it.replicated ? it.replicated_doc.atts : it.update.atts)
+      bytes += a.stored.size();
+  }
+  return items_.size() <= 1 || bytes <= kBodyBytesPerTransactionMax;
 }
 
 void DocWriteBatch::committed() {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +22,7 @@
 #include "core/attachments.h"
 #include "core/databases.h"
 #include "core/doc_json.h"
+#include "core/idempotency.h"
 #include "core/rev.h"
 #include "core/shards.h"
 
@@ -232,11 +234,28 @@ class DocWriteBatch {
   // conflict is not validated, it conflicts).
   void set_validator(std::shared_ptr<DocValidator> v) { validator_ = std::move(v); }
 
+  // Idempotency (core/idempotency.h). Every attempt first reads the record of `r` in its own
+  // transaction: one with the same fingerprint means nothing is written and replayed() holds its
+  // response; one for another request sets idem_mismatch(). Otherwise the round is written, then
+  // `render(*this)` (results() complete) gives the response, stored in the same transaction and
+  // kept in rendered(). The response and the writes commit together, so the batch must be one
+  // round: call only when fits_one_round().
+  using Render = std::function<StoredResponse(const DocWriteBatch&)>;
+  void set_idempotency(IdemRequest r, Render render);
+  // Whether every item goes in the first transaction (no more than the per-transaction limits,
+  // each id once).
+  bool fits_one_round() const;
+  const std::optional<StoredResponse>& replayed() const { return replayed_; }
+  const std::optional<StoredResponse>& rendered() const { return rendered_; }
+  bool idem_mismatch() const { return idem_mismatch_; }
+
   // The transaction body. Fails the transaction only with storage errors.
   storage::Status operator()(Transaction& tr);
   // Call after a transaction committed (or definitely failed) to move to the next round.
   void committed();
-  bool has_more() const { return next_round_ < items_.size() && !db_missing_; }
+  bool has_more() const {
+    return next_round_ < items_.size() && !db_missing_ && !replayed_ && !idem_mismatch_;
+  }
   bool db_missing() const { return db_missing_; }
   const std::vector<std::optional<ItemResult>>& results() const { return results_; }
   // _local results carry their text rev here (same index); empty for others.
@@ -258,6 +277,12 @@ class DocWriteBatch {
   int attempts_ = 0;
   bool db_missing_ = false;
   std::shared_ptr<DocValidator> validator_;
+  std::optional<IdemRequest> idem_;
+  Render render_;
+  std::optional<StoredResponse> replayed_;
+  std::optional<StoredResponse> rendered_;
+  bool idem_mismatch_ = false;
+  bool idem_expired_ = false;  // this attempt found an expired record of the key
 };
 
 }  // namespace chaise::core

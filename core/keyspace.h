@@ -6,6 +6,9 @@
 // Server-wide:
 //   (kSystem, kDbNames, Name)              = (DbFormat, DbId, Partitioned, CreatedUs)
 //   (kSystem, kDbIdCounter)                = last DbId allocated (tuple int); ids are never reused
+//   (kSystem, kIdemExpiry, ExpiresAtMs, DbId, Key)
+//                                          = "": when an idempotency record expires (the janitor
+//                                            clears records in this order; core/idempotency.h)
 // Per database, under (kDatabases, DbId):
 //   (kRevisions, DocId, NotDeleted, RevPos, RevHash)
 //        winner: (RevFormat, Sequence, BranchCount, (ParentHash...), BodySize)
@@ -21,6 +24,10 @@
 //   (kCounters, Name)                      = little-endian int64, changed only by atomic add
 //   (kLocal, DocId)                        = (LocalFormat, RevCounter, Body)
 //   (kTxIds, TxId)                         = "" (idempotency of document updates, RFC 000)
+//   (kIdem, Key, -1)                       = (IdemFormat, Fingerprint:bytes, ExpiresAtMs, Status,
+//                                            (HeaderName, HeaderValue, ...), Body:bytes|null)
+//   (kIdem, Key, Chunk)                    = a stored response's body too large to go inline (Body
+//                                            null), chunks of kBodyChunkBytes
 //   (kMeta, Name)                          = revs_limit (tuple int), security (JSON),
 //                                            update_counter (little-endian int64, atomic add) ...
 //   (kConfig, "changes_shards", StartSeq)  = shard map (the sharded-changes issue)
@@ -67,6 +74,7 @@ inline constexpr std::int64_t kDatabases = 1;
 // Under kSystem.
 inline constexpr std::int64_t kDbNames = 0;
 inline constexpr std::int64_t kDbIdCounter = 1;
+inline constexpr std::int64_t kIdemExpiry = 2;
 
 // Under (kDatabases, DbId).
 inline constexpr std::int64_t kMeta = 0;
@@ -81,6 +89,7 @@ inline constexpr std::int64_t kConfig = 8;
 inline constexpr std::int64_t kAtts = 9;
 inline constexpr std::int64_t kAttRefs = 10;
 inline constexpr std::int64_t kViews = 11;
+inline constexpr std::int64_t kIdem = 12;
 
 // Under (kViews, Sig).
 inline constexpr std::int64_t kViewSeq = 0;
@@ -99,6 +108,7 @@ inline constexpr std::int64_t kRevHeaderFormat = 1;
 // A revision header whose body chunks hold a delta (core/rev_delta.h) against another stored
 // revision: (kRevHeaderDeltaFormat, Deleted, AttList, BasePos, BaseHash:bytes).
 inline constexpr std::int64_t kRevHeaderDeltaFormat = 2;
+inline constexpr std::int64_t kIdemFormat = 1;
 
 // Counter names.
 inline constexpr std::string_view kDocCount = "doc_count";
@@ -134,6 +144,7 @@ inline std::int64_t decode_counter(std::string_view value) {
 inline Subspace system() { return Subspace(Tuple().add(kSystem)); }
 inline Subspace db_names() { return system().sub(Tuple().add(kDbNames)); }
 inline std::string db_id_counter_key() { return system().pack(Tuple().add(kDbIdCounter)); }
+inline Subspace idem_expiry() { return system().sub(Tuple().add(kIdemExpiry)); }
 
 // The subspaces of one database.
 class DbSpace {
@@ -150,7 +161,8 @@ class DbSpace {
         meta_(root_.sub(Tuple().add(kMeta))),
         atts_(root_.sub(Tuple().add(kAtts))),
         att_refs_(root_.sub(Tuple().add(kAttRefs))),
-        views_(root_.sub(Tuple().add(kViews))) {}
+        views_(root_.sub(Tuple().add(kViews))),
+        idem_(root_.sub(Tuple().add(kIdem))) {}
 
   const Subspace& root() const { return root_; }
   const Subspace& revisions() const { return revisions_; }
@@ -164,6 +176,7 @@ class DbSpace {
   const Subspace& atts() const { return atts_; }
   const Subspace& att_refs() const { return att_refs_; }
   const Subspace& views() const { return views_; }
+  const Subspace& idem() const { return idem_; }
   // One design document's view index (by signature).
   Subspace view_index(std::string_view sig) const { return views_.sub(Tuple().add_bytes(sig)); }
 
@@ -196,7 +209,7 @@ class DbSpace {
 
  private:
   Subspace root_, revisions_, docs_, by_id_, changes_, counters_, local_, txids_, meta_, atts_,
-      att_refs_, views_;
+      att_refs_, views_, idem_;
 };
 
 }  // namespace chaise::core::keyspace

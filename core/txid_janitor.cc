@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/idempotency.h"
+
 namespace chaise::core {
 
 TxIdJanitor::TxIdJanitor(storage::Database& store, std::chrono::milliseconds interval,
@@ -31,6 +33,11 @@ void TxIdJanitor::committed(std::string txid_key) {
   if (wake) cv_.notify_all();
 }
 
+std::size_t TxIdJanitor::expired() const {
+  std::lock_guard lock(mu_);
+  return expired_;
+}
+
 std::size_t TxIdJanitor::cleared() const {
   std::lock_guard lock(mu_);
   return cleared_;
@@ -56,6 +63,28 @@ void TxIdJanitor::flush() {
     keys.swap(queue_);
   }
   clear_keys(keys);
+  expire_idempotency_records();
+}
+
+void TxIdJanitor::expire_idempotency_records() {
+  constexpr std::size_t kPerTransaction = 500;
+  constexpr int kTransactionsPerPass = 100;  // the rest waits for the next pass
+  const std::int64_t now = idem_now_ms();
+  for (int i = 0; i < kTransactionsPerPass; ++i) {
+    std::size_t handled = 0;
+    storage::Status s = store_.run([&](storage::Transaction& tr) -> storage::Status {
+      auto n = idem_expire_step(tr, now, kPerTransaction);
+      if (!n.ok()) return n.error();
+      handled = *n;
+      return {};
+    });
+    if (!s.ok()) return;
+    {
+      std::lock_guard lock(mu_);
+      expired_ += handled;
+    }
+    if (handled < kPerTransaction) return;
+  }
 }
 
 void TxIdJanitor::clear_keys(std::vector<std::string>& keys) {

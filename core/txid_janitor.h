@@ -6,6 +6,7 @@
 // acknowledged nobody will ask again, so the key can go: callers hand it to committed(), and a
 // background thread clears the queued keys in one blind transaction every `interval`.
 // Keys of transactions whose process died before the janitor ran stay behind (a few bytes each).
+// Each pass also clears the idempotency records (core/idempotency.h) whose time has come.
 //
 // Threading: committed() is thread-safe and never blocks on storage.
 #pragma once
@@ -36,10 +37,13 @@ class TxIdJanitor {
   // Clears everything queued now (tests).
   void flush();
   std::size_t cleared() const;
+  // Idempotency records cleared so far.
+  std::size_t expired() const;
 
  private:
   void loop();
   void clear_keys(std::vector<std::string>& keys);
+  void expire_idempotency_records();
 
   storage::Database& store_;
   const std::chrono::milliseconds interval_;
@@ -49,6 +53,7 @@ class TxIdJanitor {
   std::vector<std::string> queue_;  // guarded by mu_
   bool stopping_ = false;           // guarded by mu_
   std::size_t cleared_ = 0;         // guarded by mu_
+  std::size_t expired_ = 0;         // guarded by mu_
   std::mutex flush_mu_;             // one clearing pass at a time
   std::thread thread_;
 };

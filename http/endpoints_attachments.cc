@@ -20,6 +20,7 @@
 #include "core/keyspace.h"
 #include "core/replicator_docs.h"
 #include "http/etag.h"
+#include "http/idempotency.h"
 #include "http/request.h"
 #include "http/router.h"
 #include "http/txn.h"
@@ -330,20 +331,19 @@ MaybeResponse write_attachment(Call& call, const core::DbRef& db, const std::str
   std::vector<core::DocWriteBatch::Item> items;
   items.push_back(std::move(item));
   core::DocWriteBatch batch(db.name, std::move(items));
-  storage::Status s = co_await run_doc_batch(call, batch);
-  if (!s.ok()) co_return storage_error_response(call.req, s.error());
-  if (batch.db_missing()) throw HttpError(core::db_not_found());
-  const auto& result = *batch.results().at(0);
-  if (auto* e = std::get_if<core::CouchError>(&result)) throw HttpError(*e);
-  const std::string new_rev = std::get<core::UpdateResult>(result).rev.str();
-  Response r = json_response(call.req, call.is(verb::delete_) ? Status::ok : Status::created,
-                             Json{{"ok", true}, {"id", id}, {"rev", new_rev}});
-  r.set(field::etag, "\"" + new_rev + "\"");
-  if (call.is(verb::put)) {
-    r.set(field::location,
-          absolute_uri(call, call.req.target().substr(0, call.req.target().find('?'))));
-  }
-  co_return r;
+  co_return co_await write_and_render(call, batch, [&](const core::DocWriteBatch& b) {
+    const auto& result = *b.results().at(0);
+    if (auto* e = std::get_if<core::CouchError>(&result)) throw HttpError(*e);
+    const std::string new_rev = std::get<core::UpdateResult>(result).rev.str();
+    Response r = json_response(call.req, call.is(verb::delete_) ? Status::ok : Status::created,
+                               Json{{"ok", true}, {"id", id}, {"rev", new_rev}});
+    r.set(field::etag, "\"" + new_rev + "\"");
+    if (call.is(verb::put)) {
+      r.set(field::location,
+            absolute_uri(call, call.req.target().substr(0, call.req.target().find('?'))));
+    }
+    return r;
+  });
 }
 
 }  // namespace
@@ -614,11 +614,13 @@ MaybeResponse handle_attachment(Call& call, const core::DbRef& db, const std::st
     } catch (...) {
       failed = std::current_exception();
     }
-    if (failed) {
-      // The edit did not happen: its own bytes must not stay (a shared copy belongs to others).
-      if (!own_address.empty()) co_await drop_streamed_attachment(call, db, own_address);
-      std::rethrow_exception(failed);
-    }
+    // An edit that did not happen (an error, or a stored answer replayed under an
+    // Idempotency-Key) must not leave its own bytes behind (a shared copy belongs to others;
+    // drop_streamed_attachment keeps bytes a stored revision names).
+    const bool written = !failed && answer && answer->result_int() < 300 &&
+                         answer->find("Idempotent-Replayed") == answer->end();
+    if (!written && !own_address.empty()) co_await drop_streamed_attachment(call, db, own_address);
+    if (failed) std::rethrow_exception(failed);
     co_return answer;
   }
   if (call.req.body().size() > call.ctx.max_attachment_size)

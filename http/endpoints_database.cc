@@ -30,6 +30,7 @@
 #include "core/documents.h"
 #include "core/replicator_docs.h"
 #include "core/rev.h"
+#include "http/idempotency.h"
 #include "http/js_request.h"
 #include "http/request.h"
 #include "http/router.h"
@@ -219,17 +220,17 @@ ParsedItem parse_item(const Call& call, const Json& original, const core::DbRef&
 struct WriteOutcome {
   std::vector<std::optional<ItemResult>> results;  // one per item (nullopt: not written)
   std::vector<std::string> local_revs;             // "0-N" for _local items
-  bool db_missing = false;
-  storage::Error error = storage::Error::success;  // a storage error no retry fixed
 };
 
 // Writes `items` (those with `skip[i]` set are left alone) with one DocWriteBatch, which splits
-// them into transactions of bounded size itself; results come back in item order. A storage
-// error ends the writing (earlier transactions stay committed: CouchDB has no all-or-nothing
-// either).
-boost::asio::awaitable<WriteOutcome> write_items(const Call& call, const std::string& db_name,
-                                                 std::vector<Item>& items,
-                                                 const std::vector<bool>& skip) {
+// them into transactions of bounded size itself, and answers with render(the results, in item
+// order). A storage error ends the writing (earlier transactions stay committed: CouchDB has no
+// all-or-nothing either). With an Idempotency-Key the items must fit one transaction and the
+// answer is stored with them (write_and_render).
+boost::asio::awaitable<Response> write_items(const Call& call, const std::string& db_name,
+                                             std::vector<Item>& items,
+                                             const std::vector<bool>& skip,
+                                             std::function<Response(const WriteOutcome&)> render) {
   WriteOutcome out;
   out.results.resize(items.size());
   out.local_revs.resize(items.size());
@@ -240,22 +241,16 @@ boost::asio::awaitable<WriteOutcome> write_items(const Call& call, const std::st
     indexes.push_back(i);
     batch_items.push_back(std::move(items[i]));
   }
-  if (batch_items.empty()) co_return out;
+  if (batch_items.empty()) co_return render(out);
   core::DocWriteBatch batch(db_name, std::move(batch_items));
-  const storage::Status s = co_await run_doc_batch(call, batch);
-  if (!s.ok()) {
-    out.error = s.error();
-    co_return out;
-  }
-  if (batch.db_missing()) {
-    out.db_missing = true;
-    co_return out;
-  }
-  for (std::size_t k = 0; k < indexes.size(); ++k) {
-    out.results[indexes[k]] = batch.results()[k];
-    out.local_revs[indexes[k]] = batch.local_revs()[k];
-  }
-  co_return out;
+  co_return co_await write_and_render(call, batch, [&](const core::DocWriteBatch& b) {
+    WriteOutcome o = out;
+    for (std::size_t k = 0; k < indexes.size(); ++k) {
+      o.results[indexes[k]] = b.results()[k];
+      o.local_revs[indexes[k]] = b.local_revs()[k];
+    }
+    return render(o);
+  });
 }
 
 // ---- /{db} ------------------------------------------------------------------------------------
@@ -385,21 +380,21 @@ MaybeResponse post_document(Call& call, const core::DbRef& db) {
       !s.ok())
     co_return storage_error_response(call.req, s.error());
   const std::vector<bool> skip_none(1, false);
-  WriteOutcome w = co_await write_items(call, db.name, items, skip_none);
-  if (w.db_missing) throw HttpError(core::db_not_found());
-  // batch=ok: CouchDB answers 202 before writing and only logs what goes wrong; Chaise writes
-  // first (no queue to lose on a crash) and answers the same.
-  if (batch_ok) co_return json_response(call.req, Status::accepted, {{"ok", true}, {"id", id}});
-  if (w.error != storage::Error::success) co_return storage_error_response(call.req, w.error);
-  const ItemResult& result = *w.results.front();
-  if (auto* e = std::get_if<core::CouchError>(&result)) throw HttpError(*e);
-  const std::string rev =
-      local ? w.local_revs.front() : std::get<core::UpdateResult>(result).rev.str();
-  Response response =
-      json_response(call.req, Status::created, {{"ok", true}, {"id", id}, {"rev", rev}});
-  response.set(beast_http::field::location,
-               absolute_uri(call, "/" + url_encode(db.name) + "/" + url_encode(id)));
-  co_return response;
+  co_return co_await write_items(
+      call, db.name, items, skip_none, [&](const WriteOutcome& w) -> Response {
+        // batch=ok: CouchDB answers 202 before writing and only logs what goes wrong; Chaise
+        // writes first (no queue to lose on a crash) and answers the same.
+        if (batch_ok) return json_response(call.req, Status::accepted, {{"ok", true}, {"id", id}});
+        const ItemResult& result = *w.results.front();
+        if (auto* e = std::get_if<core::CouchError>(&result)) throw HttpError(*e);
+        const std::string rev =
+            local ? w.local_revs.front() : std::get<core::UpdateResult>(result).rev.str();
+        Response response =
+            json_response(call.req, Status::created, {{"ok", true}, {"id", id}, {"rev", rev}});
+        response.set(beast_http::field::location,
+                     absolute_uri(call, "/" + url_encode(db.name) + "/" + url_encode(id)));
+        return response;
+      });
 }
 
 // ---- /{db}/_bulk_docs -------------------------------------------------------------------------
@@ -457,35 +452,33 @@ MaybeResponse bulk_docs(Call& call, const core::DbRef& db) {
     local.push_back(it.local);
   }
 
-  WriteOutcome w = co_await write_items(call, db.name, items, skip);
-  if (w.db_missing) throw HttpError(core::db_not_found());
-  if (w.error != storage::Error::success) co_return storage_error_response(call.req, w.error);
-
-  Json out = Json::array();
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (refused[i]) {
-      out.push_back(error_entry(
-          ids[i], new_edits ? std::nullopt : std::optional<std::string>(replicated_revs[i]),
-          *refused[i]));
-      continue;
+  co_return co_await write_items(call, db.name, items, skip, [&](const WriteOutcome& w) {
+    Json out = Json::array();
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (refused[i]) {
+        out.push_back(error_entry(
+            ids[i], new_edits ? std::nullopt : std::optional<std::string>(replicated_revs[i]),
+            *refused[i]));
+        continue;
+      }
+      if (!w.results[i]) {  // cannot happen: every item not skipped has a result
+        out.push_back(
+            error_entry(ids[i], std::nullopt, core::CouchError{500, "unknown_error", "no result"}));
+        continue;
+      }
+      const ItemResult& r = *w.results[i];
+      if (const auto* e = std::get_if<core::CouchError>(&r)) {
+        // new_edits=false lists only the failures, with the revision (update_doc_result_to_json).
+        out.push_back(error_entry(
+            ids[i], new_edits ? std::nullopt : std::optional<std::string>(replicated_revs[i]), *e));
+      } else if (new_edits) {
+        const std::string rev =
+            local[i] ? w.local_revs[i] : std::get<core::UpdateResult>(r).rev.str();
+        out.push_back({{"ok", true}, {"id", ids[i]}, {"rev", rev}});
+      }
     }
-    if (!w.results[i]) {  // cannot happen: every item not skipped has a result
-      out.push_back(
-          error_entry(ids[i], std::nullopt, core::CouchError{500, "unknown_error", "no result"}));
-      continue;
-    }
-    const ItemResult& r = *w.results[i];
-    if (const auto* e = std::get_if<core::CouchError>(&r)) {
-      // new_edits=false lists only the failures, with the revision (update_doc_result_to_json).
-      out.push_back(error_entry(
-          ids[i], new_edits ? std::nullopt : std::optional<std::string>(replicated_revs[i]), *e));
-    } else if (new_edits) {
-      const std::string rev =
-          local[i] ? w.local_revs[i] : std::get<core::UpdateResult>(r).rev.str();
-      out.push_back({{"ok", true}, {"id", ids[i]}, {"rev", rev}});
-    }
-  }
-  co_return json_response(call.req, Status::created, out);
+    return json_response(call.req, Status::created, out);
+  });
 }
 
 // ---- /{db}/_revs_diff, /{db}/_missing_revs ------------------------------------------------------

@@ -27,6 +27,7 @@
 #include "core/json_text.h"
 #include "core/replicator_docs.h"
 #include "http/auth.h"
+#include "http/idempotency.h"
 #include "http/js_request.h"
 #include "http/multipart.h"
 #include "http/multipart_reader.h"
@@ -655,29 +656,21 @@ Response get_local(const Call& call, const core::DbRef& db, const Target& t, con
 // ---- Writes ------------------------------------------------------------------------------------
 
 struct WriteResult {
-  std::optional<Response> failure;  // storage failure or missing database
   core::DocWriteBatch::ItemResult outcome = core::CouchError{};
   std::string local_rev;
 };
 
-boost::asio::awaitable<WriteResult> write_one(Call& call, core::DocWriteBatch::Item item) {
+// Writes one item and answers with render(its result) (see write_and_render: with an
+// Idempotency-Key the answer is rendered inside the write transaction and stored with it).
+boost::asio::awaitable<Response> write_one(Call& call, core::DocWriteBatch::Item item,
+                                           std::function<Response(const WriteResult&)> render) {
   std::vector<core::DocWriteBatch::Item> items;
   items.push_back(std::move(item));
   core::DocWriteBatch batch(call.path.at(0), std::move(items));
-  WriteResult out;
-  storage::Status s = co_await run_doc_batch(call, batch);
-  if (!s.ok()) {
-    out.failure = storage_error_response(call.req, s.error());
-    co_return out;
-  }
-  if (batch.db_missing()) {
-    out.failure = couch_error_response(call.req, core::db_not_found());
-    co_return out;
-  }
-  assert(batch.results().size() == 1 && batch.results()[0].has_value());
-  out.outcome = *batch.results()[0];
-  out.local_rev = batch.local_revs()[0];
-  co_return out;
+  co_return co_await write_and_render(call, batch, [&](const core::DocWriteBatch& b) {
+    assert(b.results().size() == 1 && b.results()[0].has_value());
+    return render(WriteResult{*b.results()[0], b.local_revs()[0]});
+  });
 }
 
 core::DocWriteBatch::Item interactive_item(std::string id, std::optional<core::RevId> base,
@@ -752,14 +745,15 @@ MaybeResponse put_local(Call& call, const Target& t, const DocQuery& q, Json j) 
     throw_bad_request(
         "When `new_edits: false`, the document needs `_rev` or `_revisions` specified");
   const bool deleted = d.deleted;
-  auto w = co_await write_one(call, local_item(t.id, base, deleted, d.body));
-  if (w.failure) co_return std::move(w.failure);
-  if (call.query.get("batch") == "ok")
-    co_return json_response(call.req, Status::accepted, Json{{"ok", true}, {"id", t.id}});
-  const std::string rev = written_rev(w);
-  const std::string etag = local_etag(core::splice_doc(d.body, t.id, rev, {}));
-  co_return update_response(call, deleted ? Status::ok : Status::created, t.id, rev, etag,
-                            doc_location(call, t.id));
+  co_return co_await write_one(
+      call, local_item(t.id, base, deleted, d.body), [&](const WriteResult& w) -> Response {
+        if (call.query.get("batch") == "ok")
+          return json_response(call.req, Status::accepted, Json{{"ok", true}, {"id", t.id}});
+        const std::string rev = written_rev(w);
+        const std::string etag = local_etag(core::splice_doc(d.body, t.id, rev, {}));
+        return update_response(call, deleted ? Status::ok : Status::created, t.id, rev, etag,
+                               doc_location(call, t.id));
+      });
 }
 
 // The item a PUT of a regular document writes: an interactive edit or, with new_edits=false, the
@@ -923,7 +917,9 @@ MaybeResponse put_doc(Call& call, const core::DbRef& db, const Target& t, const 
     } catch (...) {
       failed = std::current_exception();
     }
-    if (failed || !answer || answer->result_int() >= 300) {
+    // (Also when the answer is one stored under an Idempotency-Key: this edit was not made.)
+    if (failed || !answer || answer->result_int() >= 300 ||
+        answer->find("Idempotent-Replayed") != answer->end()) {
       for (const std::string& address : own) co_await drop_streamed_attachment(call, db, address);
     }
     if (failed) std::rethrow_exception(failed);
@@ -945,15 +941,15 @@ MaybeResponse put_doc_write(Call& call, const core::DbRef& db, const Target& t, 
   item_atts = std::move(atts);
   if (storage::Status s = co_await preupload_attachments(call, db, item_atts); !s.ok())
     co_return storage_error_response(call.req, s.error());
-  auto w = co_await write_one(call, std::move(item));
-  if (w.failure) co_return std::move(w.failure);
-  if (call.query.get("batch") == "ok") {
-    // CouchDB writes batch=ok documents in the background and never reports their errors.
-    co_return json_response(call.req, Status::accepted, Json{{"ok", true}, {"id", t.id}});
-  }
-  const std::string rev = written_rev(w);
-  co_return update_response(call, deleted ? Status::ok : Status::created, t.id, rev, dquote(rev),
-                            doc_location(call, t.id));
+  co_return co_await write_one(call, std::move(item), [&](const WriteResult& w) -> Response {
+    if (call.query.get("batch") == "ok") {
+      // CouchDB writes batch=ok documents in the background and never reports their errors.
+      return json_response(call.req, Status::accepted, Json{{"ok", true}, {"id", t.id}});
+    }
+    const std::string rev = written_rev(w);
+    return update_response(call, deleted ? Status::ok : Status::created, t.id, rev, dquote(rev),
+                           doc_location(call, t.id));
+  });
 }
 
 // ---- DELETE ------------------------------------------------------------------------------------
@@ -969,11 +965,12 @@ MaybeResponse delete_doc(Call& call, const core::DbRef& db, const Target& t) {
     if (auto r2 = call.query.get("rev")) qs_rev = local_rev_or_throw(*r2);
     if (auto r2 = if_match_text(call.req)) im_rev = local_rev_or_throw(*r2);
     auto base = merge_revs(qs_rev, std::optional<std::string>{}, im_rev);
-    auto w = co_await write_one(call, local_item(t.id, base, true, "{}"));
-    if (w.failure) co_return std::move(w.failure);
-    const std::string rev = written_rev(w);
-    co_return update_response(call, Status::ok, t.id, rev,
-                              local_etag(core::splice_doc("{}", t.id, rev, {})));
+    co_return co_await write_one(
+        call, local_item(t.id, base, true, "{}"), [&](const WriteResult& w) -> Response {
+          const std::string rev = written_rev(w);
+          return update_response(call, Status::ok, t.id, rev,
+                                 local_etag(core::splice_doc("{}", t.id, rev, {})));
+        });
   }
   auto winner = core::read_winner(tr, db, t.id, storage::Snapshot::yes);
   if (!winner.ok()) co_return storage_error_response(call.req, winner.error());
@@ -995,10 +992,11 @@ MaybeResponse delete_doc(Call& call, const core::DbRef& db, const Target& t) {
   if (auto r = call.query.get("rev")) qs_rev = parse_rev_or_throw(*r);
   if (auto r = if_match_text(call.req)) im_rev = parse_rev_or_throw(*r);
   auto base = merge_revs(qs_rev, std::optional<core::RevId>{}, im_rev);
-  auto w = co_await write_one(call, interactive_item(t.id, std::move(base), true, tombstone_body));
-  if (w.failure) co_return std::move(w.failure);
-  const std::string rev = written_rev(w);
-  co_return update_response(call, Status::ok, t.id, rev, dquote(rev));
+  co_return co_await write_one(call, interactive_item(t.id, std::move(base), true, tombstone_body),
+                               [&](const WriteResult& w) -> Response {
+                                 const std::string rev = written_rev(w);
+                                 return update_response(call, Status::ok, t.id, rev, dquote(rev));
+                               });
 }
 
 // ---- COPY --------------------------------------------------------------------------------------
@@ -1130,11 +1128,11 @@ MaybeResponse copy_doc(Call& call, const core::DbRef& db, const Target& t) {
       item.update.atts.push_back(std::move(u));
     }
   }
-  auto w = co_await write_one(call, std::move(item));
-  if (w.failure) co_return std::move(w.failure);
-  const std::string rev = written_rev(w);
-  co_return update_response(call, Status::created, dest.id, rev, dquote(rev),
-                            doc_location(call, dest.id));
+  co_return co_await write_one(call, std::move(item), [&](const WriteResult& w) -> Response {
+    const std::string rev = written_rev(w);
+    return update_response(call, Status::created, dest.id, rev, dquote(rev),
+                           doc_location(call, dest.id));
+  });
 }
 
 // ---- POST (multipart/form-data uploads) --------------------------------------------------------

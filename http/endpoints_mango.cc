@@ -17,6 +17,7 @@
 #include "core/design_doc.h"
 #include "core/mango_index.h"
 #include "core/view_index.h"
+#include "http/idempotency.h"
 #include "http/js_request.h"
 #include "http/request.h"
 #include "http/router.h"
@@ -76,10 +77,12 @@ Response ordered_response(const Request& req, Status status, const OrderedJson& 
 }
 
 // Writes an index design document (`doc` with its "_rev" when it exists), or deletes it, as the
-// caller (design documents need a db admin). Returns the answer when the storage failed; throws
-// the document's CouchError.
-MaybeResponse write_index_ddoc(const Call& call, const core::DbRef& db, const std::string& ddoc,
-                               const OrderedJson& doc, bool deleted) {
+// caller (design documents need a db admin), and answers with `answer()` once it is written
+// (write_and_render: stored with the write under an Idempotency-Key); throws the document's
+// CouchError.
+boost::asio::awaitable<Response> write_index_ddoc(const Call& call, const core::DbRef& db,
+                                                  const std::string& ddoc, const OrderedJson& doc,
+                                                  bool deleted, std::function<Response()> answer) {
   Json as_json = Json::parse(doc.dump());
   if (auto err = check_doc_write(call, db, as_json)) throw HttpError(*err);
   if (!deleted)
@@ -97,10 +100,10 @@ MaybeResponse write_index_ddoc(const Call& call, const core::DbRef& db, const st
   std::vector<core::DocWriteBatch::Item> items(1);
   items[0].update = std::move(u);
   core::DocWriteBatch batch(db.name, std::move(items));
-  storage::Status s = co_await run_doc_batch(call, batch);
-  if (!s.ok()) co_return storage_error_response(call.req, s.error());
-  if (auto* e = std::get_if<core::CouchError>(&*batch.results().at(0))) throw HttpError(*e);
-  co_return std::nullopt;
+  co_return co_await write_and_render(call, batch, [&](const core::DocWriteBatch& b) {
+    if (auto* e = std::get_if<core::CouchError>(&*b.results().at(0))) throw HttpError(*e);
+    return answer();
+  });
 }
 
 // ---- _index ----------------------------------------------------------------------------------------
@@ -190,12 +193,13 @@ MaybeResponse create_index(Call& call, const core::DbRef& db) {
     doc["options"]["partitioned"] = *partitioned;
   }
 
-  if (auto failed = co_await write_index_ddoc(call, db, ddoc, doc, false)) co_return failed;
-  OrderedJson out = OrderedJson::object();
-  out["result"] = "created";
-  out["id"] = ddoc;
-  out["name"] = name;
-  co_return ordered_response(call.req, Status::ok, out);
+  co_return co_await write_index_ddoc(call, db, ddoc, doc, false, [&] {
+    OrderedJson out = OrderedJson::object();
+    out["result"] = "created";
+    out["id"] = ddoc;
+    out["name"] = name;
+    return ordered_response(call.req, Status::ok, out);
+  });
 }
 
 MaybeResponse delete_index(Call& call, const core::DbRef& db, std::string ddoc, const std::string& name) {
@@ -207,9 +211,9 @@ MaybeResponse delete_index(Call& call, const core::DbRef& db, std::string ddoc, 
     throw HttpError(404, "not_found", "Index not found");
   OrderedJson doc = it->second;
   doc["views"].erase(name);
-  if (auto failed = co_await write_index_ddoc(call, db, ddoc, doc, doc["views"].empty()))
-    co_return failed;
-  co_return json_response(call.req, Status::ok, Json{{"ok", true}});
+  co_return co_await write_index_ddoc(call, db, ddoc, doc, doc["views"].empty(), [&] {
+    return json_response(call.req, Status::ok, Json{{"ok", true}});
+  });
 }
 
 MaybeResponse list_indexes(Call& call, const core::DbRef& db) {

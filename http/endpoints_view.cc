@@ -13,6 +13,7 @@
 #include "core/cursors.h"
 #include "core/filters.h"
 #include "core/view_index.h"
+#include "http/idempotency.h"
 #include "http/js_request.h"
 #include "http/request.h"
 #include "http/response_stream.h"
@@ -399,7 +400,46 @@ MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::strin
   Json resp = Json::parse(a.response_json, nullptr, false);
   if (!resp.is_object()) resp = Json::object();
   int code = resp.contains("code") && resp["code"].is_number_integer() ? resp["code"].get<int>() : 200;
-  std::optional<std::string> new_rev;
+  // The answer, from the handler's response and the revision it saved (if any).
+  auto render = [&](int status_code, const std::optional<std::string>& new_rev) -> Response {
+    Response out{static_cast<Status>(status_code), call.req.version()};
+    out.set(beast_http::field::server, kServerHeader);
+    out.set(beast_http::field::date, http_date_now());
+    std::string content_type = "text/html; charset=utf-8";
+    std::string body_text;
+    if (resp.contains("json")) {
+      body_text = resp["json"].dump();
+      content_type = "application/json";
+    } else if (resp.contains("base64") && resp["base64"].is_string()) {
+      auto decoded = core::base64_decode(resp["base64"].get<std::string>());
+      if (!decoded)
+        throw HttpError(500, "render_error", "invalid base64 in the update handler's response");
+      body_text = std::move(*decoded);
+      content_type = "application/binary";
+    } else if (resp.contains("body")) {
+      body_text = resp["body"].is_string() ? resp["body"].get<std::string>() : resp["body"].dump();
+    }
+    if (resp.contains("headers") && resp["headers"].is_object()) {
+      for (auto it = resp["headers"].begin(); it != resp["headers"].end(); ++it) {
+        if (!it.value().is_string()) continue;
+        if (it.key() == "Content-Type" || it.key() == "content-type")
+          content_type = it.value().get<std::string>();
+        else
+          out.set(it.key(), it.value().get<std::string>());
+      }
+    }
+    out.set(beast_http::field::content_type, content_type);
+    if (new_rev) out.set("X-Couch-Update-NewRev", *new_rev);
+    if (doc_id || new_rev) {
+      Json doc = Json::parse(a.doc_json, nullptr, false);
+      if (doc.is_object() && doc.contains("_id"))
+        out.set("X-Couch-Id", doc["_id"].get<std::string>());
+    }
+    out.body() = std::move(body_text);
+    out.keep_alive(call.req.keep_alive());
+    out.prepare_payload();
+    return out;
+  };
   if (!a.doc_json.empty() && a.doc_json != "null") {
     Json doc = Json::parse(a.doc_json, nullptr, false);
     if (!doc.is_object()) throw HttpError(500, "render_error", "the update handler's document is not an object");
@@ -423,48 +463,14 @@ MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::strin
     std::vector<core::DocWriteBatch::Item> items(1);
     items[0].update = std::move(u);
     core::DocWriteBatch batch(db.name, std::move(items));
-    storage::Status s = co_await run_doc_batch(call, batch);
-    if (!s.ok()) co_return storage_error_response(call.req, s.error());
-    const auto& result = *batch.results().at(0);
-    if (auto* e = std::get_if<core::CouchError>(&result)) throw HttpError(*e);
-    new_rev = std::get<core::UpdateResult>(result).rev.str();
-    if (!resp.contains("code")) code = 201;
+    co_return co_await write_and_render(call, batch, [&](const core::DocWriteBatch& b) {
+      const auto& result = *b.results().at(0);
+      if (auto* e = std::get_if<core::CouchError>(&result)) throw HttpError(*e);
+      return render(resp.contains("code") ? code : 201,
+                    std::get<core::UpdateResult>(result).rev.str());
+    });
   }
-  Response out{static_cast<Status>(code), call.req.version()};
-  out.set(beast_http::field::server, kServerHeader);
-  out.set(beast_http::field::date, http_date_now());
-  std::string content_type = "text/html; charset=utf-8";
-  std::string body_text;
-  if (resp.contains("json")) {
-    body_text = resp["json"].dump();
-    content_type = "application/json";
-  } else if (resp.contains("base64") && resp["base64"].is_string()) {
-    auto decoded = core::base64_decode(resp["base64"].get<std::string>());
-    if (!decoded) throw HttpError(500, "render_error", "invalid base64 in the update handler's response");
-    body_text = std::move(*decoded);
-    content_type = "application/binary";
-  } else if (resp.contains("body")) {
-    body_text = resp["body"].is_string() ? resp["body"].get<std::string>() : resp["body"].dump();
-  }
-  if (resp.contains("headers") && resp["headers"].is_object()) {
-    for (auto it = resp["headers"].begin(); it != resp["headers"].end(); ++it) {
-      if (!it.value().is_string()) continue;
-      if (it.key() == "Content-Type" || it.key() == "content-type")
-        content_type = it.value().get<std::string>();
-      else
-        out.set(it.key(), it.value().get<std::string>());
-    }
-  }
-  out.set(beast_http::field::content_type, content_type);
-  if (new_rev) out.set("X-Couch-Update-NewRev", *new_rev);
-  if (doc_id || new_rev) {
-    Json doc = Json::parse(a.doc_json, nullptr, false);
-    if (doc.is_object() && doc.contains("_id")) out.set("X-Couch-Id", doc["_id"].get<std::string>());
-  }
-  out.body() = std::move(body_text);
-  out.keep_alive(call.req.keep_alive());
-  out.prepare_payload();
-  co_return out;
+  co_return render(code, std::nullopt);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -27,6 +28,8 @@
 
 namespace chaise::http {
 
+class IdempotentCall;  // http/idempotency.h
+
 // Everything an endpoint gets.
 struct Call {
   const Request& req;
@@ -43,6 +46,8 @@ struct Call {
   // /{db}/_partition/{p}/...: the partition; `path` is then the request's path without the
   // "_partition/{p}" segments (http/endpoints_partition.cc).
   std::optional<std::string> partition;
+  // Set when the request carries an Idempotency-Key (http/idempotency.h).
+  std::shared_ptr<IdempotentCall> idem;
 
   storage::Database& store() const { return *ctx.store; }
   beast_http::verb method() const { return req.method(); }

@@ -14,6 +14,7 @@
 #include "core/databases.h"
 #include "core/validation.h"
 #include "http/auth.h"
+#include "http/idempotency.h"
 #include "http/metrics.h"
 #include "http/request.h"
 #include "http/workers.h"
@@ -36,7 +37,10 @@ bool is_get_or_head(const Request& request) {
 
 }  // namespace
 
-Router::Router(RouterContext context) : context_(std::move(context)) {}
+Router::Router(RouterContext context) : context_(std::move(context)) {
+  if (!context_.idempotency_in_flight)
+    context_.idempotency_in_flight = std::make_shared<IdempotencyInFlight>();
+}
 
 namespace {
 
@@ -110,12 +114,24 @@ class DecoratedStream final : public ResponseStream {
   bool body_streamed() const override { return inner_.body_streamed(); }
   boost::asio::awaitable<std::optional<std::size_t>> read_body(std::string& out,
                                                                std::size_t max) override {
-    return inner_.read_body(out, max);
+    if (!tap_) return inner_.read_body(out, max);
+    return tapped_read_body(out, max);
   }
+  // Hands every piece of a streamed body (and its end) to `tap` as it is read.
+  void tap_body(std::function<void(std::string_view, bool)> tap) { tap_ = std::move(tap); }
 
  private:
+  boost::asio::awaitable<std::optional<std::size_t>> tapped_read_body(std::string& out,
+                                                                      std::size_t max) {
+    const std::size_t before = out.size();
+    std::optional<std::size_t> n = co_await inner_.read_body(out, max);
+    if (n) tap_(std::string_view(out).substr(before, *n), *n == 0);
+    co_return n;
+  }
+
   ResponseStream& inner_;
   std::function<void(Response&)> decorate_;
+  std::function<void(std::string_view, bool)> tap_;
   std::size_t bytes_ = 0;
   unsigned status_ = 0;
 };
@@ -233,10 +249,23 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
     if (auth.error) throw HttpError(*auth.error);
     const auto segments = path_segments(request.target());
     if (!segments) throw HttpError(400, "bad_request", "Invalid request path");
-    Call call{request,          stream, context_, std::move(*segments), Query::parse(request.target()),
-              std::move(auth.user), std::move(auth.handler), core::SecurityObject{}, std::nullopt};
+    Call call{request,
+              stream,
+              context_,
+              std::move(*segments),
+              Query::parse(request.target()),
+              std::move(auth.user),
+              std::move(auth.handler),
+              core::SecurityObject{},
+              std::nullopt,
+              nullptr};
     authorize_request(call);
-    if (context_.workers != nullptr && is_heavy_request(call)) {
+    if (auto early =
+            co_await begin_idempotent(call, [&](std::function<void(std::string_view, bool)> tap) {
+              stream.tap_body(std::move(tap));
+            })) {
+      response = std::move(*early);
+    } else if (context_.workers != nullptr && is_heavy_request(call)) {
       response = co_await context_.workers->run(dispatch(call));
     } else {
       response = co_await dispatch(call);

@@ -32,12 +32,15 @@ class TxIdJanitor;
 }
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace chaise::http {
+
+class IdempotencyInFlight;
 
 namespace beast_http = boost::beast::http;
 
@@ -92,6 +95,8 @@ struct RouterContext {
   bool access_log = false;
   // Runs the CPU-heavy requests off the io threads (http/workers.h); nullptr: all run inline.
   WorkerPool* workers = nullptr;
+  // Idempotency-Keys being executed now (http/idempotency.h); the Router makes one if unset.
+  std::shared_ptr<IdempotencyInFlight> idempotency_in_flight;
 };
 
 using MaybeResponse = boost::asio::awaitable<std::optional<Response>>;

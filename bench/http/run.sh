@@ -11,6 +11,8 @@
 #   get   GET of existing docs, 64 connections                                        (req/s)
 #   bulk  POST _bulk_docs with 1,000-doc batches, 8 connections                       (docs/s)
 #   scan  _all_docs and _changes of a database of STREAM_DOCS docs, one client        (rows/s)
+#   idem  POST /{db} of new docs, 64 connections: without a key, with a new Idempotency-Key per
+#         request, and with every second request a retry of the one before (docs/s, req/s)
 # Environment: DURATION (s, default 10), STREAM_DOCS (default 1000000), WORKLOADS ("put get bulk scan"),
 # BENCH_AUTH=user:password: Basic auth on every request (with --chaise: that user is the server
 # admin; without BENCH_AUTH, --chaise runs in admin party).
@@ -91,6 +93,15 @@ if [[ " $WORKLOADS " == *" put "* ]]; then
   make_db bench
   r=$(BENCH_DB=bench wrk_rate -t2 -c64 -d"${DURATION}s" -s "$here/put_new_docs.lua" "$base")
   echo "put   single-doc PUT, 64 conns: $r docs/s"
+fi
+
+if [[ " $WORKLOADS " == *" idem "* ]]; then
+  for mode in none unique retry; do
+    make_db benchidem
+    r=$(BENCH_DB=benchidem IDEM_MODE=$mode wrk_rate -t2 -c64 -d"${DURATION}s" -s "$here/post_idempotent.lua" "$base")
+    docs=$(curl -s "$base/benchidem" | python3 -c 'import json,sys; print(json.load(sys.stdin)["doc_count"])')
+    echo "idem  POST /db, Idempotency-Key $mode, 64 conns: $r req/s, $docs docs written"
+  done
 fi
 
 if [[ " $WORKLOADS " == *" get "* ]]; then

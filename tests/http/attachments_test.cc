@@ -365,48 +365,6 @@ TEST_F(AttachmentsTest, RevsInfoReadsTheStatusOfEveryStoredRevision) {
 
 // ---- Streamed uploads (bodies over 1 MiB, or chunked, are never held whole) ----
 
-// A plain socket for bodies too large to build in memory.
-class RawConnection {
- public:
-  explicit RawConnection(std::uint16_t port) : fd_(connect_loopback(port)) {}
-  ~RawConnection() { ::close(fd_); }
-  RawConnection(const RawConnection&) = delete;
-  RawConnection& operator=(const RawConnection&) = delete;
-  bool send_all(std::string_view data) {
-    while (!data.empty()) {
-      const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      data.remove_prefix(static_cast<std::size_t>(n));
-    }
-    return true;
-  }
-  // Up to `max` bytes; "" at end of stream or after 30 s without any.
-  std::string read_some(std::size_t max = 1 << 20) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, 30000) <= 0) return {};
-    std::string out(max, '\0');
-    const ssize_t n = ::recv(fd_, out.data(), out.size(), 0);
-    out.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
-    return out;
-  }
-  // The response head (through the blank line); what came after it stays in `rest`.
-  std::string read_head(std::string& rest) {
-    std::string got;
-    for (;;) {
-      if (auto end = got.find("\r\n\r\n"); end != std::string::npos) {
-        rest = got.substr(end + 4);
-        return got.substr(0, end + 4);
-      }
-      std::string more = read_some();
-      if (more.empty()) return got;
-      got += more;
-    }
-  }
-
- private:
-  int fd_ = -1;
-};
-
 // Deterministic bytes that do not compress, and that differ piece by piece.
 std::string pseudo_random_piece(std::uint64_t& state, std::size_t n) {
   std::string out(n, '\0');
