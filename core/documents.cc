@@ -292,6 +292,27 @@ StorageResult<std::vector<StoredBranch>> read_branches(Transaction& tr, const Db
 StorageResult<std::optional<StoredBranch>> read_winner(Transaction& tr, const DbRef& db,
                                                        std::string_view id, Snapshot snapshot) {
   auto [b, e] = db.space.doc_revisions_range(id);
+  // A live document's by_id entry names its winner: two point reads, where the reverse range read
+  // below steps over the tombstone every edit leaves in the revisions range until the storage
+  // engine compacts it away (a document updated thousands of times a second made that read take
+  // milliseconds). The range still goes into the read-conflict set.
+  auto named = tr.get(db.space.by_id_key(id), snapshot);
+  if (!named.ok()) return named.error();
+  if (named->has_value()) {
+    auto t = Tuple::unpack(**named);
+    auto pos = t && t->size() == 3 ? t->get_int(1) : std::nullopt;
+    const std::string* hash = pos ? t->get_bytes(2) : nullptr;
+    if (hash == nullptr) return storage::Error::io_error;
+    std::string key = db.space.revision_key(id, true, *pos, *hash);
+    auto v = tr.get(key, snapshot);
+    if (!v.ok()) return v.error();
+    if (v->has_value()) {
+      if (snapshot == Snapshot::no) tr.add_read_conflict_range(b, e);
+      auto sb = decode_branch(db.space, KeyValue{std::move(key), std::move(**v)});
+      if (!sb) return storage::Error::io_error;
+      return std::optional<StoredBranch>(std::move(*sb));
+    }
+  }
   auto kvs = tr.get_range(b, e, 1, Reverse::yes, snapshot);
   if (!kvs.ok()) return kvs.error();
   if (kvs->empty()) return std::optional<StoredBranch>();
@@ -1277,6 +1298,124 @@ bool DocWriteBatch::fits_one_round() const {
       bytes += a.stored.size();
   }
   return items_.size() <= 1 || bytes <= kBodyBytesPerTransactionMax;
+}
+
+DocStepBatch::DocStepBatch(std::string db_name, std::string id, std::vector<DocStep> steps,
+                           std::optional<Cache> cache)
+    : db_name_(std::move(db_name)),
+      id_(std::move(id)),
+      steps_(std::move(steps)),
+      cache_(std::move(cache)),
+      results_(steps_.size(), Outcome<RevId>(CouchError{})) {}
+
+storage::Status DocStepBatch::operator()(Transaction& tr) {
+  if (attempts_++ > 0 && !tx_key_.empty()) {
+    // A retry: if the previous attempt's commit may have landed, its transaction id tells.
+    auto seen = tr.get(tx_key_);
+    if (!seen.ok()) return seen.error();
+    if (seen->has_value()) return {};  // committed: keep its results
+  }
+  tx_id_ = random_tx_id();
+  tx_key_.clear();
+  auto dbr = open_db(tr, db_name_);
+  if (!dbr.ok()) return dbr.error();
+  if (failed(*dbr)) {
+    db_missing_ = true;
+    return {};
+  }
+  const DbRef& db = std::get<DbRef>(*dbr);
+  const std::int64_t now_ms = idem_now_ms();
+  // Whatever happens, each step with a key stores its answer with this transaction.
+  auto store_answers = [&]() -> storage::Status {
+    for (std::size_t i = 0; i < steps_.size(); ++i) {
+      const DocStep& step = steps_[i];
+      if (!step.idem || !step.render) continue;
+      auto found = idem_lookup(tr, db, *step.idem, now_ms, storage::Snapshot::no);
+      if (!found.ok()) return found.error();
+      auto stored =
+          idem_store(tr, db, *step.idem, now_ms, step.render(results_[i]), found->expired);
+      if (!stored.ok()) return stored.error();
+    }
+    return {};
+  };
+  auto winner = read_winner(tr, db, id_, Snapshot::no);
+  if (!winner.ok()) return winner.error();
+  if (!*winner || (*winner)->branch.deleted) {
+    for (auto& r : results_) r = *winner ? doc_deleted() : doc_not_found();
+    return store_answers();
+  }
+  const StoredBranch& w = **winner;
+  if (!cache_ || !(cache_->rev == w.branch.leaf)) {
+    auto rec = read_rev(tr, db, id_, w.branch.leaf);
+    if (!rec.ok()) return rec.error();
+    if (!*rec) return storage::Error::io_error;  // a leaf's body is always stored
+    cache_ = Cache{w.branch.leaf, std::move(**rec)};
+  }
+  const std::vector<AttInfo>& atts = cache_->record.atts;
+  RevId cur = w.branch.leaf;
+  std::string body = cache_->record.body;
+  std::vector<std::string> chain;  // hashes of the new revisions, oldest first
+  for (std::size_t i = 0; i < steps_.size(); ++i) {
+    DocStep& step = steps_[i];
+    if (step.expected && !(*step.expected == cur)) {
+      results_[i] = conflict();
+      continue;
+    }
+    Outcome<std::string> next = step.apply(body);
+    if (auto* e = std::get_if<CouchError>(&next)) {
+      results_[i] = std::move(*e);
+      continue;
+    }
+    std::string& next_body = std::get<std::string>(next);
+    if (step.validator && !id_.starts_with("_design/")) {
+      auto any = step.validator->begin(tr, db);
+      if (!any.ok()) return any.error();
+      if (*any) {
+        if (auto e =
+                step.validator->validate(vdu_doc_json(id_, cur, nullptr, false, next_body, atts),
+                                         vdu_doc_json(id_, cur, nullptr, false, body, atts))) {
+          results_[i] = std::move(*e);
+          continue;
+        }
+      }
+    }
+    const RevId rev{cur.pos + 1, new_rev_hash(false, cur, next_body, atts)};
+    chain.push_back(rev.hash);
+    results_[i] = rev;
+    cur = rev;
+    body = std::move(next_body);
+  }
+  if (!chain.empty()) {
+    auto limit = revs_limit(tr, db);
+    if (!limit.ok()) return limit.error();
+    auto maps = read_shard_maps(tr, db, storage::Snapshot::no);
+    if (!maps.ok()) return maps.error();
+    auto seq_base = tr.get(db.space.counter_key(keyspace::kChangeCount), storage::Snapshot::yes);
+    if (!seq_base.ok()) return seq_base.error();
+    const std::int64_t count_base =
+        seq_base->has_value() ? keyspace::decode_counter(**seq_base) : 0;
+    EditPlan plan;
+    plan.old_winner = w;
+    plan.removed = w;
+    plan.body = body;
+    plan.atts = atts;
+    plan.added.leaf = cur;
+    plan.added.ancestors.reserve(chain.size() + w.branch.ancestors.size());
+    for (std::size_t k = chain.size() - 1; k-- > 0;) plan.added.ancestors.push_back(chain[k]);
+    plan.added.ancestors.push_back(w.branch.leaf.hash);
+    plan.added.ancestors.insert(plan.added.ancestors.end(), w.branch.ancestors.begin(),
+                                w.branch.ancestors.end());
+    stem(plan.added, *limit);
+    plan.branch_count = w.branch_count;
+    if (auto st = apply_edit(tr, db, id_, plan, *maps, SeqSlot{0, count_base + 1}); !st.ok())
+      return st.error();
+    tr.add(db.space.meta_key(keyspace::kUpdateCounter), 1);  // wakes waiting feeds
+    tr.add(db.space.counter_key(keyspace::kChangeCount), 1);
+    cache_ = Cache{cur, RevRecord{std::move(body), false, atts}};
+  }
+  tx_key_ = db.space.txids().pack(Tuple().add_bytes(tx_id_));
+  tr.set(tx_key_, "");
+  return store_answers();
 }
 
 void DocWriteBatch::committed() {

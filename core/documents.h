@@ -285,4 +285,57 @@ class DocWriteBatch {
   bool idem_expired_ = false;  // this attempt found an expired record of the key
 };
 
+// ---- DocStepBatch: server-side updates of one document, many per transaction ----
+// The group commit behind PATCH (hot documents, seed 001): each step is a function of the
+// current body; the steps apply in order, each to what the one before left, and every accepted
+// step is a revision of its own, child of the one before. One transaction writes the last of
+// them, with the others as its ancestors (their bodies are not kept, as after compaction), so
+// _changes shows the last revision of each group. A step never conflicts with the other steps.
+struct DocStep {
+  // The new body (compact JSON object without "_" members) from the current one, or the error
+  // that refuses this step (the next step then sees the same body).
+  std::function<Outcome<std::string>(const std::string& body)> apply;
+  // If-Match: refused with 409 unless the current revision is this one.
+  std::optional<RevId> expected;
+  // validate_doc_update for this step's writer (may be null; design documents are not validated).
+  std::shared_ptr<DocValidator> validator;
+  // An Idempotency-Key: `render(outcome)` is stored under it in the same transaction.
+  std::optional<IdemRequest> idem;
+  std::function<StoredResponse(const Outcome<RevId>&)> render;
+};
+
+class DocStepBatch {
+ public:
+  static constexpr std::size_t kStepsPerTransactionMax = 1000;
+
+  // The revision written last and its record, which the next batch of the same document may
+  // start from without reading the body again (it still reads, and conflicts on, the winner).
+  struct Cache {
+    RevId rev;
+    RevRecord record;
+  };
+
+  DocStepBatch(std::string db_name, std::string id, std::vector<DocStep> steps,
+               std::optional<Cache> cache = std::nullopt);
+  // The transaction body (retries included; idempotent under commit_unknown_result like
+  // DocWriteBatch). Fails the transaction only with storage errors.
+  storage::Status operator()(Transaction& tr);
+  bool db_missing() const { return db_missing_; }
+  // One per step: its new revision or its error (404 when the document is missing or deleted).
+  const std::vector<Outcome<RevId>>& results() const { return results_; }
+  const std::string& tx_key() const { return tx_key_; }
+  std::optional<Cache> take_cache() { return std::move(cache_); }
+
+ private:
+  std::string db_name_;
+  std::string id_;
+  std::vector<DocStep> steps_;
+  std::optional<Cache> cache_;
+  std::vector<Outcome<RevId>> results_;
+  std::string tx_id_;
+  std::string tx_key_;
+  int attempts_ = 0;
+  bool db_missing_ = false;
+};
+
 }  // namespace chaise::core

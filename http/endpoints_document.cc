@@ -1218,6 +1218,8 @@ MaybeResponse handle_document(Call& call) {
       co_return co_await copy_doc(call, db, t);
     case verb::post:
       co_return post_doc(call, t);
+    case verb::patch:
+      co_return co_await patch_document(call, db, t.id, t.local);
     default:
       require_method(call, kDocMethods);
   }

@@ -18,7 +18,8 @@ constexpr std::int64_t kTtlSecondsDefault = 24 * 3600;
 
 bool is_write(beast_http::verb m) {
   return m == beast_http::verb::put || m == beast_http::verb::post ||
-         m == beast_http::verb::delete_ || m == beast_http::verb::copy;
+         m == beast_http::verb::delete_ || m == beast_http::verb::copy ||
+         m == beast_http::verb::patch;
 }
 
 // The draft's value is a structured-field string ("..."); a bare token is taken as it is.

@@ -67,17 +67,20 @@ Response stream_head(const Request& req) {
   return head;
 }
 
+std::shared_ptr<core::DocValidator> doc_validator(const Call& call) {
+  if (!call.ctx.js || call.path.empty()) return nullptr;
+  // validate_doc_update sees CouchDB's userCtx ({"db","name","roles"}) and the _security object
+  // open_db_or_throw read.
+  Json user = Json::object();
+  user["db"] = call.path[0];
+  user["name"] = call.user.name ? Json(*call.user.name) : Json(nullptr);
+  user["roles"] = call.user.roles;
+  return std::make_shared<core::JsDocValidator>(*call.ctx.js, user.dump(),
+                                                call.security.raw.dump());
+}
+
 boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call, core::DocWriteBatch& batch) {
-  if (call.ctx.js && !call.path.empty()) {
-    // validate_doc_update sees CouchDB's userCtx ({"db","name","roles"}) and the _security object
-    // open_db_or_throw read.
-    Json user = Json::object();
-    user["db"] = call.path[0];
-    user["name"] = call.user.name ? Json(*call.user.name) : Json(nullptr);
-    user["roles"] = call.user.roles;
-    batch.set_validator(std::make_shared<core::JsDocValidator>(*call.ctx.js, user.dump(),
-                                                               call.security.raw.dump()));
-  }
+  if (auto v = doc_validator(call)) batch.set_validator(std::move(v));
   while (batch.has_more()) {
     storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) { return batch(tr); });
     if (!s.ok()) co_return s;

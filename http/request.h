@@ -119,6 +119,9 @@ core::SecurityObject read_security(storage::Transaction& tr, const core::DbRef& 
 // The head of a streamed JSON answer (200, chunked): Server, Date, Content-Type, Cache-Control.
 Response stream_head(const Request& req);
 
+// The validate_doc_update runner for the user of `call` (nullptr without a JavaScript engine).
+std::shared_ptr<core::DocValidator> doc_validator(const Call& call);
+
 // Runs a DocWriteBatch to completion (every round, each its own transaction, without blocking the
 // io thread) and hands each committed round's transaction id to the janitor. Returns the storage
 // error that ended it, if any; batch.db_missing() tells a missing database.

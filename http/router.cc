@@ -14,6 +14,7 @@
 #include "core/databases.h"
 #include "core/validation.h"
 #include "http/auth.h"
+#include "http/hot_docs.h"
 #include "http/idempotency.h"
 #include "http/metrics.h"
 #include "http/request.h"
@@ -40,6 +41,7 @@ bool is_get_or_head(const Request& request) {
 Router::Router(RouterContext context) : context_(std::move(context)) {
   if (!context_.idempotency_in_flight)
     context_.idempotency_in_flight = std::make_shared<IdempotencyInFlight>();
+  if (!context_.hot_docs) context_.hot_docs = std::make_shared<HotDocs>();
 }
 
 namespace {

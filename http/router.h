@@ -41,6 +41,7 @@ class TxIdJanitor;
 namespace chaise::http {
 
 class IdempotencyInFlight;
+class HotDocs;
 
 namespace beast_http = boost::beast::http;
 
@@ -97,6 +98,8 @@ struct RouterContext {
   WorkerPool* workers = nullptr;
   // Idempotency-Keys being executed now (http/idempotency.h); the Router makes one if unset.
   std::shared_ptr<IdempotencyInFlight> idempotency_in_flight;
+  // The group commit of PATCH updates (http/hot_docs.h); the Router makes one if unset.
+  std::shared_ptr<HotDocs> hot_docs;
 };
 
 using MaybeResponse = boost::asio::awaitable<std::optional<Response>>;
@@ -139,6 +142,9 @@ Response handle_utils(Call& call);
 MaybeResponse handle_database(Call& call);
 // Documents: /{db}/{docid}, /{db}/_design/{id}, /{db}/_local/{id}.
 MaybeResponse handle_document(Call& call);
+// PATCH /{db}/{docid}: a JSON Merge Patch or JSON Patch applied by the server, grouped with the
+// other updates of the document (endpoints_patch.cc), for an opened database.
+MaybeResponse patch_document(Call& call, const core::DbRef& db, const std::string& id, bool local);
 // Attachments: /{db}/{docid}/{attname...} (GET, HEAD, PUT, DELETE), for an opened database.
 MaybeResponse handle_attachment(Call& call, const core::DbRef& db, const std::string& doc_id,
                                 const std::string& name);

@@ -11,6 +11,8 @@
 #   get   GET of existing docs, 64 connections                                        (req/s)
 #   bulk  POST _bulk_docs with 1,000-doc batches, 8 connections                       (docs/s)
 #   scan  _all_docs and _changes of a database of STREAM_DOCS docs, one client        (rows/s)
+#   hot   one counter document: PATCH increments with 16 and 64 connections (updates/s, p99,
+#         final counter vs acknowledged), then CouchDB-style GET+PUT with 16 clients
 #   idem  POST /{db} of new docs, 64 connections: without a key, with a new Idempotency-Key per
 #         request, and with every second request a retry of the one before (docs/s, req/s)
 # Environment: DURATION (s, default 10), STREAM_DOCS (default 1000000), WORKLOADS ("put get bulk scan"),
@@ -93,6 +95,24 @@ if [[ " $WORKLOADS " == *" put "* ]]; then
   make_db bench
   r=$(BENCH_DB=bench wrk_rate -t2 -c64 -d"${DURATION}s" -s "$here/put_new_docs.lua" "$base")
   echo "put   single-doc PUT, 64 conns: $r docs/s"
+fi
+
+if [[ " $WORKLOADS " == *" hot "* ]]; then
+  for conns in 16 64; do
+    make_db benchhot
+    curl -s -X PUT -H "$j" -d '{"n":0}' "$base/benchhot/counter" >/dev/null
+    out=$(BENCH_DB=benchhot BENCH_DOC=counter wrk "${wrk_auth[@]}" -t2 -c"$conns" -d"${DURATION}s" --latency \
+          -s "$here/patch_counter.lua" "$base" 2>&1) || true
+    total=$(awk '/requests in/ {print $1}' <<<"$out")
+    bad=$(awk '/Non-2xx/ {print $5}' <<<"$out")
+    rate=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+    p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
+    n=$(curl -s "$base/benchhot/counter" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("n"))')
+    echo "hot   PATCH increment, one doc, $conns conns: $rate req/s, p99 $p99, ${total:-0} answered, ${bad:-0} not 2xx, counter $n"
+  done
+  make_db benchhot
+  curl -s -X PUT -H "$j" -d '{"n":0}' "$base/benchhot/counter" >/dev/null
+  echo "hot   $(python3 "$here/get_put_counter.py" "$base" benchhot counter 16 "$DURATION")"
 fi
 
 if [[ " $WORKLOADS " == *" idem "* ]]; then
