@@ -1361,7 +1361,7 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
       results_[i] = conflict();
       continue;
     }
-    Outcome<std::string> next = step.apply(body);
+    Outcome<std::string> next = step.apply(body, cur);
     if (auto* e = std::get_if<CouchError>(&next)) {
       results_[i] = std::move(*e);
       continue;

@@ -292,9 +292,9 @@ class DocWriteBatch {
 // them, with the others as its ancestors (their bodies are not kept, as after compaction), so
 // _changes shows the last revision of each group. A step never conflicts with the other steps.
 struct DocStep {
-  // The new body (compact JSON object without "_" members) from the current one, or the error
-  // that refuses this step (the next step then sees the same body).
-  std::function<Outcome<std::string>(const std::string& body)> apply;
+  // The new body (compact JSON object without "_" members) from the current one and its
+  // revision, or the error that refuses this step (the next step then sees the same body).
+  std::function<Outcome<std::string>(const std::string& body, const RevId& rev)> apply;
   // If-Match: refused with 409 unless the current revision is this one.
   std::optional<RevId> expected;
   // validate_doc_update for this step's writer (may be null; design documents are not validated).

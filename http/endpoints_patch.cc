@@ -75,8 +75,8 @@ MaybeResponse patch_document(Call& call, const core::DbRef& db, const std::strin
   step.expected = expected_rev(call);
   step.validator = doc_validator(call);
   // Runs in the group's transaction, on the body the previous update left.
-  step.apply = [&patch, kind, max_size,
-                &id](const std::string& body) -> core::Outcome<std::string> {
+  step.apply = [&patch, kind, max_size, &id](const std::string& body,
+                                             const core::RevId&) -> core::Outcome<std::string> {
     auto parsed = core::parse_json_text(body, core::JsonNumbers::exact);
     auto* current = std::get_if<Json>(&parsed);
     if (current == nullptr)

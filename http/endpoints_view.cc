@@ -12,7 +12,9 @@
 #include "core/collation.h"
 #include "core/cursors.h"
 #include "core/filters.h"
+#include "core/replicator_docs.h"
 #include "core/view_index.h"
+#include "http/hot_docs.h"
 #include "http/idempotency.h"
 #include "http/js_request.h"
 #include "http/request.h"
@@ -369,6 +371,74 @@ MaybeResponse design_info(Call& call, const core::DbRef& db, const std::string& 
   co_return json_response(call.req, Status::ok, info);
 }
 
+// The status of an update handler's answer: its "code", else `fallback`.
+int update_status(const Json& resp, int fallback) {
+  return resp.contains("code") && resp["code"].is_number_integer() ? resp["code"].get<int>()
+                                                                   : fallback;
+}
+
+// An update handler that saves an existing document under its own id goes through the
+// document's group commit (http/hot_docs.h), as PATCH does: the handler runs again inside the
+// group's transaction on the latest revision, so concurrent updates never conflict with each
+// other. Its first run (`first`, on `current`) only tells whether that applies: nullopt when the
+// request takes the ordinary path (no document or a new one, a deletion, another id, a document
+// with attachments, a design document, _users, _replicator). `resp` and `answered_doc` receive
+// the run that was saved; `render(status, rev)` answers.
+boost::asio::awaitable<std::optional<Response>> hot_update(
+    Call& call, const core::DbRef& db, core::js::Engine& engine, const core::js::DesignDoc& d,
+    const std::string& name, const std::optional<std::string>& doc_id, const std::string& current,
+    std::string req_text, const core::js::UpdateAnswer& first, Json& resp,
+    std::string& answered_doc,
+    const std::function<Response(int, const std::optional<std::string>&)>& render) {
+  if (!doc_id || current == "null" || doc_id->starts_with("_design/") ||
+      db.name == core::kUsersDb || db.name == core::kReplicatorDb)
+    co_return std::nullopt;
+  const Json existing = Json::parse(current, nullptr, false);
+  if (!existing.is_object() || existing.contains("_attachments")) co_return std::nullopt;
+  const Json saved = Json::parse(first.doc_json, nullptr, false);
+  if (!saved.is_object() || !saved.contains("_id") || saved["_id"] != *doc_id ||
+      saved.value("_deleted", false) == true)
+    co_return std::nullopt;
+  const std::size_t max_size = call.ctx.max_document_size;
+  core::DocStep step;
+  step.validator = doc_validator(call);
+  step.apply = [&, req_text = std::move(req_text)](
+                   const std::string& body, const core::RevId& rev) -> core::Outcome<std::string> {
+    auto r = engine.update(d, name, core::splice_doc(body, *doc_id, rev.str(), {}), req_text);
+    if (auto* e = std::get_if<core::js::JsError>(&r)) return core::js_error(*e);
+    const core::js::UpdateAnswer& a = std::get<core::js::UpdateAnswer>(r);
+    Json doc = Json::parse(a.doc_json, nullptr, false);
+    // On the newer revision the handler chose not to save this document as it did at first.
+    if (!doc.is_object() || !doc.contains("_id") || doc["_id"] != *doc_id ||
+        doc.value("_deleted", false) == true)
+      return core::conflict();
+    Json body_out = Json::object();
+    for (auto it = doc.begin(); it != doc.end(); ++it)
+      if (!it.key().starts_with("_")) body_out[it.key()] = it.value();
+    std::string out = body_out.dump();
+    if (out.size() > max_size) return core::CouchError{413, "document_too_large", *doc_id};
+    resp = Json::parse(a.response_json, nullptr, false);
+    if (!resp.is_object()) resp = Json::object();
+    answered_doc = a.doc_json;
+    return out;
+  };
+  const auto answer = [&](const core::Outcome<core::RevId>& o) -> Response {
+    if (const auto* e = std::get_if<core::CouchError>(&o))
+      return couch_error_response(call.req, *e);
+    return render(update_status(resp, 201), std::get<core::RevId>(o).str());
+  };
+  if (call.idem) {
+    co_await call.idem->finish(call);
+    step.idem = call.idem->request();
+    step.render = [&](const core::Outcome<core::RevId>& o) { return stored_response(answer(o)); };
+  }
+  auto outcome = co_await call.ctx.hot_docs->update(call.store(), call.ctx.janitor, db.name,
+                                                    *doc_id, std::move(step));
+  if (!outcome.ok()) co_return storage_error_response(call.req, outcome.error());
+  if (const auto* e = std::get_if<core::CouchError>(&*outcome)) throw HttpError(*e);
+  co_return answer(*outcome);
+}
+
 // couch_mrview_show:handle_doc_update_req: the handler's [doc, response]; the doc (if any) is
 // saved as an interactive edit, the response says the status, headers and body.
 MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::string& ddoc,
@@ -400,6 +470,7 @@ MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::strin
   Json resp = Json::parse(a.response_json, nullptr, false);
   if (!resp.is_object()) resp = Json::object();
   int code = resp.contains("code") && resp["code"].is_number_integer() ? resp["code"].get<int>() : 200;
+  std::string answered_doc = a.doc_json;  // the handler's document (its latest run's)
   // The answer, from the handler's response and the revision it saved (if any).
   auto render = [&](int status_code, const std::optional<std::string>& new_rev) -> Response {
     Response out{static_cast<Status>(status_code), call.req.version()};
@@ -431,7 +502,7 @@ MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::strin
     out.set(beast_http::field::content_type, content_type);
     if (new_rev) out.set("X-Couch-Update-NewRev", *new_rev);
     if (doc_id || new_rev) {
-      Json doc = Json::parse(a.doc_json, nullptr, false);
+      Json doc = Json::parse(answered_doc, nullptr, false);
       if (doc.is_object() && doc.contains("_id"))
         out.set("X-Couch-Id", doc["_id"].get<std::string>());
     }
@@ -440,6 +511,9 @@ MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::strin
     out.prepare_payload();
     return out;
   };
+  if (auto hot = co_await hot_update(call, db, engine, d, name, doc_id, current, req.dump(), a,
+                                     resp, answered_doc, render))
+    co_return std::move(*hot);
   if (!a.doc_json.empty() && a.doc_json != "null") {
     Json doc = Json::parse(a.doc_json, nullptr, false);
     if (!doc.is_object()) throw HttpError(500, "render_error", "the update handler's document is not an object");

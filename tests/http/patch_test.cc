@@ -147,6 +147,47 @@ TEST_F(PatchTest, ConcurrentIncrementsOfOneDocumentAreNeitherLostNorConflicting)
   EXPECT_EQ(changes["results"][0]["changes"][0]["rev"], doc["_rev"]);
 }
 
+// Update handlers that save the document they were called on take the same group commit:
+// 16 clients x 100 bumps of one counter through _update, none answered 409, none lost, each
+// answer carrying the count its own run produced.
+TEST_F(PatchTest, UpdateHandlersOfOneDocumentNeverConflictWithEachOther) {
+  ASSERT_EQ(
+      call(
+          verb::put, "/db/_design/u",
+          R"({"updates":{"bump":"function(doc, req) { doc.n += 1; return [doc, {json: {n: doc.n}}]; }"}})")
+          .status,
+      201u);
+  ASSERT_EQ(call(verb::put, "/db/counter", R"({"n":0})").status, 201u);
+  constexpr int kClients = 16, kEach = 100;
+  std::mutex mu;
+  std::set<int> counts;
+  std::set<std::string> revs;
+  std::atomic<int> other{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&] {
+      HttpClient client(server_->port(), 60s);
+      for (int i = 0; i < kEach; ++i) {
+        auto r = client.request(verb::post, "/db/_design/u/_update/bump/counter");
+        if (r.status != 201) {
+          ++other;
+          continue;
+        }
+        std::lock_guard lock(mu);
+        counts.insert(r.json()["n"].get<int>());
+        revs.insert(r.header("X-Couch-Update-NewRev"));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(other.load(), 0);
+  // Every answer saw a different count: the handler ran on the revision its update extended.
+  EXPECT_EQ(counts.size(), static_cast<std::size_t>(kClients * kEach));
+  EXPECT_EQ(*counts.rbegin(), kClients * kEach);
+  EXPECT_EQ(revs.size(), static_cast<std::size_t>(kClients * kEach));
+  EXPECT_EQ(call(verb::get, "/db/counter").json()["n"], kClients * kEach);
+}
+
 TEST_F(PatchTest, ValidationAndIdempotencyApplyToEachUpdate) {
   ASSERT_EQ(
       call(
