@@ -102,7 +102,7 @@ fuzz-deps:
 # entries go to a scratch directory (the checked-in corpus changes only by hand).
 FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := fuzz_json_doc fuzz_rev fuzz_tuple fuzz_sequence fuzz_request_target \
-                fuzz_selector fuzz_multipart fuzz_jwt fuzz_rev_delta
+                fuzz_selector fuzz_multipart fuzz_jwt fuzz_rev_delta fuzz_json_patch
 fuzz: deps fuzz-deps
 	cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCHAISE_FUZZ=ON -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
 	cmake --build build-fuzz -j$(JOBS)
