@@ -12,7 +12,7 @@
 #   bulk  POST _bulk_docs with 1,000-doc batches, 8 connections                       (docs/s)
 #   scan  _all_docs and _changes of a database of STREAM_DOCS docs, one client        (rows/s)
 #   hot   one counter document: PATCH increments with 16 and 64 connections (updates/s, p99,
-#         final counter vs acknowledged), then CouchDB-style GET+PUT with 16 clients
+#         final counter vs acknowledged), then CouchDB-style GET+PUT with 16 and 64 clients
 #   idem  POST /{db} of new docs, 64 connections: without a key, with a new Idempotency-Key per
 #         request, and with every second request a retry of the one before (docs/s, req/s)
 # Environment: DURATION (s, default 10), STREAM_DOCS (default 1000000), WORKLOADS ("put get bulk scan"),
@@ -110,9 +110,11 @@ if [[ " $WORKLOADS " == *" hot "* ]]; then
     n=$(curl -s "$base/benchhot/counter" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("n"))')
     echo "hot   PATCH increment, one doc, $conns conns: $rate req/s, p99 $p99, ${total:-0} answered, ${bad:-0} not 2xx, counter $n"
   done
-  make_db benchhot
-  curl -s -X PUT -H "$j" -d '{"n":0}' "$base/benchhot/counter" >/dev/null
-  echo "hot   $(python3 "$here/get_put_counter.py" "$base" benchhot counter 16 "$DURATION")"
+  for clients in 16 64; do
+    make_db benchhot
+    curl -s -X PUT -H "$j" -d '{"n":0}' "$base/benchhot/counter" >/dev/null
+    echo "hot   $(python3 "$here/get_put_counter.py" "$base" benchhot counter "$clients" "$DURATION")"
+  done
 fi
 
 if [[ " $WORKLOADS " == *" idem "* ]]; then
