@@ -1204,10 +1204,9 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
   // The N of this round's "N-..." sequences continues the database's count of changes. A snapshot
   // read, so writers never conflict on it; concurrent rounds may show the same N (see
   // core/sequence.h).
-  auto seq_base = tr.get(db.space.counter_key(keyspace::kChangeCount), storage::Snapshot::yes);
+  auto seq_base = read_counter(tr, db, keyspace::kChangeCount);
   if (!seq_base.ok()) return seq_base.error();
-  const std::int64_t count_base =
-      seq_base->has_value() ? keyspace::decode_counter(**seq_base) : 0;
+  const std::int64_t count_base = *seq_base;
   auto slot = [&] {
     SeqSlot s{vs_user, count_base + vs_user + 1};
     ++vs_user;
@@ -1390,10 +1389,8 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
     if (!limit.ok()) return limit.error();
     auto maps = read_shard_maps(tr, db, storage::Snapshot::no);
     if (!maps.ok()) return maps.error();
-    auto seq_base = tr.get(db.space.counter_key(keyspace::kChangeCount), storage::Snapshot::yes);
-    if (!seq_base.ok()) return seq_base.error();
-    const std::int64_t count_base =
-        seq_base->has_value() ? keyspace::decode_counter(**seq_base) : 0;
+    auto count_base = read_counter(tr, db, keyspace::kChangeCount);  // a snapshot read
+    if (!count_base.ok()) return count_base.error();
     EditPlan plan;
     plan.old_winner = w;
     plan.removed = w;
@@ -1407,7 +1404,7 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
                                 w.branch.ancestors.end());
     stem(plan.added, *limit);
     plan.branch_count = w.branch_count;
-    if (auto st = apply_edit(tr, db, id_, plan, *maps, SeqSlot{0, count_base + 1}); !st.ok())
+    if (auto st = apply_edit(tr, db, id_, plan, *maps, SeqSlot{0, *count_base + 1}); !st.ok())
       return st.error();
     tr.add(db.space.meta_key(keyspace::kUpdateCounter), 1);  // wakes waiting feeds
     tr.add(db.space.counter_key(keyspace::kChangeCount), 1);

@@ -173,20 +173,23 @@ boost::asio::awaitable<std::optional<Response>> begin_idempotent(
   if (!db.ok()) co_return storage_error_response(call.req, db.error());
   if (core::failed(*db)) co_return std::nullopt;  // the endpoint answers 404
   const core::DbRef& ref = std::get<core::DbRef>(*db);
-  // Without a complete body a matching fingerprint cannot be told: look for the key first.
-  core::IdemRequest probe = idem->request();
-  probe.fingerprint = "";
-  auto found = core::idem_lookup(tr, ref, probe, core::idem_now_ms(), storage::Snapshot::yes);
-  if (!found.ok()) co_return storage_error_response(call.req, found.error());
-  if (found->state == core::IdemState::absent) co_return std::nullopt;
+  if (call.stream.body_streamed()) {
+    // A streamed body is the endpoint's to read: drain it for its fingerprint only when the key
+    // has a record (an empty fingerprint matches none, so "mismatch" means "there is one").
+    core::IdemRequest probe = idem->request();
+    probe.fingerprint.clear();
+    auto any = core::idem_lookup(tr, ref, probe, core::idem_now_ms(), storage::Snapshot::yes);
+    if (!any.ok()) co_return storage_error_response(call.req, any.error());
+    if (any->state == core::IdemState::absent) co_return std::nullopt;
+  }
   co_await idem->finish(call);
-  auto tr2 = call.store().create_transaction();
-  found = core::idem_lookup(tr2, ref, idem->request(), core::idem_now_ms(), storage::Snapshot::yes);
+  auto found =
+      core::idem_lookup(tr, ref, idem->request(), core::idem_now_ms(), storage::Snapshot::yes);
   if (!found.ok()) co_return storage_error_response(call.req, found.error());
   if (found->state == core::IdemState::mismatch) throw key_reused();
   if (found->state == core::IdemState::replay)
     co_return replayed_response(call.req, found->response);
-  co_return std::nullopt;  // expired in between: execute
+  co_return std::nullopt;  // none, or expired in between: execute
 }
 
 boost::asio::awaitable<Response> write_and_render(const Call& call, core::DocWriteBatch& batch,
@@ -213,11 +216,7 @@ boost::asio::awaitable<Response> write_and_render(const Call& call, core::DocWri
   if (batch.db_missing()) throw HttpError(core::db_not_found());
   if (batch.idem_mismatch()) throw key_reused();
   if (batch.replayed()) co_return replayed_response(call.req, *batch.replayed());
-  if (batch.rendered()) {
-    Response r = replayed_response(call.req, *batch.rendered());
-    r.erase("Idempotent-Replayed");
-    co_return r;
-  }
+  if (batch.rendered()) co_return replayed_response(call.req, *batch.rendered(), false);
   co_return render(batch);
 }
 
@@ -241,12 +240,12 @@ core::StoredResponse stored_response(const Response& r) {
   return s;
 }
 
-Response replayed_response(const Request& req, const core::StoredResponse& s) {
+Response replayed_response(const Request& req, const core::StoredResponse& s, bool replay) {
   Response r{static_cast<Status>(s.status), req.version()};
   r.set(beast_http::field::server, kServerHeader);
   r.set(beast_http::field::date, http_date_now());
   for (const auto& [name, value] : s.headers) r.insert(name, value);
-  r.set("Idempotent-Replayed", "true");
+  if (replay) r.set("Idempotent-Replayed", "true");
   r.keep_alive(req.keep_alive());
   r.body() = s.body;
   r.prepare_payload();

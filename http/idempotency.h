@@ -88,6 +88,7 @@ boost::asio::awaitable<Response> write_and_render(const Call& call, core::DocWri
 
 // The answer as stored, and back (Server and Date are fresh; Idempotent-Replayed marks a replay).
 core::StoredResponse stored_response(const Response& r);
-Response replayed_response(const Request& req, const core::StoredResponse& s);
+// `replay` false: the answer of this very execution, rendered inside its transaction.
+Response replayed_response(const Request& req, const core::StoredResponse& s, bool replay = true);
 
 }  // namespace chaise::http
