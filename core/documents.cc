@@ -21,6 +21,7 @@
 #include "core/replicator_docs.h"
 #include "core/rev_delta.h"
 #include "core/security.h"
+#include "core/unique_index.h"
 
 namespace chaise::core {
 
@@ -552,12 +553,42 @@ std::string new_rev_hash(bool deleted, const std::optional<RevId>& parent, std::
   return compute_rev_hash(deleted, parent, body, inputs);
 }
 
+// The unique-index work of an edit (core/unique_index.h), before apply_edit writes it: the
+// error that refuses an interactive edit, else the entries moved (a replicated edit is never
+// refused; it records a violation instead).
+StorageResult<std::optional<CouchError>> unique_edit(Transaction& tr, const DbRef& db,
+                                                     UniqueIndexes& unique, std::string_view id,
+                                                     const EditPlan& p, bool interactive) {
+  using R = std::optional<CouchError>;
+  if (unique.empty() && !id.starts_with("_design/")) return R();
+  const bool added_wins = !p.best_other || winner_less(p.best_other->branch, p.added);
+  std::optional<std::string> body;  // the winner's body after the edit, if it is live
+  if (added_wins) {
+    if (!p.added.deleted) body = std::string(p.body);
+  } else {
+    if (p.old_winner && p.old_winner->key == p.best_other->key) return R();  // winner unchanged
+    if (!p.best_other->branch.deleted) {
+      auto b = read_body(tr, db, id, p.best_other->branch.leaf);
+      if (!b.ok()) return b.error();
+      if (*b) body = std::move(**b);
+    }
+  }
+  const std::string* bp = body ? &*body : nullptr;
+  if (interactive) {
+    auto refused = unique_check(tr, db, unique, id, bp);
+    if (!refused.ok()) return refused.error();
+    if (*refused) return std::move(*refused);
+  }
+  if (auto st = unique_write(tr, db, unique, id, bp, !interactive); !st.ok()) return st.error();
+  return R();
+}
+
 }  // namespace
 
 StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db,
                                                 const DocUpdate& u, int revs_limit,
-                                                const std::vector<ShardMap>& maps,
-                                                SeqSlot slot) {
+                                                const std::vector<ShardMap>& maps, SeqSlot slot,
+                                                UniqueIndexes& unique) {
   using R = Outcome<UpdateResult>;
   std::optional<StoredBranch> target, winner, prev;
   bool resolved = false;
@@ -636,13 +667,16 @@ StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db
     plan.best_other = prev;    // deleting the winner: the next in line may take over
   }
   plan.branch_count = winner ? winner->branch_count : 1;
+  auto refused = unique_edit(tr, db, unique, u.id, plan, true);
+  if (!refused.ok()) return refused.error();
+  if (*refused) return R(std::move(**refused));
   if (auto st = apply_edit(tr, db, u.id, plan, maps, slot); !st.ok()) return st.error();
   return R(UpdateResult{u.id, plan.added.leaf});
 }
 
 StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, const ReplicatedDoc& d,
                                            int revs_limit, const std::vector<ShardMap>& maps,
-                                           SeqSlot slot) {
+                                           SeqSlot slot, UniqueIndexes& unique) {
   auto all = read_branches(tr, db, d.id, Snapshot::no);
   if (!all.ok()) return all.error();
   std::vector<Branch> branches;
@@ -676,6 +710,8 @@ StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, con
     break;
   }
   plan.branch_count = static_cast<std::int64_t>(remaining) + 1;
+  auto recorded = unique_edit(tr, db, unique, d.id, plan, false);
+  if (!recorded.ok()) return recorded.error();
   if (auto st = apply_edit(tr, db, d.id, plan, maps, slot); !st.ok()) return st.error();
   return Outcome<bool>(true);
 }
@@ -1190,6 +1226,16 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
   auto maps = read_shard_maps(tr, db, storage::Snapshot::no);
   if (!maps.ok()) return maps.error();
 
+  // Unique indexes (core/unique_index.h), with the one this batch registers (POST /_index).
+  auto registry = read_unique_indexes(tr, db);
+  if (!registry.ok()) return registry.error();
+  UniqueIndexes unique = **registry;
+  if (register_unique_) {
+    std::erase_if(unique, [&](const UniqueIndexDef& d) { return d.id == register_unique_->id; });
+    unique.push_back(*register_unique_);
+    write_unique_indexes(tr, db, unique);
+  }
+
   bool validate = false;
   if (validator_) {
     auto any = validator_->begin(tr, db);
@@ -1252,7 +1298,7 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
         results_[i] = ItemResult(UpdateResult{it.update.id, RevId{0, {}}});
       }
     } else if (it.replicated) {
-      auto r = replicate_doc(tr, db, it.replicated_doc, *limit, *maps, slot());
+      auto r = replicate_doc(tr, db, it.replicated_doc, *limit, *maps, slot(), unique);
       if (!r.ok()) return r.error();
       if (failed(*r)) {
         results_[i] = ItemResult(std::get<CouchError>(*r));
@@ -1260,7 +1306,7 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
         results_[i] = ItemResult(UpdateResult{it.replicated_doc.id, it.replicated_doc.path.leaf});
       }
     } else {
-      auto r = update_doc(tr, db, it.update, *limit, *maps, slot());
+      auto r = update_doc(tr, db, it.update, *limit, *maps, slot(), unique);
       if (!r.ok()) return r.error();
       results_[i] = std::move(*r);
     }
@@ -1280,6 +1326,8 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
   }
   return {};
 }
+
+void DocWriteBatch::register_unique(UniqueIndexDef def) { register_unique_ = std::move(def); }
 
 void DocWriteBatch::set_idempotency(IdemRequest r, Render render) {
   idem_ = std::move(r);
@@ -1344,6 +1392,9 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
     return store_answers();
   }
   const StoredBranch& w = **winner;
+  auto registry = read_unique_indexes(tr, db);
+  if (!registry.ok()) return registry.error();
+  UniqueIndexes unique = **registry;
   if (!cache_ || !(cache_->rev == w.branch.leaf)) {
     auto rec = read_rev(tr, db, id_, w.branch.leaf);
     if (!rec.ok()) return rec.error();
@@ -1378,6 +1429,12 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
         }
       }
     }
+    auto refused = unique_check(tr, db, unique, id_, &next_body);
+    if (!refused.ok()) return refused.error();
+    if (*refused) {
+      results_[i] = std::move(**refused);
+      continue;
+    }
     const RevId rev{cur.pos + 1, new_rev_hash(false, cur, next_body, atts)};
     chain.push_back(rev.hash);
     results_[i] = rev;
@@ -1404,6 +1461,7 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
                                 w.branch.ancestors.end());
     stem(plan.added, *limit);
     plan.branch_count = w.branch_count;
+    if (auto st = unique_write(tr, db, unique, id_, &body, false); !st.ok()) return st.error();
     if (auto st = apply_edit(tr, db, id_, plan, *maps, SeqSlot{0, *count_base + 1}); !st.ok())
       return st.error();
     tr.add(db.space.meta_key(keyspace::kUpdateCounter), 1);  // wakes waiting feeds

@@ -25,6 +25,7 @@
 #include "core/idempotency.h"
 #include "core/rev.h"
 #include "core/shards.h"
+#include "core/unique_index.h"
 
 namespace chaise::core {
 
@@ -95,15 +96,18 @@ struct SeqSlot {
   std::int64_t count = 0;
 };
 
-// `maps` are the database's shard maps read with read_shard_maps(..., Snapshot::no) in `tr`.
+// `maps` are the database's shard maps read with read_shard_maps(..., Snapshot::no) in `tr`;
+// `unique` the unique indexes read with read_unique_indexes() in `tr` (a design document edit
+// may drop some: core/unique_index.h). An interactive edit that would violate one is refused.
 StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db,
                                                 const DocUpdate& u, int revs_limit,
-                                                const std::vector<ShardMap>& maps,
-                                                SeqSlot slot);
-// Returns whether anything was written (false: the revision was already present).
+                                                const std::vector<ShardMap>& maps, SeqSlot slot,
+                                                UniqueIndexes& unique);
+// Returns whether anything was written (false: the revision was already present). Never refused
+// by a unique index: a violation is recorded.
 StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, const ReplicatedDoc& d,
                                            int revs_limit, const std::vector<ShardMap>& maps,
-                                           SeqSlot slot);
+                                           SeqSlot slot, UniqueIndexes& unique);
 
 // ---- Reading documents as CouchDB returns them ----
 struct DocReadOptions {
@@ -234,6 +238,10 @@ class DocWriteBatch {
   // conflict is not validated, it conflicts).
   void set_validator(std::shared_ptr<DocValidator> v) { validator_ = std::move(v); }
 
+  // POST /{db}/_index of a unique index: every attempt registers `def` (not ready) before the
+  // edits, so the design document that declares it is accepted (core/unique_index.h).
+  void register_unique(UniqueIndexDef def);
+
   // Idempotency (core/idempotency.h). Every attempt first reads the record of `r` in its own
   // transaction: one with the same fingerprint means nothing is written and replayed() holds its
   // response; one for another request sets idem_mismatch(). Otherwise the round is written, then
@@ -277,6 +285,7 @@ class DocWriteBatch {
   int attempts_ = 0;
   bool db_missing_ = false;
   std::shared_ptr<DocValidator> validator_;
+  std::optional<UniqueIndexDef> register_unique_;
   std::optional<IdemRequest> idem_;
   Render render_;
   std::optional<StoredResponse> replayed_;

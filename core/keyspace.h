@@ -44,6 +44,13 @@
 //   (kViews, Sig, kViewCounts, View)       = little-endian int64: rows in the view (atomic add)
 //   (kViews, Sig, kViewNodes, View, Level) [+ RowSuffix]
 //                                          = the reduce tree's nodes (core/reduce_tree.h)
+//   (kUnique, IndexId, kUniqueKeys, KeyCollation, DocId)
+//                                          = KeyJSON: DocId holds this key of a unique index
+//   (kUnique, IndexId, kUniqueDocs, DocId) = KeyCollation: the key DocId holds
+//   (kUnique, IndexId, kUniqueViolations, DocId)
+//                                          = {"key":..,"conflicts_with":..}: a replicated edit
+//                                            took a key another document held
+//   (kMeta, "unique_indexes")              = JSON list of the unique indexes (core/unique_index.h)
 //   Sig is the design document's view signature (core/view_index.h); View its view's number.
 // A revision's body chunks are Chunk >= 0; its header (deleted flag, attachment list; see
 // core/documents.cc) is stored in the same range at Chunk < 0, so one range read returns both.
@@ -90,6 +97,12 @@ inline constexpr std::int64_t kAtts = 9;
 inline constexpr std::int64_t kAttRefs = 10;
 inline constexpr std::int64_t kViews = 11;
 inline constexpr std::int64_t kIdem = 12;
+inline constexpr std::int64_t kUnique = 13;
+
+// Under (kUnique, IndexId) (core/unique_index.h).
+inline constexpr std::int64_t kUniqueKeys = 0;
+inline constexpr std::int64_t kUniqueDocs = 1;
+inline constexpr std::int64_t kUniqueViolations = 2;
 
 // Under (kViews, Sig).
 inline constexpr std::int64_t kViewSeq = 0;
@@ -162,7 +175,8 @@ class DbSpace {
         atts_(root_.sub(Tuple().add(kAtts))),
         att_refs_(root_.sub(Tuple().add(kAttRefs))),
         views_(root_.sub(Tuple().add(kViews))),
-        idem_(root_.sub(Tuple().add(kIdem))) {}
+        idem_(root_.sub(Tuple().add(kIdem))),
+        unique_(root_.sub(Tuple().add(kUnique))) {}
 
   const Subspace& root() const { return root_; }
   const Subspace& revisions() const { return revisions_; }
@@ -177,6 +191,11 @@ class DbSpace {
   const Subspace& att_refs() const { return att_refs_; }
   const Subspace& views() const { return views_; }
   const Subspace& idem() const { return idem_; }
+  const Subspace& unique() const { return unique_; }
+  // One unique index's table (core/unique_index.h).
+  Subspace unique_index(std::string_view index_id) const {
+    return unique_.sub(Tuple().add_bytes(index_id));
+  }
   // One design document's view index (by signature).
   Subspace view_index(std::string_view sig) const { return views_.sub(Tuple().add_bytes(sig)); }
 
@@ -209,7 +228,7 @@ class DbSpace {
 
  private:
   Subspace root_, revisions_, docs_, by_id_, changes_, counters_, local_, txids_, meta_, atts_,
-      att_refs_, views_, idem_;
+      att_refs_, views_, idem_, unique_;
 };
 
 }  // namespace chaise::core::keyspace

@@ -11,11 +11,14 @@
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <map>
+#include <mutex>
+#include <set>
 
 #include "core/attachments.h"
 #include "core/cursors.h"
 #include "core/design_doc.h"
 #include "core/mango_index.h"
+#include "core/unique_index.h"
 #include "core/view_index.h"
 #include "http/idempotency.h"
 #include "http/js_request.h"
@@ -67,6 +70,25 @@ OrderedJson index_json(const core::MangoIndex& idx) {
   return j;
 }
 
+// The registered unique index of a design document's view, if any.
+const core::UniqueIndexDef* find_unique(const core::UniqueIndexes& list, std::string_view ddoc,
+                                        std::string_view name) {
+  for (const auto& d : list)
+    if (d.ddoc == ddoc && d.name == name) return &d;
+  return nullptr;
+}
+
+core::UniqueIndexes read_unique(const Call& call, const core::DbRef& db) {
+  auto tr = call.store().create_transaction();
+  auto r = core::read_unique_indexes(tr, db);
+  if (!r.ok()) throw HttpError(core::storage_failure(r.error()));
+  return **r;
+}
+
+// Unique indexes being built by this server (one builder per index).
+std::mutex g_building_mu;
+std::set<std::string> g_building;  // guarded by g_building_mu
+
 OrderedJson all_docs_index_json() {
   return OrderedJson::parse(
       R"({"ddoc":null,"name":"_all_docs","type":"special","def":{"fields":[{"_id":"asc"}]}})");
@@ -80,9 +102,9 @@ Response ordered_response(const Request& req, Status status, const OrderedJson& 
 // caller (design documents need a db admin), and answers with `answer()` once it is written
 // (write_and_render: stored with the write under an Idempotency-Key); throws the document's
 // CouchError.
-boost::asio::awaitable<Response> write_index_ddoc(const Call& call, const core::DbRef& db,
-                                                  const std::string& ddoc, const OrderedJson& doc,
-                                                  bool deleted, std::function<Response()> answer) {
+core::DocWriteBatch index_ddoc_batch(const Call& call, const core::DbRef& db,
+                                     const std::string& ddoc, const OrderedJson& doc,
+                                     bool deleted) {
   Json as_json = Json::parse(doc.dump());
   if (auto err = check_doc_write(call, db, as_json)) throw HttpError(*err);
   if (!deleted)
@@ -99,7 +121,13 @@ boost::asio::awaitable<Response> write_index_ddoc(const Call& call, const core::
   u.body = stored.dump();
   std::vector<core::DocWriteBatch::Item> items(1);
   items[0].update = std::move(u);
-  core::DocWriteBatch batch(db.name, std::move(items));
+  return core::DocWriteBatch(db.name, std::move(items));
+}
+
+boost::asio::awaitable<Response> write_index_ddoc(const Call& call, const core::DbRef& db,
+                                                  const std::string& ddoc, const OrderedJson& doc,
+                                                  bool deleted, std::function<Response()> answer) {
+  core::DocWriteBatch batch = index_ddoc_batch(call, db, ddoc, doc, deleted);
   co_return co_await write_and_render(call, batch, [&](const core::DocWriteBatch& b) {
     if (auto* e = std::get_if<core::CouchError>(&*b.results().at(0))) throw HttpError(*e);
     return answer();
@@ -107,6 +135,129 @@ boost::asio::awaitable<Response> write_index_ddoc(const Call& call, const core::
 }
 
 // ---- _index ----------------------------------------------------------------------------------------
+
+// POST /_index of a unique index (core/unique_index.h): registers it with its design document
+// `doc` (written when `write_ddoc`, else only registered), builds its table over the live
+// documents, then answers "created"; when documents already share a key, the view goes again and
+// the answer is 409 with them. The final answer is stored with the final write under an
+// Idempotency-Key (a retry of an interrupted build builds again).
+boost::asio::awaitable<Response> build_unique(const Call& call, const core::DbRef& db,
+                                              const OrderedJson& doc, const std::string& name,
+                                              const OrderedJson& map, bool write_ddoc) {
+  const std::string ddoc = doc["_id"].get<std::string>();
+  core::UniqueIndexDef def{core::unique_index_id(ddoc, name, map), ddoc, name, map, false};
+  {
+    std::lock_guard lock(g_building_mu);
+    if (!g_building.insert(def.id).second)
+      throw HttpError(409, "conflict", "Index " + name + " is being built");
+  }
+  struct Leave {
+    std::string id;
+    ~Leave() {
+      std::lock_guard lock(g_building_mu);
+      g_building.erase(id);
+    }
+  } leave{def.id};
+
+  if (write_ddoc) {
+    core::DocWriteBatch batch = index_ddoc_batch(call, db, ddoc, doc, false);
+    batch.register_unique(def);
+    storage::Status s = co_await run_doc_batch(call, batch);
+    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+    if (batch.db_missing()) throw HttpError(core::db_not_found());
+    if (auto* e = std::get_if<core::CouchError>(&*batch.results().at(0))) throw HttpError(*e);
+  } else {
+    storage::Status s =
+        co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+          auto cur = core::read_unique_indexes(tr, db);
+          if (!cur.ok()) return cur.error();
+          core::UniqueIndexes list = **cur;
+          std::erase_if(list, [&](const auto& d) { return d.ddoc == ddoc && d.name == name; });
+          list.push_back(def);
+          core::write_unique_indexes(tr, db, list);
+          return {};
+        });
+    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+  }
+
+  std::string cursor;
+  std::vector<core::UniqueDuplicate> dups;
+  for (bool done = false; !done;) {
+    const std::string start = cursor;
+    const std::vector<core::UniqueDuplicate> before = dups;
+    storage::Status s =
+        co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+          cursor = start;
+          dups = before;
+          auto r = core::unique_build_step(tr, db, def, cursor, dups);
+          if (!r.ok()) return r.error();
+          done = *r;
+          return {};
+        });
+    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+  }
+
+  if (!dups.empty()) {
+    OrderedJson ids = OrderedJson::array();
+    OrderedJson found = OrderedJson::array();
+    std::string list;
+    for (const auto& d : dups) {
+      found.push_back(OrderedJson{{"key", d.key}, {"ids", d.ids}});
+      for (const auto& id : d.ids) {
+        ids.push_back(id);
+        list += (list.empty() ? "" : ", ") + id;
+      }
+    }
+    OrderedJson out = OrderedJson::object();
+    out["error"] = "conflict";
+    out["reason"] = "unique constraint " + name + " violated by " + list;
+    out["duplicates"] = found;
+    auto answer = [&] { return ordered_response(call.req, Status::conflict, out); };
+    // The view goes again, and its constraint with it (unique_write of the design document).
+    DesignDocs now = read_design_docs(call, db);
+    auto it = now.bodies.find(ddoc);
+    if (it != now.bodies.end() && it->second.contains("views") &&
+        it->second["views"].contains(name)) {
+      OrderedJson without = it->second;
+      without["views"].erase(name);
+      co_return co_await write_index_ddoc(call, db, ddoc, without, without["views"].empty(),
+                                          answer);
+    }
+    storage::Status s =
+        co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+          auto r = core::unique_finish(tr, db, def.id, false);
+          return r.ok() ? storage::Status{} : storage::Status(r.error());
+        });
+    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+    co_return answer();
+  }
+
+  OrderedJson out = OrderedJson::object();
+  out["result"] = "created";
+  out["id"] = ddoc;
+  out["name"] = name;
+  Response created = ordered_response(call.req, Status::ok, out);
+  bool kept = false;
+  storage::Status s =
+      co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+        auto r = core::unique_finish(tr, db, def.id, true);
+        if (!r.ok()) return r.error();
+        kept = *r;
+        if (kept && call.idem) {
+          const std::int64_t now = core::idem_now_ms();
+          auto found = core::idem_lookup(tr, db, call.idem->request(), now, storage::Snapshot::no);
+          if (!found.ok()) return found.error();
+          auto stored = core::idem_store(tr, db, call.idem->request(), now,
+                                         stored_response(created), found->expired);
+          if (!stored.ok()) return stored.error();
+        }
+        return {};
+      });
+  if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+  if (!kept)
+    throw HttpError(409, "conflict", "Index " + name + " was changed while it was being built");
+  co_return created;
+}
 
 MaybeResponse create_index(Call& call, const core::DbRef& db) {
   const Json raw = parse_json_object_body(call.req);
@@ -149,9 +300,17 @@ MaybeResponse create_index(Call& call, const core::DbRef& db) {
           "Invalid value for partitioned: " + body["partitioned"].dump() + " (true or false)");
     partitioned = body["partitioned"].get<bool>();
   }
+  // Chaise's unique indexes (core/unique_index.h).
+  bool unique = false;
+  if (body.contains("unique")) {
+    if (!body["unique"].is_boolean())
+      throw HttpError(400, "bad_request",
+                      "Invalid value for unique: " + body["unique"].dump() + " (true or false)");
+    unique = body["unique"].get<bool>();
+  }
   // Default names: a digest of the definition (and of the name for the design document, so
   // that two names for one definition are two indexes, as in CouchDB).
-  const std::string hash = md5_hex(map.dump());
+  const std::string hash = md5_hex(unique ? map.dump() + "\nunique" : map.dump());
   const std::string name = body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : hash;
   std::string ddoc = body.contains("ddoc") && body["ddoc"].is_string()
                          ? body["ddoc"].get<std::string>()
@@ -170,8 +329,17 @@ MaybeResponse create_index(Call& call, const core::DbRef& db) {
       throw HttpError(
           400, "invalid_partitioned_option",
           "Requested partitioned option does not match existing value on design document " + ddoc);
-    if (doc.contains("views") && doc["views"].contains(name) && doc["views"][name].contains("map") &&
-        doc["views"][name]["map"] == map) {
+    if (doc.contains("views") && doc["views"].contains(name) &&
+        doc["views"][name].contains("map") && doc["views"][name]["map"] == map &&
+        core::view_declared_unique(doc["views"][name]) == unique) {
+      if (unique) {
+        // Declared: exists once its constraint is registered and built; else finish the build
+        // (one stopped by a restart, or a design document that arrived by replication).
+        const core::UniqueIndexes list = read_unique(call, db);
+        const core::UniqueIndexDef* d = find_unique(list, ddoc, name);
+        if (!d || !d->ready || d->map != map)
+          co_return co_await build_unique(call, db, doc, name, map, false);
+      }
       OrderedJson out = OrderedJson::object();
       out["result"] = "exists";
       out["id"] = ddoc;
@@ -186,6 +354,7 @@ MaybeResponse create_index(Call& call, const core::DbRef& db) {
   view["map"] = map;
   view["reduce"] = "_count";
   view["options"] = OrderedJson{{"def", OrderedJson{{"fields", index["fields"]}}}};
+  if (unique) view["options"]["unique"] = true;
   doc["views"][name] = view;
   if (partitioned && !doc.contains("_rev")) {
     if (!doc.contains("options") || !doc["options"].is_object())
@@ -193,6 +362,7 @@ MaybeResponse create_index(Call& call, const core::DbRef& db) {
     doc["options"]["partitioned"] = *partitioned;
   }
 
+  if (unique) co_return co_await build_unique(call, db, doc, name, map, true);
   co_return co_await write_index_ddoc(call, db, ddoc, doc, false, [&] {
     OrderedJson out = OrderedJson::object();
     out["result"] = "created";
@@ -220,7 +390,22 @@ MaybeResponse list_indexes(Call& call, const core::DbRef& db) {
   DesignDocs d = read_design_docs(call, db);
   OrderedJson list = OrderedJson::array();
   list.push_back(all_docs_index_json());
-  for (const auto& idx : d.indexes) list.push_back(index_json(idx));
+  const core::UniqueIndexes unique = read_unique(call, db);
+  auto tr = call.store().create_transaction();
+  for (const auto& idx : d.indexes) {
+    OrderedJson j = index_json(idx);
+    if (const core::UniqueIndexDef* u = find_unique(unique, idx.ddoc, idx.name)) {
+      j["unique"] = true;
+      if (!u->ready) {
+        std::lock_guard lock(g_building_mu);
+        j["build"] = g_building.count(u->id) ? "running" : "interrupted";
+      }
+      auto v = core::unique_violations(tr, db, u->id, core::kUniqueDuplicatesMax);
+      if (!v.ok()) throw HttpError(core::storage_failure(v.error()));
+      j["violations"] = *v;
+    }
+    list.push_back(std::move(j));
+  }
   OrderedJson out = OrderedJson::object();
   out["total_rows"] = list.size();
   out["indexes"] = list;
