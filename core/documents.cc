@@ -21,6 +21,7 @@
 #include "core/replicator_docs.h"
 #include "core/rev_delta.h"
 #include "core/security.h"
+#include "core/sync_index.h"
 #include "core/unique_index.h"
 
 namespace chaise::core {
@@ -553,33 +554,85 @@ std::string new_rev_hash(bool deleted, const std::optional<RevId>& parent, std::
   return compute_rev_hash(deleted, parent, body, inputs);
 }
 
-// The unique-index work of an edit (core/unique_index.h), before apply_edit writes it: the
-// error that refuses an interactive edit, else the entries moved (a replicated edit is never
-// refused; it records a violation instead).
-StorageResult<std::optional<CouchError>> unique_edit(Transaction& tr, const DbRef& db,
-                                                     UniqueIndexes& unique, std::string_view id,
-                                                     const EditPlan& p, bool interactive) {
+StorageResult<std::string> attachments_member(Transaction& tr, const DbRef& db, const Branch& b,
+                                              const std::vector<AttInfo>& atts,
+                                              const DocReadOptions& o,
+                                              std::vector<AttInfo>* follows);
+
+// The winner after edit `p` as a view's map function sees it (what _changes shows with
+// include_docs=true&conflicts=true), rendered before apply_edit writes it: the new winner's
+// revision key is not readable in its own transaction.
+StorageResult<std::string> doc_for_views(Transaction& tr, const DbRef& db, std::string_view id,
+                                         const EditPlan& p, const Branch& winner,
+                                         std::string_view body, const std::vector<AttInfo>& atts) {
+  std::vector<std::string> tail;
+  if (p.branch_count > 1) {
+    auto before = read_branches(tr, db, id, Snapshot::yes);
+    if (!before.ok()) return before.error();
+    std::vector<Branch> leaves;
+    for (const StoredBranch& sb : *before)
+      if (!p.removed || sb.key != p.removed->key) leaves.push_back(sb.branch);
+    leaves.push_back(p.added);
+    std::sort(leaves.begin(), leaves.end(),
+              [](const Branch& x, const Branch& y) { return winner_less(y, x); });  // best first
+    std::vector<std::string> conflicts;
+    for (const Branch& l : leaves)
+      if (!l.deleted && !(l.leaf == winner.leaf)) conflicts.push_back(l.leaf.str());
+    if (!conflicts.empty()) tail.push_back("\"_conflicts\":" + rev_array(conflicts));
+  }
+  auto am = attachments_member(tr, db, winner, atts, DocReadOptions{}, nullptr);
+  if (!am.ok()) return am.error();
+  if (!am->empty()) tail.push_back(std::move(*am));
+  return append_members(splice_doc(body, id, winner.leaf.str(), {}), tail);
+}
+
+// The write hooks of an edit (unique indexes, synchronous indexes), before apply_edit writes it:
+// the error that refuses an interactive edit, else what the hooks keep (a replicated edit is never
+// refused; a unique index records a violation instead).
+StorageResult<std::optional<CouchError>> edit_hooks(Transaction& tr, const DbRef& db,
+                                                    WriteHooks& hooks, std::string_view id,
+                                                    const EditPlan& p, bool interactive) {
   using R = std::optional<CouchError>;
-  if (unique.empty() && !id.starts_with("_design/")) return R();
+  const bool design = id.starts_with("_design/");
+  const bool sync = hooks.sync.any_ready();
+  if (hooks.unique.empty() && !design && !sync) return R();
   const bool added_wins = !p.best_other || winner_less(p.best_other->branch, p.added);
+  if (!added_wins && p.old_winner && p.old_winner->key == p.best_other->key)
+    return R();  // the winner is unchanged
+  const Branch& winner = added_wins ? p.added : p.best_other->branch;
   std::optional<std::string> body;  // the winner's body after the edit, if it is live
+  std::vector<AttInfo> atts;
   if (added_wins) {
-    if (!p.added.deleted) body = std::string(p.body);
-  } else {
-    if (p.old_winner && p.old_winner->key == p.best_other->key) return R();  // winner unchanged
-    if (!p.best_other->branch.deleted) {
-      auto b = read_body(tr, db, id, p.best_other->branch.leaf);
-      if (!b.ok()) return b.error();
-      if (*b) body = std::move(**b);
+    if (!p.added.deleted) {
+      body = std::string(p.body);
+      atts = p.atts;
+    }
+  } else if (!winner.deleted) {
+    auto rec = read_rev(tr, db, id, winner.leaf);
+    if (!rec.ok()) return rec.error();
+    if (*rec) {
+      body = std::move((*rec)->body);
+      atts = std::move((*rec)->atts);
     }
   }
   const std::string* bp = body ? &*body : nullptr;
   if (interactive) {
-    auto refused = unique_check(tr, db, unique, id, bp);
+    auto refused = unique_check(tr, db, hooks.unique, id, bp);
     if (!refused.ok()) return refused.error();
     if (*refused) return std::move(*refused);
   }
-  if (auto st = unique_write(tr, db, unique, id, bp, !interactive); !st.ok()) return st.error();
+  if (auto st = unique_write(tr, db, hooks.unique, id, bp, !interactive); !st.ok())
+    return st.error();
+  if (design) sync_design_doc(tr, db, hooks.sync, id, bp);
+  if (sync) {
+    std::optional<std::string> rendered;
+    if (body) {
+      auto r = doc_for_views(tr, db, id, p, winner, *body, atts);
+      if (!r.ok()) return r.error();
+      rendered = std::move(*r);
+    }
+    hooks.sync.docs.emplace_back(std::string(id), std::move(rendered));
+  }
   return R();
 }
 
@@ -588,7 +641,7 @@ StorageResult<std::optional<CouchError>> unique_edit(Transaction& tr, const DbRe
 StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db,
                                                 const DocUpdate& u, int revs_limit,
                                                 const std::vector<ShardMap>& maps, SeqSlot slot,
-                                                UniqueIndexes& unique) {
+                                                WriteHooks& hooks) {
   using R = Outcome<UpdateResult>;
   std::optional<StoredBranch> target, winner, prev;
   bool resolved = false;
@@ -667,7 +720,7 @@ StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db
     plan.best_other = prev;    // deleting the winner: the next in line may take over
   }
   plan.branch_count = winner ? winner->branch_count : 1;
-  auto refused = unique_edit(tr, db, unique, u.id, plan, true);
+  auto refused = edit_hooks(tr, db, hooks, u.id, plan, true);
   if (!refused.ok()) return refused.error();
   if (*refused) return R(std::move(**refused));
   if (auto st = apply_edit(tr, db, u.id, plan, maps, slot); !st.ok()) return st.error();
@@ -676,7 +729,7 @@ StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db
 
 StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, const ReplicatedDoc& d,
                                            int revs_limit, const std::vector<ShardMap>& maps,
-                                           SeqSlot slot, UniqueIndexes& unique) {
+                                           SeqSlot slot, WriteHooks& hooks) {
   auto all = read_branches(tr, db, d.id, Snapshot::no);
   if (!all.ok()) return all.error();
   std::vector<Branch> branches;
@@ -710,7 +763,7 @@ StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, con
     break;
   }
   plan.branch_count = static_cast<std::int64_t>(remaining) + 1;
-  auto recorded = unique_edit(tr, db, unique, d.id, plan, false);
+  auto recorded = edit_hooks(tr, db, hooks, d.id, plan, false);
   if (!recorded.ok()) return recorded.error();
   if (auto st = apply_edit(tr, db, d.id, plan, maps, slot); !st.ok()) return st.error();
   return Outcome<bool>(true);
@@ -1226,14 +1279,14 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
   auto maps = read_shard_maps(tr, db, storage::Snapshot::no);
   if (!maps.ok()) return maps.error();
 
-  // Unique indexes (core/unique_index.h), with the one this batch registers (POST /_index).
-  auto registry = read_unique_indexes(tr, db);
-  if (!registry.ok()) return registry.error();
-  UniqueIndexes unique = **registry;
+  // Unique and synchronous indexes, with the unique one this batch registers (POST /_index).
+  auto hooks = read_write_hooks(tr, db);
+  if (!hooks.ok()) return hooks.error();
   if (register_unique_) {
-    std::erase_if(unique, [&](const UniqueIndexDef& d) { return d.id == register_unique_->id; });
-    unique.push_back(*register_unique_);
-    write_unique_indexes(tr, db, unique);
+    std::erase_if(hooks->unique,
+                  [&](const UniqueIndexDef& d) { return d.id == register_unique_->id; });
+    hooks->unique.push_back(*register_unique_);
+    write_unique_indexes(tr, db, hooks->unique);
   }
 
   bool validate = false;
@@ -1298,7 +1351,7 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
         results_[i] = ItemResult(UpdateResult{it.update.id, RevId{0, {}}});
       }
     } else if (it.replicated) {
-      auto r = replicate_doc(tr, db, it.replicated_doc, *limit, *maps, slot(), unique);
+      auto r = replicate_doc(tr, db, it.replicated_doc, *limit, *maps, slot(), *hooks);
       if (!r.ok()) return r.error();
       if (failed(*r)) {
         results_[i] = ItemResult(std::get<CouchError>(*r));
@@ -1306,11 +1359,12 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
         results_[i] = ItemResult(UpdateResult{it.replicated_doc.id, it.replicated_doc.path.leaf});
       }
     } else {
-      auto r = update_doc(tr, db, it.update, *limit, *maps, slot(), unique);
+      auto r = update_doc(tr, db, it.update, *limit, *maps, slot(), *hooks);
       if (!r.ok()) return r.error();
       results_[i] = std::move(*r);
     }
   }
+  if (auto st = sync_index_edits(tr, db, hooks->sync, js_); !st.ok()) return st.error();
   if (!idem_) {  // an idempotent batch's record tells whether it committed
     tx_key_ = db.space.txids().pack(Tuple().add_bytes(tx_id_));
     tr.set(tx_key_, "");
@@ -1328,6 +1382,17 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
 }
 
 void DocWriteBatch::register_unique(UniqueIndexDef def) { register_unique_ = std::move(def); }
+
+StorageResult<WriteHooks> read_write_hooks(Transaction& tr, const DbRef& db) {
+  WriteHooks h;
+  auto unique = read_unique_indexes(tr, db);
+  if (!unique.ok()) return unique.error();
+  h.unique = **unique;
+  auto sync = read_sync_indexes(tr, db);
+  if (!sync.ok()) return sync.error();
+  h.sync.list = std::move(*sync);
+  return h;
+}
 
 void DocWriteBatch::set_idempotency(IdemRequest r, Render render) {
   idem_ = std::move(r);
@@ -1348,8 +1413,9 @@ bool DocWriteBatch::fits_one_round() const {
 }
 
 DocStepBatch::DocStepBatch(std::string db_name, std::string id, std::vector<DocStep> steps,
-                           std::optional<Cache> cache)
-    : db_name_(std::move(db_name)),
+                           std::optional<Cache> cache, js::Engine* js)
+    : js_(js),
+      db_name_(std::move(db_name)),
       id_(std::move(id)),
       steps_(std::move(steps)),
       cache_(std::move(cache)),
@@ -1392,9 +1458,8 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
     return store_answers();
   }
   const StoredBranch& w = **winner;
-  auto registry = read_unique_indexes(tr, db);
-  if (!registry.ok()) return registry.error();
-  UniqueIndexes unique = **registry;
+  auto hooks = read_write_hooks(tr, db);
+  if (!hooks.ok()) return hooks.error();
   if (!cache_ || !(cache_->rev == w.branch.leaf)) {
     auto rec = read_rev(tr, db, id_, w.branch.leaf);
     if (!rec.ok()) return rec.error();
@@ -1429,7 +1494,7 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
         }
       }
     }
-    auto refused = unique_check(tr, db, unique, id_, &next_body);
+    auto refused = unique_check(tr, db, hooks->unique, id_, &next_body);
     if (!refused.ok()) return refused.error();
     if (*refused) {
       results_[i] = std::move(**refused);
@@ -1461,9 +1526,12 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
                                 w.branch.ancestors.end());
     stem(plan.added, *limit);
     plan.branch_count = w.branch_count;
-    if (auto st = unique_write(tr, db, unique, id_, &body, false); !st.ok()) return st.error();
+    // Each step was checked against the unique indexes; the last one's body is what is written.
+    auto hooked = edit_hooks(tr, db, *hooks, id_, plan, false);
+    if (!hooked.ok()) return hooked.error();
     if (auto st = apply_edit(tr, db, id_, plan, *maps, SeqSlot{0, *count_base + 1}); !st.ok())
       return st.error();
+    if (auto st = sync_index_edits(tr, db, hooks->sync, js_); !st.ok()) return st.error();
     tr.add(db.space.meta_key(keyspace::kUpdateCounter), 1);  // wakes waiting feeds
     tr.add(db.space.counter_key(keyspace::kChangeCount), 1);
     cache_ = Cache{cur, RevRecord{std::move(body), false, atts}};

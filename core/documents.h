@@ -25,6 +25,7 @@
 #include "core/idempotency.h"
 #include "core/rev.h"
 #include "core/shards.h"
+#include "core/sync_index.h"
 #include "core/unique_index.h"
 
 namespace chaise::core {
@@ -96,18 +97,27 @@ struct SeqSlot {
   std::int64_t count = 0;
 };
 
+// What every document edit of a transaction maintains besides the document: unique indexes
+// (core/unique_index.h) and synchronous indexes (core/sync_index.h), read with conflict once per
+// transaction. A design document edit may change both lists.
+struct WriteHooks {
+  UniqueIndexes unique;
+  SyncIndexes sync;
+};
+StorageResult<WriteHooks> read_write_hooks(Transaction& tr, const DbRef& db);
+
 // `maps` are the database's shard maps read with read_shard_maps(..., Snapshot::no) in `tr`;
-// `unique` the unique indexes read with read_unique_indexes() in `tr` (a design document edit
-// may drop some: core/unique_index.h). An interactive edit that would violate one is refused.
+// `hooks` from read_write_hooks() in `tr`. An interactive edit that would violate a unique
+// index is refused. The caller runs sync_index_edits() once the transaction's edits are done.
 StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db,
                                                 const DocUpdate& u, int revs_limit,
                                                 const std::vector<ShardMap>& maps, SeqSlot slot,
-                                                UniqueIndexes& unique);
+                                                WriteHooks& hooks);
 // Returns whether anything was written (false: the revision was already present). Never refused
 // by a unique index: a violation is recorded.
 StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, const ReplicatedDoc& d,
                                            int revs_limit, const std::vector<ShardMap>& maps,
-                                           SeqSlot slot, UniqueIndexes& unique);
+                                           SeqSlot slot, WriteHooks& hooks);
 
 // ---- Reading documents as CouchDB returns them ----
 struct DocReadOptions {
@@ -241,6 +251,8 @@ class DocWriteBatch {
   // POST /{db}/_index of a unique index: every attempt registers `def` (not ready) before the
   // edits, so the design document that declares it is accepted (core/unique_index.h).
   void register_unique(UniqueIndexDef def);
+  // The engine synchronous JavaScript indexes run their map functions in (core/sync_index.h).
+  void set_js(js::Engine* js) { js_ = js; }
 
   // Idempotency (core/idempotency.h). Every attempt first reads the record of `r` in its own
   // transaction: one with the same fingerprint means nothing is written and replayed() holds its
@@ -286,6 +298,7 @@ class DocWriteBatch {
   bool db_missing_ = false;
   std::shared_ptr<DocValidator> validator_;
   std::optional<UniqueIndexDef> register_unique_;
+  js::Engine* js_ = nullptr;
   std::optional<IdemRequest> idem_;
   Render render_;
   std::optional<StoredResponse> replayed_;
@@ -324,8 +337,9 @@ class DocStepBatch {
     RevRecord record;
   };
 
+  // `js`: the engine synchronous JavaScript indexes run in (core/sync_index.h).
   DocStepBatch(std::string db_name, std::string id, std::vector<DocStep> steps,
-               std::optional<Cache> cache = std::nullopt);
+               std::optional<Cache> cache = std::nullopt, js::Engine* js = nullptr);
   // The transaction body (retries included; idempotent under commit_unknown_result like
   // DocWriteBatch). Fails the transaction only with storage errors.
   storage::Status operator()(Transaction& tr);
@@ -336,6 +350,7 @@ class DocStepBatch {
   std::optional<Cache> take_cache() { return std::move(cache_); }
 
  private:
+  js::Engine* js_ = nullptr;
   std::string db_name_;
   std::string id_;
   std::vector<DocStep> steps_;

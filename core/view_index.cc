@@ -12,6 +12,7 @@
 #include "core/keyspace.h"
 #include "core/mango_index.h"
 #include "core/reduce_tree.h"
+#include "core/sync_index.h"
 
 namespace chaise::core {
 
@@ -94,6 +95,7 @@ Outcome<ViewGroup> ViewGroup::from_design_doc(const std::string& ddoc_id, const 
   if (auto o = doc.find("options"); o != doc.end() && o->is_object()) {
     g.include_design = o->value("include_design", false) == true;
     g.local_seq = o->value("local_seq", false) == true;
+    g.sync = o->value("sync_index", false) == true && !g.local_seq;
     if (o->contains("partitioned") && (*o)["partitioned"] == false) g.partitioned = false;
     sig_input["options"] = *o;
   }
@@ -151,7 +153,10 @@ StorageResult<Sequence> view_index_seq(Transaction& tr, const DbRef& db, const V
   auto v = tr.get(seq_key(db, g), snapshot);
   if (!v.ok()) return v.error();
   if (!*v) return Sequence{};
-  auto s = Sequence::parse(**v);
+  if (auto s = Sequence::parse(**v)) return *s;
+  // Written by a synchronous index's writer: (Incarnation, Versionstamp) of its transaction.
+  auto t = Tuple::unpack(**v);
+  auto s = t ? Sequence::from_tuple(*t) : std::nullopt;
   if (!s) return storage::Error::io_error;
   return *s;
 }
@@ -163,48 +168,22 @@ StorageResult<std::int64_t> view_row_count(Transaction& tr, const DbRef& db, con
   return *v ? keyspace::decode_counter(**v) : 0;
 }
 
-StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const ViewGroup& g,
-                                         js::Engine& js) {
-  auto since = view_index_seq(tr, db, g, Snapshot::no);
-  if (!since.ok()) return since.error();
-  ChangesQuery q;
-  q.since = *since;
-  q.include_docs = true;
-  q.conflicts = true;  // map functions see _conflicts, as in CouchDB
-  q.limit = static_cast<std::int64_t>(kDocsPerStep);
-  ChangesCursor cursor(db, q);
-  std::vector<std::string> rows;
-  auto more = cursor.next_page(tr, kDocsPerStep, rows);
-  if (!more.ok()) return more.error();
-  if (rows.empty()) return Outcome<bool>(true);
+namespace {
 
-  struct Changed {
-    std::string id;
-    bool mapped = false;
-    std::size_t doc = 0;  // index into docs
-  };
-  std::vector<Changed> changed;
-  std::vector<std::string> docs;
-  std::size_t bytes = 0;
-  for (const std::string& row : rows) {
-    OrderedJson r = OrderedJson::parse(row, nullptr, false);
-    if (!r.is_object() || !r.contains("id")) return storage::Error::io_error;
-    Changed c;
-    c.id = r["id"].get<std::string>();
-    const bool deleted = r.value("deleted", false);
-    const bool design = c.id.starts_with("_design/");
-    if (!deleted && (!design || g.include_design) && r.contains("doc") && r["doc"].is_object()) {
-      OrderedJson& d = r["doc"];
-      if (g.local_seq) d["_local_seq"] = r["seq"];
-      c.mapped = true;
-      c.doc = docs.size();
-      docs.push_back(d.dump());
-      bytes += docs.back().size();
-    }
-    changed.push_back(std::move(c));
-    if (bytes > kBytesPerStep) break;  // the rest waits for the next step
-  }
+struct ChangedDoc {
+  std::string id;
+  bool mapped = false;
+  std::size_t doc = 0;  // index into docs
+};
 
+// Old rows of `changed` out (through the id index), the rows the views emit for the mapped
+// ones in, row counts and reduce trees updated. `limit_writes`: stop once the transaction holds
+// kWriteBytesPerStep (at least one document is applied). Returns how many were applied.
+StorageResult<Outcome<std::size_t>> index_docs(Transaction& tr, const DbRef& db, const ViewGroup& g,
+                                               js::Engine* js_engine,
+                                               const std::vector<ChangedDoc>& changed,
+                                               const std::vector<std::string>& docs,
+                                               bool limit_writes) {
   std::vector<std::string> mapped;
   if (!docs.empty() && !g.views.empty() && g.language == "query") {
     // Mango json indexes: the key is the indexed fields' values, in C++.
@@ -222,10 +201,10 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
   } else if (!docs.empty() && !g.views.empty()) {
     std::vector<std::string> names;
     for (const ViewDef& v : g.views) names.push_back(v.name);
-    auto m = js.map(g.ddoc, names, docs);
+    auto m = js_engine->map(g.ddoc, names, docs);
     if (auto* e = std::get_if<js::JsError>(&m)) {
       const int status = e->error == "compilation_error" ? 400 : 500;
-      return Outcome<bool>(CouchError{status, e->error, e->reason});
+      return Outcome<std::size_t>(CouchError{status, e->error, e->reason});
     }
     mapped = std::move(std::get<std::vector<std::string>>(m));
   }
@@ -244,8 +223,8 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
   // holds kWriteBytesPerStep, the remaining documents wait for the next step. The first one is
   // always applied, so a step always progresses.
   std::size_t applied = 0;
-  for (const Changed& c : changed) {
-    if (applied > 0 && tr.approximate_size() > kWriteBytesPerStep) break;
+  for (const ChangedDoc& c : changed) {
+    if (limit_writes && applied > 0 && tr.approximate_size() > kWriteBytesPerStep) break;
     ++applied;
     const std::string partition = g.partitioned ? partition_of(c.id) : std::string();
     // Old rows out, through the id index.
@@ -298,6 +277,64 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
       }
     }
   }
+  for (const auto& [vp, d] : delta)
+    if (d != 0) tr.add(count_key(db, g, vp.first, vp.second), d);
+  for (const auto& [vp, rows_touched] : touched) {
+    const auto& [v, partition] = vp;
+    Reducer reducer(*g.views[v].reduce, js_engine);
+    ReduceTree tree(rows_space(db, g, v, partition), nodes_space(db, g, v, partition), reducer);
+    if (auto st = tree.update(tr, rows_touched); !st) return st.error();
+  }
+  return Outcome<std::size_t>(applied);
+}
+
+}  // namespace
+
+StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const ViewGroup& g,
+                                         js::Engine& js) {
+  auto since = view_index_seq(tr, db, g, Snapshot::no);
+  if (!since.ok()) return since.error();
+  ChangesQuery q;
+  q.since = *since;
+  q.include_docs = true;
+  q.conflicts = true;  // map functions see _conflicts, as in CouchDB
+  q.limit = static_cast<std::int64_t>(kDocsPerStep);
+  ChangesCursor cursor(db, q);
+  std::vector<std::string> rows;
+  auto more = cursor.next_page(tr, kDocsPerStep, rows);
+  if (!more.ok()) return more.error();
+  if (rows.empty()) {
+    if (g.sync)
+      if (auto st = sync_index_caught_up(tr, db, g.signature); !st.ok()) return st.error();
+    return Outcome<bool>(true);
+  }
+
+  std::vector<ChangedDoc> changed;
+  std::vector<std::string> docs;
+  std::size_t bytes = 0;
+  for (const std::string& row : rows) {
+    OrderedJson r = OrderedJson::parse(row, nullptr, false);
+    if (!r.is_object() || !r.contains("id")) return storage::Error::io_error;
+    ChangedDoc c;
+    c.id = r["id"].get<std::string>();
+    const bool deleted = r.value("deleted", false);
+    const bool design = c.id.starts_with("_design/");
+    if (!deleted && (!design || g.include_design) && r.contains("doc") && r["doc"].is_object()) {
+      OrderedJson& d = r["doc"];
+      if (g.local_seq) d["_local_seq"] = r["seq"];
+      c.mapped = true;
+      c.doc = docs.size();
+      docs.push_back(d.dump());
+      bytes += docs.back().size();
+    }
+    changed.push_back(std::move(c));
+    if (bytes > kBytesPerStep) break;  // the rest waits for the next step
+  }
+
+  auto indexed = index_docs(tr, db, g, &js, changed, docs, true);
+  if (!indexed.ok()) return indexed.error();
+  if (auto* e = std::get_if<CouchError>(&*indexed)) return Outcome<bool>(std::move(*e));
+  const std::size_t applied = std::get<std::size_t>(*indexed);
   // Where this step got to: the last change it handled.
   Sequence reached = *since;
   {
@@ -306,18 +343,45 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
     if (!s) return storage::Error::io_error;
     reached = *s;
   }
-  for (const auto& [vp, d] : delta)
-    if (d != 0) tr.add(count_key(db, g, vp.first, vp.second), d);
-  for (const auto& [vp, rows_touched] : touched) {
-    const auto& [v, partition] = vp;
-    Reducer reducer(*g.views[v].reduce, &js);
-    ReduceTree tree(rows_space(db, g, v, partition), nodes_space(db, g, v, partition), reducer);
-    if (auto st = tree.update(tr, rows_touched); !st) return st.error();
-  }
   tr.set(seq_key(db, g), reached.str());
   // (The cursor says "no more" once it reached its limit: a full step may have more behind it.)
   const bool caught_up = !*more && rows.size() < kDocsPerStep && applied == rows.size();
+  if (caught_up && g.sync)
+    if (auto st = sync_index_caught_up(tr, db, g.signature); !st.ok()) return st.error();
   return Outcome<bool>(caught_up);
+}
+
+StorageResult<Outcome<bool>> index_in_transaction(
+    Transaction& tr, const DbRef& db, const ViewGroup& g, js::Engine* js,
+    const std::vector<std::pair<std::string, std::optional<std::string>>>& docs) {
+  if (g.language != "query" && js == nullptr)
+    return Outcome<bool>(CouchError{500, "unknown_error", "no JavaScript engine"});
+  std::vector<ChangedDoc> changed;
+  std::vector<std::string> texts;
+  for (const auto& [id, json] : docs) {
+    ChangedDoc c;
+    c.id = id;
+    if (json && (!id.starts_with("_design/") || g.include_design)) {
+      c.mapped = true;
+      c.doc = texts.size();
+      texts.push_back(*json);
+    }
+    changed.push_back(std::move(c));
+  }
+  // Reduce trees share nodes between documents: their writers go one at a time.
+  if (std::any_of(g.views.begin(), g.views.end(),
+                  [](const ViewDef& v) { return v.reduce.has_value(); }))
+    tr.add_read_conflict_key(seq_key(db, g));
+  auto indexed = index_docs(tr, db, g, js, changed, texts, false);
+  if (!indexed.ok()) return indexed.error();
+  if (auto* e = std::get_if<CouchError>(&*indexed)) return Outcome<bool>(std::move(*e));
+  auto stamp = Tuple()
+                   .add(keyspace::kIncarnation)
+                   .add(storage::Versionstamp::incomplete(0xffff))
+                   .pack_with_versionstamp();
+  if (!stamp.ok()) return stamp.error();
+  tr.set_versionstamped_value(seq_key(db, g), *stamp);
+  return Outcome<bool>(true);
 }
 
 StorageResult<bool> cleanup_step(Transaction& tr, const DbRef& db,

@@ -50,6 +50,9 @@ struct ViewGroup {
   std::vector<ViewDef> views;  // sorted by name; a view's number is its index here
   bool include_design = false;
   bool local_seq = false;
+  // options.sync_index (core/sync_index.h); never with local_seq (a writer cannot know its
+  // documents' sequences before commit).
+  bool sync = false;
   // A partitioned design document (in a partitioned database, unless options.partitioned is
   // false; Mango indexes too): its rows are kept per partition (the document id's part
   // before ':'), and it is queried one partition at a time.
@@ -75,6 +78,14 @@ inline constexpr std::size_t kBytesPerStep = 4'000'000;
 inline constexpr std::size_t kWriteBytesPerStep = 4'000'000;
 StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const ViewGroup& g,
                                          js::Engine& js);
+
+// A synchronous index's part of a write transaction (core/sync_index.h): replaces the rows of
+// `docs` (id, the new winner as the views see it or nullopt when deleted) and sets the index's
+// sequence to this transaction's versionstamp. The CouchError: the views cannot run here (a map
+// function that does not compile, no JavaScript engine).
+StorageResult<Outcome<bool>> index_in_transaction(
+    Transaction& tr, const DbRef& db, const ViewGroup& g, js::Engine* js,
+    const std::vector<std::pair<std::string, std::optional<std::string>>>& docs);
 
 // Removes the indexes of `db` whose signature is not in `keep`, a bounded amount per call;
 // returns true when done.

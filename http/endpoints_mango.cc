@@ -136,6 +136,23 @@ boost::asio::awaitable<Response> write_index_ddoc(const Call& call, const core::
 
 // ---- _index ----------------------------------------------------------------------------------------
 
+bool ddoc_sync_option(const OrderedJson& ddoc) {
+  auto o = ddoc.find("options");
+  return o != ddoc.end() && o->is_object() && o->value("sync_index", false) == true;
+}
+
+// Builds a synchronous index's design document's views until they have caught up: from then on
+// every write maintains them (core/sync_index.h).
+boost::asio::awaitable<void> build_sync(const Call& call, const core::DbRef& db,
+                                        const std::string& ddoc) {
+  DesignDocs now = read_design_docs(call, db);
+  auto it = now.bodies.find(ddoc);
+  if (it == now.bodies.end()) co_return;
+  auto g = core::ViewGroup::from_design_doc(ddoc, it->second.dump(), "", db.partitioned);
+  if (auto* vg = std::get_if<core::ViewGroup>(&g); vg && vg->sync)
+    co_await build_index(call, db, *vg);
+}
+
 // POST /_index of a unique index (core/unique_index.h): registers it with its design document
 // `doc` (written when `write_ddoc`, else only registered), builds its table over the live
 // documents, then answers "created"; when documents already share a key, the view goes again and
@@ -308,9 +325,19 @@ MaybeResponse create_index(Call& call, const core::DbRef& db) {
                       "Invalid value for unique: " + body["unique"].dump() + " (true or false)");
     unique = body["unique"].get<bool>();
   }
+  // Chaise's synchronous indexes (core/sync_index.h): an option of the design document.
+  bool sync = false;
+  if (body.contains("sync_index")) {
+    if (!body["sync_index"].is_boolean())
+      throw HttpError(
+          400, "bad_request",
+          "Invalid value for sync_index: " + body["sync_index"].dump() + " (true or false)");
+    sync = body["sync_index"].get<bool>();
+  }
   // Default names: a digest of the definition (and of the name for the design document, so
   // that two names for one definition are two indexes, as in CouchDB).
-  const std::string hash = md5_hex(unique ? map.dump() + "\nunique" : map.dump());
+  const std::string hash =
+      md5_hex(map.dump() + (unique ? "\nunique" : "") + (sync ? "\nsync_index" : ""));
   const std::string name = body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : hash;
   std::string ddoc = body.contains("ddoc") && body["ddoc"].is_string()
                          ? body["ddoc"].get<std::string>()
@@ -331,7 +358,9 @@ MaybeResponse create_index(Call& call, const core::DbRef& db) {
           "Requested partitioned option does not match existing value on design document " + ddoc);
     if (doc.contains("views") && doc["views"].contains(name) &&
         doc["views"][name].contains("map") && doc["views"][name]["map"] == map &&
-        core::view_declared_unique(doc["views"][name]) == unique) {
+        core::view_declared_unique(doc["views"][name]) == unique &&
+        (!sync || ddoc_sync_option(doc))) {
+      if (ddoc_sync_option(doc)) co_await build_sync(call, db, ddoc);
       if (unique) {
         // Declared: exists once its constraint is registered and built; else finish the build
         // (one stopped by a restart, or a design document that arrived by replication).
@@ -362,14 +391,28 @@ MaybeResponse create_index(Call& call, const core::DbRef& db) {
     doc["options"]["partitioned"] = *partitioned;
   }
 
-  if (unique) co_return co_await build_unique(call, db, doc, name, map, true);
-  co_return co_await write_index_ddoc(call, db, ddoc, doc, false, [&] {
-    OrderedJson out = OrderedJson::object();
-    out["result"] = "created";
-    out["id"] = ddoc;
-    out["name"] = name;
-    return ordered_response(call.req, Status::ok, out);
-  });
+  if (sync) {
+    if (!doc.contains("options") || !doc["options"].is_object())
+      doc["options"] = OrderedJson::object();
+    doc["options"]["sync_index"] = true;
+  }
+
+  // (Not a conditional expression: GCC 12 miscompiles co_await inside one.)
+  Response answer;
+  if (unique) {
+    answer = co_await build_unique(call, db, doc, name, map, true);
+  } else {
+    answer = co_await write_index_ddoc(call, db, ddoc, doc, false, [&] {
+      OrderedJson out = OrderedJson::object();
+      out["result"] = "created";
+      out["id"] = ddoc;
+      out["name"] = name;
+      return ordered_response(call.req, Status::ok, out);
+    });
+  }
+  // A synchronous index is built before the answer, so that writes after it maintain it.
+  if (ddoc_sync_option(doc) && answer.result() == Status::ok) co_await build_sync(call, db, ddoc);
+  co_return answer;
 }
 
 MaybeResponse delete_index(Call& call, const core::DbRef& db, std::string ddoc, const std::string& name) {

@@ -119,7 +119,7 @@ boost::asio::awaitable<void> HotDocs::lead(storage::Database& store, core::TxIdJ
     std::vector<core::DocStep> steps;
     steps.reserve(group.size());
     for (const auto& w : group) steps.push_back(std::move(w->step));
-    core::DocStepBatch batch(db_name, id, std::move(steps), std::move(cache));
+    core::DocStepBatch batch(db_name, id, std::move(steps), std::move(cache), js_);
     storage::Status s =
         co_await run_txn(store, [&](storage::Transaction& tr) { return batch(tr); });
     cache.reset();

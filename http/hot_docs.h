@@ -30,6 +30,9 @@ namespace chaise::http {
 
 class HotDocs : public std::enable_shared_from_this<HotDocs> {
  public:
+  // `js`: the engine synchronous JavaScript indexes run in (core/sync_index.h); may be null.
+  explicit HotDocs(core::js::Engine* js = nullptr) : js_(js) {}
+
   // Runs `step` on document `id` of database `db_name` in the next group; resumes with its
   // outcome (404 for a missing database) once that group committed, or with the storage error
   // that ended it. `janitor` (may be null) gets the group's transaction id once committed.
@@ -48,6 +51,7 @@ class HotDocs : public std::enable_shared_from_this<HotDocs> {
                                     std::string db_name, std::string id, std::string key,
                                     std::shared_ptr<Queue> q);
 
+  core::js::Engine* js_ = nullptr;
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<Queue>> queues_;  // guarded by mu_
   std::size_t updates_ = 0;                                         // guarded by mu_

@@ -81,6 +81,7 @@ std::shared_ptr<core::DocValidator> doc_validator(const Call& call) {
 
 boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call, core::DocWriteBatch& batch) {
   if (auto v = doc_validator(call)) batch.set_validator(std::move(v));
+  batch.set_js(call.ctx.js);
   while (batch.has_more()) {
     storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) { return batch(tr); });
     if (!s.ok()) co_return s;

@@ -41,7 +41,7 @@ bool is_get_or_head(const Request& request) {
 Router::Router(RouterContext context) : context_(std::move(context)) {
   if (!context_.idempotency_in_flight)
     context_.idempotency_in_flight = std::make_shared<IdempotencyInFlight>();
-  if (!context_.hot_docs) context_.hot_docs = std::make_shared<HotDocs>();
+  if (!context_.hot_docs) context_.hot_docs = std::make_shared<HotDocs>(context_.js);
 }
 
 namespace {
