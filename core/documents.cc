@@ -597,8 +597,10 @@ StorageResult<std::optional<CouchError>> edit_hooks(Transaction& tr, const DbRef
   const bool sync = hooks.sync.any_ready();
   if (hooks.unique.empty() && !design && !sync) return R();
   const bool added_wins = !p.best_other || winner_less(p.best_other->branch, p.added);
-  if (!added_wins && p.old_winner && p.old_winner->key == p.best_other->key)
-    return R();  // the winner is unchanged
+  // The same winner: unique keys and design documents are as they were, but a view still sees
+  // the document change (its _conflicts, as when a replicated losing branch arrives).
+  const bool same_winner = !added_wins && p.old_winner && p.old_winner->key == p.best_other->key;
+  if (same_winner && !sync) return R();
   const Branch& winner = added_wins ? p.added : p.best_other->branch;
   std::optional<std::string> body;  // the winner's body after the edit, if it is live
   std::vector<AttInfo> atts;
@@ -616,14 +618,16 @@ StorageResult<std::optional<CouchError>> edit_hooks(Transaction& tr, const DbRef
     }
   }
   const std::string* bp = body ? &*body : nullptr;
-  if (interactive) {
-    auto refused = unique_check(tr, db, hooks.unique, id, bp);
-    if (!refused.ok()) return refused.error();
-    if (*refused) return std::move(*refused);
+  if (!same_winner) {
+    if (interactive) {
+      auto refused = unique_check(tr, db, hooks.unique, id, bp);
+      if (!refused.ok()) return refused.error();
+      if (*refused) return std::move(*refused);
+    }
+    if (auto st = unique_write(tr, db, hooks.unique, id, bp, !interactive); !st.ok())
+      return st.error();
+    if (design) sync_design_doc(tr, db, hooks.sync, id, bp);
   }
-  if (auto st = unique_write(tr, db, hooks.unique, id, bp, !interactive); !st.ok())
-    return st.error();
-  if (design) sync_design_doc(tr, db, hooks.sync, id, bp);
   if (sync) {
     std::optional<std::string> rendered;
     if (body) {

@@ -15,6 +15,10 @@
 #         final counter vs acknowledged), then CouchDB-style GET+PUT with 16 and 64 clients
 #   idem  POST /{db} of new docs, 64 connections: without a key, with a new Idempotency-Key per
 #         request, and with every second request a retry of the one before (docs/s, req/s)
+#   unique POST /{db} of docs with new emails, 64 connections: no index, a plain Mango index on
+#         email, a unique one (req/s); then 64 clients racing to claim 1,000 emails (indexes.py)
+#   sync  POST /{db}, 64 connections, with 0, 1 and 3 synchronous Mango indexes (req/s); then
+#         query-after-write latency with a lazy and a synchronous index (indexes.py)
 # Environment: DURATION (s, default 10), STREAM_DOCS (default 1000000), WORKLOADS ("put get bulk scan"),
 # BENCH_AUTH=user:password: Basic auth on every request (with --chaise: that user is the server
 # admin; without BENCH_AUTH, --chaise runs in admin party).
@@ -124,6 +128,42 @@ if [[ " $WORKLOADS " == *" idem "* ]]; then
     docs=$(curl -s "$base/benchidem" | python3 -c 'import json,sys; print(json.load(sys.stdin)["doc_count"])')
     echo "idem  POST /db, Idempotency-Key $mode, 64 conns: $r req/s, $docs docs written"
   done
+fi
+
+if [[ " $WORKLOADS " == *" unique "* ]]; then
+  for mode in none index unique; do
+    make_db benchuniq
+    note=""
+    case $mode in
+      index) def='{"index":{"fields":["email"]},"name":"email"}' ;;
+      unique) def='{"index":{"fields":["email"]},"name":"email","unique":true}' ;;
+    esac
+    if [[ $mode != none ]]; then
+      code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "$j" -d "$def" "$base/benchuniq/_index")
+      [[ $code == 200 ]] || { echo "unique index: $mode refused (HTTP $code)"; continue; }
+    fi
+    r=$(BENCH_DB=benchuniq wrk_rate -t2 -c64 -d"${DURATION}s" -s "$here/post_email.lua" "$base")
+    echo "unique POST /db, new emails, 64 conns, index: $mode: $r req/s"
+  done
+  python3 "$here/indexes.py" "$base" race 64 1000 "$DURATION"
+fi
+
+if [[ " $WORKLOADS " == *" sync "* ]]; then
+  for n in 0 1 3; do
+    make_db benchsync
+    refused=""
+    for field in sensor unit value; do
+      [[ $n == 0 || ( $n == 1 && $field != sensor ) ]] && continue
+      code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "$j" \
+        -d "{\"index\":{\"fields\":[\"$field\"]},\"sync_index\":true}" "$base/benchsync/_index")
+      [[ $code == 200 ]] || refused=1
+    done
+    [[ -z $refused ]] || { echo "sync  synchronous indexes refused (HTTP $code)"; continue; }
+    r=$(BENCH_DB=benchsync IDEM_MODE=none wrk_rate -t2 -c64 -d"${DURATION}s" -s "$here/post_idempotent.lua" "$base")
+    echo "sync  POST /db, 64 conns, $n synchronous indexes: $r req/s"
+  done
+  python3 "$here/indexes.py" "$base" after-write lazy 500
+  python3 "$here/indexes.py" "$base" after-write sync 500
 fi
 
 if [[ " $WORKLOADS " == *" get "* ]]; then
