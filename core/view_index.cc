@@ -170,6 +170,10 @@ StorageResult<std::int64_t> view_row_count(Transaction& tr, const DbRef& db, con
 
 namespace {
 
+// Only JavaScript views are queried through _view: the "_count" of Mango indexes (kept for
+// CouchDB's design document shape) is never read, so it gets no reduce tree.
+bool reduces_queried(const ViewGroup& g) { return g.language == "javascript"; }
+
 struct ChangedDoc {
   std::string id;
   bool mapped = false;
@@ -217,7 +221,7 @@ StorageResult<Outcome<std::size_t>> index_docs(Transaction& tr, const DbRef& db,
   std::map<std::pair<std::size_t, std::string>, std::map<std::string, bool>> touched;
   auto touch = [&](std::size_t v, const std::string& partition, const std::string& suffix,
                    bool exists) {
-    if (g.views[v].reduce) touched[{v, partition}][suffix] = exists;
+    if (g.views[v].reduce && reduces_queried(g)) touched[{v, partition}][suffix] = exists;
   };
   // The rows a step writes are bounded too (a document may emit many): once the transaction
   // holds kWriteBytesPerStep, the remaining documents wait for the next step. The first one is
@@ -233,6 +237,9 @@ StorageResult<Outcome<std::size_t>> index_docs(Transaction& tr, const DbRef& db,
       auto kvs = tr.get_range(b, e, 1000, Reverse::no, Snapshot::yes);
       if (!kvs.ok()) return kvs.error();
       for (const KeyValue& kv : *kvs) {
+        // Key by key, not a range clear: RocksDB re-fragments every range tombstone in the
+        // memtable on each read, and a synchronous index clears one per write.
+        tr.clear(kv.key);
         auto t = ids.unpack(kv.key);
         if (!t || t->size() != 5) return storage::Error::io_error;
         auto view = t->get_int(1);
@@ -252,7 +259,6 @@ StorageResult<Outcome<std::size_t>> index_docs(Transaction& tr, const DbRef& db,
       if (kvs->size() < 1000) break;
       b = storage::key_after(kvs->back().key);
     }
-    tr.clear_range(ids.range(Tuple().add(c.id)).first, ids.range(Tuple().add(c.id)).second);
     if (!c.mapped) continue;
     OrderedJson per_view = OrderedJson::parse(mapped.at(c.doc), nullptr, false);
     if (!per_view.is_array()) return storage::Error::io_error;
@@ -351,6 +357,11 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
   return Outcome<bool>(caught_up);
 }
 
+bool has_reduce_trees(const ViewGroup& g) {
+  return reduces_queried(g) && std::any_of(g.views.begin(), g.views.end(),
+                                           [](const ViewDef& v) { return v.reduce.has_value(); });
+}
+
 StorageResult<Outcome<bool>> index_in_transaction(
     Transaction& tr, const DbRef& db, const ViewGroup& g, js::Engine* js,
     const std::vector<std::pair<std::string, std::optional<std::string>>>& docs) {
@@ -369,9 +380,7 @@ StorageResult<Outcome<bool>> index_in_transaction(
     changed.push_back(std::move(c));
   }
   // Reduce trees share nodes between documents: their writers go one at a time.
-  if (std::any_of(g.views.begin(), g.views.end(),
-                  [](const ViewDef& v) { return v.reduce.has_value(); }))
-    tr.add_read_conflict_key(seq_key(db, g));
+  if (has_reduce_trees(g)) tr.add_read_conflict_key(seq_key(db, g));
   auto indexed = index_docs(tr, db, g, js, changed, texts, false);
   if (!indexed.ok()) return indexed.error();
   if (auto* e = std::get_if<CouchError>(&*indexed)) return Outcome<bool>(std::move(*e));

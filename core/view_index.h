@@ -79,6 +79,10 @@ inline constexpr std::size_t kWriteBytesPerStep = 4'000'000;
 StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const ViewGroup& g,
                                          js::Engine& js);
 
+// Whether the group keeps reduce trees (JavaScript views with a reduce function: Mango's
+// "_count" is never queried). Their synchronous writers take turns (core/sync_index.h).
+bool has_reduce_trees(const ViewGroup& g);
+
 // A synchronous index's part of a write transaction (core/sync_index.h): replaces the rows of
 // `docs` (id, the new winner as the views see it or nullopt when deleted) and sets the index's
 // sequence to this transaction's versionstamp. The CouchError: the views cannot run here (a map

@@ -110,10 +110,10 @@ def after_write(base, mode, n):
     find_ms, total_ms, missing = [], [], 0
     for i in range(n):
         t0 = time.perf_counter()
-        status, _ = c.call("PUT", "/%s/d%d" % (db, i), {"k": i})
+        status, _ = c.call("PUT", "/%s/d%d" % (db, i), {"k": i + 1})
         assert status == 201, status
         t1 = time.perf_counter()
-        status, r = c.call("POST", "/%s/_find" % db, {"selector": {"k": i}, "use_index": "k"})
+        status, r = c.call("POST", "/%s/_find" % db, {"selector": {"k": i + 1}, "use_index": "k"})
         t2 = time.perf_counter()
         if status != 200 or len(r["docs"]) != 1:
             missing += 1
