@@ -112,8 +112,10 @@ void sync_design_doc(Transaction& tr, const DbRef& db, SyncIndexes& s, std::stri
 storage::Status sync_index_edits(Transaction& tr, const DbRef& db, SyncIndexes& s, js::Engine* js) {
   if (s.docs.empty()) return {};
   bool demoted = false;
+  std::vector<std::string> done;  // design documents with the same views share one index
   for (SyncIndexDef& d : s.list) {
-    if (!d.ready) continue;
+    if (!d.ready || std::find(done.begin(), done.end(), d.sig) != done.end()) continue;
+    done.push_back(d.sig);
     auto g = group_for(tr, db, d, s);
     if (!g.ok()) return g.error();
     bool ok = false;
@@ -122,8 +124,9 @@ storage::Status sync_index_edits(Transaction& tr, const DbRef& db, SyncIndexes& 
       if (!r.ok()) return r.error();
       ok = !failed(*r);
     }
-    if (!ok) {  // lazy again until a build catches up
-      d.ready = false;
+    if (!ok) {  // lazy again until a build catches up (every design document sharing it)
+      for (SyncIndexDef& other : s.list)
+        if (other.sig == d.sig) other.ready = false;
       demoted = true;
     }
   }
@@ -137,11 +140,12 @@ storage::Status sync_index_caught_up(Transaction& tr, const DbRef& db, const std
   auto it = std::find_if(list->begin(), list->end(),
                          [&](const SyncIndexDef& d) { return d.sig == sig && !d.ready; });
   if (it == list->end()) return {};
+  for (SyncIndexDef& d : *list)
+    if (d.sig == sig) d.ready = true;  // design documents with the same views share one index
   // Any write committed since this transaction's reads conflicts with it (writers add to the
   // update counter), so no change can fall between the build and the first synchronous writer.
   auto counter = tr.get(db.space.meta_key(keyspace::kUpdateCounter));
   if (!counter.ok()) return counter.error();
-  it->ready = true;
   write_sync_indexes(tr, db, *list);
   return {};
 }

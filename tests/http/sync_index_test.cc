@@ -164,6 +164,34 @@ TEST_F(SyncIndexTest, JavaScriptViewsMatchLazyIndexingOfTheSameViews) {
             call(verb::get, "/db/_design/lazy/_view/sum?group=true").json()["rows"]);
 }
 
+TEST_F(SyncIndexTest, DesignDocumentsWithTheSameViewsShareOneIndex) {
+  const std::string views =
+      R"("views":{"v":{"map":"function(doc) { if (doc.n) emit(doc.n, null); }"}})";
+  ASSERT_EQ(
+      call(verb::put, "/db/_design/a", R"({"options":{"sync_index":true},)" + views + "}").status,
+      201u);
+  ASSERT_EQ(
+      call(verb::put, "/db/_design/b", R"({"options":{"sync_index":true},)" + views + "}").status,
+      201u);
+  ASSERT_EQ(call(verb::get, "/db/_design/a/_view/v").status, 200u);  // builds both
+  ASSERT_EQ(call(verb::put, "/db/x", R"({"n":1})").status, 201u);
+  // An edit of one of them that keeps its views, in the same transaction as a document.
+  auto bulk =
+      call(verb::post, "/db/_bulk_docs",
+           R"({"docs":[{"_id":"_design/a","_rev":")" + rev_of("_design/a") +
+               R"(","note":1,"options":{"sync_index":true},)" + views + R"(},{"_id":"y","n":2}]})");
+  ASSERT_EQ(bulk.status, 201u) << bulk.body;
+  ASSERT_EQ(call(verb::put, "/db/z", R"({"n":3})").status, 201u);
+  for (const char* ddoc : {"a", "b"}) {
+    const Json rows = call(verb::get, std::string("/db/_design/") + ddoc + "/_view/v?update=false")
+                          .json()["rows"];
+    ASSERT_EQ(rows.size(), 3u) << ddoc << rows;
+    EXPECT_EQ(rows[0]["id"], "x");
+    EXPECT_EQ(rows[1]["id"], "y");
+    EXPECT_EQ(rows[2]["id"], "z");
+  }
+}
+
 TEST_F(SyncIndexTest, ConcurrentWritersKeepTheIndexExact) {
   ASSERT_EQ(call(verb::post, "/db/_index",
                  R"({"index":{"fields":["n"]},"ddoc":"m","name":"n","sync_index":true})")
