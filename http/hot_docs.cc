@@ -5,8 +5,10 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <chrono>
 #include <functional>
 #include <utility>
 #include <vector>
@@ -102,7 +104,21 @@ boost::asio::awaitable<void> HotDocs::lead(storage::Database& store, core::TxIdJ
   // Keeps the HotDocs alive while groups are in flight.
   auto self = shared_from_this();
   std::optional<core::DocStepBatch::Cache> cache;
+  std::size_t last_group = 0;
+  boost::asio::steady_timer linger(co_await boost::asio::this_coro::executor);
   for (;;) {
+    // The callers of the group just answered send their next update within a round trip.
+    // Starting the next group before they are back splits them over two commits (each caller
+    // then waits for two), so wait for them a little: until as many are queued as the last group
+    // had, at most kLingerPolls * kLingerPoll.
+    for (int i = 0; i < kLingerPolls && last_group > 1; ++i) {
+      {
+        std::lock_guard lock(mu_);
+        if (q->pending.size() >= last_group) break;
+      }
+      linger.expires_after(kLingerPoll);
+      co_await linger.async_wait(boost::asio::use_awaitable);
+    }
     std::vector<std::shared_ptr<Waiter>> group;
     {
       std::lock_guard lock(mu_);
@@ -116,6 +132,7 @@ boost::asio::awaitable<void> HotDocs::lead(storage::Database& store, core::TxIdJ
         q->pending.pop_front();
       }
     }
+    last_group = group.size();
     std::vector<core::DocStep> steps;
     steps.reserve(group.size());
     for (const auto& w : group) steps.push_back(std::move(w->step));

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -50,6 +51,9 @@ class HotDocs : public std::enable_shared_from_this<HotDocs> {
   boost::asio::awaitable<void> lead(storage::Database& store, core::TxIdJanitor* janitor,
                                     std::string db_name, std::string id, std::string key,
                                     std::shared_ptr<Queue> q);
+
+  static constexpr int kLingerPolls = 12;
+  static constexpr std::chrono::microseconds kLingerPoll{25};
 
   core::js::Engine* js_ = nullptr;
   mutable std::mutex mu_;
