@@ -132,6 +132,10 @@ StorageResult<bool> AllDocsCursor::next_page(Transaction& tr, std::size_t rows_m
   auto kvs = tr.get_range(begin_, end_, static_cast<int>(want),
                           q_.descending ? Reverse::yes : Reverse::no, Snapshot::yes);
   if (!kvs.ok()) return kvs.error();
+  // Plain include_docs of live documents: bodies read together (winners_json).
+  const bool batch_docs =
+      q_.include_docs && q_.kind != AllDocsKind::local_docs && !q_.conflicts && !q_.attachments;
+  std::vector<std::pair<std::string, RevId>> batch;
   for (const KeyValue& kv : *kvs) {
     if (to_skip_ > 0) {
       --to_skip_;
@@ -152,10 +156,27 @@ StorageResult<bool> AllDocsCursor::next_page(Transaction& tr, std::size_t rows_m
       if (!pos || !hash) return storage::Error::io_error;
       rev = RevId{*pos, *hash};
     }
-    auto row = row_json(tr, id, rev);
-    if (!row.ok()) return row.error();
-    out.push_back(std::move(*row));
+    if (batch_docs) {
+      batch.emplace_back(id, std::move(rev));
+    } else {
+      auto row = row_json(tr, id, rev);
+      if (!row.ok()) return row.error();
+      out.push_back(std::move(*row));
+    }
     if (to_emit_ > 0) --to_emit_;
+  }
+  if (batch_docs && !batch.empty()) {
+    // The page's documents with one range read over their bodies (ids ascending).
+    if (q_.descending) std::reverse(batch.begin(), batch.end());
+    auto docs = winners_json(tr, db_, batch, q_.att_encoding_info);
+    if (!docs.ok()) return docs.error();
+    const std::size_t first = out.size();
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const auto& [id, rev] = batch[i];
+      out.push_back("{\"id\":" + json_string(id) + ",\"key\":" + json_string(id) +
+                    ",\"value\":" + rows_value(rev, false) + ",\"doc\":" + (*docs)[i] + "}");
+    }
+    if (q_.descending) std::reverse(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
   }
   if (kvs->size() < want || to_emit_ == 0) {
     done_ = true;

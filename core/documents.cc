@@ -951,6 +951,82 @@ StorageResult<Outcome<std::string>> get_doc_json(Transaction& tr, const DbRef& d
   return R(std::move(*json));
 }
 
+StorageResult<std::vector<std::string>> winners_json(
+    Transaction& tr, const DbRef& db, const std::vector<std::pair<std::string, RevId>>& docs,
+    bool att_encoding_info) {
+  std::vector<std::string> out(docs.size());
+  if (docs.empty()) return out;
+  DocReadOptions o;
+  o.att_encoding_info = att_encoding_info;
+  auto render = [&](std::size_t i, const RevRecord& rec) -> storage::Status {
+    Branch b;
+    b.leaf = docs[i].second;
+    auto am = attachments_member(tr, db, b, rec.atts, o, nullptr);
+    if (!am.ok()) return am.error();
+    std::vector<std::string> tail;
+    if (!am->empty()) tail.push_back(std::move(*am));
+    out[i] = append_members(splice_doc(rec.body, docs[i].first, b.leaf.str(), {}), tail);
+    return {};
+  };
+  // The bodies of all revisions of these documents, in key order: each winner's chunks are one
+  // contiguous run. Bounded: what the read does not reach is read document by document.
+  std::vector<std::string> prefixes;  // (id, pos, hash) packed: the keys of a winner's chunks
+  prefixes.reserve(docs.size());
+  for (const auto& [id, rev] : docs)
+    prefixes.push_back(db.space.docs().pack(Tuple().add(id).add(rev.pos).add_bytes(rev.hash)));
+  const std::string begin = db.space.docs().range(Tuple().add(docs.front().first)).first;
+  const std::string end = db.space.docs().range(Tuple().add(docs.back().first)).second;
+  const int limit = static_cast<int>(docs.size() * 4 + 64);
+  auto kvs = tr.get_range(begin, end, limit, Reverse::no, Snapshot::yes);
+  if (!kvs.ok()) return kvs.error();
+  std::vector<bool> done(docs.size(), false);
+  std::size_t i = 0;
+  std::string header, body;
+  auto finish = [&]() -> storage::Status {
+    bool ok = false;
+    std::optional<RevId> base;
+    RevRecord rec = decode_header_or_empty(header, ok, &base);
+    if (ok && !base && !rec.deleted) {  // (a delta or a tombstone goes the slow way)
+      rec.body = std::move(body);
+      if (auto st = render(i, rec); !st.ok()) return st;
+      done[i] = true;
+    }
+    header.clear();
+    body.clear();
+    return {};
+  };
+  bool open = false;  // collecting the chunks of docs[i]
+  for (const KeyValue& kv : *kvs) {
+    while (i < prefixes.size() && !kv.key.starts_with(prefixes[i]) && kv.key > prefixes[i]) {
+      if (open) {
+        if (auto st = finish(); !st.ok()) return st.error();
+        open = false;
+      }
+      ++i;
+    }
+    if (i == prefixes.size()) break;
+    if (!kv.key.starts_with(prefixes[i]) || kv.key.size() <= prefixes[i].size()) continue;
+    open = true;
+    (is_header_chunk(kv.key, prefixes[i].size()) ? header : body) += kv.value;
+  }
+  // The last run may continue past what the read returned: only a run the read ended after is
+  // complete.
+  if (open && kvs->size() < static_cast<std::size_t>(limit))
+    if (auto st = finish(); !st.ok()) return st.error();
+  for (std::size_t k = 0; k < docs.size(); ++k) {
+    if (done[k]) continue;
+    auto rec = read_rev(tr, db, docs[k].first, docs[k].second);
+    if (!rec.ok()) return rec.error();
+    if (!*rec || (*rec)->deleted) {
+      out[k] = "null";
+      continue;
+    }
+    i = k;
+    if (auto st = render(k, **rec); !st.ok()) return st.error();
+  }
+  return out;
+}
+
 StorageResult<Outcome<std::vector<std::string>>> get_open_revs_json(
     Transaction& tr, const DbRef& db, std::string_view id,
     const std::optional<std::vector<RevId>>& revs, bool latest, const DocReadOptions& o) {

@@ -144,6 +144,15 @@ struct DocReadOptions {
 // The document JSON with _id/_rev spliced into the stored body. 404 missing / deleted as CouchDB.
 StorageResult<Outcome<std::string>> get_doc_json(Transaction& tr, const DbRef& db,
                                                  std::string_view id, const DocReadOptions& o);
+// Live documents' winning revisions (`docs`: id and the rev by_id names, ids ascending) as
+// get_doc_json renders them with default options (attachment stubs; att_encoding_info as given),
+// in the same order. One range read over their bodies where the documents lie close together
+// (what _all_docs?include_docs=true reads), a read per document where not; "null" for one
+// whose body is gone.
+StorageResult<std::vector<std::string>> winners_json(
+    Transaction& tr, const DbRef& db, const std::vector<std::pair<std::string, RevId>>& docs,
+    bool att_encoding_info);
+
 // open_revs: one entry per requested revision (all leaves when `revs` is nullopt):
 // {"ok": doc} or {"missing": rev}. With `latest`, a non-leaf revision is answered with the leaves
 // that descend from it. 404 missing when the document does not exist and `revs` is nullopt.

@@ -10,7 +10,8 @@
 #   put   single-document PUT of new ~200-byte docs, 64 keep-alive connections      (docs/s)
 #   get   GET of existing docs, 64 connections                                        (req/s)
 #   bulk  POST _bulk_docs with 1,000-doc batches, 8 connections                       (docs/s)
-#   scan  _all_docs and _changes of a database of STREAM_DOCS docs, one client        (rows/s)
+#   scan  _all_docs and _changes (plain, and with include_docs / style=all_docs&include_docs)
+#         of a database of STREAM_DOCS docs, one client                               (rows/s)
 #   hot   one counter document: PATCH increments with 16 and 64 connections (updates/s, p99,
 #         final counter vs acknowledged), then CouchDB-style GET+PUT with 16 and 64 clients
 #   idem  POST /{db} of new docs, 64 connections: without a key, with a new Idempotency-Key per
@@ -204,7 +205,7 @@ print(json.dumps({'docs': [{'type': 'row', 'n': i, 'note': 'x' * 100} for i in r
   seq "$batches" | xargs -P 4 -I{} curl "${curl_auth[@]}" -sf -o /dev/null -H "$j" -d @"$body" "$base/benchscan/_bulk_docs"
   t1=$(date +%s.%N)
   echo "load  $STREAM_DOCS docs via _bulk_docs (4 clients): $(python3 -c "print(round($STREAM_DOCS/($t1-$t0)))") docs/s"
-  for view in _all_docs _changes; do
+  for view in _all_docs "_all_docs?include_docs=true" _changes "_changes?style=all_docs&include_docs=true"; do
     out="$(mktemp /tmp/scan-XXXXXX.json)"
     t0=$(date +%s.%N)
     curl -sf "$base/benchscan/$view" -o "$out"
