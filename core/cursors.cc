@@ -359,14 +359,20 @@ StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& t
     if (!all.ok()) return all.error();
     branches = std::move(*all);
   }
+  // The winner as this row names it (the entry is rewritten by every edit, so in this snapshot
+  // it is the document's winner): all branch_doc_json needs without revs, revs_info, conflicts
+  // or atts_since, and no read of the revisions.
+  auto named_winner = [&] {
+    StoredBranch w;
+    w.branch.leaf = rev;
+    w.branch.deleted = deleted;
+    w.is_winner = true;
+    w.branch_count = branch_count;
+    branches.push_back(std::move(w));
+  };
   if (q_.selector || q_.doc_filter) {
     // The winning revision as a document (_id, _rev, _deleted included) must match.
-    if (branches.empty()) {
-      auto w = read_winner(tr, db_, id, Snapshot::yes);
-      if (!w.ok()) return w.error();
-      if (!*w) return std::optional<std::string>();
-      branches.push_back(std::move(**w));
-    }
+    if (branches.empty()) named_winner();
     auto doc = branch_doc_json(tr, db_, id, branches, branches.back(), DocReadOptions{});
     if (!doc.ok()) return doc.error();
     if (q_.doc_filter && !q_.doc_filter->pass(*doc)) return std::optional<std::string>();
@@ -393,14 +399,8 @@ StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& t
                     ",\"id\":" + json_string(id) + ",\"changes\":" + changes;
   if (deleted) row += ",\"deleted\":true";
   if (q_.include_docs) {
-    if (branches.empty()) {
-      auto w = read_winner(tr, db_, id, Snapshot::yes);
-      if (!w.ok()) return w.error();
-      if (*w) branches.push_back(std::move(**w));
-    }
-    if (branches.empty()) {
-      row += ",\"doc\":null";
-    } else {
+    if (branches.empty()) named_winner();
+    {
       DocReadOptions o{};
       o.conflicts = q_.conflicts;
       o.attachments = q_.attachments;

@@ -223,6 +223,23 @@ TEST_F(ViewsTest, AllDocsIncludeDocsEqualsDocumentReads) {
       EXPECT_EQ(rows[k]["doc"], get("/db/" + id).json()) << id;
     }
   }
+  // _changes renders the winner its row names, without reading the revisions again: the same
+  // documents, tombstones included.
+  for (const char* extra : {"", "&conflicts=true", "&style=all_docs&conflicts=true"}) {
+    const Json changes =
+        get(std::string("/db/_changes?include_docs=true") + extra).json()["results"];
+    ASSERT_EQ(changes.size(), all.size() + 1);  // and the deleted one
+    for (const auto& row : changes) {
+      const std::string id = row["id"];
+      if (row.value("deleted", false)) {
+        EXPECT_EQ(row["doc"],
+                  get("/db/" + id + "?rev=" + row["changes"][0]["rev"].get<std::string>()).json());
+      } else {
+        EXPECT_EQ(row["doc"], get("/db/" + id + (*extra ? "?conflicts=true" : "")).json())
+            << id << extra;
+      }
+    }
+  }
   // Across pages of a few rows, and with att_encoding_info.
   auto paged = get("/db/_all_docs?include_docs=true&att_encoding_info=true&skip=3&limit=20");
   const Json rows = paged.json()["rows"];
