@@ -1,10 +1,9 @@
 #include "core/unique_index.h"
 
-#include <openssl/evp.h>
-
 #include <mutex>
 
 #include "core/collation.h"
+#include "core/digest.h"
 #include "core/documents.h"
 #include "core/mango_index.h"
 
@@ -16,19 +15,6 @@ using storage::Snapshot;
 using storage::Tuple;
 
 constexpr std::string_view kRegistry = "unique_indexes";
-
-std::string md5_hex(std::string_view data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), digest, &len, EVP_md5(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out.push_back(kHex[digest[i] >> 4]);
-    out.push_back(kHex[digest[i] & 15]);
-  }
-  return out;
-}
 
 storage::Subspace keys_of(const DbRef& db, const std::string& index_id) {
   return db.space.unique_index(index_id).sub(Tuple().add(keyspace::kUniqueKeys));

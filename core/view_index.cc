@@ -1,7 +1,5 @@
 #include "core/view_index.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,6 +7,7 @@
 
 #include "core/collation.h"
 #include "core/cursors.h"
+#include "core/digest.h"
 #include "core/keyspace.h"
 #include "core/mango_index.h"
 #include "core/reduce_tree.h"
@@ -22,23 +21,6 @@ using storage::KeyValue;
 using storage::Reverse;
 using storage::Snapshot;
 using storage::Tuple;
-
-std::string hex(const unsigned char* p, std::size_t n) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < n; ++i) {
-    out.push_back(kHex[p[i] >> 4]);
-    out.push_back(kHex[p[i] & 15]);
-  }
-  return out;
-}
-
-std::string md5_hex(std::string_view data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), digest, &len, EVP_md5(), nullptr);
-  return hex(digest, len);
-}
 
 std::string json_text(std::string_view s) { return OrderedJson(std::string(s)).dump(); }
 

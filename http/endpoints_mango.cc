@@ -6,8 +6,6 @@
 // the one named by use_index), scanning only the first field's range the selector allows, and
 // checks every document against the whole selector; without one it scans _all_docs. Text
 // indexes need a search service CouchDB 3.5 does not ship either: refused with CouchDB's error.
-#include <openssl/evp.h>
-
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <map>
@@ -17,6 +15,7 @@
 #include "core/attachments.h"
 #include "core/cursors.h"
 #include "core/design_doc.h"
+#include "core/digest.h"
 #include "core/mango_index.h"
 #include "core/unique_index.h"
 #include "core/view_index.h"
@@ -30,20 +29,8 @@ namespace chaise::http {
 
 namespace {
 
+using core::md5_hex;
 using core::OrderedJson;
-
-std::string md5_hex(std::string_view data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), digest, &len, EVP_md5(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out.push_back(kHex[digest[i] >> 4]);
-    out.push_back(kHex[digest[i] & 15]);
-  }
-  return out;
-}
 
 struct DesignDocs {
   std::vector<core::MangoIndex> indexes;
