@@ -145,7 +145,8 @@ struct DocReadOptions {
 StorageResult<Outcome<std::string>> get_doc_json(Transaction& tr, const DbRef& db,
                                                  std::string_view id, const DocReadOptions& o);
 // Live documents' winning revisions (`docs`: id and the rev by_id names, ids ascending) as
-// get_doc_json renders them with default options (attachment stubs; att_encoding_info as given),
+// get_doc_json renders them with default options (each attachment as CouchDB's metadata-only
+// entry, "stub": true, without its bytes; att_encoding_info as given),
 // in the same order. One range read over their bodies where the documents lie close together
 // (what _all_docs?include_docs=true reads), a read per document where not; "null" for one
 // whose body is gone.

@@ -15,7 +15,8 @@
 // write committed after its read can slip between the build and the writers.
 //
 // Once ready, each write transaction renders every edited document's new winner as a map
-// function sees it (_id, _rev, body, _conflicts, _attachments stubs; nothing for a deleted one),
+// function sees it (_id, _rev, body, _conflicts, and _attachments as CouchDB's metadata-only
+// "stub": true entries; nothing for a deleted one),
 // replaces its rows, and sets the index's sequence to its own versionstamp: the index stays
 // caught up and update_step finds nothing after it. Writers of a group without reduce functions
 // never conflict with each other; a group with reduce functions (Mango indexes have "_count")
