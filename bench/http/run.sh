@@ -20,7 +20,12 @@
 #         email, a unique one (req/s); then 64 clients racing to claim 1,000 emails (indexes.py)
 #   sync  POST /{db}, 64 connections, with 0, 1 and 3 synchronous Mango indexes (req/s); then
 #         query-after-write latency with a lazy and a synchronous index (indexes.py)
+# After each workload it prints the server's resident memory (now and peak, from /proc) when it
+# knows the server's pid: its own with --chaise, BENCH_PID=<pid> for a running server (CouchDB's
+# beam.smp). The scan workload also prints the database's size on disk (sizes.file).
 # Environment: DURATION (s, default 10), STREAM_DOCS (default 1000000), WORKLOADS ("put get bulk scan"),
+# CHAISE_CONFIG=<ini file>: with --chaise, read after config/default.ini (e.g. other [chaise] memory
+# settings).
 # BENCH_AUTH=user:password: Basic auth on every request (with --chaise: that user is the server
 # admin; without BENCH_AUTH, --chaise runs in admin party).
 # BENCH_LOAD_AUTHORIZATION="Bearer <jwt>": this Authorization header on the load requests instead
@@ -40,21 +45,27 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [[ "${1:-}" == "--chaise" ]]; then
-  datadir="$(mktemp -d /tmp/chaise-bench-XXXXXX)"
-  fifo="$datadir/out"
+start_chaise() {  # starts the server on $datadir/data; sets pid and base
+  local fifo="$datadir/out"
+  rm -f "$fifo"
   mkfifo "$fifo"
   if [[ -n "${BENCH_AUTH:-}" ]]; then
     COUCHDB_USER="${BENCH_AUTH%%:*}" COUCHDB_PASSWORD="${BENCH_AUTH#*:}" \
-      "${CHAISE_BIN:-$root/build/server/chaise}" --port 0 --data-dir "$datadir/data" --config "$root/config/default.ini" >"$fifo" 2>"$datadir/log" &
+      "${CHAISE_BIN:-$root/build/server/chaise}" --port 0 --data-dir "$datadir/data" --config "$root/config/default.ini" ${CHAISE_CONFIG:+--config "$CHAISE_CONFIG"} >"$fifo" 2>>"$datadir/log" &
   else
-    "${CHAISE_BIN:-$root/build/server/chaise}" --port 0 --data-dir "$datadir/data" --config "$root/config/default.ini" --admin-party >"$fifo" 2>"$datadir/log" &
+    "${CHAISE_BIN:-$root/build/server/chaise}" --port 0 --data-dir "$datadir/data" --config "$root/config/default.ini" --admin-party >"$fifo" 2>>"$datadir/log" &
   fi
   pid=$!
+  local line
   read -r line <"$fifo"
   exec 3<"$fifo"  # keep the pipe open so the server never gets SIGPIPE on stdout
-  port="${line##*:}"
-  base="http://127.0.0.1:$port"
+  base="http://127.0.0.1:${line##*:}"
+}
+stop_chaise() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""; }
+
+if [[ "${1:-}" == "--chaise" ]]; then
+  datadir="$(mktemp -d /tmp/chaise-bench-XXXXXX)"
+  start_chaise
 else
   base="${1:?usage: run.sh <base-url> | --chaise}"
 fi
@@ -80,6 +91,14 @@ if [[ "$base" == https://* ]]; then
 fi
 curl() { command curl "${curl_auth[@]}" "$@"; }
 echo "server: $base ($(curl -s "$base/" | head -c 120))"
+server_pid="${BENCH_PID:-$pid}"
+memory() {  # memory <after what>: the server's RSS now and its peak so far, in MiB
+  [[ -n "$server_pid" && -r "/proc/$server_pid/status" ]] || return 0
+  awk -v what="$1" '/^VmRSS/ {rss=$2} /^VmHWM/ {hwm=$2}
+    END {printf "mem   after %s: RSS %.0f MiB, peak %.0f MiB\n", what, rss/1024, hwm/1024}' \
+    "/proc/$server_pid/status"
+}
+memory start
 
 j='Content-Type: application/json'
 make_db() {
@@ -96,10 +115,32 @@ wrk_rate() {  # prints requests/s from wrk's output; failed requests go to stder
   awk '/Requests\/sec/ {print $2}' <<<"$out"
 }
 
+load_docs() {  # load_docs <db>: STREAM_DOCS docs of ~130 bytes through _bulk_docs, 4 clients
+  make_db "$1"
+  local body="$datadir/bulk.json"
+  [[ -n "$datadir" ]] || body="$(mktemp /tmp/bulk-XXXXXX.json)"
+  python3 -c "
+import json
+print(json.dumps({'docs': [{'type': 'row', 'n': i, 'note': 'x' * 100} for i in range(1000)]}))" >"$body"
+  local t0 t1
+  t0=$(date +%s.%N)
+  seq $(( STREAM_DOCS / 1000 )) | xargs -P 4 -I{} curl "${curl_auth[@]}" -sf -o /dev/null -H "$j" -d @"$body" "$base/$1/_bulk_docs"
+  t1=$(date +%s.%N)
+  [[ -n "$datadir" ]] || rm -f "$body"
+  echo "load  $STREAM_DOCS docs via _bulk_docs (4 clients): $(python3 -c "print(round($STREAM_DOCS/($t1-$t0)))") docs/s"
+}
+db_file_size() {  # db_file_size <db>: sizes.file and sizes.active of the database, in MiB
+  curl -s "$base/$1" | python3 -c '
+import json, sys
+s = json.load(sys.stdin)["sizes"]
+print("sizes.file %.1f MiB, sizes.active %.1f MiB" % (s["file"] / 2**20, s["active"] / 2**20))'
+}
+
 if [[ " $WORKLOADS " == *" put "* ]]; then
   make_db bench
   r=$(BENCH_DB=bench wrk_rate -t2 -c64 -d"${DURATION}s" -s "$here/put_new_docs.lua" "$base")
   echo "put   single-doc PUT, 64 conns: $r docs/s"
+  memory put
 fi
 
 if [[ " $WORKLOADS " == *" hot "* ]]; then
@@ -120,6 +161,7 @@ if [[ " $WORKLOADS " == *" hot "* ]]; then
     curl -s -X PUT -H "$j" -d '{"n":0}' "$base/benchhot/counter" >/dev/null
     echo "hot   $(python3 "$here/get_put_counter.py" "$base" benchhot counter "$clients" "$DURATION")"
   done
+  memory hot
 fi
 
 if [[ " $WORKLOADS " == *" idem "* ]]; then
@@ -129,6 +171,7 @@ if [[ " $WORKLOADS " == *" idem "* ]]; then
     docs=$(curl -s "$base/benchidem" | python3 -c 'import json,sys; print(json.load(sys.stdin)["doc_count"])')
     echo "idem  POST /db, Idempotency-Key $mode, 64 conns: $r req/s, $docs docs written"
   done
+  memory idem
 fi
 
 if [[ " $WORKLOADS " == *" unique "* ]]; then
@@ -147,6 +190,7 @@ if [[ " $WORKLOADS " == *" unique "* ]]; then
     echo "unique POST /db, new emails, 64 conns, index: $mode: $r req/s"
   done
   python3 "$here/indexes.py" "$base" race 64 1000 "$DURATION"
+  memory unique
 fi
 
 if [[ " $WORKLOADS " == *" sync "* ]]; then
@@ -165,6 +209,7 @@ if [[ " $WORKLOADS " == *" sync "* ]]; then
   done
   python3 "$here/indexes.py" "$base" after-write lazy 500
   python3 "$here/indexes.py" "$base" after-write sync 500
+  memory sync
 fi
 
 if [[ " $WORKLOADS " == *" get "* ]]; then
@@ -185,26 +230,18 @@ urllib.request.urlopen(req).read()
 PY
   r=$(BENCH_DB=benchget BENCH_DOCS=1000 wrk_rate -t2 -c64 -d"${DURATION}s" -s "$here/get_doc.lua" "$base")
   echo "get   GET existing doc, 64 conns: $r req/s"
+  memory get
 fi
 
 if [[ " $WORKLOADS " == *" bulk "* ]]; then
   make_db benchbulk
   r=$(BENCH_DB=benchbulk wrk_rate -t2 -c8 -d"${DURATION}s" --timeout 30s -s "$here/bulk_docs.lua" "$base")
   echo "bulk  _bulk_docs x1000, 8 conns: $(python3 -c "print(round(float('$r')*1000))") docs/s"
+  memory bulk
 fi
 
 if [[ " $WORKLOADS " == *" scan "* ]]; then
-  make_db benchscan
-  batches=$(( STREAM_DOCS / 1000 ))
-  body="$datadir/bulk.json"
-  [[ -n "$datadir" ]] || body="$(mktemp /tmp/bulk-XXXXXX.json)"
-  python3 -c "
-import json
-print(json.dumps({'docs': [{'type': 'row', 'n': i, 'note': 'x' * 100} for i in range(1000)]}))" >"$body"
-  t0=$(date +%s.%N)
-  seq "$batches" | xargs -P 4 -I{} curl "${curl_auth[@]}" -sf -o /dev/null -H "$j" -d @"$body" "$base/benchscan/_bulk_docs"
-  t1=$(date +%s.%N)
-  echo "load  $STREAM_DOCS docs via _bulk_docs (4 clients): $(python3 -c "print(round($STREAM_DOCS/($t1-$t0)))") docs/s"
+  load_docs benchscan
   for view in _all_docs "_all_docs?include_docs=true" _changes "_changes?style=all_docs&include_docs=true"; do
     out="$(mktemp /tmp/scan-XXXXXX.json)"
     t0=$(date +%s.%N)
@@ -214,4 +251,24 @@ print(json.dumps({'docs': [{'type': 'row', 'n': i, 'note': 'x' * 100} for i in r
     rm -f "$out"
     echo "scan  $view: $n rows in $(python3 -c "print(round($t1-$t0,2))") s = $(python3 -c "print(round($n/($t1-$t0)))") rows/s"
   done
+  memory scan
+fi
+
+# Last, because it restarts (and with --chaise finally stops) the server: the size on disk of a
+# database of STREAM_DOCS docs. With --chaise: the whole data directory, after a restart (which
+# moves the write-ahead log into table files) and 10 s for compactions; run it alone (WORKLOADS=disk)
+# so no other database is in it. Otherwise the server's sizes.file.
+if [[ " $WORKLOADS " == *" disk "* ]]; then
+  load_docs benchdisk
+  echo "disk  $STREAM_DOCS docs: $(db_file_size benchdisk)"
+  if [[ -n "$pid" ]]; then
+    stop_chaise
+    start_chaise
+    server_pid=$pid
+    sleep 10
+    memory "restart (idle)"
+    stop_chaise
+    [[ -z "${BENCH_LIST_FILES:-}" ]] || ls -l "$datadir/data"/*/ >&2
+    echo "disk  $STREAM_DOCS docs: data directory after restart: $(du -sm "$datadir/data" | cut -f1) MiB"
+  fi
 fi
