@@ -123,6 +123,22 @@ std::string Metrics::prometheus(const storage::StoreStats& store) const {
   out.append("chaise_store_commit_batches_total ").append(std::to_string(store.batches)).append("\n");
   family(out, "chaise_store_size_bytes", "gauge", "size of the store: data files plus memtables");
   out.append("chaise_store_size_bytes ").append(std::to_string(store.disk_bytes)).append("\n");
+  family(out, "chaise_memory_bytes", "gauge",
+         "memory the store holds by design, by part (each bounded by a [chaise] setting)");
+  for (const auto& [part, v] : {std::pair{"block_cache", store.block_cache_bytes},
+                                {"memtables", store.memtable_bytes},
+                                {"table_readers", store.table_readers_bytes},
+                                {"conflict_window", store.resolver_bytes}})
+    out.append("chaise_memory_bytes{part=\"")
+        .append(part)
+        .append("\"} ")
+        .append(std::to_string(v))
+        .append("\n");
+  family(out, "chaise_store_conflict_window_keys", "gauge",
+         "write-conflict keys of recent commits remembered to check transactions against");
+  out.append("chaise_store_conflict_window_keys ")
+      .append(std::to_string(store.resolver_keys))
+      .append("\n");
   return out;
 }
 

@@ -19,6 +19,7 @@
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
+#include <rocksdb/write_buffer_manager.h>
 
 #include <algorithm>
 #include <cassert>
@@ -83,23 +84,46 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   if (!options.clock) options.clock = std::make_shared<SteadyClock>();
   std::unique_ptr<Engine> e(new Engine());
   e->options_ = options;
-  e->resolver_ = Resolver(options.resolver_keys_max);
+  e->resolver_ = Resolver(options.resolver_bytes_max);
 
   rocksdb::Options ro;
   ro.create_if_missing = options.create_if_missing;
   ro.create_missing_column_families = true;
   ro.IncreaseParallelism(2);
-  ro.OptimizeLevelStyleCompaction();
-  ro.write_buffer_size = options.write_buffer_bytes;
-  ro.max_total_wal_size = 512u << 20;
+  // Memory: every memtable of both column families counts against write_buffer_bytes (a flush
+  // starts as they near it); each memtable is half of it and flushes alone, so at most about
+  // 1.5x is held while one flushes. Data blocks are cached in block_cache_bytes. The tables'
+  // index and filter blocks stay outside the cache, held by the open tables: putting them in
+  // the cache (whole or partitioned) cost _bulk_docs a third of its throughput and scans 10-15%
+  // (bench/README.md, "Memory"); their size is reported as chaise_memory_bytes{part=
+  // "table_readers"}.
+  ro.write_buffer_manager =
+      std::make_shared<rocksdb::WriteBufferManager>(options.write_buffer_bytes);
+  ro.write_buffer_size = std::max<std::size_t>(options.write_buffer_bytes / 2, 1u << 20);
+  ro.max_write_buffer_number = 3;
+  ro.min_write_buffer_number_to_merge = 1;
+  ro.max_total_wal_size = std::max<std::size_t>(4 * options.write_buffer_bytes, 64u << 20);
+  // Levels sized from the memtable (RocksDB's tuning guide: level 1 about as large as level 0
+  // at its compaction trigger), with dynamic level sizes so most data sits in the last level.
+  ro.level0_file_num_compaction_trigger = 4;
+  ro.max_bytes_for_level_base = 4 * ro.write_buffer_size;
+  ro.target_file_size_base = ro.write_buffer_size;
+  ro.level_compaction_dynamic_level_bytes = true;
+  // LZ4 on every level: cheap to compress in flushes and to decompress on every block-cache miss
+  // (ZSTD on the last level took half the CPU of _bulk_docs, decompressing blocks on reads).
+  ro.compression = rocksdb::kLZ4Compression;
   rocksdb::BlockBasedTableOptions table;
-  table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
+  e->block_cache_ = rocksdb::NewLRUCache(options.block_cache_bytes);
+  table.block_cache = e->block_cache_;
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   table.whole_key_filtering = true;
   rocksdb::ColumnFamilyOptions cfo(ro);
   cfo.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  // The meta column family holds a few keys (the store's version): small memtables.
+  rocksdb::ColumnFamilyOptions meta_cfo;
+  meta_cfo.write_buffer_size = 1u << 20;
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {{rocksdb::kDefaultColumnFamilyName, cfo},
-                                                      {"meta", rocksdb::ColumnFamilyOptions()}};
+                                                      {"meta", meta_cfo}};
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(rocksdb::DBOptions(ro), path, cfs, &e->handles_, &raw);
   if (!s.ok()) return Error::io_error;
@@ -165,7 +189,16 @@ void Engine::commit_loop() {
   for (;;) {
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+      // Idle for a second: forget what has aged out of the window, so that the memory it holds
+      // is not kept until the next commit.
+      while (!cv_.wait_for(lock, std::chrono::seconds(1),
+                           [&] { return stopping_ || !pending_.empty(); })) {
+        lock.unlock();  // the resolver is the commit thread's alone
+        resolver_.expire(now_us(), options_.transaction_lifetime_us);
+        stat_resolver_keys_.store(resolver_.remembered_keys(), std::memory_order_relaxed);
+        stat_resolver_bytes_.store(resolver_.remembered_bytes(), std::memory_order_relaxed);
+        lock.lock();
+      }
       if (pending_.empty()) return;  // stopping, and drained
       // Take a bounded batch; the remainder stays queued in arrival order.
       std::size_t n = 0, bytes = 0;
@@ -287,6 +320,8 @@ void Engine::process_batch(std::vector<std::unique_ptr<CommitRequest>>& batch) {
       accepted.push_back(req.get());
     }
   }
+  stat_resolver_keys_.store(resolver_.remembered_keys(), std::memory_order_relaxed);
+  stat_resolver_bytes_.store(resolver_.remembered_bytes(), std::memory_order_relaxed);
 
   if (!accepted.empty()) {
     last_version_ = version;
@@ -394,7 +429,17 @@ StoreStats Engine::stats() const {
   s.batches = stat_batches_.load(std::memory_order_relaxed);
   std::uint64_t value = 0;
   if (db_->GetIntProperty(data_cf_, "rocksdb.total-sst-files-size", &value)) s.disk_bytes += value;
-  if (db_->GetIntProperty(data_cf_, "rocksdb.cur-size-all-mem-tables", &value)) s.disk_bytes += value;
+  if (db_->GetIntProperty(data_cf_, "rocksdb.cur-size-all-mem-tables", &value)) {
+    s.disk_bytes += value;
+    s.memtable_bytes = value;
+  }
+  if (db_->GetIntProperty(meta_cf_, "rocksdb.cur-size-all-mem-tables", &value))
+    s.memtable_bytes += value;
+  if (db_->GetIntProperty(data_cf_, "rocksdb.estimate-table-readers-mem", &value))
+    s.table_readers_bytes = value;
+  s.block_cache_bytes = block_cache_->GetUsage();
+  s.resolver_keys = stat_resolver_keys_.load(std::memory_order_relaxed);
+  s.resolver_bytes = stat_resolver_bytes_.load(std::memory_order_relaxed);
   return s;
 }
 const Options& Database::options() const { return engine_->options(); }

@@ -73,13 +73,14 @@ struct Options {
   std::size_t commit_batch_bytes_max = 32u << 20;
   // Transaction lifetime from its read version, and the resolver's window. Default 5 s (FDB's).
   std::int64_t transaction_lifetime_us = 5'000'000;
-  // Keys the resolver may remember; past this the window shrinks early. Default 4 Mi.
-  std::size_t resolver_keys_max = 4u << 20;
-  // RocksDB block cache, bytes. Default 256 MiB.
-  std::size_t block_cache_bytes = 256u << 20;
-  // RocksDB memtable size, bytes; a few can exist at once (one being written, the others
-  // waiting for their flush). Default 64 MiB.
-  std::size_t write_buffer_bytes = 64u << 20;
+  // Estimated heap bytes of the write-conflict keys the resolver remembers; past this the window
+  // shrinks early (transactions older than it get transaction_too_old and retry). Default 8 MiB.
+  std::size_t resolver_bytes_max = 8u << 20;
+  // RocksDB block cache (data, index and filter blocks), bytes. Default 32 MiB.
+  std::size_t block_cache_bytes = 32u << 20;
+  // All RocksDB memtables together, bytes: a flush starts as they near it (each memtable is
+  // half of it; up to about 1.5x exists while one is being flushed). Default 16 MiB.
+  std::size_t write_buffer_bytes = 16u << 20;
   // Retry backoff of on_error(): starts at initial, doubles up to max, jittered. Defaults 1 ms / 1
   // s.
   std::int64_t retry_backoff_initial_us = 1'000;
@@ -98,6 +99,12 @@ struct StoreStats {
   std::uint64_t conflicts = 0;  // transactions refused with not_committed
   std::uint64_t batches = 0;    // commit batches written (one WAL write each)
   std::uint64_t disk_bytes = 0;  // SST files plus memtables
+  // Memory held by design (each bounded by an Options field).
+  std::uint64_t block_cache_bytes = 0;    // in the block cache
+  std::uint64_t memtable_bytes = 0;       // in memtables
+  std::uint64_t table_readers_bytes = 0;  // tables' index and filter blocks outside the cache
+  std::uint64_t resolver_keys = 0;        // write-conflict keys remembered
+  std::uint64_t resolver_bytes = 0;       // their estimated heap bytes
 };
 
 class Database {

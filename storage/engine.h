@@ -6,6 +6,7 @@
 //   meta     "version" -> 8-byte big-endian last committed version (written in every commit batch)
 #pragma once
 
+#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 
 #include <atomic>
@@ -126,6 +127,9 @@ class Engine {
   std::atomic<std::uint64_t> stat_commits_{0};
   std::atomic<std::uint64_t> stat_conflicts_{0};
   std::atomic<std::uint64_t> stat_batches_{0};
+  std::atomic<std::size_t> stat_resolver_keys_{0};
+  std::atomic<std::size_t> stat_resolver_bytes_{0};
+  std::shared_ptr<rocksdb::Cache> block_cache_;
 
   // Watches by key, guarded by watch_mu_.
   std::mutex watch_mu_;

@@ -10,6 +10,14 @@ bool is_point(const KeyRange& r) {
   return r.end.size() == r.begin.size() + 1 && r.end.back() == '\0' &&
          r.end.compare(0, r.begin.size(), r.begin) == 0;
 }
+// Heap bytes a string of n characters takes beyond its object (libstdc++ keeps 15 inline).
+std::size_t string_heap(std::size_t n) {
+  return n > 15 ? ((n + 1 + 8 + 15) & ~std::size_t{15}) : 0;
+}
+// A map node (tree links, key object, version) plus the record's iterator to it.
+constexpr std::size_t kPointOverhead = 80 + sizeof(void*);
+// A deque slot of two strings and a version.
+constexpr std::size_t kRangeOverhead = 2 * 32 + 8;
 }  // namespace
 
 void Resolver::begin_version(std::int64_t version, std::int64_t now_us) {
@@ -24,10 +32,18 @@ void Resolver::add_writes(const std::vector<KeyRange>& writes) {
     if (w.begin >= w.end) continue;
     if (is_point(w)) {
       auto [it, inserted] = points_.try_emplace(w.begin, rec.version);
-      if (!inserted) it->second = rec.version;
-      rec.points.push_back(w.begin);
+      if (inserted) {
+        bytes_ += kPointOverhead + string_heap(w.begin.size());
+      } else if (it->second == rec.version) {
+        continue;  // already in this record
+      } else {
+        it->second = rec.version;
+        bytes_ += sizeof(void*);
+      }
+      rec.points.push_back(it);
     } else {
       ranges_.push_back(RangeWrite{w.begin, w.end, rec.version});
+      bytes_ += kRangeOverhead + string_heap(w.begin.size()) + string_heap(w.end.size());
       ++rec.ranges;
     }
   }
@@ -49,12 +65,18 @@ bool Resolver::conflicts(std::int64_t read_version, const std::vector<KeyRange>&
 
 void Resolver::forget_oldest() {
   VersionRecord& rec = history_.front();
-  for (const std::string& k : rec.points) {
-    auto it = points_.find(k);
-    if (it != points_.end() && it->second == rec.version) points_.erase(it);
+  for (Points::iterator it : rec.points) {
+    if (it->second == rec.version) {
+      bytes_ -= kPointOverhead + string_heap(it->first.size());
+      points_.erase(it);
+    } else {
+      bytes_ -= sizeof(void*);
+    }
   }
   for (std::size_t i = 0; i < rec.ranges; ++i) {
     assert(!ranges_.empty() && ranges_.front().version == rec.version);
+    const RangeWrite& r = ranges_.front();
+    bytes_ -= kRangeOverhead + string_heap(r.begin.size()) + string_heap(r.end.size());
     ranges_.pop_front();
   }
   forgotten_version_ = rec.version;
@@ -64,7 +86,7 @@ void Resolver::forget_oldest() {
 void Resolver::expire(std::int64_t now_us, std::int64_t lifetime_us) {
   // Keep the newest version always: it is what current read versions point at.
   while (history_.size() > 1 && history_.front().time_us < now_us - lifetime_us) forget_oldest();
-  while (history_.size() > 1 && remembered_keys() > keys_max_) forget_oldest();
+  while (history_.size() > 1 && bytes_ > bytes_max_) forget_oldest();
 }
 
 }  // namespace chaise::storage

@@ -5,8 +5,9 @@
 // The window: writes committed within Options::transaction_lifetime_us of "now" (by the injected
 // clock) are kept; older ones are forgotten. A transaction whose read version predates the
 // forgotten part cannot be checked and is rejected with transaction_too_old, as FoundationDB's
-// resolvers do. Memory is bounded too: past `keys_max` remembered keys the oldest versions are
-// forgotten early.
+// resolvers do. Memory is bounded too: past `bytes_max` (an estimate of the heap the remembered
+// keys take) the oldest versions are forgotten early, so under a heavy write load the window is
+// shorter than the lifetime.
 //
 // Threading: used only by the commit thread; no locking.
 #pragma once
@@ -23,9 +24,9 @@ namespace chaise::storage {
 
 class Resolver {
  public:
-  explicit Resolver(std::size_t keys_max) : keys_max_(keys_max) {}
+  explicit Resolver(std::size_t bytes_max) : bytes_max_(bytes_max) {}
 
-  // Forget versions committed before now_us - lifetime_us (and more when over keys_max).
+  // Forget versions committed before now_us - lifetime_us (and more when over bytes_max).
   void expire(std::int64_t now_us, std::int64_t lifetime_us);
   // True if a transaction at `read_version` can no longer be checked.
   bool too_old(std::int64_t read_version) const { return read_version < forgotten_version_; }
@@ -37,18 +38,25 @@ class Resolver {
   void add_writes(const std::vector<KeyRange>& writes);
 
   std::size_t remembered_keys() const { return points_.size() + ranges_.size(); }
+  // Estimated heap bytes of what is remembered (map nodes, strings, history entries).
+  std::size_t remembered_bytes() const { return bytes_; }
 
  private:
+  using Points = std::map<std::string, std::int64_t, std::less<>>;  // key -> version of last write
   struct VersionRecord {
     std::int64_t version;
     std::int64_t time_us;
-    std::vector<std::string> points;  // keys whose last write may be this version
+    // The keys written at this version, as nodes of points_. A node rewritten later carries the
+    // newer version and is left to that version's record (records are forgotten oldest first,
+    // so a node is erased only by the newest record naming it).
+    std::vector<Points::iterator> points;
     std::size_t ranges = 0;  // ranges_ entries of this version (ranges_ is in version order)
   };
   void forget_oldest();
 
-  std::size_t keys_max_;
-  std::map<std::string, std::int64_t, std::less<>> points_;  // key -> version of its last write
+  std::size_t bytes_max_;
+  std::size_t bytes_ = 0;
+  Points points_;
   struct RangeWrite {
     std::string begin, end;
     std::int64_t version;

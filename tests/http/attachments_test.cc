@@ -378,7 +378,7 @@ std::string pseudo_random_piece(std::uint64_t& state, std::size_t n) {
 // Two of them, in and out: 400 MB through the server.
 TEST_F(AttachmentsTest, HundredMegabyteAttachmentStreamsInAndOutWithFlatMemory) {
   // The storage engine's memtables made small, so that what is left to grow is the server's
-  // buffering and the block cache (256 MiB by default), which streamed bytes must not fill.
+  // buffering and the block cache (32 MiB by default), which streamed bytes must not fill.
   TearDown();
   const auto ini = dir_.path() / "small-memtables.ini";
   std::ofstream(ini) << "[chaise]\nwrite_buffer_bytes = 8388608\n";

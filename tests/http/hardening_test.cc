@@ -361,6 +361,71 @@ TEST_F(HardeningTest, RequestBytesInFlightAreBounded) {
   EXPECT_EQ(call(verb::put, "/db/b", "{\"b\":\"" + std::string(1 << 20, 'x') + "\"}").status, 201u);
 }
 
+// The value of `chaise_memory_bytes{part="<part>"}` in the Prometheus text, or -1.
+long long memory_gauge(const std::string& text, const std::string& part) {
+  const std::string prefix = "chaise_memory_bytes{part=\"" + part + "\"} ";
+  const auto at = text.find(prefix);
+  return at == std::string::npos ? -1 : std::stoll(text.substr(at + prefix.size()));
+}
+
+// The conflict window's memory is bounded by [chaise] conflict_window_bytes: writes that go past it
+// shorten the window instead of growing it, concurrent writers still conflict correctly, and once
+// the writes stop the window empties (its memory is not kept until the next commit).
+TEST_F(HardeningTest, ConflictWindowMemoryIsBounded) {
+  const auto ini = dir_.path() / "window.ini";
+  std::ofstream(ini) << "[chaise]\nconflict_window_bytes = 131072\n";
+  start({"--config", ini.string()});
+  std::vector<std::thread> writers;
+  std::atomic<int> created{0};
+  for (int w = 0; w < 4; ++w) {
+    writers.emplace_back([&, w] {
+      HttpClient c(port(), 60s);
+      for (int b = 0; b < 10; ++b) {
+        Json docs = Json::array();
+        for (int i = 0; i < 100; ++i)
+          docs.push_back({{"_id", "w" + std::to_string(w) + "-" + std::to_string(b * 100 + i)}});
+        auto r = c.request(verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump(), kJson);
+        if (r.status == 201u)
+          for (const auto& row : r.json()) created += row.contains("ok") ? 1 : 0;
+      }
+    });
+  }
+  // Meanwhile one document updated by racing clients: every acknowledged update is kept, none
+  // twice from the same revision.
+  ASSERT_EQ(call(verb::put, "/db/counter", R"({"n":0})").status, 201u);
+  std::atomic<int> acked{0};
+  std::vector<std::thread> racers;
+  for (int t = 0; t < 4; ++t) {
+    racers.emplace_back([&] {
+      HttpClient c(port(), 60s);
+      for (int i = 0; i < 25; ++i) {
+        Json doc = c.get("/db/counter").json();
+        doc["n"] = doc["n"].get<int>() + 1;
+        if (c.request(verb::put, "/db/counter", doc.dump(), kJson).status == 201u) ++acked;
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  for (auto& t : racers) t.join();
+  EXPECT_EQ(created.load(), 4000);
+  EXPECT_EQ(get("/db/counter").json()["n"], acked.load());
+  EXPECT_EQ(get("/db").json()["doc_count"], 4001);
+  const std::string text = get("/_node/_local/_prometheus").body;
+  const long long window = memory_gauge(text, "conflict_window");
+  // One version over the bound at most: the newest batch is always kept.
+  EXPECT_GE(window, 0) << text;
+  EXPECT_LE(window, 131072 + 64 * 1024) << text;
+  for (const char* part : {"block_cache", "memtables", "table_readers"})
+    EXPECT_GE(memory_gauge(text, part), 0) << part;
+  // Idle: what aged out of the 5 s window is forgotten without another commit. The newest
+  // version stays: the transaction-ID janitor's last pass, which cleared the ids of the last
+  // second's writes (about 140 keys here).
+  ASSERT_EQ(call(verb::put, "/db/last", "{}").status, 201u);
+  std::this_thread::sleep_for(6500ms);
+  const std::string idle = get("/_node/_local/_prometheus").body;
+  EXPECT_LT(memory_gauge(idle, "conflict_window"), 48 * 1024) << idle;
+}
+
 // CPU-heavy requests run on the worker pool, not on the threads that read and write connections:
 // while 8 clients keep sending the heaviest requests above, `GET /` still answers promptly.
 TEST_F(HardeningTest, HeavyRequestsDoNotHoldUpCheapOnes) {

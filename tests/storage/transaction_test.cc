@@ -481,13 +481,14 @@ TEST_F(TransactionTest, TransactionTooOldViaInjectedClock) {
 }
 
 TEST_F(TransactionTest, ResolverRejectsReadVersionsItForgot) {
-  // A resolver allowed to remember only 2 keys forgets old versions early; a transaction whose read
-  // version predates what it remembers cannot be checked and must get 1007, not a silent commit.
+  // A resolver allowed 300 bytes (about 2 keys) forgets old versions early; a transaction whose
+  // read version predates what it remembers cannot be checked and must get 1007, not a silent
+  // commit.
   db_.reset();
   Options o;
   o.fsync = false;
   o.clock = clock_;
-  o.resolver_keys_max = 2;
+  o.resolver_bytes_max = 300;
   db_ = std::move(Database::open(dir_.path(), o).value());
   put("k", "v");
   auto tr = db_->create_transaction();

@@ -1,0 +1,86 @@
+// The resolver's window: keys rewritten by later versions, keys written twice in one version, and
+// the byte bound that shortens the window under heavy writes.
+#include "storage/resolver.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace chaise::storage {
+namespace {
+
+KeyRange point(const std::string& k) { return {k, key_after(k)}; }
+std::vector<KeyRange> points(const std::vector<std::string>& keys) {
+  std::vector<KeyRange> out;
+  for (const auto& k : keys) out.push_back(point(k));
+  return out;
+}
+constexpr std::int64_t kLifetime = 1'000'000;
+
+TEST(ResolverTest, RewrittenKeyStaysUntilItsNewestVersionIsForgotten) {
+  Resolver r(1u << 20);
+  r.begin_version(1, 0);
+  r.add_writes(points({"k", "only-v1"}));
+  r.begin_version(2, 500'000);
+  r.add_writes(points({"k"}));
+  r.begin_version(3, 2'000'000);
+  r.add_writes(points({"other"}));
+  // Versions 1 and 2 written at 0 and 0.5 s; at 1.2 s only version 1 is past the lifetime.
+  r.expire(1'200'000, kLifetime);
+  EXPECT_TRUE(r.too_old(0));
+  EXPECT_FALSE(r.too_old(1));
+  EXPECT_TRUE(r.conflicts(1, points({"k"})));  // version 2's write of k is remembered
+  EXPECT_FALSE(r.conflicts(1, points({"only-v1"})));
+  EXPECT_EQ(r.remembered_keys(), 2u);  // k (version 2) and other
+  r.expire(2'600'000, kLifetime);
+  EXPECT_TRUE(r.too_old(1));
+  EXPECT_FALSE(r.conflicts(2, points({"k"})));
+  EXPECT_EQ(r.remembered_keys(), 1u);  // the newest version is always kept
+}
+
+TEST(ResolverTest, KeyWrittenByTwoTransactionsOfOneBatchIsForgottenOnce) {
+  Resolver r(1u << 20);
+  r.begin_version(1, 0);
+  r.add_writes(points({"a", "b"}));
+  r.add_writes(points({"b", "a", "c"}));  // a second transaction of the same batch
+  const std::size_t bytes_one_version = r.remembered_bytes();
+  r.begin_version(2, 2'000'000);
+  r.add_writes(points({"z"}));
+  r.expire(2'000'000, kLifetime);  // forgets version 1: each of a, b, c erased exactly once
+  EXPECT_EQ(r.remembered_keys(), 1u);
+  EXPECT_LT(r.remembered_bytes(), bytes_one_version);
+  EXPECT_FALSE(r.conflicts(1, points({"a", "b", "c"})));
+  EXPECT_TRUE(r.conflicts(1, points({"z"})));
+}
+
+TEST(ResolverTest, ByteBoundForgetsOldestVersionsEarly) {
+  const std::size_t bound = 64 * 1024;
+  Resolver r(bound);
+  std::int64_t v = 0;
+  for (; v < 200; ++v) {
+    r.begin_version(v + 1, v);  // all within the lifetime
+    std::vector<std::string> keys;
+    for (int i = 0; i < 10; ++i)
+      keys.push_back("doc/" + std::to_string(v) + "/key-long-enough-to-allocate/" +
+                     std::to_string(i));
+    r.add_writes(points(keys));
+    r.add_writes({{"range/" + std::to_string(v) + "/a", "range/" + std::to_string(v) + "/z"}});
+    r.expire(v, kLifetime);
+  }
+  EXPECT_LE(r.remembered_bytes(), bound + 4096);  // at most one version over, before expiry
+  EXPECT_GT(r.remembered_bytes(), bound / 2);
+  EXPECT_TRUE(r.too_old(1));   // the oldest versions are gone although young
+  EXPECT_FALSE(r.too_old(v));  // the newest is there and checked
+  EXPECT_TRUE(r.conflicts(
+      v - 1, points({"doc/" + std::to_string(v - 1) + "/key-long-enough-to-allocate/3"})));
+  EXPECT_TRUE(r.conflicts(
+      v - 1, {{"range/" + std::to_string(v - 1) + "/m", "range/" + std::to_string(v - 1) + "/n"}}));
+  // Everything but the newest version aged out: its keys alone are counted.
+  r.expire(v + 10 * kLifetime, kLifetime);
+  EXPECT_EQ(r.remembered_keys(), 11u);
+  EXPECT_LT(r.remembered_bytes(), 4096u);
+}
+
+}  // namespace
+}  // namespace chaise::storage
