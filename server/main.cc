@@ -51,6 +51,7 @@
 #include "http/router.h"
 #include "http/server.h"
 #include "http/workers.h"
+#include "server/memory.h"
 #include "storage/database.h"
 
 namespace {
@@ -388,6 +389,7 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   store_options.fsync = config.fsync;
   store_options.block_cache_bytes = config.block_cache_bytes;
   store_options.write_buffer_bytes = config.write_buffer_bytes;
+  store_options.resolver_bytes_max = config.conflict_window_bytes;
   auto opened = chaise::storage::Database::open((config.data_dir / "store").string(), store_options);
   if (!opened.ok()) {
     spdlog::critical("cannot open the store in {}: {}", (config.data_dir / "store").string(),
@@ -397,6 +399,7 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   std::unique_ptr<chaise::storage::Database> store = std::move(*opened);
 
   auto janitor = std::make_unique<chaise::core::TxIdJanitor>(*store);
+  chaise::server::MemoryTrimmer trimmer{std::chrono::seconds(5)};
   auto notifier = std::make_unique<chaise::core::ChangesNotifier>(*store);
   chaise::http::Authenticator authenticator{config_store, *store, command.admin_party};
 
@@ -500,6 +503,7 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
 }  // namespace
 
 int main(int argc, char** argv) {
+  chaise::server::tune_malloc();
   std::optional<Command> command;
   std::unique_ptr<chaise::config::Config> config;
   chaise::config::ServerSettings settings;

@@ -36,6 +36,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+std::atomic<bool> spidermonkey_initialized{false};
+
+// Called by every Engine's constructor: the shutdown is registered before any Engine with static
+// storage finishes constructing, so it runs after every such Engine is gone (atexit handlers run
+// in reverse), and SpiderMonkey's helper threads stop before its own statics are destroyed.
+void register_spidermonkey_shutdown_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::atexit([] {
+      if (spidermonkey_initialized.load()) JS_ShutDown();
+    });
+  });
+}
+
+// Called by a worker before it builds its first context.
 void init_spidermonkey_once(bool jit) {
   static std::once_flag once;
   std::call_once(once, [jit] {
@@ -44,9 +59,7 @@ void init_spidermonkey_once(bool jit) {
       spdlog::critical("js: SpiderMonkey failed to initialize");
       std::abort();
     }
-    // After every Engine with static storage is gone (they are registered later, so run first):
-    // SpiderMonkey's helper threads stop before its own statics are destroyed.
-    std::atexit([] { JS_ShutDown(); });
+    spidermonkey_initialized.store(true);
   });
 }
 
@@ -86,8 +99,6 @@ struct Engine::Impl {
   std::deque<std::shared_ptr<Task>> queue;
   bool stopping = false;
   std::vector<std::thread> workers;
-  std::size_t started = 0;  // workers past their first context build (under mu)
-  std::condition_variable started_cv;
   std::atomic<std::size_t> calls{0};
   std::atomic<std::size_t> rebuilt{0};
 
@@ -256,20 +267,11 @@ struct Engine::Impl {
     return rebuild;
   }
 
+  // A worker's context is built for its first task (and again after a rebuild): a server whose
+  // databases run no JavaScript never loads SpiderMonkey's code or allocates its heaps.
   void worker_loop(std::size_t slot) {
     Context c;
-    for (bool first = true;; first = false) {
-      if (!c.cx) {
-        if (!build(c)) {
-          spdlog::error("js: could not create a JavaScript context");
-          destroy(c);
-        }
-      }
-      if (first) {
-        std::lock_guard lock(mu);
-        ++started;
-        started_cv.notify_all();
-      }
+    for (;;) {
       std::shared_ptr<Task> t;
       {
         std::unique_lock lock(mu);
@@ -277,6 +279,13 @@ struct Engine::Impl {
         if (stopping && queue.empty()) break;
         t = std::move(queue.front());
         queue.pop_front();
+      }
+      if (!c.cx) {
+        init_spidermonkey_once(options.jit);
+        if (!build(c)) {
+          spdlog::error("js: could not create a JavaScript context");
+          destroy(c);
+        }
       }
       if (!c.cx) {
         t->done.set_value(JsError{"os_process_error", "no JavaScript context"});
@@ -289,16 +298,12 @@ struct Engine::Impl {
 };
 
 Engine::Engine(EngineOptions options) : impl_(std::make_unique<Impl>(options)) {
-  init_spidermonkey_once(options.jit);
+  register_spidermonkey_shutdown_once();
   std::size_t n = options.contexts == 0 ? 1 : options.contexts;
   impl_->slots.resize(n);
   impl_->watchdog = std::thread([this] { impl_->watch_loop(); });
   for (std::size_t i = 0; i < n; ++i)
     impl_->workers.emplace_back([this, i] { impl_->worker_loop(i); });
-  // Contexts are ready (their memory allocated) when the constructor returns, not during the
-  // first requests.
-  std::unique_lock lock(impl_->mu);
-  impl_->started_cv.wait(lock, [&] { return impl_->started == n; });
 }
 
 Engine::~Engine() {
