@@ -5,6 +5,7 @@
 // Reads splice _id/_rev (and other meta members) in front of it without parsing it again.
 #include "core/doc_json.h"
 
+#include <algorithm>
 #include <array>
 #include <cassert>
 #include <cstdint>
@@ -160,7 +161,19 @@ std::optional<CouchError> validate_docid(std::string_view id) {
 }
 
 std::string json_string(std::string_view s) {
-  return dump(Json(std::string(s)), Json::error_handler_t::replace);
+  // Ids, revisions and sequences are nearly always printable ASCII without quotes or
+  // backslashes, which JSON takes as they are; anything else goes through the serializer
+  // (escapes, and U+FFFD for invalid UTF-8). Building a Json per string took a tenth of a
+  // _changes scan.
+  const bool plain = std::all_of(
+      s.begin(), s.end(), [](char c) { return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\'; });
+  if (!plain) return dump(Json(std::string(s)), Json::error_handler_t::replace);
+  std::string out;
+  out.reserve(s.size() + 2);
+  out.push_back('"');
+  out.append(s);
+  out.push_back('"');
+  return out;
 }
 
 std::string splice_doc(std::string_view body, std::string_view id, std::string_view rev,

@@ -84,12 +84,11 @@ int clamp_revs_limit(int revs_limit) { return std::max(1, revs_limit); }
 std::string rev_hash_to_str(std::string_view hash) {
   if (hash.size() != kRevHashBytes) return std::string(hash);
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * kRevHashBytes);
-  for (char c : hash) {
-    const auto b = static_cast<unsigned char>(c);
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 0xf]);
+  std::string out(2 * kRevHashBytes, '0');
+  for (std::size_t i = 0; i < kRevHashBytes; ++i) {
+    const auto b = static_cast<unsigned char>(hash[i]);
+    out[2 * i] = kHex[b >> 4];
+    out[2 * i + 1] = kHex[b & 0xf];
   }
   return out;
 }

@@ -1,5 +1,7 @@
 #include "core/sequence.h"
 
+#include <charconv>
+
 namespace chaise::core {
 
 namespace {
@@ -21,19 +23,22 @@ bool Sequence::is_zero() const {
 
 std::string Sequence::str() const {
   if (is_zero()) return "0";
-  std::string out;
-  out.reserve(48);
+  const std::string stamp = versionstamp.to_bytes();
+  char buf[24 + 2 + 2 * 16];
+  std::size_t n = 0;
   if (count > 0) {
-    out = std::to_string(count);
-    out.push_back('-');
+    const auto r = std::to_chars(buf, buf + 24, count);
+    n = static_cast<std::size_t>(r.ptr - buf);
+    buf[n++] = '-';
   }
-  out.push_back(kHex[(incarnation >> 4) & 0xf]);
-  out.push_back(kHex[incarnation & 0xf]);
-  for (unsigned char c : versionstamp.to_bytes()) {
-    out.push_back(kHex[c >> 4]);
-    out.push_back(kHex[c & 0xf]);
+  buf[n++] = kHex[(incarnation >> 4) & 0xf];
+  buf[n++] = kHex[incarnation & 0xf];
+  for (std::size_t i = 0; i < stamp.size() && i < 16; ++i) {
+    const auto c = static_cast<unsigned char>(stamp[i]);
+    buf[n++] = kHex[c >> 4];
+    buf[n++] = kHex[c & 0xf];
   }
-  return out;
+  return std::string(buf, n);
 }
 
 std::optional<Sequence> Sequence::parse(std::string_view text) {

@@ -149,10 +149,14 @@ class Encoder {
 
   void escaped(std::uint8_t code, std::string_view s) {
     put(out_, code);
-    for (char c : s) {
-      out_->push_back(c);
-      if (c == '\0') put(out_, kEscape);
+    for (;;) {
+      const std::size_t nul = s.find('\0');
+      if (nul == std::string_view::npos) break;
+      out_->append(s.data(), nul + 1);
+      put(out_, kEscape);
+      s.remove_prefix(nul + 1);
     }
+    out_->append(s);
     put(out_, 0x00);
   }
 
@@ -277,13 +281,15 @@ class Decoder {
     return true;
   }
 
+  // Copies runs between NULs whole (byte by byte, decoding took a tenth of a _changes scan).
   bool escaped(std::string* out) {
     for (;;) {
-      if (!remaining(1)) return false;  // no terminator
-      const char c = in_[pos_++];
-      if (c != '\0') {
-        out->push_back(c);
-      } else if (remaining(1) && byte_at(in_, pos_) == kEscape) {
+      const void* nul = std::memchr(in_.data() + pos_, '\0', in_.size() - pos_);
+      if (!nul) return false;  // no terminator
+      const std::size_t at = static_cast<std::size_t>(static_cast<const char*>(nul) - in_.data());
+      out->append(in_.data() + pos_, at - pos_);
+      pos_ = at + 1;
+      if (remaining(1) && byte_at(in_, pos_) == kEscape) {
         out->push_back('\0');
         ++pos_;
       } else {

@@ -239,6 +239,11 @@ TEST(JsonString, EscapesLikeNlohmann) {
   }
   // Invalid UTF-8 does not throw; it becomes U+FFFD.
   EXPECT_EQ(json_string("a\xff"), "\"a\xef\xbf\xbd\"");
+  // Every byte, in the middle of printable text (the fast path takes only printable ASCII).
+  for (int b = 0; b < 256; ++b) {
+    const std::string s = std::string("id-") + static_cast<char>(b) + "-x";
+    EXPECT_EQ(json_string(s), Json(s).dump(-1, ' ', false, Json::error_handler_t::replace)) << b;
+  }
 }
 
 TEST(SpliceDoc, ExamplesFromTheContract) {
