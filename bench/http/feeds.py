@@ -4,12 +4,17 @@
   feeds.py latency  BASE_URL [--feeds 1000] [--writes 200]
       Opens N continuous _changes feeds (since=now), then writes documents one at a time and
       measures, for every write, how long each feed takes to see it. Prints p50/p99/max.
+  feeds.py ack      BASE_URL [--feeds 200] [--writes 500] [--interval-ms 10]
+      Opens N continuous feeds (since=now), then sends the writes open-loop, one PUT every
+      interval whatever the answers, and measures from each PUT's acknowledgement to each
+      feed's receipt of it (a receipt before the acknowledgement counts as 0). The issue 10 shape.
   feeds.py idle     BASE_URL --pid PID [--feeds 10000] [--seconds 60]
       Opens N continuous feeds with a 30 s heartbeat, then samples the server's RSS and CPU time
       (from /proc/PID) over the given time.
   feeds.py shards   BASE_URL [--docs 1000000] [--shards 4]
       Loads DOCS documents into a database resharded to SHARDS shards, then reads the whole
       feed once through /_changes and once through the SHARDS shard feeds in parallel.
+Basic auth: BENCH_AUTH_HEADER="Basic ..." is sent on every request (run.sh sets it from BENCH_AUTH).
 """
 import argparse
 import asyncio
@@ -23,8 +28,10 @@ import urllib.request
 
 def http(base, method, path, body=None):
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if os.environ.get("BENCH_AUTH_HEADER"):
+        headers["Authorization"] = os.environ["BENCH_AUTH_HEADER"]
+    req = urllib.request.Request(base + path, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req) as r:
             return r.status, json.loads(r.read() or b"null")
@@ -40,7 +47,9 @@ def fresh_db(base, name):
 
 async def open_feed(host, port, path):
     reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    auth = os.environ.get("BENCH_AUTH_HEADER")
+    auth = f"Authorization: {auth}\r\n" if auth else ""
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{auth}\r\n".encode())
     await writer.drain()
     while (await reader.readline()) not in (b"\r\n", b""):
         pass  # response head
@@ -94,6 +103,50 @@ async def latency(base, feeds, writes):
     q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))]
     print(f"latency: {feeds} continuous feeds x {writes} writes (write = PUT incl. fsync'd commit)")
     print(f"  p50 {q(0.50):.2f} ms  p99 {q(0.99):.2f} ms  max {lat[-1]:.2f} ms  undelivered {missing}")
+
+
+async def ack_latency(base, feeds, writes, interval_ms):
+    host, port = base.split("//")[1].split(":")
+    fresh_db(base, "benchack")
+    seen = {}
+    conns = [await open_feed(host, int(port), "/benchack/_changes?feed=continuous&since=now&heartbeat=30000")
+             for _ in range(feeds)]
+    tasks = [asyncio.create_task(read_ids(r, seen, i)) for i, (r, _) in enumerate(conns)]
+    await asyncio.sleep(1.0)
+    loop = asyncio.get_running_loop()
+    acks = {}
+    failed = 0
+
+    async def write(doc_id, n):
+        nonlocal failed
+        status, _ = await loop.run_in_executor(None, http, base, "PUT", f"/benchack/{doc_id}", {"n": n})
+        if status == 201:
+            acks[doc_id] = time.perf_counter()
+        else:
+            failed += 1
+
+    start = time.perf_counter()
+    writers = []
+    for n in range(writes):
+        delay = start + n * interval_ms / 1000 - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        writers.append(asyncio.create_task(write(f"w{n}", n)))
+    await asyncio.gather(*writers)
+    deadline = time.perf_counter() + 10
+    while len(seen) < feeds * len(acks) and time.perf_counter() < deadline:
+        await asyncio.sleep(0.01)
+    for t in tasks:
+        t.cancel()
+    for _, w in conns:
+        w.close()
+    lat = sorted(max(0.0, (seen[(i, d)] - t) * 1000) for d, t in acks.items()
+                 for i in range(feeds) if (i, d) in seen)
+    missing = feeds * len(acks) - len(lat)
+    q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))]
+    print(f"ack   {feeds} continuous feeds, {writes} PUTs open-loop every {interval_ms} ms: ack -> feed "
+          f"p50 {q(0.50):.2f} ms  p99 {q(0.99):.2f} ms  max {lat[-1]:.2f} ms  undelivered {missing}  "
+          f"failed writes {failed}")
 
 
 def proc_sample(pid):
@@ -155,10 +208,11 @@ def shards(base, docs, shard_count):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["latency", "idle", "shards"])
+    ap.add_argument("mode", choices=["latency", "ack", "idle", "shards"])
     ap.add_argument("base")
     ap.add_argument("--feeds", type=int)
-    ap.add_argument("--writes", type=int, default=200)
+    ap.add_argument("--writes", type=int)
+    ap.add_argument("--interval-ms", type=float, default=10)
     ap.add_argument("--pid", type=int)
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--docs", type=int, default=1_000_000)
@@ -167,7 +221,9 @@ def main():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if a.mode == "latency":
-        asyncio.run(latency(a.base, a.feeds or 1000, a.writes))
+        asyncio.run(latency(a.base, a.feeds or 1000, a.writes or 200))
+    elif a.mode == "ack":
+        asyncio.run(ack_latency(a.base, a.feeds or 200, a.writes or 500, a.interval_ms))
     elif a.mode == "idle":
         asyncio.run(idle(a.base, a.pid, a.feeds or 10000, a.seconds))
     else:

@@ -18,6 +18,9 @@
 #         request, and with every second request a retry of the one before (docs/s, req/s)
 #   unique POST /{db} of docs with new emails, 64 connections: no index, a plain Mango index on
 #         email, a unique one (req/s); then 64 clients racing to claim 1,000 emails (indexes.py)
+#   feeds 200 continuous _changes feeds (since=now) and 500 PUTs sent open-loop, one per 10 ms:
+#         from each PUT's acknowledgement to each feed's receipt, p50/p99/max (feeds.py ack)
+#   disk  (last) the size on disk of a database of STREAM_DOCS docs; see the end of this file
 #   sync  POST /{db}, 64 connections, with 0, 1 and 3 synchronous Mango indexes (req/s); then
 #         query-after-write latency with a lazy and a synchronous index (indexes.py)
 # After each workload it prints the server's resident memory (now and peak, from /proc) when it
@@ -252,6 +255,11 @@ if [[ " $WORKLOADS " == *" scan "* ]]; then
     echo "scan  $view: $n rows in $(python3 -c "print(round($t1-$t0,2))") s = $(python3 -c "print(round($n/($t1-$t0)))") rows/s"
   done
   memory scan
+fi
+
+if [[ " $WORKLOADS " == *" feeds "* ]]; then
+  python3 "$here/feeds.py" ack "$base" --feeds 200 --writes 500 --interval-ms 10
+  memory feeds
 fi
 
 # Last, because it restarts (and with --chaise finally stops) the server: the size on disk of a
