@@ -86,6 +86,7 @@ constexpr auto kKeys = std::to_array<Key>({
     {"chaise", "block_cache_bytes", Kind::kInt, 1024 * 1024, kMax},
     {"chaise", "write_buffer_bytes", Kind::kInt, 1024 * 1024, 1024ll * 1024 * 1024},
     {"chaise", "conflict_window_bytes", Kind::kInt, 64 * 1024, kMax},
+    {"chaise", "table_index_in_cache", Kind::kBool},
     {"chaise", "idempotency_key_ttl", Kind::kInt, 1, 365ll * 24 * 3600},
     {"log", "level", Kind::kLogLevel},
     {"uuids", "max_count", Kind::kInt, 1, kMax},
@@ -289,6 +290,8 @@ ServerSettings server_settings(const Sections& values, std::vector<std::string>&
       values, "chaise", "block_cache_bytes", static_cast<std::int64_t>(s.block_cache_bytes)));
   s.write_buffer_bytes = static_cast<std::size_t>(get_int(
       values, "chaise", "write_buffer_bytes", static_cast<std::int64_t>(s.write_buffer_bytes)));
+  s.table_index_in_cache =
+      get_bool(values, "chaise", "table_index_in_cache", s.table_index_in_cache);
   s.conflict_window_bytes =
       static_cast<std::size_t>(get_int(values, "chaise", "conflict_window_bytes",
                                        static_cast<std::int64_t>(s.conflict_window_bytes)));

@@ -390,6 +390,7 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   store_options.block_cache_bytes = config.block_cache_bytes;
   store_options.write_buffer_bytes = config.write_buffer_bytes;
   store_options.resolver_bytes_max = config.conflict_window_bytes;
+  store_options.table_index_in_cache = config.table_index_in_cache;
   auto opened = chaise::storage::Database::open((config.data_dir / "store").string(), store_options);
   if (!opened.ok()) {
     spdlog::critical("cannot open the store in {}: {}", (config.data_dir / "store").string(),

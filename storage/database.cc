@@ -94,9 +94,9 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   // starts as they near it); each memtable is half of it and flushes alone, so at most about
   // 1.5x is held while one flushes. Data blocks are cached in block_cache_bytes. The tables'
   // index and filter blocks stay outside the cache, held by the open tables: putting them in
-  // the cache (whole or partitioned) cost _bulk_docs a third of its throughput and scans 10-15%
-  // (bench/README.md, "Memory"); their size is reported as chaise_memory_bytes{part=
-  // "table_readers"}.
+  // the cache (partitioned) costs GET of a small database 30% of its throughput (bench/README.md,
+  // "Memory"), so it is an option (table_index_in_cache); their size is reported as
+  // chaise_memory_bytes{part="table_readers"}.
   ro.write_buffer_manager =
       std::make_shared<rocksdb::WriteBufferManager>(options.write_buffer_bytes);
   ro.write_buffer_size = std::max<std::size_t>(options.write_buffer_bytes / 2, 1u << 20);
@@ -115,6 +115,17 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   rocksdb::BlockBasedTableOptions table;
   e->block_cache_ = rocksdb::NewLRUCache(options.block_cache_bytes);
   table.block_cache = e->block_cache_;
+  if (options.table_index_in_cache) {
+    // Partitioned index and filter blocks, cached like data blocks (the partitions' own index
+    // pinned): memory stays within block_cache_bytes however large the data grows.
+    table.cache_index_and_filter_blocks = true;
+    table.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
+    table.partition_filters = true;
+    table.metadata_block_size = 4096;
+    table.pin_top_level_index_and_filter = true;
+    table.pin_l0_filter_and_index_blocks_in_cache = true;
+    table.cache_index_and_filter_blocks_with_high_priority = true;
+  }
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   table.whole_key_filtering = true;
   rocksdb::ColumnFamilyOptions cfo(ro);

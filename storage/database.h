@@ -81,6 +81,10 @@ struct Options {
   // All RocksDB memtables together, bytes: a flush starts as they near it (each memtable is
   // half of it; up to about 1.5x exists while one is being flushed). Default 16 MiB.
   std::size_t write_buffer_bytes = 16u << 20;
+  // Keep the tables' index and filter blocks (partitioned) in the block cache instead of beside
+  // it: memory bounded by block_cache_bytes at any data size, for slower point reads. Default
+  // false.
+  bool table_index_in_cache = false;
   // Retry backoff of on_error(): starts at initial, doubles up to max, jittered. Defaults 1 ms / 1
   // s.
   std::int64_t retry_backoff_initial_us = 1'000;

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# How cost grows with size (issue 10): PUT, GET and _changes?since=<middle> on one database at
+# SMALL docs and again after it has grown to LARGE docs, with the server's RSS and the store's size.
+#
+#   bench/http/scale.sh http://127.0.0.1:5984     # a running server (BENCH_PID for its memory)
+#   bench/http/scale.sh --chaise                  # starts build/server/chaise on a temporary dir
+#
+# Environment: SMALL (default 200000), LARGE (default 10000000), DURATION (s per wrk run, 20),
+# BENCH_AUTH=user:password (Basic auth on every request; with --chaise the server admin),
+# CHAISE_CONFIG=<ini> (with --chaise, read after config/default.ini).
+# Each step: PUT of new ~200-byte docs (64 connections), GET of random existing docs (64
+# connections), and _changes?since=<the sequence of the middle document>&limit=200000 read whole.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+SMALL="${SMALL:-200000}"
+LARGE="${LARGE:-10000000}"
+DURATION="${DURATION:-20}"
+pid=""
+datadir=""
+cleanup() {
+  if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  if [[ -n "$datadir" ]]; then rm -rf "$datadir"; fi
+}
+trap cleanup EXIT
+if [[ "${1:-}" == "--chaise" ]]; then
+  datadir="$(mktemp -d /tmp/chaise-scale-XXXXXX)"
+  mkfifo "$datadir/out"
+  COUCHDB_USER="${BENCH_AUTH%%:*}" COUCHDB_PASSWORD="${BENCH_AUTH#*:}" \
+    "${CHAISE_BIN:-$root/build/server/chaise}" --port 0 --data-dir "$datadir/data" \
+    --config "$root/config/default.ini" ${CHAISE_CONFIG:+--config "$CHAISE_CONFIG"} >"$datadir/out" 2>"$datadir/log" &
+  pid=$!
+  read -r line <"$datadir/out"
+  exec 3<"$datadir/out"
+  base="http://127.0.0.1:${line##*:}"
+else
+  base="${1:?usage: scale.sh <base-url> | --chaise}"
+fi
+server_pid="${BENCH_PID:-$pid}"
+auth=()
+wrk_auth=()
+export BENCH_AUTH_HEADER=""
+if [[ -n "${BENCH_AUTH:-}" ]]; then
+  auth=(-u "$BENCH_AUTH")
+  BENCH_AUTH_HEADER="Basic $(printf '%s' "$BENCH_AUTH" | base64 -w0)"
+  wrk_auth=(-H "Authorization: $BENCH_AUTH_HEADER")
+fi
+db=benchscale
+curl "${auth[@]}" -s -X DELETE "$base/$db" >/dev/null || true
+curl "${auth[@]}" -sf -X PUT "$base/$db" >/dev/null
+
+measure() {  # measure <docs in the database>
+  local n=$1 r mid seq t0 t1 rows
+  r=$(BENCH_DB=$db wrk "${wrk_auth[@]}" -t2 -c64 -d"${DURATION}s" -s "$here/put_new_docs.lua" "$base" | awk '/Requests\/sec/ {print $2}')
+  echo "at $n docs: put  $r docs/s"
+  r=$(BENCH_DB=$db BENCH_DOCS=$n BENCH_ID_FORMAT='d%08d' wrk "${wrk_auth[@]}" -t2 -c64 -d"${DURATION}s" -s "$here/get_doc.lua" "$base" | awk '/Requests\/sec/ {print $2}')
+  echo "at $n docs: get  $r req/s"
+  mid=$(printf 'd%08d' $(( n / 2 )))
+  seq=$(curl "${auth[@]}" -s "$base/$db/_changes?doc_ids=%5B%22$mid%22%5D&filter=_doc_ids" |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["results"][0]["seq"])')
+  local out
+  out="$(mktemp /tmp/scale-XXXXXX.json)"
+  t0=$(date +%s.%N)
+  curl "${auth[@]}" -sf "$base/$db/_changes?since=$seq&limit=200000" -o "$out"
+  t1=$(date +%s.%N)
+  rows=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["results"]))' "$out")
+  rm -f "$out"
+  echo "at $n docs: _changes?since=<middle>&limit=200000: $rows rows, $(python3 -c "print(round($rows/($t1-$t0)))") rows/s"
+  curl "${auth[@]}" -s "$base/_node/_local/_prometheus" | awk -v n="$n" \
+    '/^chaise_memory_bytes/ {printf "at %s docs: %s %.1f MiB\n", n, $1, $2/1048576}'
+  if [[ -n "$server_pid" && -r "/proc/$server_pid/status" ]]; then
+    awk -v n="$n" '/^VmRSS/ {rss=$2} /^VmHWM/ {hwm=$2} END {printf "at %s docs: RSS %.0f MiB, peak %.0f MiB\n", n, rss/1024, hwm/1024}' "/proc/$server_pid/status"
+  fi
+  [[ -z "$datadir" ]] || echo "at $n docs: data directory $(du -sm "$datadir/data" | cut -f1) MiB"
+}
+
+python3 "$here/load_docs.py" "$base" $db 0 "$SMALL"
+measure "$SMALL"
+python3 "$here/load_docs.py" "$base" $db "$SMALL" "$LARGE"
+measure "$LARGE"
