@@ -8,8 +8,8 @@
 #include <js/CallAndConstruct.h>
 #include <js/CompilationAndEvaluation.h>
 #include <js/Context.h>
-#include <js/Conversions.h>
 #include <js/ContextOptions.h>
+#include <js/Conversions.h>
 #include <js/Initialization.h>
 #include <js/Interrupt.h>
 #include <js/PropertyAndElement.h>
@@ -26,7 +26,9 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <shared_mutex>
 #include <thread>
+#include <utility>
 
 namespace chaise::core::js {
 
@@ -48,6 +50,16 @@ void register_spidermonkey_shutdown_once() {
       if (spidermonkey_initialized.load()) JS_ShutDown();
     });
   });
+}
+
+// Contexts are built and destroyed only while no other context runs JavaScript (exclusive), and
+// run JavaScript side by side (shared). SpiderMonkey 102 corrupted a running context's strings
+// now and then when another thread built a context meanwhile (JsTest.ManyThreadsCallAtOnce after
+// a rebuild: JSON.parse saw garbage in 5 runs of 10 under ASan). Builds are rare: a worker's
+// first task, and after a timeout or out-of-memory.
+std::shared_mutex& context_gate() {
+  static std::shared_mutex gate;
+  return gate;
 }
 
 // Called by a worker before it builds its first context.
@@ -195,7 +207,8 @@ struct Engine::Impl {
   }
 
   // Runs one task on `c`; returns whether the context must be rebuilt.
-  bool run(Context& c, std::size_t slot, Task& t) {
+  // Runs the task in c; the result, and whether the context must be rebuilt.
+  std::pair<JsResult<std::string>, bool> run(Context& c, std::size_t slot, Task& t) {
     JSContext* cx = c.cx;
     {
       std::lock_guard lock(watch_mu);
@@ -257,14 +270,8 @@ struct Engine::Impl {
       }
     }
     c.kill = false;
-    if (rebuild) {
-      destroy(c);
-      rebuilt.fetch_add(1);
-    } else {
-      JS_MaybeGC(cx);
-    }
-    t.done.set_value(std::move(result));
-    return rebuild;
+    if (!rebuild) JS_MaybeGC(cx);
+    return {std::move(result), rebuild};
   }
 
   // A worker's context is built for its first task (and again after a rebuild): a server whose
@@ -281,6 +288,7 @@ struct Engine::Impl {
         queue.pop_front();
       }
       if (!c.cx) {
+        std::unique_lock gate(context_gate());
         init_spidermonkey_once(options.jit);
         if (!build(c)) {
           spdlog::error("js: could not create a JavaScript context");
@@ -291,8 +299,19 @@ struct Engine::Impl {
         t->done.set_value(JsError{"os_process_error", "no JavaScript context"});
         continue;
       }
-      run(c, slot, *t);  // destroys the context if it must be rebuilt
+      std::pair<JsResult<std::string>, bool> outcome;
+      {
+        std::shared_lock gate(context_gate());
+        outcome = run(c, slot, *t);
+      }
+      if (outcome.second) {
+        std::unique_lock gate(context_gate());
+        destroy(c);
+        rebuilt.fetch_add(1);
+      }
+      t->done.set_value(std::move(outcome.first));
     }
+    std::unique_lock gate(context_gate());
     destroy(c);
   }
 };
