@@ -40,52 +40,9 @@ DURATION="${DURATION:-10}"
 STREAM_DOCS="${STREAM_DOCS:-1000000}"
 WORKLOADS="${WORKLOADS:-put get bulk scan}"
 
-pid=""
-datadir=""
-cleanup() {
-  if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  if [[ -n "$datadir" ]]; then rm -rf "$datadir"; fi
-}
-trap cleanup EXIT
-
-start_chaise() {  # starts the server on $datadir/data; sets pid and base
-  local fifo="$datadir/out"
-  rm -f "$fifo"
-  mkfifo "$fifo"
-  if [[ -n "${BENCH_AUTH:-}" ]]; then
-    COUCHDB_USER="${BENCH_AUTH%%:*}" COUCHDB_PASSWORD="${BENCH_AUTH#*:}" \
-      "${CHAISE_BIN:-$root/build/server/chaise}" --port 0 --data-dir "$datadir/data" --config "$root/config/default.ini" ${CHAISE_CONFIG:+--config "$CHAISE_CONFIG"} >"$fifo" 2>>"$datadir/log" &
-  else
-    "${CHAISE_BIN:-$root/build/server/chaise}" --port 0 --data-dir "$datadir/data" --config "$root/config/default.ini" --admin-party >"$fifo" 2>>"$datadir/log" &
-  fi
-  pid=$!
-  local line
-  read -r line <"$fifo"
-  exec 3<"$fifo"  # keep the pipe open so the server never gets SIGPIPE on stdout
-  base="http://127.0.0.1:${line##*:}"
-}
-stop_chaise() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""; }
-
-if [[ "${1:-}" == "--chaise" ]]; then
-  datadir="$(mktemp -d /tmp/chaise-bench-XXXXXX)"
-  start_chaise
-else
-  base="${1:?usage: run.sh <base-url> | --chaise}"
-fi
-# Basic auth: curl reads it from ~/.netrc-less -u, wrk and python from a header.
-curl_auth=()
-wrk_auth=()
-auth_header=""
-if [[ -n "${BENCH_AUTH:-}" ]]; then
-  curl_auth=(-u "$BENCH_AUTH")
-  auth_header="Basic $(printf '%s' "$BENCH_AUTH" | base64 -w0)"
-  wrk_auth=(-H "Authorization: $auth_header")
-fi
-if [[ -n "${BENCH_LOAD_AUTHORIZATION:-}" ]]; then
-  auth_header="$BENCH_LOAD_AUTHORIZATION"
-  wrk_auth=(-H "Authorization: $auth_header")
-fi
-export BENCH_AUTH_HEADER="$auth_header"
+# shellcheck source=bench/http/lib.sh
+source "$here/lib.sh"
+bench_server "$@"
 # An https URL (Chaise's [ssl] port with a self-signed certificate): curl and python skip
 # certificate checks; wrk never checks them.
 if [[ "$base" == https://* ]]; then
@@ -94,7 +51,6 @@ if [[ "$base" == https://* ]]; then
 fi
 curl() { command curl "${curl_auth[@]}" "$@"; }
 echo "server: $base ($(curl -s "$base/" | head -c 120))"
-server_pid="${BENCH_PID:-$pid}"
 memory() {  # memory <after what>: the server's RSS now and its peak so far, in MiB
   [[ -n "$server_pid" && -r "/proc/$server_pid/status" ]] || return 0
   awk -v what="$1" '/^VmRSS/ {rss=$2} /^VmHWM/ {hwm=$2}

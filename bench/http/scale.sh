@@ -16,35 +16,10 @@ root="$(cd "$here/../.." && pwd)"
 SMALL="${SMALL:-200000}"
 LARGE="${LARGE:-10000000}"
 DURATION="${DURATION:-20}"
-pid=""
-datadir=""
-cleanup() {
-  if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  if [[ -n "$datadir" ]]; then rm -rf "$datadir"; fi
-}
-trap cleanup EXIT
-if [[ "${1:-}" == "--chaise" ]]; then
-  datadir="$(mktemp -d /tmp/chaise-scale-XXXXXX)"
-  mkfifo "$datadir/out"
-  COUCHDB_USER="${BENCH_AUTH%%:*}" COUCHDB_PASSWORD="${BENCH_AUTH#*:}" \
-    "${CHAISE_BIN:-$root/build/server/chaise}" --port 0 --data-dir "$datadir/data" \
-    --config "$root/config/default.ini" ${CHAISE_CONFIG:+--config "$CHAISE_CONFIG"} >"$datadir/out" 2>"$datadir/log" &
-  pid=$!
-  read -r line <"$datadir/out"
-  exec 3<"$datadir/out"
-  base="http://127.0.0.1:${line##*:}"
-else
-  base="${1:?usage: scale.sh <base-url> | --chaise}"
-fi
-server_pid="${BENCH_PID:-$pid}"
-auth=()
-wrk_auth=()
-export BENCH_AUTH_HEADER=""
-if [[ -n "${BENCH_AUTH:-}" ]]; then
-  auth=(-u "$BENCH_AUTH")
-  BENCH_AUTH_HEADER="Basic $(printf '%s' "$BENCH_AUTH" | base64 -w0)"
-  wrk_auth=(-H "Authorization: $BENCH_AUTH_HEADER")
-fi
+# shellcheck source=bench/http/lib.sh
+source "$here/lib.sh"
+bench_server "$@"
+auth=("${curl_auth[@]}")
 db=benchscale
 curl "${auth[@]}" -s -X DELETE "$base/$db" >/dev/null || true
 curl "${auth[@]}" -sf -X PUT "$base/$db" >/dev/null
