@@ -348,7 +348,8 @@ StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& t
                                                                   const std::string& id,
                                                                   const RevId& rev,
                                                                   std::int64_t branch_count,
-                                                                  bool deleted) {
+                                                                  bool deleted,
+                                                                  const std::optional<RevRecord>* record) {
   if (q_.design_only && id.compare(0, 8, "_design/") != 0) return std::optional<std::string>();
   if (q_.doc_ids && !std::binary_search(sorted_doc_ids_.begin(), sorted_doc_ids_.end(), id))
     return std::optional<std::string>();
@@ -370,10 +371,16 @@ StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& t
     w.branch_count = branch_count;
     branches.push_back(std::move(w));
   };
+  // The winner rendered: from the record read ahead when it is that revision's.
+  auto winner_json = [&](const DocReadOptions& o) {
+    const StoredBranch& w = branches.back();
+    if (record && w.branch.leaf == rev) return branch_doc_json(tr, db_, id, branches, w, o, *record);
+    return branch_doc_json(tr, db_, id, branches, w, o);
+  };
   if (q_.selector || q_.doc_filter) {
     // The winning revision as a document (_id, _rev, _deleted included) must match.
     if (branches.empty()) named_winner();
-    auto doc = branch_doc_json(tr, db_, id, branches, branches.back(), DocReadOptions{});
+    auto doc = winner_json(DocReadOptions{});
     if (!doc.ok()) return doc.error();
     if (q_.doc_filter && !q_.doc_filter->pass(*doc)) return std::optional<std::string>();
     if (q_.selector) {
@@ -405,7 +412,7 @@ StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& t
       o.conflicts = q_.conflicts;
       o.attachments = q_.attachments;
       o.att_encoding_info = q_.att_encoding_info;
-      auto d = branch_doc_json(tr, db_, id, branches, branches.back(), o);
+      auto d = winner_json(o);
       if (!d.ok()) return d.error();
       row += ",\"doc\":" + *d;
     }
@@ -440,7 +447,7 @@ StorageResult<bool> ChangesCursor::next_page_by_doc_ids(Transaction& tr,
     if (q_.limit > 0 && emitted_ >= q_.limit) break;
     last_seq_ = h.seq;
     auto row = row_json(tr, h.seq, h.id, h.winner.branch.leaf, h.winner.branch_count,
-                        h.winner.branch.deleted);
+                        h.winner.branch.deleted, nullptr);
     if (!row.ok()) return row.error();
     if (*row) out.push_back(std::move(**row));
   }
@@ -464,36 +471,21 @@ StorageResult<bool> ChangesCursor::next_page(Transaction& tr, std::size_t rows_m
   // holds one modest page in memory (a thousand 3 KB documents were 3 MB and more per page).
   std::size_t page_bytes = 0;
   for (std::size_t consumed = 0; consumed < rows_max && page_bytes < kPageBytesMax;) {
-    ShardScan* best = nullptr;
-    for (ShardScan& scan : scans_) {
-      if (scan.buffer.empty() && !scan.exhausted) {
-        if (auto st = fetch(tr, scan, rows_max); !st) return st.error();
+    if (ready_.empty()) {
+      std::size_t n = std::min(kReadyBatch, rows_max - consumed);
+      if (q_.limit > 0) n = std::min<std::size_t>(n, static_cast<std::size_t>(q_.limit - emitted_));
+      if (auto st = take_ready(tr, std::max<std::size_t>(n, 1), rows_max); !st) return st.error();
+      if (ready_.empty()) {
+        if (auto st = finish(tr); !st) return st.error();
+        return false;
       }
-      if (scan.buffer.empty()) continue;
-      const Sequence& s = scan.buffer.front().seq;
-      if (!best || (q_.descending ? best->buffer.front().seq < s : s < best->buffer.front().seq))
-        best = &scan;
     }
-    if (!best) {
-      if (auto st = finish(tr); !st) return st.error();
-      return false;
-    }
-    Entry e = std::move(best->buffer.front());
-    best->buffer.pop_front();
+    Ready r = std::move(ready_.front());
+    ready_.pop_front();
     ++consumed;
-    auto v = Tuple::unpack(e.value);
-    if (!v || v->size() < 6) return storage::Error::io_error;
-    // A shard's feed (RFC 004, Chaise's own) keeps the bare fixed-width form: consumers merge
-    // shard feeds by comparing the strings.
-    if (v->size() > 6 && !q_.shard) e.seq.count = v->get_int(6).value_or(0);
-    const std::string* id = v->get_string(1);
-    auto pos = v->get_int(2);
-    const std::string* hash = v->get_bytes(3);
-    auto branch_count = v->get_int(4);
-    auto not_deleted = v->get_bool(5);
-    if (!id || !pos || !hash || !branch_count || !not_deleted) return storage::Error::io_error;
-    last_seq_ = e.seq;
-    auto row = row_json(tr, e.seq, *id, RevId{*pos, *hash}, *branch_count, !*not_deleted);
+    last_seq_ = r.seq;
+    auto row = row_json(tr, r.seq, r.id, r.rev, r.branch_count, r.deleted,
+                        r.record ? &*r.record : nullptr);
     if (!row.ok()) return row.error();
     if (*row) {
       page_bytes += (*row)->size();
@@ -505,6 +497,56 @@ StorageResult<bool> ChangesCursor::next_page(Transaction& tr, std::size_t rows_m
     }
   }
   return true;
+}
+
+storage::Status ChangesCursor::take_ready(Transaction& tr, std::size_t n, std::size_t rows_max) {
+  while (ready_.size() < n) {
+    ShardScan* best = nullptr;
+    for (ShardScan& scan : scans_) {
+      if (scan.buffer.empty() && !scan.exhausted) {
+        if (auto st = fetch(tr, scan, rows_max); !st) return st;
+      }
+      if (scan.buffer.empty()) continue;
+      const Sequence& s = scan.buffer.front().seq;
+      if (!best || (q_.descending ? best->buffer.front().seq < s : s < best->buffer.front().seq))
+        best = &scan;
+    }
+    if (!best) break;
+    Entry e = std::move(best->buffer.front());
+    best->buffer.pop_front();
+    auto v = Tuple::unpack(e.value);
+    if (!v || v->size() < 6) return storage::Error::io_error;
+    // A shard's feed (RFC 004, Chaise's own) keeps the bare fixed-width form: consumers merge
+    // shard feeds by comparing the strings.
+    if (v->size() > 6 && !q_.shard) e.seq.count = v->get_int(6).value_or(0);
+    const std::string* id = v->get_string(1);
+    auto pos = v->get_int(2);
+    const std::string* hash = v->get_bytes(3);
+    auto branch_count = v->get_int(4);
+    auto not_deleted = v->get_bool(5);
+    if (!id || !pos || !hash || !branch_count || !not_deleted) return storage::Error::io_error;
+    ready_.push_back(Ready{e.seq, *id, RevId{*pos, *hash}, *branch_count, !*not_deleted, {}});
+  }
+  // Rows that show or filter documents: the named revisions' bodies in one ordered walk. Rows
+  // that _doc_ids or _design leave out are not read.
+  if (!q_.include_docs && !q_.selector && !q_.doc_filter) return {};
+  std::vector<std::pair<std::string, RevId>> wanted;
+  std::vector<Ready*> owners;
+  wanted.reserve(ready_.size());
+  owners.reserve(ready_.size());
+  for (Ready& r : ready_) {
+    if (r.record) continue;
+    if (q_.design_only && r.id.compare(0, 8, "_design/") != 0) continue;
+    if (q_.doc_ids && !std::binary_search(sorted_doc_ids_.begin(), sorted_doc_ids_.end(), r.id))
+      continue;
+    wanted.emplace_back(r.id, r.rev);
+    owners.push_back(&r);
+  }
+  if (wanted.empty()) return {};
+  auto records = read_revs(tr, db_, wanted);
+  if (!records.ok()) return records.error();
+  for (std::size_t i = 0; i < owners.size(); ++i) owners[i]->record = std::move((*records)[i]);
+  return {};
 }
 
 StorageResult<std::int64_t> ChangesCursor::bounded(Transaction& tr, std::int64_t counted) {
@@ -538,6 +580,7 @@ StorageResult<std::int64_t> ChangesCursor::pending(Transaction& tr) {
     return std::max<std::int64_t>(0, *total - emitted_);
   }
   if (done_ && !stopped_by_limit()) return std::int64_t{0};
+  n += static_cast<std::int64_t>(ready_.size());
   for (const ShardScan& scan : scans_) {
     n += static_cast<std::int64_t>(scan.buffer.size());
     if (scan.exhausted) continue;

@@ -150,6 +150,19 @@ class ChangesCursor {
     std::string key;
     std::string value;
   };
+  // A change taken from the scans (merged in feed order), its entry decoded, waiting to be
+  // rendered; `record` is its named revision read ahead with the others of its batch.
+  struct Ready {
+    Sequence seq;
+    std::string id;
+    RevId rev;
+    std::int64_t branch_count = 0;
+    bool deleted = false;
+    std::optional<std::optional<RevRecord>> record;
+  };
+  // Changes taken into ready_ at a time (fewer when the page or the limit needs fewer): their
+  // bodies are read together when rows show or filter documents.
+  static constexpr std::size_t kReadyBatch = 64;
   struct ShardScan {
     std::int64_t shard = 0;
     std::string begin, end;  // what is left to fetch
@@ -158,6 +171,8 @@ class ChangesCursor {
   };
   StorageResult<bool> init(Transaction& tr);
   storage::Status fetch(Transaction& tr, ShardScan& scan, std::size_t rows_max);
+  // Takes up to `n` changes from the scans into ready_ (none: the scans are done).
+  storage::Status take_ready(Transaction& tr, std::size_t n, std::size_t rows_max);
   // The keys of `shard` in the changes index that the feed covers: after `since` ascending,
   // all of them descending.
   std::pair<std::string, std::string> shard_range(std::int64_t shard) const;
@@ -167,7 +182,8 @@ class ChangesCursor {
   bool stopped_by_limit() const { return q_.limit >= 0 && emitted_ >= q_.limit; }
   StorageResult<std::optional<std::string>> row_json(Transaction& tr, const Sequence& seq,
                                                      const std::string& id, const RevId& rev,
-                                                     std::int64_t branch_count, bool deleted);
+                                                     std::int64_t branch_count, bool deleted,
+                                                     const std::optional<RevRecord>* record);
   StorageResult<bool> next_page_by_doc_ids(Transaction& tr, std::vector<std::string>& out);
   storage::Status finish(Transaction& tr);
 
@@ -175,6 +191,7 @@ class ChangesCursor {
   ChangesQuery q_;
   std::vector<ShardMap> maps_;
   std::vector<ShardScan> scans_;
+  std::deque<Ready> ready_;
   Sequence last_seq_;
   std::int64_t emitted_ = 0;
   bool initialized_ = false;

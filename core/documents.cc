@@ -477,6 +477,59 @@ StorageResult<std::optional<RevRecord>> read_rev(Transaction& tr, const DbRef& d
   return std::optional<RevRecord>(std::move(r));
 }
 
+StorageResult<std::vector<std::optional<RevRecord>>> read_revs(
+    Transaction& tr, const DbRef& db, const std::vector<std::pair<std::string, RevId>>& revs) {
+  std::vector<std::optional<RevRecord>> out(revs.size());
+  // Each revision's body keys in key order; the same revision asked twice is read once.
+  std::vector<std::pair<std::string, std::string>> bounds;
+  bounds.reserve(revs.size());
+  for (const auto& [id, rev] : revs) bounds.push_back(db.space.body_range(id, rev.pos, rev.hash));
+  std::vector<std::size_t> order(revs.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return bounds[a].first < bounds[b].first; });
+  std::vector<storage::KeyRange> ranges;
+  std::vector<std::size_t> range_of(revs.size());
+  for (std::size_t i : order) {
+    if (ranges.empty() || ranges.back().begin != bounds[i].first)
+      ranges.push_back({bounds[i].first, bounds[i].second});
+    range_of[i] = ranges.size() - 1;
+  }
+  // A header and up to two body chunks per revision; a longer body is read by read_rev, so one
+  // call holds at most a few hundred KB per revision.
+  constexpr int kKeysEach = 3;
+  auto kvs = tr.get_ranges(ranges, kKeysEach, Snapshot::yes);
+  if (!kvs.ok()) return kvs.error();
+  for (std::size_t i = 0; i < revs.size(); ++i) {
+    const std::vector<KeyValue>& run = (*kvs)[range_of[i]];
+    if (run.empty()) continue;  // never stored, or compacted away
+    bool whole = run.size() < static_cast<std::size_t>(kKeysEach);
+    std::optional<RevId> base;
+    RevRecord rec;
+    if (whole) {
+      const std::size_t chunk_at = bounds[i].first.size() - 1;
+      std::string header;
+      for (const KeyValue& kv : run) {
+        if (kv.key.size() <= chunk_at) return storage::Error::io_error;
+        (is_header_chunk(kv.key, chunk_at) ? header : rec.body) += kv.value;
+      }
+      bool ok = false;
+      RevRecord h = decode_header_or_empty(header, ok, &base);
+      if (!ok) return storage::Error::io_error;
+      rec.deleted = h.deleted;
+      rec.atts = std::move(h.atts);
+    }
+    if (whole && !base) {
+      out[i] = std::move(rec);
+      continue;
+    }
+    auto slow = read_rev(tr, db, revs[i].first, revs[i].second);  // long, or a delta
+    if (!slow.ok()) return slow.error();
+    out[i] = std::move(*slow);
+  }
+  return out;
+}
+
 StorageResult<std::optional<std::string>> read_body(Transaction& tr, const DbRef& db,
                                                     std::string_view id, const RevId& rev) {
   auto r = read_rev(tr, db, id, rev);
@@ -860,11 +913,34 @@ StorageResult<std::optional<StoredBranch>> find_revision(Transaction& tr, const 
   return std::optional<StoredBranch>();
 }
 
+namespace {
+StorageResult<std::string> render_branch(Transaction& tr, const DbRef& db, std::string_view id,
+                                         const std::vector<StoredBranch>& all,
+                                         const StoredBranch& b, const DocReadOptions& o,
+                                         RenderedAtts* atts_out,
+                                         StorageResult<std::optional<RevRecord>> rec);
+}  // namespace
+
 StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std::string_view id,
                                            const std::vector<StoredBranch>& all,
                                            const StoredBranch& b, const DocReadOptions& o,
                                            RenderedAtts* atts_out) {
-  auto rec = read_rev(tr, db, id, b.branch.leaf);
+  return render_branch(tr, db, id, all, b, o, atts_out, read_rev(tr, db, id, b.branch.leaf));
+}
+
+StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std::string_view id,
+                                           const std::vector<StoredBranch>& all,
+                                           const StoredBranch& b, const DocReadOptions& o,
+                                           std::optional<RevRecord> record) {
+  return render_branch(tr, db, id, all, b, o, nullptr, std::move(record));
+}
+
+namespace {
+StorageResult<std::string> render_branch(Transaction& tr, const DbRef& db, std::string_view id,
+                                         const std::vector<StoredBranch>& all,
+                                         const StoredBranch& b, const DocReadOptions& o,
+                                         RenderedAtts* atts_out,
+                                         StorageResult<std::optional<RevRecord>> rec) {
   if (!rec.ok()) return rec.error();
   std::string_view body = *rec ? std::string_view((*rec)->body) : std::string_view("{}");
   std::optional<std::string> public_body;
@@ -919,6 +995,7 @@ StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std
   }
   return append_members(std::move(json), tail);
 }
+}  // namespace
 
 StorageResult<Outcome<std::string>> get_doc_json(Transaction& tr, const DbRef& db,
                                                  std::string_view id, const DocReadOptions& o) {

@@ -67,6 +67,12 @@ StorageResult<RevStatus> rev_status(Transaction& tr, const DbRef& db, std::strin
 StorageResult<std::optional<RevRecord>> read_rev(Transaction& tr, const DbRef& db,
                                                  std::string_view id, const RevId& rev,
                                                  storage::Snapshot snapshot = storage::Snapshot::yes);
+// read_rev of several revisions (snapshot reads), answers in the order asked. One storage
+// iterator walks their bodies in key order, so rows whose documents lie near one another (a page
+// of _changes after a bulk load) cost a step each instead of a seek; a long body or a delta is
+// read by read_rev itself.
+StorageResult<std::vector<std::optional<RevRecord>>> read_revs(
+    Transaction& tr, const DbRef& db, const std::vector<std::pair<std::string, RevId>>& revs);
 
 
 // An interactive edit (new_edits=true).
@@ -172,6 +178,11 @@ StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std
                                            const std::vector<StoredBranch>& all,
                                            const StoredBranch& b, const DocReadOptions& o,
                                            RenderedAtts* atts_out = nullptr);
+// The same, with b's record already read (read_revs): no read of its body.
+StorageResult<std::string> branch_doc_json(Transaction& tr, const DbRef& db, std::string_view id,
+                                           const std::vector<StoredBranch>& all,
+                                           const StoredBranch& b, const DocReadOptions& o,
+                                           std::optional<RevRecord> record);
 // The revision `rev` of a document as a branch ending there: a leaf's own branch, or for a
 // superseded revision whose body is still stored, the path below it on the branch that holds it.
 // nullopt if neither.

@@ -270,6 +270,79 @@ Result<std::vector<KeyValue>> Transaction::get_range(std::string_view begin, std
   return out;
 }
 
+// get_ranges: how many keys the iterator steps over before it seeks instead.
+constexpr int kStepsBeforeSeek = 4;
+
+Result<std::vector<std::vector<KeyValue>>> Transaction::get_ranges(
+    const std::vector<KeyRange>& ranges, int limit_each, Snapshot snapshot) {
+  if (auto s = check_usable(); !s) return s.error();
+  if (limit_each < 0) return Error::invalid_option_value;
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    if (ranges[i].begin > ranges[i].end) return Error::inverted_range;
+    if (i > 0 && ranges[i].begin < ranges[i - 1].end) return Error::invalid_option_value;
+  }
+  std::vector<std::vector<KeyValue>> out(ranges.size());
+  if (ranges.empty()) return out;
+  const std::size_t n_max = limit_each > 0 ? static_cast<std::size_t>(limit_each) : SIZE_MAX;
+  std::vector<bool> limited(ranges.size(), false);
+  if (!writes_.empty()) {
+    // This transaction's own writes overlay the store: each range through read_range.
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      bool lim = false;
+      if (ranges[i].begin == ranges[i].end) continue;
+      if (auto s = read_range(ranges[i].begin, ranges[i].end, limit_each, Reverse::no, out[i], lim);
+          !s)
+        return s.error();
+      limited[i] = lim;
+    }
+  } else {
+    if (auto s = ensure_read_view(); !s) return s.error();
+    rocksdb::ReadOptions ro;
+    ro.snapshot = view_->snapshot;
+    ro.fill_cache = fill_cache_;
+    rocksdb::Slice lo = to_slice(ranges.front().begin), hi = to_slice(ranges.back().end);
+    ro.iterate_lower_bound = &lo;
+    ro.iterate_upper_bound = &hi;
+    std::unique_ptr<rocksdb::Iterator> it(engine_->db()->NewIterator(ro, engine_->data_cf()));
+    bool positioned = false;
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      const KeyRange& r = ranges[i];
+      if (r.begin == r.end) continue;
+      // The iterator rests on the first key at or after the previous range's end (<= r.begin):
+      // when that key is already inside this range, it is this range's first key. A few keys
+      // before it (another revision's body in between) are stepped over; farther, it seeks.
+      if (positioned) {
+        for (int step = 0; step < kStepsBeforeSeek && it->Valid() && to_sv(it->key()) < r.begin;
+             ++step)
+          it->Next();
+      }
+      if (!positioned || !it->Valid() || to_sv(it->key()) < r.begin) it->Seek(to_slice(r.begin));
+      positioned = true;
+      while (it->Valid() && to_sv(it->key()) < r.end) {
+        if (out[i].size() >= n_max) {
+          limited[i] = true;
+          break;
+        }
+        out[i].push_back({it->key().ToString(), it->value().ToString()});
+        it->Next();
+      }
+    }
+    if (!it->status().ok()) return Error::io_error;
+  }
+  if (snapshot == Snapshot::no) {
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      const KeyRange& r = ranges[i];
+      if (r.begin == r.end) continue;
+      if (!limited[i]) {
+        add_conflict(read_conflicts_, r.begin, r.end);
+      } else {
+        add_conflict(read_conflicts_, r.begin, key_after(out[i].back().key));
+      }
+    }
+  }
+  return out;
+}
+
 Result<std::string> Transaction::get_key(const KeySelector& sel, Snapshot snapshot) {
   if (auto s = check_usable(); !s) return s.error();
   std::vector<KeyValue> out;

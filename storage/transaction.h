@@ -99,6 +99,13 @@ class Transaction {
                                           int limit = 0, Reverse reverse = Reverse::no,
                                           Snapshot snapshot = Snapshot::no);
   Result<std::string> get_key(const KeySelector& selector, Snapshot snapshot = Snapshot::no);
+  // Several ranges at once: `ranges` ascending and not overlapping, at most `limit_each` keys from
+  // each (0 = no limit). The same answer and conflicts as get_range per range, but one storage
+  // iterator walks them all in order, moving on without a seek when the next range starts where
+  // the last one ended (a page of rows whose bodies are near one another in key order).
+  Result<std::vector<std::vector<KeyValue>>> get_ranges(const std::vector<KeyRange>& ranges,
+                                                        int limit_each = 0,
+                                                        Snapshot snapshot = Snapshot::no);
 
   // FoundationDB's read_server_side_cache_disable: this transaction's reads do not fill the
   // storage engine's block cache (bulk reads, such as attachment bytes streamed out, that would

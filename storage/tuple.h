@@ -123,6 +123,7 @@ class Tuple {
   // Precondition: i < size() (asserted).
   const Element& operator[](std::size_t i) const;
   const std::vector<Element>& elements() const { return elements_; }
+  void reserve(std::size_t n) { elements_.reserve(n); }
 
   // Typed access. Each returns nullptr / nullopt / false when i >= size() or element i has another
   // type. Pointers stay valid until this tuple is modified or destroyed.

@@ -249,6 +249,61 @@ TEST_F(ViewsTest, AllDocsIncludeDocsEqualsDocumentReads) {
               get("/db/" + row["id"].get<std::string>() + "?att_encoding_info=true").json());
 }
 
+TEST_F(ViewsTest, ChangesIncludeDocsReadAheadKeepsLimitPendingAndFilters) {
+  // More rows than a read-ahead batch (64), ids out of sequence order, some edited, one deleted,
+  // one too long for the batch read.
+  Json docs = Json::array();
+  for (int i = 0; i < 150; ++i) docs.push_back({{"_id", "c" + std::to_string((i * 37) % 150)}, {"n", i}});
+  bulk(docs);
+  for (int i = 0; i < 150; i += 11) {
+    const std::string id = "c" + std::to_string(i);
+    put_doc(id, {{"_rev", get("/db/" + id).json()["_rev"]}, {"n", 1000 + i}});
+  }
+  put_doc("long", {{"text", std::string(250'000, 'l')}});
+  const std::string gone = get("/db/c7").json()["_rev"];
+  ASSERT_EQ(client_->request(verb::delete_, "/db/c7?rev=" + gone).status, 200);
+
+  auto same_as_get = [&](const Json& row) {
+    const std::string id = row["id"];
+    const std::string rev = row["changes"][0]["rev"];
+    EXPECT_EQ(row["doc"], get("/db/" + id + (row.value("deleted", false) ? "?rev=" + rev : "")).json())
+        << id;
+  };
+  const Json all = get("/db/_changes").json();
+  const std::size_t total = all["results"].size();
+  ASSERT_EQ(total, 151u);
+  // A limit inside a batch: the rows, last_seq and pending are those of a feed without read-ahead.
+  const Json first = get("/db/_changes?include_docs=true&limit=70").json();
+  ASSERT_EQ(first["results"].size(), 70u);
+  EXPECT_EQ(first["pending"], total - 70);
+  EXPECT_EQ(first["last_seq"], all["results"][69]["seq"]);
+  for (std::size_t k = 0; k < 70; ++k) {
+    EXPECT_EQ(first["results"][k]["id"], all["results"][k]["id"]);
+    same_as_get(first["results"][k]);
+  }
+  const Json rest =
+      get("/db/_changes?include_docs=true&since=" + first["last_seq"].get<std::string>()).json();
+  ASSERT_EQ(rest["results"].size(), total - 70);
+  for (const auto& row : rest["results"]) same_as_get(row);
+  const Json desc = get("/db/_changes?include_docs=true&descending=true&limit=100").json();
+  ASSERT_EQ(desc["results"].size(), 100u);
+  for (std::size_t k = 0; k < 100; ++k) {
+    EXPECT_EQ(desc["results"][k]["id"], all["results"][total - 1 - k]["id"]);
+    same_as_get(desc["results"][k]);
+  }
+  // A selector reads the documents it filters from the same read-ahead.
+  const Json sel =
+      post("/db/_changes?filter=_selector&include_docs=true", R"({"selector":{"n":{"$gte":1000}}})")
+          .json();
+  std::size_t expected = 0;
+  for (int i = 0; i < 150; i += 11) expected += i == 7 ? 0 : 1;
+  ASSERT_EQ(sel["results"].size(), expected);
+  for (const auto& row : sel["results"]) {
+    EXPECT_GE(row["doc"]["n"].get<int>(), 1000);
+    same_as_get(row);
+  }
+}
+
 TEST_F(ViewsTest, AllDocsStreamsManyRowsAcrossPages) {
   // More rows than one page (1000) and than one response buffer chunk.
   Json docs = Json::array();

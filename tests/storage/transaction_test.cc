@@ -157,6 +157,56 @@ TEST_F(TransactionTest, RangeReadBoundsAndErrors) {
   EXPECT_EQ(tr.get_range("a", "z", -1).error(), Error::invalid_option_value);
 }
 
+TEST_F(TransactionTest, GetRangesEqualsGetRangePerRange) {
+  // Keys a/00 .. a/99; the ranges leave gaps of every size (0, a few keys, many keys).
+  for (int i = 0; i < 100; ++i) put("a/" + std::string(i < 10 ? "0" : "") + std::to_string(i), "v");
+  const std::vector<KeyRange> ranges = {{"a/00", "a/03"}, {"a/03", "a/05"}, {"a/06", "a/08"},
+                                        {"a/08", "a/08"}, {"a/2", "a/3"},   {"a/30", "a/31"},
+                                        {"a/95", "a/b"},  {"b", "c"}};
+  for (int limit : {0, 1, 3}) {
+    auto tr = db_->create_transaction();
+    auto many = tr.get_ranges(ranges, limit, Snapshot::yes);
+    ASSERT_TRUE(many.ok());
+    ASSERT_EQ(many->size(), ranges.size());
+    for (std::size_t i = 0; i < ranges.size(); ++i)
+      EXPECT_EQ((*many)[i], *tr.get_range(ranges[i].begin, ranges[i].end, limit)) << limit << i;
+  }
+  // With writes of its own, the overlay is read too.
+  auto tr = db_->create_transaction();
+  tr.clear_range("a/01", "a/02");
+  tr.set("a/065", "w");
+  auto many = tr.get_ranges(ranges);
+  ASSERT_TRUE(many.ok());
+  EXPECT_EQ(keys((*many)[0]), (std::vector<std::string>{"a/00", "a/02"}));
+  EXPECT_EQ(keys((*many)[2]), (std::vector<std::string>{"a/06", "a/065", "a/07"}));
+  // Ranges out of order, overlapping or inverted are refused.
+  EXPECT_EQ(tr.get_ranges({{"a/5", "a/6"}, {"a/1", "a/2"}}).error(), Error::invalid_option_value);
+  EXPECT_EQ(tr.get_ranges({{"a/1", "a/3"}, {"a/2", "a/4"}}).error(), Error::invalid_option_value);
+  EXPECT_EQ(tr.get_ranges({{"a/2", "a/1"}}).error(), Error::inverted_range);
+  EXPECT_EQ(tr.get_ranges({{"a/1", "a/2"}}, -1).error(), Error::invalid_option_value);
+}
+
+TEST_F(TransactionTest, GetRangesConflictOnWhatTheyRead) {
+  for (auto k : {"m/1", "m/2", "m/3", "n/1", "n/2"}) put(k, "v");
+  auto t1 = db_->create_transaction();
+  ASSERT_TRUE(t1.get_ranges({{"m/", "m0"}, {"n/", "n0"}}, 1).ok());  // saw m/1 and n/1
+  put("n/3", "beyond what t1 saw");
+  t1.set("q", "x");
+  EXPECT_TRUE(t1.commit().ok());
+
+  auto t2 = db_->create_transaction();
+  ASSERT_TRUE(t2.get_ranges({{"m/", "m0"}, {"n/", "n0"}}).ok());
+  put("n/15", "inside");
+  t2.set("q", "y");
+  EXPECT_EQ(t2.commit().error(), Error::not_committed);
+
+  auto t3 = db_->create_transaction();
+  ASSERT_TRUE(t3.get_ranges({{"m/", "m0"}, {"n/", "n0"}}, 0, Snapshot::yes).ok());
+  put("m/15", "inside, but a snapshot read");
+  t3.set("q", "z");
+  EXPECT_TRUE(t3.commit().ok());
+}
+
 TEST_F(TransactionTest, GetKeySelectors) {
   for (auto k : {"b", "d", "f"}) put(k, "v");
   auto tr = db_->create_transaction();
