@@ -60,6 +60,7 @@ StorageResult<Outcome<DbRef>> create_db(Transaction& tr, std::string_view name, 
     if (!t || !t->get_int(0)) return storage::Error::io_error;
     id = *t->get_int(0) + 1;
   }
+  tr.touch_metadata();  // core/db_cache.h
   tr.set(counter_key, Tuple().add(id).pack());
   tr.set(name_key, Tuple().add(keyspace::kDbFormat).add(id).add(partitioned).add(now_us).pack());
   DbRef db{std::string(name), id, partitioned, now_us, keyspace::DbSpace(id)};
@@ -72,6 +73,7 @@ StorageResult<Outcome<bool>> delete_db(Transaction& tr, std::string_view name) {
   if (!ref.ok()) return ref.error();
   if (failed(*ref)) return Outcome<bool>(std::get<CouchError>(*ref));
   const DbRef& db = std::get<DbRef>(*ref);
+  tr.touch_metadata();  // core/db_cache.h
   tr.clear(keyspace::db_names().pack(Tuple().add(name)));
   auto [b, e] = db.space.root().range();
   tr.clear_range(db.space.root().key(), e);
@@ -157,6 +159,7 @@ StorageResult<std::optional<std::string>> read_security_json(Transaction& tr, co
 }
 
 void set_security_json(Transaction& tr, const DbRef& db, std::string_view json) {
+  tr.touch_metadata();  // core/db_cache.h
   tr.set(db.space.meta_key(keyspace::kSecurity), json);
 }
 

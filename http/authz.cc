@@ -4,6 +4,7 @@
 #include <array>
 
 #include "config/settings.h"
+#include "core/db_cache.h"
 #include "core/replicator_docs.h"
 #include "http/auth.h"
 #include "http/request.h"
@@ -100,12 +101,13 @@ core::SecurityObject read_security(storage::Transaction& tr, const core::DbRef& 
 core::DbRef open_db_or_throw(const Call& call) {
   const std::string& name = call.path.at(0);
   auto tr = call.store().create_transaction();
-  auto r = core::open_db(tr, name);
+  auto r = core::open_db_with_security(tr, name);
   if (!r.ok()) throw HttpError(core::storage_failure(r.error()));
   // CouchDB answers 404 for a missing database whatever its name; only PUT checks the name.
   if (core::failed(*r)) throw HttpError(std::get<core::CouchError>(*r));
-  core::DbRef db = std::get<core::DbRef>(std::move(*r));
-  call.security = read_security(tr, db);
+  core::OpenedDb opened = std::get<core::OpenedDb>(std::move(*r));
+  core::DbRef db = std::move(opened.db);
+  call.security = *opened.security;
   if (!core::is_db_member(call.user, call.security)) {
     throw_denied(call, call.user.name ? "You are not allowed to access this db."
                                       : "You are not authorized to access this db.");

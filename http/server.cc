@@ -80,8 +80,6 @@ using PlainStream = beast::tcp_stream;
 using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 beast::tcp_stream& tcp_layer(PlainStream& stream) { return stream; }
 beast::tcp_stream& tcp_layer(TlsStream& stream) { return stream.next_layer(); }
-const beast::tcp_stream& tcp_layer(const PlainStream& stream) { return stream; }
-const beast::tcp_stream& tcp_layer(const TlsStream& stream) { return stream.next_layer(); }
 
 // Calls `closed` once the peer has closed (or reset) `socket`, unless `alive` expires first. A
 // readable socket is checked with a non-consuming peek: end of stream means closed; bytes are a
@@ -288,11 +286,8 @@ class Session final : public SessionBase {
       : SessionBase(state, id, std::move(address)), stream_(std::forward<Args>(args)...) {}
 
   asio::any_io_executor executor() override { return stream_.get_executor(); }
-  std::string remote_address() const {
-    error_code ec;
-    const auto endpoint = tcp_layer(stream_).socket().remote_endpoint(ec);
-    return ec ? std::string() : endpoint.address().to_string();
-  }
+  // The peer's address as read when the connection was accepted (no getpeername per request).
+  std::string remote_address() const { return address_; }
 
   static asio::awaitable<void> run(std::shared_ptr<Session> self) { co_await self->serve(); }
 

@@ -51,6 +51,7 @@
 #include "http/router.h"
 #include "http/server.h"
 #include "http/workers.h"
+#include "server/log_sink.h"
 #include "server/memory.h"
 #include "storage/database.h"
 
@@ -236,13 +237,19 @@ spdlog::level::level_enum log_level(const std::string& level) {
 // SIGHUP reopens (for logrotate).
 void setup_logging(const std::string& level, const std::string& file) {
   std::shared_ptr<spdlog::logger> logger;
-  if (file.empty()) {
+  if (file.empty() && isatty(STDERR_FILENO)) {
     logger = std::make_shared<spdlog::logger>(
         "chaise", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  } else if (file.empty()) {
+    logger = std::make_shared<spdlog::logger>(
+        "chaise", std::make_shared<chaise::server::BufferedFdSink>(STDERR_FILENO));
+    spdlog::flush_every(std::chrono::seconds(1));
   } else {
     logger = std::make_shared<spdlog::logger>(
         "chaise", std::make_shared<spdlog::sinks::basic_file_sink_mt>(file));
-    logger->flush_on(spdlog::level::info);
+    // As on stderr (server/log_sink.h): warnings at once, info lines within a second.
+    logger->flush_on(spdlog::level::warn);
+    spdlog::flush_every(std::chrono::seconds(1));
   }
   spdlog::set_default_logger(logger);
   spdlog::set_level(log_level(level));
@@ -498,6 +505,7 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   store.reset();
   workers.reset();
   spdlog::info("shutdown complete");
+  spdlog::default_logger()->flush();
   return 0;
 }
 

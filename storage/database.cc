@@ -339,7 +339,11 @@ void Engine::process_batch(std::vector<std::unique_ptr<CommitRequest>>& batch) {
     wb.Put(meta_cf_, kVersionKey, encode_be64(static_cast<std::uint64_t>(version)));
     rocksdb::WriteOptions wo;
     wo.sync = options_.fsync;
+    const bool metadata = std::any_of(accepted.begin(), accepted.end(),
+                                      [](const CommitRequest* r) { return r->touches_metadata; });
+    if (metadata) metadata_generation_.fetch_add(1, std::memory_order_acq_rel);
     rocksdb::Status s = db_->Write(wo, &wb);
+    if (metadata) metadata_generation_.fetch_add(1, std::memory_order_acq_rel);
     if (!s.ok()) {
       failed_ = true;
       for (std::size_t i = 0; i < batch.size(); ++i)

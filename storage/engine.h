@@ -70,6 +70,7 @@ struct CommitRequest {
   WriteMap writes;
   std::vector<VersionstampedKey> versionstamped_keys;
   std::vector<std::shared_ptr<WatchState>> watches;
+  bool touches_metadata = false;
   std::size_t bytes = 0;
   std::function<void(Result<CommitResult>)> done;
 };
@@ -84,6 +85,10 @@ class Engine {
   rocksdb::ColumnFamilyHandle* data_cf() { return data_cf_; }
   const Options& options() const { return options_; }
   std::int64_t now_us() const { return options_.clock->now_us(); }
+  std::uint64_t metadata_generation() const {
+    return metadata_generation_.load(std::memory_order_acquire);
+  }
+  std::uint64_t instance_id() const { return instance_id_; }
   std::int64_t committed_version() const {
     return committed_version_.load(std::memory_order_acquire);
   }
@@ -124,6 +129,14 @@ class Engine {
   std::int64_t last_version_ = 0;
   bool failed_ = false;  // a RocksDB write failed: every later commit fails with io_error
   std::atomic<std::int64_t> committed_version_{0};
+  // Odd while a batch with a metadata write (Transaction::touch_metadata) is being applied:
+  // bumped before its write and again after, like a sequence lock.
+  std::atomic<std::uint64_t> metadata_generation_{0};
+  const std::uint64_t instance_id_ = next_instance_id();
+  static std::uint64_t next_instance_id() {
+    static std::atomic<std::uint64_t> next{1};
+    return next.fetch_add(1);
+  }
   std::atomic<std::uint64_t> stat_commits_{0};
   std::atomic<std::uint64_t> stat_conflicts_{0};
   std::atomic<std::uint64_t> stat_batches_{0};

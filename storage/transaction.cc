@@ -485,6 +485,7 @@ std::unique_ptr<CommitRequest> Transaction::take_commit_request() {
   req->versionstamped_keys = std::move(versionstamped_keys_);
   req->bytes = size_bytes_;
   req->watches = std::move(watches_);
+  req->touches_metadata = touches_metadata_;
   return req;
 }
 
@@ -543,7 +544,11 @@ void Transaction::reset() {
   size_bytes_ = 0;
   deferred_ = Error::success;
   committing_ = false;
+  touches_metadata_ = false;
 }
+
+std::uint64_t Transaction::metadata_generation() const { return engine_->metadata_generation(); }
+std::uint64_t Transaction::instance_id() const { return engine_->instance_id(); }
 
 Result<std::chrono::microseconds> Transaction::prepare_retry(Error e) {
   if (!is_retryable(e)) return e;

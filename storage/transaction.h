@@ -151,6 +151,19 @@ class Transaction {
   // Drops all reads, writes and the read version; keeps the retry backoff state.
   void reset();
 
+  // Metadata that readers remember between transactions (which databases exist, their security
+  // objects) is read through a generation, FoundationDB's metadataVersion in spirit: a
+  // transaction that changes such data calls touch_metadata(), and its commit moves the
+  // generation to an odd value before its writes become visible and to the next even value
+  // after. A reader may keep what it read at a snapshot taken while the generation stayed the
+  // same even value (read before and after), and use it in a later transaction whose snapshot
+  // was taken before it saw that same value again. instance_id() tells stores apart.
+  void touch_metadata() { touches_metadata_ = true; }
+  std::uint64_t metadata_generation() const;
+  // Whether the read version (and its snapshot) was acquired already.
+  bool has_read_version() const { return view_ != nullptr; }
+  std::uint64_t instance_id() const;
+
   // Approximate size in bytes counted against kTransactionSizeMax.
   std::size_t approximate_size() const { return size_bytes_; }
 
@@ -180,6 +193,7 @@ class Transaction {
   Error deferred_ = Error::success;
   bool committing_ = false;
   bool fill_cache_ = true;
+  bool touches_metadata_ = false;
   std::chrono::microseconds backoff_{0};
 };
 

@@ -207,6 +207,28 @@ TEST_F(TransactionTest, GetRangesConflictOnWhatTheyRead) {
   EXPECT_TRUE(t3.commit().ok());
 }
 
+TEST_F(TransactionTest, MetadataGenerationMovesByTwoPerMetadataCommit) {
+  auto gen = [&] { return db_->create_transaction().metadata_generation(); };
+  const std::uint64_t g0 = gen();
+  EXPECT_EQ(g0 % 2, 0u);
+  put("plain", "write");  // no metadata: the generation stays
+  EXPECT_EQ(gen(), g0);
+  auto tr = db_->create_transaction();
+  tr.touch_metadata();
+  tr.set("meta", "changed");
+  ASSERT_TRUE(tr.commit().ok());
+  EXPECT_EQ(gen(), g0 + 2);
+  // A retried transaction starts unmarked; a read-only one moves nothing.
+  auto t2 = db_->create_transaction();
+  t2.touch_metadata();
+  t2.reset();
+  t2.set("other", "x");
+  ASSERT_TRUE(t2.commit().ok());
+  EXPECT_EQ(gen(), g0 + 2);
+  EXPECT_NE(db_->create_transaction().instance_id(), 0u);
+  EXPECT_FALSE(db_->create_transaction().has_read_version());
+}
+
 TEST_F(TransactionTest, GetKeySelectors) {
   for (auto k : {"b", "d", "f"}) put(k, "v");
   auto tr = db_->create_transaction();
