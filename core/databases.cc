@@ -1,4 +1,5 @@
 #include "core/databases.h"
+#include "core/db_cache.h"
 #include "core/shards.h"
 
 #include <algorithm>
@@ -34,8 +35,15 @@ bool valid_db_name(std::string_view name) {
   });
 }
 
-StorageResult<Outcome<DbRef>> open_db(Transaction& tr, std::string_view name) {
-  auto v = tr.get(keyspace::db_names().pack(Tuple().add(name)));
+StorageResult<Outcome<DbRef>> open_db(Transaction& tr, std::string_view name, bool remembered) {
+  const std::string key = keyspace::db_names().pack(Tuple().add(name));
+  if (remembered) {
+    if (auto db = remembered_db(tr, name)) {
+      tr.add_read_conflict_key(key);
+      return Outcome<DbRef>(std::move(*db));
+    }
+  }
+  auto v = tr.get(key);
   if (!v.ok()) return v.error();
   if (!v->has_value()) return Outcome<DbRef>(db_not_found());
   auto ref = decode_db(name, **v);

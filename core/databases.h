@@ -58,7 +58,10 @@ StorageResult<Outcome<DbRef>> create_db(Transaction& tr, std::string_view name, 
 // Clears every key of the database (one clear_range). 404 if absent.
 StorageResult<Outcome<bool>> delete_db(Transaction& tr, std::string_view name);
 // 404 not_found "Database does not exist." if absent. The read conflicts with a concurrent delete.
-StorageResult<Outcome<DbRef>> open_db(Transaction& tr, std::string_view name);
+// With `remembered`, a database that core/db_cache.h remembers for this snapshot is not read again
+// (its name key still goes into the read-conflict set).
+StorageResult<Outcome<DbRef>> open_db(Transaction& tr, std::string_view name,
+                                      bool remembered = true);
 
 struct AllDbsQuery {
   std::optional<std::string> start_key;

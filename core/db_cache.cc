@@ -21,6 +21,22 @@ struct Cache {
   std::unordered_map<std::string, Entry> entries;
 };
 
+struct ValueEntry {
+  std::uint64_t store = 0;
+  std::uint64_t generation = 0;
+  std::shared_ptr<const void> value;
+};
+
+struct ValueCache {
+  std::shared_mutex mu;
+  std::unordered_map<std::string, ValueEntry> entries;
+};
+
+ValueCache& value_cache() {
+  static ValueCache c;
+  return c;
+}
+
 Cache& cache() {
   static Cache c;
   return c;
@@ -28,7 +44,7 @@ Cache& cache() {
 
 StorageResult<Outcome<OpenedDb>> read_opened(Transaction& tr, std::string_view name) {
   using R = Outcome<OpenedDb>;
-  auto r = open_db(tr, name);
+  auto r = open_db(tr, name, /*remembered=*/false);
   if (!r.ok()) return r.error();
   if (failed(*r)) return R(std::get<CouchError>(*r));
   OpenedDb out{std::get<DbRef>(std::move(*r)), nullptr};
@@ -48,31 +64,64 @@ StorageResult<Outcome<OpenedDb>> read_opened(Transaction& tr, std::string_view n
 
 }  // namespace
 
+namespace detail {
+
+std::shared_ptr<const void> find_remembered(Transaction& tr, const std::string& key,
+                                            Remembering& how) {
+  const auto generation = tr.snapshot_metadata_generation();
+  if (!generation) return nullptr;
+  how.may_fill = true;
+  how.generation = *generation;
+  ValueCache& c = value_cache();
+  std::shared_lock lock(c.mu);
+  auto it = c.entries.find(key);
+  if (it == c.entries.end() || it->second.store != tr.instance_id() ||
+      it->second.generation != *generation)
+    return nullptr;
+  return it->second.value;
+}
+
+void remember(Transaction& tr, const std::string& key, const Remembering& how,
+              std::shared_ptr<const void> value) {
+  if (!how.may_fill || tr.touches_metadata()) return;
+  ValueCache& c = value_cache();
+  std::unique_lock lock(c.mu);
+  if (c.entries.size() >= kDbCacheEntriesMax) c.entries.clear();
+  c.entries[key] = ValueEntry{tr.instance_id(), how.generation, std::move(value)};
+}
+
+}  // namespace detail
+
+std::optional<DbRef> remembered_db(Transaction& tr, std::string_view name) {
+  const auto generation = tr.snapshot_metadata_generation();
+  if (!generation) return std::nullopt;
+  Cache& c = cache();
+  std::shared_lock lock(c.mu);
+  auto it = c.entries.find(std::string(name));
+  if (it == c.entries.end() || it->second.store != tr.instance_id() ||
+      it->second.generation != *generation)
+    return std::nullopt;
+  return it->second.opened.db;
+}
+
 StorageResult<Outcome<OpenedDb>> open_db_with_security(Transaction& tr, std::string_view name) {
   using R = Outcome<OpenedDb>;
   Cache& c = cache();
-  // The generation before the snapshot; the snapshot; the generation again. Equal and even: no
-  // metadata write became visible in between, so what this snapshot shows is what every
-  // snapshot shows until the generation moves.
-  // (A snapshot taken earlier may predate the first read of the generation: not remembered.)
-  const bool fresh_snapshot = !tr.has_read_version();
-  const std::uint64_t before = tr.metadata_generation();
-  if (auto v = tr.get_read_version(); !v.ok()) return v.error();
-  const std::uint64_t after = tr.metadata_generation();
+  const auto generation = tr.snapshot_metadata_generation();
   const std::string key(name);
-  {
+  if (generation) {
     std::shared_lock lock(c.mu);
     auto it = c.entries.find(key);
     if (it != c.entries.end() && it->second.store == tr.instance_id() &&
-        it->second.generation == after && after % 2 == 0)
+        it->second.generation == *generation)
       return R(it->second.opened);
   }
   auto read = read_opened(tr, name);
   if (!read.ok() || failed(*read)) return read;
-  if (fresh_snapshot && before == after && after % 2 == 0) {
+  if (generation && !tr.touches_metadata()) {
     std::unique_lock lock(c.mu);
     if (c.entries.size() >= kDbCacheEntriesMax) c.entries.clear();
-    c.entries[key] = Entry{tr.instance_id(), after, std::get<OpenedDb>(*read)};
+    c.entries[key] = Entry{tr.instance_id(), *generation, std::get<OpenedDb>(*read)};
   }
   return read;
 }

@@ -1,5 +1,7 @@
 #include "core/shards.h"
 
+#include "core/db_cache.h"
+
 #include <algorithm>
 #include <cassert>
 
@@ -45,8 +47,8 @@ std::uint64_t hash64(std::string_view s, std::uint64_t seed) {
 
 }  // namespace
 
-StorageResult<std::vector<ShardMap>> read_shard_maps(Transaction& tr, const DbRef& db,
-                                                     Snapshot snapshot) {
+namespace {
+StorageResult<std::vector<ShardMap>> load_shard_maps(Transaction& tr, const DbRef& db) {
   const storage::Subspace space = maps_space(db);
   auto [b, e] = space.range();
   auto kvs = tr.get_range(b, e, 0, Reverse::no, Snapshot::yes);
@@ -80,6 +82,19 @@ StorageResult<std::vector<ShardMap>> read_shard_maps(Transaction& tr, const DbRe
     m.key = space.pack(Sequence{}.tuple());
     maps.push_back(std::move(m));
   }
+  return maps;
+}
+}  // namespace
+
+StorageResult<std::vector<ShardMap>> read_shard_maps(Transaction& tr, const DbRef& db,
+                                                     Snapshot snapshot) {
+  // Every write reads them: remembered between transactions (core/db_cache.h), since only
+  // create_db and reshard write them, and both mark their transactions.
+  auto remembered = remembered_read<std::vector<ShardMap>>(
+      tr, "shard_maps\0" + std::to_string(db.id),
+      [&](Transaction& t) { return load_shard_maps(t, db); });
+  if (!remembered.ok()) return remembered.error();
+  std::vector<ShardMap> maps = **remembered;
   if (snapshot == Snapshot::no) tr.add_read_conflict_key(maps.back().key);
   return maps;
 }
@@ -153,6 +168,7 @@ StorageResult<Outcome<std::vector<std::int64_t>>> reshard(Transaction& tr, const
   } else {
     for (std::int64_t s : all_shards(*maps)) first = std::max(first, s + 1);
   }
+  tr.touch_metadata();  // read_shard_maps remembers them
   ShardMap fresh;
   for (int i = 0; i < count; ++i) fresh.shards.push_back(first + i);
   tr.set(next_id_key(db), Tuple().add(first + count).pack());

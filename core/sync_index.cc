@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 
+#include "core/db_cache.h"
 #include "core/documents.h"
 #include "core/view_index.h"
 
@@ -70,13 +71,24 @@ bool SyncIndexes::any_ready() const {
 }
 
 StorageResult<std::vector<SyncIndexDef>> read_sync_indexes(Transaction& tr, const DbRef& db) {
-  auto raw = tr.get(db.space.meta_key(kRegistry));
-  if (!raw.ok()) return raw.error();
-  if (!raw->has_value()) return std::vector<SyncIndexDef>();
-  return parse_registry(**raw);
+  // Every write transaction reads the registry: remembered between transactions (core/db_cache.h;
+  // write_sync_indexes marks its transaction), with the read conflict taken all the same.
+  const std::string key = db.space.meta_key(kRegistry);
+  auto r = remembered_read<std::vector<SyncIndexDef>>(
+      tr, "sync_registry\0" + std::to_string(db.id),
+      [&](Transaction& t) -> StorageResult<std::vector<SyncIndexDef>> {
+        auto raw = t.get(key, storage::Snapshot::yes);
+        if (!raw.ok()) return raw.error();
+        if (!raw->has_value()) return std::vector<SyncIndexDef>();
+        return parse_registry(**raw);
+      });
+  if (!r.ok()) return r.error();
+  tr.add_read_conflict_key(key);
+  return **r;
 }
 
 void write_sync_indexes(Transaction& tr, const DbRef& db, const std::vector<SyncIndexDef>& list) {
+  tr.touch_metadata();  // read_sync_indexes remembers the registry
   if (list.empty()) {
     tr.clear(db.space.meta_key(kRegistry));
     return;

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "core/collation.h"
+#include "core/db_cache.h"
 #include "core/digest.h"
 #include "core/documents.h"
 #include "core/mango_index.h"
@@ -116,26 +117,24 @@ bool view_declared_unique(const OrderedJson& view) {
 
 StorageResult<std::shared_ptr<const UniqueIndexes>> read_unique_indexes(Transaction& tr,
                                                                         const DbRef& db) {
-  static const auto kNone = std::make_shared<const UniqueIndexes>();
-  auto raw = tr.get(db.space.meta_key(kRegistry));
-  if (!raw.ok()) return raw.error();
-  if (!raw->has_value()) return kNone;
-  // One parsed copy per stored value: every write transaction reads the registry.
-  static std::mutex mu;
-  static std::string cached_raw;
-  static std::shared_ptr<const UniqueIndexes> cached;
-  {
-    std::lock_guard lock(mu);
-    if (cached && cached_raw == **raw) return cached;
-  }
-  auto parsed = std::make_shared<const UniqueIndexes>(parse_registry(**raw));
-  std::lock_guard lock(mu);
-  cached_raw = **raw;
-  cached = parsed;
-  return parsed;
+  // Every write transaction reads the registry: remembered between transactions (core/db_cache.h;
+  // write_unique_indexes marks its transaction), with the read conflict taken all the same.
+  const std::string key = db.space.meta_key(kRegistry);
+  auto r = remembered_read<UniqueIndexes>(
+      tr, "unique_registry\0" + std::to_string(db.id),
+      [&](Transaction& t) -> StorageResult<UniqueIndexes> {
+        auto raw = t.get(key, storage::Snapshot::yes);
+        if (!raw.ok()) return raw.error();
+        if (!raw->has_value()) return UniqueIndexes{};
+        return parse_registry(**raw);
+      });
+  if (!r.ok()) return r.error();
+  tr.add_read_conflict_key(key);
+  return *r;
 }
 
 void write_unique_indexes(Transaction& tr, const DbRef& db, const UniqueIndexes& list) {
+  tr.touch_metadata();  // read_unique_indexes remembers the registry
   if (list.empty()) {
     tr.clear(db.space.meta_key(kRegistry));
     return;

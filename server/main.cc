@@ -233,6 +233,17 @@ spdlog::level::level_enum log_level(const std::string& level) {
   return spdlog::level::from_str(level);
 }
 
+// spdlog's flusher thread (flush_every), started with every signal blocked: setup_logging runs
+// before main blocks SIGTERM and friends for sigwait, and a thread that did not block them would
+// take SIGTERM's default action (the process dies instead of shutting down).
+void start_log_flusher() {
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &previous);
+  spdlog::flush_every(std::chrono::seconds(1));
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+}
+
 // Logs go to stderr (journald under systemd) or, with [log] writer = file, to [log] file, which
 // SIGHUP reopens (for logrotate).
 void setup_logging(const std::string& level, const std::string& file) {
@@ -243,13 +254,13 @@ void setup_logging(const std::string& level, const std::string& file) {
   } else if (file.empty()) {
     logger = std::make_shared<spdlog::logger>(
         "chaise", std::make_shared<chaise::server::BufferedFdSink>(STDERR_FILENO));
-    spdlog::flush_every(std::chrono::seconds(1));
+    start_log_flusher();
   } else {
     logger = std::make_shared<spdlog::logger>(
         "chaise", std::make_shared<spdlog::sinks::basic_file_sink_mt>(file));
     // As on stderr (server/log_sink.h): warnings at once, info lines within a second.
     logger->flush_on(spdlog::level::warn);
-    spdlog::flush_every(std::chrono::seconds(1));
+    start_log_flusher();
   }
   spdlog::set_default_logger(logger);
   spdlog::set_level(log_level(level));

@@ -67,7 +67,14 @@ Status Transaction::check_usable() {
 }
 
 Status Transaction::ensure_read_view() {
-  if (!view_) view_ = engine_->acquire_view();
+  if (!view_) {
+    // The metadata generation on both sides of the snapshot: equal and even, the snapshot shows
+    // exactly the metadata of that generation (see touch_metadata).
+    const std::uint64_t before = engine_->metadata_generation();
+    view_ = engine_->acquire_view();
+    const std::uint64_t after = engine_->metadata_generation();
+    snapshot_generation_ = before == after && after % 2 == 0 ? after : kNoGeneration;
+  }
   if (engine_->now_us() - view_->acquired_us > engine_->options().transaction_lifetime_us)
     return Error::transaction_too_old;
   return {};
@@ -548,6 +555,12 @@ void Transaction::reset() {
 }
 
 std::uint64_t Transaction::metadata_generation() const { return engine_->metadata_generation(); }
+
+std::optional<std::uint64_t> Transaction::snapshot_metadata_generation() {
+  if (!check_usable() || !ensure_read_view()) return std::nullopt;
+  if (snapshot_generation_ == kNoGeneration || touches_metadata_) return std::nullopt;
+  return snapshot_generation_;
+}
 std::uint64_t Transaction::instance_id() const { return engine_->instance_id(); }
 
 Result<std::chrono::microseconds> Transaction::prepare_retry(Error e) {

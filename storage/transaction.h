@@ -159,9 +159,15 @@ class Transaction {
   // same even value (read before and after), and use it in a later transaction whose snapshot
   // was taken before it saw that same value again. instance_id() tells stores apart.
   void touch_metadata() { touches_metadata_ = true; }
+  bool touches_metadata() const { return touches_metadata_; }
   std::uint64_t metadata_generation() const;
   // Whether the read version (and its snapshot) was acquired already.
   bool has_read_version() const { return view_ != nullptr; }
+  // The generation whose metadata this transaction's snapshot (acquired here when not yet) shows
+  // exactly; nullopt when a metadata commit was being applied as it was taken, or when this
+  // transaction changes metadata itself. Values read at snapshots of the same generation are the
+  // same.
+  std::optional<std::uint64_t> snapshot_metadata_generation();
   std::uint64_t instance_id() const;
 
   // Approximate size in bytes counted against kTransactionSizeMax.
@@ -194,6 +200,8 @@ class Transaction {
   bool committing_ = false;
   bool fill_cache_ = true;
   bool touches_metadata_ = false;
+  static constexpr std::uint64_t kNoGeneration = ~std::uint64_t{0};
+  std::uint64_t snapshot_generation_ = kNoGeneration;
   std::chrono::microseconds backoff_{0};
 };
 
