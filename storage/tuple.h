@@ -123,7 +123,7 @@ class Tuple {
   // Precondition: i < size() (asserted).
   const Element& operator[](std::size_t i) const;
   const std::vector<Element>& elements() const { return elements_; }
-  void reserve(std::size_t n) { elements_.reserve(n); }
+  void reserve(std::size_t n);
 
   // Typed access. Each returns nullptr / nullopt / false when i >= size() or element i has another
   // type. Pointers stay valid until this tuple is modified or destroyed.
@@ -205,6 +205,7 @@ std::string strinc(std::string_view prefix);
 // ---- inline definitions (need Element complete) ----
 
 inline std::size_t Tuple::size() const { return elements_.size(); }
+inline void Tuple::reserve(std::size_t n) { elements_.reserve(n); }
 inline bool Tuple::empty() const { return elements_.empty(); }
 
 template <std::integral T>
