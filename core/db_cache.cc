@@ -10,20 +10,9 @@
 namespace chaise::core {
 namespace {
 
-struct Entry {
-  std::uint64_t store = 0;       // Transaction::instance_id()
-  std::uint64_t generation = 0;  // the even metadata generation it was read under
-  OpenedDb opened;
-};
-
-struct Cache {
-  std::shared_mutex mu;
-  std::unordered_map<std::string, Entry> entries;
-};
-
 struct ValueEntry {
-  std::uint64_t store = 0;
-  std::uint64_t generation = 0;
+  std::uint64_t store = 0;       // Transaction::instance_id()
+  std::uint64_t generation = 0;  // the metadata generation of the snapshot it was read at
   std::shared_ptr<const void> value;
 };
 
@@ -37,10 +26,7 @@ ValueCache& value_cache() {
   return c;
 }
 
-Cache& cache() {
-  static Cache c;
-  return c;
-}
+std::string db_key(std::string_view name) { return "db\0" + std::string(name); }
 
 StorageResult<Outcome<OpenedDb>> read_opened(Transaction& tr, std::string_view name) {
   using R = Outcome<OpenedDb>;
@@ -93,37 +79,19 @@ void remember(Transaction& tr, const std::string& key, const Remembering& how,
 }  // namespace detail
 
 std::optional<DbRef> remembered_db(Transaction& tr, std::string_view name) {
-  const auto generation = tr.snapshot_metadata_generation();
-  if (!generation) return std::nullopt;
-  Cache& c = cache();
-  std::shared_lock lock(c.mu);
-  auto it = c.entries.find(std::string(name));
-  if (it == c.entries.end() || it->second.store != tr.instance_id() ||
-      it->second.generation != *generation)
-    return std::nullopt;
-  return it->second.opened.db;
+  detail::Remembering how;
+  auto hit = std::static_pointer_cast<const Outcome<OpenedDb>>(
+      detail::find_remembered(tr, db_key(name), how));
+  if (!hit || failed(*hit)) return std::nullopt;
+  return std::get<OpenedDb>(*hit).db;
 }
 
 StorageResult<Outcome<OpenedDb>> open_db_with_security(Transaction& tr, std::string_view name) {
-  using R = Outcome<OpenedDb>;
-  Cache& c = cache();
-  const auto generation = tr.snapshot_metadata_generation();
-  const std::string key(name);
-  if (generation) {
-    std::shared_lock lock(c.mu);
-    auto it = c.entries.find(key);
-    if (it != c.entries.end() && it->second.store == tr.instance_id() &&
-        it->second.generation == *generation)
-      return R(it->second.opened);
-  }
-  auto read = read_opened(tr, name);
-  if (!read.ok() || failed(*read)) return read;
-  if (generation && !tr.touches_metadata()) {
-    std::unique_lock lock(c.mu);
-    if (c.entries.size() >= kDbCacheEntriesMax) c.entries.clear();
-    c.entries[key] = Entry{tr.instance_id(), *generation, std::get<OpenedDb>(*read)};
-  }
-  return read;
+  // A 404 is remembered too: creating the database moves the generation.
+  auto r = remembered_read<Outcome<OpenedDb>>(
+      tr, db_key(name), [&](Transaction& t) { return read_opened(t, name); });
+  if (!r.ok()) return r.error();
+  return **r;
 }
 
 }  // namespace chaise::core

@@ -87,17 +87,6 @@ void authorize_request(const Call& call) {
   }
 }
 
-core::SecurityObject read_security(storage::Transaction& tr, const core::DbRef& db) {
-  const auto raw = value_or_throw(core::read_security_json(tr, db));
-  if (!raw) return core::default_security(true);
-  const Json parsed = Json::parse(*raw, nullptr, false);
-  auto sec = core::parse_security(parsed);
-  if (auto* e = std::get_if<core::CouchError>(&sec)) {
-    throw HttpError(500, "unknown_error", "stored security object is invalid: " + e->reason);
-  }
-  return std::get<core::SecurityObject>(std::move(sec));
-}
-
 core::DbRef open_db_or_throw(const Call& call) {
   const std::string& name = call.path.at(0);
   auto tr = call.store().create_transaction();

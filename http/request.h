@@ -113,8 +113,6 @@ struct ReadRule {
   }
 };
 ReadRule read_rule(const Call& call, const core::DbRef& db, std::string_view id);
-// The security object of `db` as of `tr` (the default one when none was ever stored).
-core::SecurityObject read_security(storage::Transaction& tr, const core::DbRef& db);
 
 // The head of a streamed JSON answer (200, chunked): Server, Date, Content-Type, Cache-Control.
 Response stream_head(const Request& req);

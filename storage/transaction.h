@@ -155,14 +155,12 @@ class Transaction {
   // objects) is read through a generation, FoundationDB's metadataVersion in spirit: a
   // transaction that changes such data calls touch_metadata(), and its commit moves the
   // generation to an odd value before its writes become visible and to the next even value
-  // after. A reader may keep what it read at a snapshot taken while the generation stayed the
-  // same even value (read before and after), and use it in a later transaction whose snapshot
-  // was taken before it saw that same value again. instance_id() tells stores apart.
+  // after. snapshot_metadata_generation() names the generation a snapshot shows exactly; what
+  // was read at one snapshot may be used at any other of the same generation. instance_id()
+  // tells stores apart.
   void touch_metadata() { touches_metadata_ = true; }
   bool touches_metadata() const { return touches_metadata_; }
   std::uint64_t metadata_generation() const;
-  // Whether the read version (and its snapshot) was acquired already.
-  bool has_read_version() const { return view_ != nullptr; }
   // The generation whose metadata this transaction's snapshot (acquired here when not yet) shows
   // exactly; nullopt when a metadata commit was being applied as it was taken, or when this
   // transaction changes metadata itself. Values read at snapshots of the same generation are the

@@ -226,7 +226,6 @@ TEST_F(TransactionTest, MetadataGenerationMovesByTwoPerMetadataCommit) {
   ASSERT_TRUE(t2.commit().ok());
   EXPECT_EQ(gen(), g0 + 2);
   EXPECT_NE(db_->create_transaction().instance_id(), 0u);
-  EXPECT_FALSE(db_->create_transaction().has_read_version());
 }
 
 TEST_F(TransactionTest, GetKeySelectors) {
