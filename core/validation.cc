@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/db_cache.h"
 #include "core/keyspace.h"
 
 namespace chaise::core {
@@ -89,17 +90,26 @@ ValidatedDbs& validated_dbs() {
 JsDocValidator::JsDocValidator(js::Engine& engine, std::string user_ctx, std::string sec_obj)
     : engine_(engine), user_ctx_(std::move(user_ctx)), sec_obj_(std::move(sec_obj)) {}
 
-StorageResult<bool> JsDocValidator::begin(Transaction& tr, const DbRef& db) {
-  funcs_.clear();
-  failure_.reset();
+namespace {
+// A database's validation functions as of a snapshot: every write asks, and most databases have
+// none. Design documents change only through apply_edit, which marks such transactions with
+// touch_metadata(), so the list is remembered between transactions (core/db_cache.h).
+struct DesignValidators {
+  std::vector<std::shared_ptr<const js::DesignDoc>> funcs;
+  bool too_many = false;
+};
+
+StorageResult<DesignValidators> load_validators(Transaction& tr, const DbRef& db) {
+  DesignValidators out;
   const auto& ids = db.space.by_id();
   const std::string b = ids.pack(Tuple().add("_design/"));
   const std::string e = ids.pack(Tuple().add("_design0"));  // '0' follows '/'
-  auto kvs = tr.get_range(b, e, static_cast<int>(kDesignDocsMax) + 1, Reverse::no, Snapshot::yes);
+  const auto max = JsDocValidator::kDesignDocsMax;
+  auto kvs = tr.get_range(b, e, static_cast<int>(max) + 1, Reverse::no, Snapshot::yes);
   if (!kvs.ok()) return kvs.error();
-  if (kvs->size() > kDesignDocsMax) {
-    failure_ = CouchError{500, "unknown_error", "too many design documents to validate against"};
-    return true;
+  if (kvs->size() > max) {
+    out.too_many = true;
+    return out;
   }
   for (const auto& kv : *kvs) {
     auto key_t = ids.unpack(kv.key);
@@ -112,7 +122,7 @@ StorageResult<bool> JsDocValidator::begin(Transaction& tr, const DbRef& db) {
     const RevId rev{*pos, *hash};
     const std::string ck = std::to_string(db.id) + '\0' + id + '\0' + rev.str();
     if (auto hit = cache().get(ck)) {
-      if (*hit) funcs_.push_back(*hit);
+      if (*hit) out.funcs.push_back(*hit);
       continue;
     }
     DocReadOptions o;
@@ -127,7 +137,24 @@ StorageResult<bool> JsDocValidator::begin(Transaction& tr, const DbRef& db) {
         d = std::make_shared<js::DesignDoc>(js::DesignDoc{ck, *json});
     }
     cache().put(ck, d);
-    if (d) funcs_.push_back(std::move(d));
+    if (d) out.funcs.push_back(std::move(d));
+  }
+  return out;
+}
+
+}  // namespace
+
+StorageResult<bool> JsDocValidator::begin(Transaction& tr, const DbRef& db) {
+  funcs_.clear();
+  failure_.reset();
+  auto v = remembered_read<DesignValidators>(
+      tr, "validators\0" + std::to_string(db.id),
+      [&](Transaction& t) { return load_validators(t, db); });
+  if (!v.ok()) return v.error();
+  if ((*v)->too_many) {
+    failure_ = CouchError{500, "unknown_error", "too many design documents to validate against"};
+  } else {
+    funcs_ = (*v)->funcs;
   }
   const bool has = !funcs_.empty() || failure_.has_value();
   validated_dbs().note(db.name, has);
