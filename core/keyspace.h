@@ -62,6 +62,7 @@
 // revisions range.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -112,6 +113,11 @@ inline constexpr std::int64_t kViewCounts = 3;
 inline constexpr std::int64_t kViewNodes = 4;
 
 // Value format versions (first element of each value tuple).
+// Keys' first tuple elements that RocksDB's prefix bloom filters cover (storage/tuple_prefix.h):
+// (kDatabases, DbId, subspace, DocId) names one document's revisions and body chunks, so reading
+// a document that is not there (every new document's PUT) skips the tables without it.
+inline constexpr std::size_t kBloomPrefixElements = 4;
+
 inline constexpr std::int64_t kDbFormat = 1;
 inline constexpr std::int64_t kRevFormat = 1;
 inline constexpr std::int64_t kByIdFormat = 1;

@@ -17,6 +17,7 @@
 #include <rocksdb/cache.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
+#include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <rocksdb/write_buffer_manager.h>
@@ -27,6 +28,7 @@
 #include <random>
 
 #include "storage/engine.h"
+#include "storage/tuple_prefix.h"
 
 namespace chaise::storage {
 
@@ -65,6 +67,27 @@ std::string fill_versionstamp(std::string_view tmpl, const std::string& vs) {
   std::memcpy(out.data() + off, vs.data(), kVersionstampSize);
   return out;
 }
+
+// RocksDB's view of tuple_prefix_length. The name is recorded in every table: tables written
+// with another extractor (or none) are read without their prefix filter.
+class TuplePrefix final : public rocksdb::SliceTransform {
+ public:
+  explicit TuplePrefix(std::size_t elements)
+      : elements_(elements), name_("chaise.TuplePrefix." + std::to_string(elements)) {}
+  const char* Name() const override { return name_.c_str(); }
+  rocksdb::Slice Transform(const rocksdb::Slice& key) const override {
+    auto n = tuple_prefix_length(std::string_view(key.data(), key.size()), elements_);
+    assert(n);
+    return rocksdb::Slice(key.data(), *n);
+  }
+  bool InDomain(const rocksdb::Slice& key) const override {
+    return tuple_prefix_length(std::string_view(key.data(), key.size()), elements_).has_value();
+  }
+
+ private:
+  std::size_t elements_;
+  std::string name_;
+};
 
 }  // namespace
 
@@ -129,6 +152,8 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   table.whole_key_filtering = true;
   rocksdb::ColumnFamilyOptions cfo(ro);
+  if (options.bloom_prefix_tuple_elements > 0)
+    cfo.prefix_extractor = std::make_shared<TuplePrefix>(options.bloom_prefix_tuple_elements);
   cfo.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   // The meta column family holds a few keys (the store's version): small memtables.
   rocksdb::ColumnFamilyOptions meta_cfo;

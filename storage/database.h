@@ -85,6 +85,10 @@ struct Options {
   // it: memory bounded by block_cache_bytes at any data size, for slower point reads. Default
   // false.
   bool table_index_in_cache = false;
+  // Prefix bloom filters on each key's first N tuple elements (storage/tuple_prefix.h): a range
+  // read whose bounds share them skips tables that hold no such key. 0 = none. Default 0; the
+  // server sets the elements that name one document.
+  std::size_t bloom_prefix_tuple_elements = 0;
   // Retry backoff of on_error(): starts at initial, doubles up to max, jittered. Defaults 1 ms / 1
   // s.
   std::int64_t retry_backoff_initial_us = 1'000;

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "storage/engine.h"
+#include "storage/tuple_prefix.h"
 
 namespace chaise::storage {
 
@@ -109,6 +110,23 @@ void Transaction::add_conflict(std::vector<KeyRange>& ranges, std::string_view b
   ranges.push_back({std::string(begin), std::string(end)});
 }
 
+namespace {
+// With a prefix extractor, RocksDB's iterators default to prefix mode, whose results are defined
+// only inside the seek key's prefix. A range whose bounds share one bloom prefix is read in that
+// mode (tables without the prefix are skipped by their filters); any other in total order.
+void set_seek_mode(rocksdb::ReadOptions& ro, std::string_view begin, std::string_view end,
+                   std::size_t prefix_elements) {
+  ro.total_order_seek = true;
+  if (prefix_elements == 0) return;
+  const auto b = tuple_prefix_length(begin, prefix_elements);
+  if (!b) return;
+  const auto e = tuple_prefix_length(end, prefix_elements);
+  if (!e || *e != *b || begin.substr(0, *b) != end.substr(0, *e)) return;
+  ro.total_order_seek = false;
+  ro.prefix_same_as_start = true;
+}
+}  // namespace
+
 Result<std::optional<std::string>> Transaction::read_storage(std::string_view key) {
   if (auto s = ensure_read_view(); !s) return s.error();
   rocksdb::ReadOptions ro;
@@ -155,6 +173,7 @@ Status Transaction::read_range(std::string_view begin, std::string_view end, int
   rocksdb::Slice lo = to_slice(begin), hi = to_slice(end);
   ro.iterate_lower_bound = &lo;
   ro.iterate_upper_bound = &hi;
+  set_seek_mode(ro, begin, end, engine_->options().bloom_prefix_tuple_elements);
   std::unique_ptr<rocksdb::Iterator> it(engine_->db()->NewIterator(ro, engine_->data_cf()));
   const WriteMap::Points& points = writes_.points();
   const RangeSet& cleared = writes_.cleared();
@@ -310,6 +329,7 @@ Result<std::vector<std::vector<KeyValue>>> Transaction::get_ranges(
     rocksdb::Slice lo = to_slice(ranges.front().begin), hi = to_slice(ranges.back().end);
     ro.iterate_lower_bound = &lo;
     ro.iterate_upper_bound = &hi;
+    ro.total_order_seek = true;  // one iterator across many prefixes
     std::unique_ptr<rocksdb::Iterator> it(engine_->db()->NewIterator(ro, engine_->data_cf()));
     bool positioned = false;
     for (std::size_t i = 0; i < ranges.size(); ++i) {

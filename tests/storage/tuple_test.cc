@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "storage/subspace.h"
+#include "storage/tuple_prefix.h"
 
 namespace chaise::storage {
 namespace {
@@ -1000,6 +1001,34 @@ TEST(Strinc, IncrementsLastByteAfterStrippingTrailingFf) {
   EXPECT_LT(space.pack(Tuple().add("\xff\xff")), upper);
   EXPECT_LT(space.key() + "\xff\xff\xff", upper);
   EXPECT_GE(Tuple().add("q").pack(), upper);
+}
+
+// The prefix RocksDB's bloom filters are built on (tuple_prefix.h): exactly the bytes of the
+// first N elements, the same for every key of a Subspace::range and for both of its bounds.
+TEST(TuplePrefix, LengthOfTheFirstElements) {
+  for (const std::string& id : {std::string("doc"), std::string("a\0b", 3), std::string("\0", 1),
+                                std::string("end\0", 4), std::string()}) {
+    const Subspace docs(Tuple().add(std::int64_t{1}).add(std::int64_t{-300}).add(std::int64_t{2}));
+    const std::string prefix = docs.pack(Tuple().add(id));
+    const auto [b, e] = docs.range(Tuple().add(id));
+    for (const std::string& k :
+         {prefix, b, e, docs.pack(Tuple().add(id).add(true).add(std::int64_t{7}).add_bytes("h")),
+          docs.pack(Tuple().add(id).add(std::int64_t{0}))}) {
+      auto n = tuple_prefix_length(k, 4);
+      ASSERT_TRUE(n.has_value()) << id.size();
+      EXPECT_EQ(k.substr(0, *n), prefix) << id.size();
+    }
+    EXPECT_EQ(tuple_prefix_length(prefix, 3), docs.key().size());
+    EXPECT_FALSE(tuple_prefix_length(prefix, 5).has_value());  // too few elements
+  }
+  // 8-byte integers and byte strings are parsed; anything else is outside the domain.
+  EXPECT_EQ(tuple_prefix_length(Tuple().add(INT64_MIN).add_bytes(std::string("\0", 1)).pack(), 2),
+            Tuple().add(INT64_MIN).add_bytes(std::string("\0", 1)).pack().size());
+  EXPECT_FALSE(tuple_prefix_length(Tuple().add(1.5).add("x").pack(), 2).has_value());
+  EXPECT_FALSE(tuple_prefix_length(Tuple().add(Tuple().add("n")).pack(), 1).has_value());
+  EXPECT_FALSE(tuple_prefix_length(std::string("\x02unterminated"), 1).has_value());
+  EXPECT_FALSE(tuple_prefix_length(std::string("\x15"), 1).has_value());  // int missing its byte
+  EXPECT_FALSE(tuple_prefix_length("", 1).has_value());
 }
 
 }  // namespace
