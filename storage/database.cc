@@ -17,6 +17,7 @@
 #include <rocksdb/cache.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
+#include <rocksdb/perf_level.h>
 #include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
@@ -219,7 +220,15 @@ void Engine::set_fault_hook(std::function<CommitFault()> hook) {
   fault_hook_ = std::move(hook);
 }
 
+void Engine::quiet_perf_context_on_this_thread() {
+  thread_local bool quiet = false;
+  if (quiet) return;
+  rocksdb::SetPerfLevel(rocksdb::PerfLevel::kDisable);
+  quiet = true;
+}
+
 void Engine::commit_loop() {
+  quiet_perf_context_on_this_thread();
   std::vector<std::unique_ptr<CommitRequest>> batch;
   std::vector<std::unique_ptr<CommitRequest>> rest;
   for (;;) {
@@ -271,21 +280,15 @@ std::optional<std::string> Engine::latest_value(std::string_view key, const Writ
 }
 
 Result<CommitResult> Engine::commit_one(CommitRequest& req, std::int64_t version,
-                                        std::uint16_t order, rocksdb::WriteBatch& wb,
-                                        WriteMap& overlay) {
+                                        std::uint16_t order, WriteMap& overlay) {
   const std::string vs = make_versionstamp(version, order);
-  for (const auto& [b, e] : req.writes.cleared().ranges()) {
-    wb.DeleteRange(data_cf_, b, e);
-    overlay.clear_range(b, e);
-  }
+  for (const auto& [b, e] : req.writes.cleared().ranges()) overlay.clear_range(b, e);
   for (const auto& [key, w] : req.writes.points()) {
     switch (w.kind) {
       case PointWrite::Kind::set:
-        wb.Put(data_cf_, key, w.value);
         overlay.set(key, w.value);
         break;
       case PointWrite::Kind::clear:
-        wb.Delete(data_cf_, key);
         overlay.clear(key);
         break;
       case PointWrite::Kind::atomic: {
@@ -296,13 +299,11 @@ Result<CommitResult> Engine::commit_one(CommitRequest& req, std::int64_t version
           v = apply_atomic(present ? std::optional<std::string_view>(v) : std::nullopt, op);
           present = true;
         }
-        wb.Put(data_cf_, key, v);
         overlay.set(key, v);
         break;
       }
       case PointWrite::Kind::versionstamped_value: {
         std::string v = fill_versionstamp(w.value, vs);
-        wb.Put(data_cf_, key, v);
         overlay.set(key, v);
         break;
       }
@@ -310,7 +311,6 @@ Result<CommitResult> Engine::commit_one(CommitRequest& req, std::int64_t version
   }
   for (const VersionstampedKey& vk : req.versionstamped_keys) {
     std::string key = fill_versionstamp(vk.key_template, vs);
-    wb.Put(data_cf_, key, vk.value);
     overlay.set(key, vk.value);
     req.write_conflicts.push_back({key, key_after(key)});
   }
@@ -328,8 +328,12 @@ void Engine::process_batch(std::vector<std::unique_ptr<CommitRequest>>& batch) {
   resolver_.expire(now, options_.transaction_lifetime_us);
   const std::int64_t version = last_version_ + 1;
 
-  rocksdb::WriteBatch wb;
-  WriteMap overlay;  // this batch's writes so far, for atomic-op bases
+  // The batch's writes so far: the bases of atomic ops, and in the end what is written. One
+  // RocksDB write applies the whole batch, so only its net effect is written (WriteMap's rule:
+  // cleared ranges, then point writes), in key order: a counter every transaction adds to goes
+  // into the memtable once per batch, not once per transaction, and consecutive inserts land
+  // near each other in the memtable's skip list.
+  WriteMap overlay;
   std::vector<Result<CommitResult>> outcomes;
   outcomes.reserve(batch.size());
   std::vector<CommitRequest*> accepted;
@@ -349,7 +353,7 @@ void Engine::process_batch(std::vector<std::unique_ptr<CommitRequest>>& batch) {
       outcomes.emplace_back(Error::commit_unknown_result);
     } else {
       if (accepted.empty()) resolver_.begin_version(version, now);
-      auto r = commit_one(*req, version, order++, wb, overlay);
+      auto r = commit_one(*req, version, order++, overlay);
       outcomes.push_back(fault == CommitFault::unknown_result_applied
                              ? Result<CommitResult>(Error::commit_unknown_result)
                              : std::move(r));
@@ -361,6 +365,16 @@ void Engine::process_batch(std::vector<std::unique_ptr<CommitRequest>>& batch) {
 
   if (!accepted.empty()) {
     last_version_ = version;
+    rocksdb::WriteBatch wb;
+    for (const auto& [b, e] : overlay.cleared().ranges()) wb.DeleteRange(data_cf_, b, e);
+    for (const auto& [key, w] : overlay.points()) {
+      if (w.kind == PointWrite::Kind::clear) {
+        wb.Delete(data_cf_, key);
+      } else {
+        assert(w.kind == PointWrite::Kind::set);  // commit_one evaluates everything else
+        wb.Put(data_cf_, key, w.value);
+      }
+    }
     wb.Put(meta_cf_, kVersionKey, encode_be64(static_cast<std::uint64_t>(version)));
     rocksdb::WriteOptions wo;
     wo.sync = options_.fsync;

@@ -68,6 +68,7 @@ Status Transaction::check_usable() {
 }
 
 Status Transaction::ensure_read_view() {
+  Engine::quiet_perf_context_on_this_thread();
   if (!view_) {
     // The metadata generation on both sides of the snapshot: equal and even, the snapshot shows
     // exactly the metadata of that generation (see touch_metadata).

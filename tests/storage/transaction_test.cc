@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
@@ -502,6 +503,73 @@ TEST_F(TransactionTest, AtomicOpsSemantics) {
   });
   while (done.load() < 2) std::this_thread::yield();
   EXPECT_EQ(decode_le64(*read("a")), 108);
+}
+
+// A commit batch is written as its net effect (cleared ranges, then point writes, in key order):
+// later transactions' clears, range clears, sets and atomic adds in the same batch must leave
+// exactly what applying them one after the other leaves.
+TEST_F(TransactionTest, OneBatchLeavesWhatItsTransactionsLeaveInOrder) {
+  auto k = [](int i) { return std::string("k") + (i < 10 ? "0" : "") + std::to_string(i); };
+  for (int i = 0; i < 20; ++i) put(k(i), "base");
+  put("ctr", le64(100));
+  // The gate's batch holds the commit thread until the others are queued: they form one batch.
+  std::promise<void> open_gate, at_gate;
+  std::shared_future<void> gate = open_gate.get_future().share();
+  std::atomic<bool> first{true};
+  db_->set_commit_fault_hook([&] {
+    if (first.exchange(false)) {
+      at_gate.set_value();
+      gate.wait();
+    }
+    return CommitFault::none;
+  });
+  const std::uint64_t batches_before = db_->stats().batches;
+  std::vector<Transaction> txns;
+  for (int i = 0; i < 5; ++i) txns.push_back(db_->create_transaction());
+  txns[0].set("gate", "g");
+  txns[1].set(k(5), "t1");
+  txns[1].clear_range(k(10), k(15));
+  txns[1].add("ctr", 1);
+  txns[2].clear_range(k(0), k(8));  // takes t1's k05 with it
+  txns[2].set(k(3), "t2");
+  txns[2].add("ctr", 2);
+  txns[3].clear(k(3));
+  txns[3].set(k(12), "t3");
+  txns[3].add("ctr", 3);
+  txns[3].add("fresh", 7);
+  txns[4].set(k(5), "t4");
+  txns[4].clear_range(k(11), k(13));  // takes t3's k12 with it
+  txns[4].add("ctr", 4);
+  txns[4].add("fresh", 1);
+  std::atomic<int> done{0};
+  auto commit = [&](Transaction& t) {
+    t.commit_async([&](Result<CommitResult> r) {
+      EXPECT_TRUE(r.ok());
+      done++;
+    });
+  };
+  commit(txns[0]);
+  at_gate.get_future().wait();
+  for (int i = 1; i < 5; ++i) commit(txns[i]);
+  open_gate.set_value();
+  while (done.load() < 5) std::this_thread::yield();
+  db_->set_commit_fault_hook(nullptr);
+  EXPECT_EQ(db_->stats().batches - batches_before, 2u);  // the gate's, then one for the rest
+
+  std::map<std::string, std::string> want;
+  for (int i : {8, 9, 15, 16, 17, 18, 19}) want[k(i)] = "base";
+  want[k(5)] = "t4";
+  want["gate"] = "g";
+  auto tr = db_->create_transaction();
+  for (int i = 0; i < 20; ++i) {
+    auto v = tr.get(k(i));
+    ASSERT_TRUE(v.ok());
+    auto w = want.find(k(i));
+    EXPECT_EQ(*v, w == want.end() ? std::nullopt : std::optional<std::string>(w->second)) << k(i);
+  }
+  EXPECT_EQ(decode_le64(**tr.get("ctr")), 110);
+  EXPECT_EQ(decode_le64(**tr.get("fresh")), 8);
+  EXPECT_EQ(**tr.get("gate"), "g");
 }
 
 TEST_F(TransactionTest, AtomicAddReadsBaseWithConflict) {
