@@ -9,7 +9,7 @@ SHELL := /bin/bash
 # Debian 12 packages needed to build and test.
 PACKAGES := build-essential cmake ccache libboost-all-dev nlohmann-json3-dev libspdlog-dev \
             libssl-dev zlib1g-dev librocksdb-dev googletest libgtest-dev libbenchmark-dev \
-            libmozjs-102-dev libicu-dev libre2-dev libpcre2-dev pkg-config openssl curl
+            libmozjs-102-dev libicu-dev libre2-dev libpcre2-dev libjemalloc-dev pkg-config openssl curl
 JOBS ?= $(shell nproc)
 BUILD_TYPE ?= RelWithDebInfo
 

@@ -171,6 +171,8 @@ struct BodyReservation {
   void release() {
     if (bytes == 0) return;
     in_flight.fetch_sub(bytes, std::memory_order_relaxed);
+    // glibc's malloc keeps a large body's pages; jemalloc (the server's allocator unless built
+    // with a sanitizer) returns them on its own, and glibc's trim then has nothing to do.
     if (bytes >= kTrimAfterBytes) ::malloc_trim(0);
     bytes = 0;
   }

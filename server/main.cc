@@ -401,8 +401,9 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
     spdlog::critical("server uuid: {}", e.what());
     return kExitStartupFailed;
   }
-  spdlog::info("chaise {} starting: data_dir={} uuid={} fsync={}", chaise::http::kChaiseVersion,
-               config.data_dir.string(), uuid, config.fsync);
+  spdlog::info("chaise {} starting: data_dir={} uuid={} fsync={} allocator={}",
+               chaise::http::kChaiseVersion, config.data_dir.string(), uuid, config.fsync,
+               chaise::server::allocator_description());
 
   chaise::storage::Options store_options;
   store_options.fsync = config.fsync;

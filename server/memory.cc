@@ -4,16 +4,50 @@
 
 #include <cstdlib>
 
+#ifdef CHAISE_JEMALLOC
+#include <jemalloc/jemalloc.h>
+
+// Read by jemalloc when it initializes (before main). Two arenas for a 2-core server's threads;
+// pages freed are returned to the OS after about a second, by jemalloc's own background thread
+// (created with every signal blocked, so sigwait in main still receives SIGTERM).
+extern "C" {
+const char* malloc_conf = "narenas:2,dirty_decay_ms:1000,muzzy_decay_ms:0,background_thread:true";
+}
+#endif
+
 namespace chaise::server {
 
 void tune_malloc() {
+#ifndef CHAISE_JEMALLOC
   if (std::getenv("GLIBC_TUNABLES") != nullptr) return;
   mallopt(M_ARENA_MAX, 4);
   mallopt(M_MMAP_THRESHOLD, 256 * 1024);
   mallopt(M_TRIM_THRESHOLD, 1024 * 1024);
+#endif
+}
+
+std::string allocator_description() {
+#ifdef CHAISE_JEMALLOC
+  unsigned narenas = 0;
+  bool background = false;
+  std::size_t n = sizeof(narenas), b = sizeof(background);
+  const char* version = nullptr;
+  std::size_t v = sizeof(version);
+  if (mallctl("opt.narenas", &narenas, &n, nullptr, 0) != 0 ||
+      mallctl("background_thread", &background, &b, nullptr, 0) != 0 ||
+      mallctl("version", &version, &v, nullptr, 0) != 0)
+    return "jemalloc (settings unreadable)";
+  return std::string("jemalloc ") + version + ", " + std::to_string(narenas) + " arenas, " +
+         (background ? "background purging" : "no background purging");
+#else
+  return "glibc malloc, trimmed every few seconds";
+#endif
 }
 
 MemoryTrimmer::MemoryTrimmer(std::chrono::milliseconds period) {
+#ifdef CHAISE_JEMALLOC
+  (void)period;
+#else
   thread_ = std::thread([this, period] {
     std::unique_lock lock(mu_);
     while (!cv_.wait_for(lock, period, [this] { return stopping_; })) {
@@ -22,6 +56,7 @@ MemoryTrimmer::MemoryTrimmer(std::chrono::milliseconds period) {
       lock.lock();
     }
   });
+#endif
 }
 
 MemoryTrimmer::~MemoryTrimmer() {
@@ -30,7 +65,7 @@ MemoryTrimmer::~MemoryTrimmer() {
     stopping_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 }  // namespace chaise::server

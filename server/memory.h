@@ -1,26 +1,38 @@
-// server/memory.h — how the process's heap gives memory back to the OS.
+// server/memory.h — the process's heap: which allocator, and how it gives memory back to the OS.
 //
-// glibc's malloc keeps freed memory in up to eight arenas per core and raises its mmap threshold
-// after large blocks are freed, so large buffers then come from (and stay in) the arenas. Under
-// bench/http/run.sh's workloads that left RSS at two to three times the live heap (98 MB held for
-// 40 MB in use after _bulk_docs). tune_malloc() limits the arenas and fixes the threshold;
-// MemoryTrimmer returns the free pages inside the arenas every few seconds (malloc_trim), which
-// brought RSS after that workload from 119 to 75 MiB.
+// The server allocates through jemalloc (linked in; sanitizer builds keep their own allocator).
+// glibc's malloc, with its arenas limited, was a fifth of a PUT's instructions on the request
+// threads (callgrind: _int_free, malloc, malloc_consolidate), and with jemalloc the same binary
+// served 40% more PUTs, twice the _bulk_docs and 1.5-2x the streams (bench/README.md), at the
+// same RSS. jemalloc is configured for a small, steady footprint: two arenas, freed pages
+// returned after about a second by its background thread (the `malloc_conf` in memory.cc;
+// MALLOC_CONF in the environment overrides it).
+//
+// Without jemalloc (sanitizer builds), glibc's malloc keeps freed memory in up to eight arenas per
+// core and raises its mmap threshold after large blocks are freed, which left RSS at two to three
+// times the live heap. tune_malloc() then limits the arenas and fixes the threshold, and
+// MemoryTrimmer returns the free pages inside them every few seconds (malloc_trim).
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <string>
 #include <thread>
 
 namespace chaise::server {
 
-// Four arenas, a fixed 256 KiB mmap threshold (larger blocks are mapped and returned whole), a
-// 1 MiB trim threshold. Does nothing when GLIBC_TUNABLES is set: the operator's settings win.
-// Call first thing in main(), before any thread starts.
+// glibc: four arenas, a fixed 256 KiB mmap threshold (larger blocks are mapped and returned
+// whole), a 1 MiB trim threshold; nothing when GLIBC_TUNABLES is set (the operator's settings
+// win). jemalloc: nothing (configured at load). Call first thing in main(), before any thread
+// starts.
 void tune_malloc();
 
-// Calls malloc_trim(0) every `period` on a thread of its own, until destroyed.
+// Which allocator serves the heap and how it is set, for the startup log line.
+std::string allocator_description();
+
+// glibc: calls malloc_trim(0) every `period` on a thread of its own, until destroyed. jemalloc:
+// nothing (its background thread returns freed pages).
 class MemoryTrimmer {
  public:
   explicit MemoryTrimmer(std::chrono::milliseconds period);

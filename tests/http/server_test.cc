@@ -619,6 +619,28 @@ TEST_F(ConfiguredServerTest, LogFileIsReopenedOnSighup) {
   EXPECT_EQ(server.stop().exit_code, 0);
 }
 
+// The startup line names the allocator and its settings as read back from it: jemalloc's
+// malloc_conf (server/memory.cc) is in force, not just linked.
+TEST_F(ConfiguredServerTest, StartupLogNamesTheAllocatorInForce) {
+  const fs::path log = dir_.path() / "chaise.log";
+  ServerProcess& server = start_with_ini("[log]\nwriter = file\nfile = " + log.string() + "\n");
+  std::string text;
+  for (int i = 0; i < 40 && text.find("allocator=") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(100ms);
+    std::ifstream in(log);
+    std::stringstream s;
+    s << in.rdbuf();
+    text = s.str();
+  }
+#ifdef CHAISE_SERVER_USES_JEMALLOC
+  EXPECT_NE(text.find("allocator=jemalloc"), std::string::npos) << text;
+  EXPECT_NE(text.find("2 arenas, background purging"), std::string::npos) << text;
+#else
+  EXPECT_NE(text.find("allocator=glibc malloc"), std::string::npos) << text;
+#endif
+  EXPECT_EQ(server.stop().exit_code, 0);
+}
+
 // --- router helpers (no process) ------------------------------------------------------------
 
 http::Request make_request(verb method, std::string_view target) {
