@@ -214,6 +214,8 @@ storage::Status apply_edit(Transaction& tr, const DbRef& db, std::string_view id
   // by_id: live documents only. Design documents' entries are remembered between transactions
   // (the validation functions, core/validation.cc): writing one marks the transaction.
   if (id.starts_with("_design/")) tr.touch_metadata();
+  // Authentication remembers what it read from _users (http/auth.cc) the same way.
+  if (db.name == kUsersDb) tr.touch_metadata();
   if (!winner.deleted) {
     tr.set(db.space.by_id_key(id),
            Tuple().add(keyspace::kByIdFormat).add(winner.leaf.pos).add_bytes(winner.leaf.hash).pack());

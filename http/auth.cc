@@ -14,6 +14,7 @@
 #include "config/settings.h"
 #include "core/attachments.h"
 #include "core/databases.h"
+#include "core/db_cache.h"
 #include "core/documents.h"
 #include "core/json_text.h"
 #include "http/workers.h"
@@ -255,6 +256,44 @@ std::vector<std::string> Authenticator::handler_names() const {
   return names;
 }
 
+namespace {
+// What authentication reads from a user document. Every request with credentials asks, so it is
+// remembered between requests (core/db_cache.h): apply_edit marks each write to _users, and a
+// changed password or role counts from the very next request.
+struct UserDocFields {
+  bool found = false;
+  std::vector<std::string> roles;
+  std::optional<core::PasswordHash> hash;
+  std::string salt;
+  std::string rev;
+};
+
+core::StorageResult<UserDocFields> read_user_doc(storage::Transaction& tr, std::string_view name) {
+  UserDocFields out;
+  // Read as the server (chttpd_auth_cache reads with an admin context).
+  auto opened = core::open_db(tr, core::kUsersDb);
+  if (!opened.ok()) return opened.error();
+  if (core::failed(*opened)) return out;
+  const auto& db = std::get<core::DbRef>(*opened);
+  const std::string id = std::string(core::kUserDocPrefix) + std::string(name);
+  auto doc = core::get_doc_json(tr, db, id, core::DocReadOptions{});
+  if (!doc.ok()) return doc.error();
+  if (core::failed(*doc)) return out;
+  OJson body = OJson::parse(std::get<std::string>(*doc), nullptr, false);
+  if (!body.is_object()) return out;
+  out.found = true;
+  if (const auto r = body.find("roles"); r != body.end() && r->is_array()) {
+    for (const auto& role : *r) {
+      if (role.is_string()) out.roles.push_back(role.get<std::string>());
+    }
+  }
+  out.hash = core::user_doc_password(body);
+  out.salt = body.value("salt", std::string());
+  out.rev = body.value("_rev", std::string());
+  return out;
+}
+}  // namespace
+
 std::optional<Authenticator::Creds> Authenticator::lookup(const AuthSettings& s,
                                                           std::string_view name) const {
   std::optional<Creds> creds;
@@ -265,34 +304,24 @@ std::optional<Authenticator::Creds> Authenticator::lookup(const AuthSettings& s,
     creds->hash = admin->second;
     creds->salt = admin->second.salt;
   }
-  // The user document, read as the server (chttpd_auth_cache reads with an admin context).
   auto tr = store_.create_transaction();
-  auto opened = core::open_db(tr, core::kUsersDb);
-  if (!opened.ok() || core::failed(*opened)) return creds;
-  const auto& db = std::get<core::DbRef>(*opened);
-  const std::string id = std::string(core::kUserDocPrefix) + std::string(name);
-  auto doc = core::get_doc_json(tr, db, id, core::DocReadOptions{});
-  if (!doc.ok() || core::failed(*doc)) return creds;
-  OJson body = OJson::parse(std::get<std::string>(*doc), nullptr, false);
-  if (!body.is_object()) return creds;
-  std::vector<std::string> roles;
-  if (const auto r = body.find("roles"); r != body.end() && r->is_array()) {
-    for (const auto& role : *r) {
-      if (role.is_string()) roles.push_back(role.get<std::string>());
-    }
-  }
+  auto doc = core::remembered_read<UserDocFields>(
+      tr, "user_doc\0" + std::string(name),
+      [&](storage::Transaction& t) { return read_user_doc(t, name); });
+  if (!doc.ok() || !(*doc)->found) return creds;
+  const UserDocFields& u = **doc;
   if (creds) {  // an admin with a user doc: the doc's roles are added
-    for (auto& role : roles) {
-      if (!creds->user.has_role(role)) creds->user.roles.push_back(std::move(role));
+    for (const auto& role : u.roles) {
+      if (!creds->user.has_role(role)) creds->user.roles.push_back(role);
     }
     return creds;
   }
   creds.emplace();
   creds->user.name = std::string(name);
-  creds->user.roles = std::move(roles);
-  creds->hash = core::user_doc_password(body);
-  creds->salt = body.value("salt", std::string());
-  creds->rev = body.value("_rev", std::string());
+  creds->user.roles = u.roles;
+  creds->hash = u.hash;
+  creds->salt = u.salt;
+  creds->rev = u.rev;
   return creds;
 }
 
