@@ -596,6 +596,20 @@ TEST_F(ConfiguredServerTest, PingsTheSystemdWatchdogWhileHealthy) {
   ::close(fd);
 }
 
+// The log file's text once it holds `needle`, or after 4 s: info lines reach the file within a
+// second (server/log_sink.h).
+std::string wait_for_log_text(const fs::path& log, std::string_view needle) {
+  std::string text;
+  for (int i = 0; i < 40 && text.find(needle) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(100ms);
+    std::ifstream in(log);
+    std::stringstream s;
+    s << in.rdbuf();
+    text = s.str();
+  }
+  return text;
+}
+
 TEST_F(ConfiguredServerTest, LogFileIsReopenedOnSighup) {
   const fs::path log = dir_.path() / "chaise.log";
   ServerProcess& server =
@@ -606,15 +620,7 @@ TEST_F(ConfiguredServerTest, LogFileIsReopenedOnSighup) {
   ::kill(server.pid(), SIGHUP);
   std::this_thread::sleep_for(300ms);
   HttpClient{server.port()}.get("/second");
-  // Info lines reach the file within a second (server/log_sink.h).
-  std::string text;
-  for (int i = 0; i < 40 && text.find("GET /second 404") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(100ms);
-    std::ifstream reopened(log);
-    std::stringstream s;
-    s << reopened.rdbuf();
-    text = s.str();
-  }
+  const std::string text = wait_for_log_text(log, "GET /second 404");
   EXPECT_NE(text.find("GET /second 404"), std::string::npos) << text;
   EXPECT_EQ(server.stop().exit_code, 0);
 }
@@ -624,14 +630,7 @@ TEST_F(ConfiguredServerTest, LogFileIsReopenedOnSighup) {
 TEST_F(ConfiguredServerTest, StartupLogNamesTheAllocatorInForce) {
   const fs::path log = dir_.path() / "chaise.log";
   ServerProcess& server = start_with_ini("[log]\nwriter = file\nfile = " + log.string() + "\n");
-  std::string text;
-  for (int i = 0; i < 40 && text.find("allocator=") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(100ms);
-    std::ifstream in(log);
-    std::stringstream s;
-    s << in.rdbuf();
-    text = s.str();
-  }
+  const std::string text = wait_for_log_text(log, "allocator=");
 #ifdef CHAISE_SERVER_USES_JEMALLOC
   EXPECT_NE(text.find("allocator=jemalloc"), std::string::npos) << text;
   EXPECT_NE(text.find("2 arenas, background purging"), std::string::npos) << text;
