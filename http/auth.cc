@@ -271,43 +271,31 @@ std::vector<std::string> Authenticator::handler_names() const {
   return names;
 }
 
-namespace {
-// What authentication reads from a user document. Every request with credentials asks, so it is
-// remembered between requests (core/db_cache.h): apply_edit marks each write to _users, and a
-// changed password or role counts from the very next request.
-struct UserDocFields {
-  bool found = false;
-  std::vector<std::string> roles;
-  std::optional<core::PasswordHash> hash;
-  std::string salt;
-  std::string rev;
-};
-
-core::StorageResult<UserDocFields> read_user_doc(storage::Transaction& tr, std::string_view name) {
-  UserDocFields out;
+storage::Result<std::optional<Authenticator::Creds>> Authenticator::read_user_creds(
+    storage::Transaction& tr, std::string_view name) {
   // Read as the server (chttpd_auth_cache reads with an admin context).
   auto opened = core::open_db(tr, core::kUsersDb);
   if (!opened.ok()) return opened.error();
-  if (core::failed(*opened)) return out;
+  if (core::failed(*opened)) return std::optional<Creds>();
   const auto& db = std::get<core::DbRef>(*opened);
   const std::string id = std::string(core::kUserDocPrefix) + std::string(name);
   auto doc = core::get_doc_json(tr, db, id, core::DocReadOptions{});
   if (!doc.ok()) return doc.error();
-  if (core::failed(*doc)) return out;
+  if (core::failed(*doc)) return std::optional<Creds>();
   OJson body = OJson::parse(std::get<std::string>(*doc), nullptr, false);
-  if (!body.is_object()) return out;
-  out.found = true;
+  if (!body.is_object()) return std::optional<Creds>();
+  Creds c;
+  c.user.name = std::string(name);
   if (const auto r = body.find("roles"); r != body.end() && r->is_array()) {
     for (const auto& role : *r) {
-      if (role.is_string()) out.roles.push_back(role.get<std::string>());
+      if (role.is_string()) c.user.roles.push_back(role.get<std::string>());
     }
   }
-  out.hash = core::user_doc_password(body);
-  out.salt = body.value("salt", std::string());
-  out.rev = body.value("_rev", std::string());
-  return out;
+  c.hash = core::user_doc_password(body);
+  c.salt = body.value("salt", std::string());
+  c.rev = body.value("_rev", std::string());
+  return std::optional<Creds>(std::move(c));
 }
-}  // namespace
 
 std::optional<Authenticator::Creds> Authenticator::lookup(const AuthSettings& s,
                                                           std::string_view name) const {
@@ -319,24 +307,19 @@ std::optional<Authenticator::Creds> Authenticator::lookup(const AuthSettings& s,
     creds->hash = admin->second;
     creds->salt = admin->second.salt;
   }
+  // Every request with credentials asks, so the user document's credentials are remembered
+  // between requests (core/db_cache.h): apply_edit marks each write to _users, and a changed
+  // password or role counts from the very next request.
   auto tr = store_.create_transaction();
-  auto doc = core::remembered_read<UserDocFields>(
+  auto doc = core::remembered_read<std::optional<Creds>>(
       tr, "user_doc\0" + std::string(name),
-      [&](storage::Transaction& t) { return read_user_doc(t, name); });
-  if (!doc.ok() || !(*doc)->found) return creds;
-  const UserDocFields& u = **doc;
-  if (creds) {  // an admin with a user doc: the doc's roles are added
-    for (const auto& role : u.roles) {
-      if (!creds->user.has_role(role)) creds->user.roles.push_back(role);
-    }
-    return creds;
+      [&](storage::Transaction& t) { return read_user_creds(t, name); });
+  if (!doc.ok() || !**doc) return creds;
+  const Creds& user = ***doc;
+  if (!creds) return user;
+  for (const auto& role : user.user.roles) {  // an admin with a user doc: the doc's roles are added
+    if (!creds->user.has_role(role)) creds->user.roles.push_back(role);
   }
-  creds.emplace();
-  creds->user.name = std::string(name);
-  creds->user.roles = u.roles;
-  creds->hash = u.hash;
-  creds->salt = u.salt;
-  creds->rev = u.rev;
   return creds;
 }
 

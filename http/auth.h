@@ -127,6 +127,9 @@ class Authenticator {
     std::string rev;  // the user doc's rev; "" for a config admin without a user doc
   };
   std::optional<Creds> lookup(const AuthSettings& s, std::string_view name) const;
+  // The credentials in name's _users document as of `tr`, or nullopt when there is none.
+  static storage::Result<std::optional<Creds>> read_user_creds(storage::Transaction& tr,
+                                                               std::string_view name);
   bool check_password(const AuthSettings& s, const Creds& creds, std::string_view name,
                       std::string_view password) const;
   // Name and password as Basic and POST /_session check them: the lockout first, then the
