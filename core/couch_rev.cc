@@ -56,10 +56,8 @@
 #include "core/couch_rev.h"
 
 #include <locale.h>
-#include <openssl/evp.h>
 
 #include <algorithm>
-#include <array>
 #include <cassert>
 #include <cerrno>
 #include <cmath>
@@ -69,6 +67,8 @@
 #include <cstring>
 #include <unordered_set>
 #include <utility>
+
+#include "core/digest.h"
 
 namespace chaise::core {
 namespace {
@@ -625,18 +625,6 @@ class EtfWriter {
   std::string out_;
   bool rejected_ = false;
 };
-
-// MD5 through OpenSSL's EVP. A failure is a broken installation, not an input error: abort.
-std::string md5(std::string_view bytes) {
-  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
-  unsigned int len = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), md.data(), &len, EVP_md5(), nullptr) != 1 ||
-      len != kRevHashBytes) {
-    std::fputs("chaise: OpenSSL MD5 failed\n", stderr);
-    std::abort();
-  }
-  return std::string(reinterpret_cast<const char*>(md.data()), len);
-}
 
 }  // namespace
 

@@ -2,7 +2,6 @@
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/sha.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include "core/attachments.h"
 #include "core/databases.h"
 #include "core/db_cache.h"
+#include "core/digest.h"
 #include "core/documents.h"
 #include "core/json_text.h"
 #include "http/workers.h"
@@ -86,27 +86,6 @@ std::string base64url_encode(std::string_view bytes) {
   }
   while (!out.empty() && out.back() == '=') out.pop_back();
   return out;
-}
-
-// Every request with credentials hashes its password twice (may_hash_password, check_password).
-// OpenSSL 3's one-shot SHA256() looks the algorithm up and allocates a context on each call (7%
-// of a small GET's instructions in callgrind): the algorithm is fetched once and each thread
-// keeps its context.
-std::string sha256(std::string_view data) {
-  static EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-  struct Ctx {
-    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-    ~Ctx() { EVP_MD_CTX_free(ctx); }
-  };
-  thread_local Ctx c;
-  std::array<unsigned char, SHA256_DIGEST_LENGTH> out{};
-  unsigned int len = 0;
-  if (md == nullptr || c.ctx == nullptr || EVP_DigestInit_ex2(c.ctx, md, nullptr) != 1 ||
-      EVP_DigestUpdate(c.ctx, data.data(), data.size()) != 1 ||
-      EVP_DigestFinal_ex(c.ctx, out.data(), &len) != 1 || len != out.size()) {
-    SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), out.data());
-  }
-  return std::string(reinterpret_cast<const char*>(out.data()), out.size());
 }
 
 // The value of cookie `name` in the Cookie header(s), or nullopt.
@@ -353,7 +332,7 @@ void Authenticator::record_failure(const std::string& key) const {
 bool Authenticator::check_password(const AuthSettings&, const Creds& creds, std::string_view name,
                                    std::string_view password) const {
   if (!creds.hash) return false;
-  const std::string digest = sha256(cache_salt_ + std::string(password));
+  const std::string digest = core::sha256(cache_salt_ + std::string(password));
   {
     std::lock_guard lock(mutex_);
     const auto it = verified_.find(std::string(name));
@@ -420,7 +399,7 @@ std::string Authenticator::clear_cookie(const Client& client) const {
 bool Authenticator::may_hash_password(const Request& req) const {
   const BasicCredential basic = basic_credential(req);
   if (!basic.name) return false;
-  const std::string digest = sha256(cache_salt_ + basic.password);
+  const std::string digest = core::sha256(cache_salt_ + basic.password);
   std::lock_guard lock(mutex_);
   const auto it = verified_.find(*basic.name);
   return it == verified_.end() || !core::constant_time_equal(it->second.password_digest, digest);
@@ -631,7 +610,7 @@ void Authenticator::upgrade_hash(const HashUpgrade& u, core::TxIdJanitor* janito
   // The password was just checked: the new revision starts verified.
   const std::string new_rev = std::get<core::UpdateResult>(*result).rev.str();
   std::lock_guard lock(mutex_);
-  verified_[u.name] = CacheEntry{sha256(cache_salt_ + u.password), new_rev};
+  verified_[u.name] = CacheEntry{core::sha256(cache_salt_ + u.password), new_rev};
   spdlog::info("upgraded the stored password hash of user '{}'", u.name);
 }
 
