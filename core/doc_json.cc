@@ -44,18 +44,18 @@ std::string dump(const Json& j, Json::error_handler_t handler) {
   return dump_json(j, handler == Json::error_handler_t::strict);
 }
 
-// Appends "key":value to `body` (compact, with a separating comma when needed). Throws
-// nlohmann::json::type_error on invalid UTF-8.
-void append_member(std::string& body, const std::string& key, const Json& value) {
+// Appends "key":value to `body` (compact, with a separating comma when needed) through `w`, a
+// strict writer into `body`. Throws nlohmann::json::type_error on invalid UTF-8.
+void append_member(std::string& body, JsonWriter& w, const std::string& key, const Json& value) {
   if (body.size() > 1) body.push_back(',');
-  body += dump(Json(key), Json::error_handler_t::strict);
+  w.string(key);
   body.push_back(':');
-  body += dump(value, Json::error_handler_t::strict);
+  w.value(value);
 }
 
 // Handles one "_"-prefixed member; returns an error or nullopt. `body` receives kept members.
-std::optional<CouchError> transfer_special(const std::string& key, const Json& value, ParsedDoc& doc,
-                                         std::string& body) {
+std::optional<CouchError> transfer_special(const std::string& key, const Json& value,
+                                           ParsedDoc& doc, std::string& body, JsonWriter& w) {
   if (key == "_id") {
     if (!value.is_string()) return CouchError{400, "illegal_docid", "Document id must be a string"};
     const auto& id = value.get_ref<const std::string&>();
@@ -81,7 +81,7 @@ std::optional<CouchError> transfer_special(const std::string& key, const Json& v
   } else if (is_one_of(key, kDroppedMembers)) {
     // dropped
   } else if (is_one_of(key, kBodyMembers)) {
-    append_member(body, key, value);
+    append_member(body, w, key, value);
   } else {
     return bad_special_member(key);
   }
@@ -94,12 +94,13 @@ std::variant<ParsedDoc, CouchError> parse_doc(const Json& doc) {
   if (!doc.is_object()) return CouchError{400, "bad_request", "Document must be a JSON object"};
   ParsedDoc parsed;
   std::string body = "{";
+  JsonWriter w(body, /*strict=*/true);
   try {
     for (const auto& [key, value] : doc.items()) {
       if (!key.empty() && key[0] == '_') {
-        if (auto err = transfer_special(key, value, parsed, body)) return std::move(*err);
+        if (auto err = transfer_special(key, value, parsed, body, w)) return std::move(*err);
       } else {
-        append_member(body, key, value);
+        append_member(body, w, key, value);
       }
     }
   } catch (const nlohmann::json::type_error&) {
@@ -165,9 +166,7 @@ std::string json_string(std::string_view s) {
   // backslashes, which JSON takes as they are; anything else goes through the serializer
   // (escapes, and U+FFFD for invalid UTF-8). Building a Json per string took a tenth of a
   // _changes scan.
-  const bool plain = std::all_of(
-      s.begin(), s.end(), [](char c) { return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\'; });
-  if (!plain) return dump(Json(std::string(s)), Json::error_handler_t::replace);
+  if (!is_plain_json_string(s)) return dump(Json(std::string(s)), Json::error_handler_t::replace);
   std::string out;
   out.reserve(s.size() + 2);
   out.push_back('"');

@@ -1,6 +1,7 @@
 // core/json_text.cc — see json_text.h.
 #include "core/json_text.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -181,55 +182,6 @@ bool has_number_text(const Json& j) {
   }
 }
 
-class Writer {
- public:
-  Writer(std::string& out, bool strict)
-      : out_(out),
-        serializer_(nlohmann::detail::output_adapter<char, std::string>(out), ' ',
-                    strict ? Json::error_handler_t::strict : Json::error_handler_t::replace) {}
-
-  void write(const Json& j) {
-    switch (j.type()) {
-      case Json::value_t::object: {
-        out_.push_back('{');
-        bool first = true;
-        for (const auto& [k, v] : *j.get_ptr<const Json::object_t*>()) {
-          if (!first) out_.push_back(',');
-          first = false;
-          serializer_.dump(Json(k), false, false, 0);
-          out_.push_back(':');
-          write(v);
-        }
-        out_.push_back('}');
-        return;
-      }
-      case Json::value_t::array: {
-        out_.push_back('[');
-        bool first = true;
-        for (const Json& v : j) {
-          if (!first) out_.push_back(',');
-          first = false;
-          write(v);
-        }
-        out_.push_back(']');
-        return;
-      }
-      case Json::value_t::binary:
-        if (is_number_text(j)) {
-          out_ += number_text(j);
-          return;
-        }
-        [[fallthrough]];
-      default:
-        serializer_.dump(j, false, false, 0);
-    }
-  }
-
- private:
-  std::string& out_;
-  nlohmann::detail::serializer<Json> serializer_;
-};
-
 }  // namespace
 
 std::variant<Json, std::string> parse_json_text(std::string_view text, JsonNumbers numbers) {
@@ -256,8 +208,65 @@ std::string dump_json(const Json& j, bool strict) {
   const auto handler = strict ? Json::error_handler_t::strict : Json::error_handler_t::replace;
   if (!has_number_text(j)) return j.dump(-1, ' ', false, handler);
   std::string out;
-  Writer(out, strict).write(j);
+  JsonWriter(out, strict).value(j);
   return out;
+}
+
+JsonWriter::JsonWriter(std::string& out, bool strict)
+    : out_(out),
+      serializer_(nlohmann::detail::output_adapter<char, std::string>(out), ' ',
+                  strict ? Json::error_handler_t::strict : Json::error_handler_t::replace) {}
+
+bool is_plain_json_string(std::string_view s) {
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\'; });
+}
+
+void JsonWriter::string(std::string_view s) {
+  if (!is_plain_json_string(s)) {
+    serializer_.dump(Json(std::string(s)), false, false, 0);
+    return;
+  }
+  out_.push_back('"');
+  out_.append(s);
+  out_.push_back('"');
+}
+
+void JsonWriter::value(const Json& j) {
+  switch (j.type()) {
+    case Json::value_t::object: {
+      out_.push_back('{');
+      bool first = true;
+      for (const auto& [k, v] : *j.get_ptr<const Json::object_t*>()) {
+        if (!first) out_.push_back(',');
+        first = false;
+        string(k);
+        out_.push_back(':');
+        value(v);
+      }
+      out_.push_back('}');
+      return;
+    }
+    case Json::value_t::array: {
+      out_.push_back('[');
+      bool first = true;
+      for (const Json& v : j) {
+        if (!first) out_.push_back(',');
+        first = false;
+        value(v);
+      }
+      out_.push_back(']');
+      return;
+    }
+    case Json::value_t::binary:
+      if (is_number_text(j)) {
+        out_ += number_text(j);
+        return;
+      }
+      [[fallthrough]];
+    default:
+      serializer_.dump(j, false, false, 0);
+  }
 }
 
 }  // namespace chaise::core

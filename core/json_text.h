@@ -44,4 +44,25 @@ std::string_view number_text(const nlohmann::ordered_json& j);
 // `strict` (as dump() with error_handler_t::strict), else replaces invalid bytes.
 std::string dump_json(const nlohmann::ordered_json& j, bool strict = true);
 
+// True when `s` is printable ASCII without quotes or backslashes: its JSON string literal is `s`
+// in quotes. Ids, revisions, sequences and member names nearly always are.
+bool is_plain_json_string(std::string_view s);
+
+// Appends compact JSON to `out`, as dump_json writes it, many values with one serializer: each
+// dump() builds its own (a locale lookup, a buffer), which was 5% of a PUT when a document body
+// was written member by member. `out` must outlive the writer; the caller may append to it
+// between calls (punctuation).
+class JsonWriter {
+ public:
+  JsonWriter(std::string& out, bool strict);
+  void value(const nlohmann::ordered_json& j);
+  // A string literal: as it is when is_plain_json_string (most member names), anything else
+  // escaped by the serializer.
+  void string(std::string_view s);
+
+ private:
+  std::string& out_;
+  nlohmann::detail::serializer<nlohmann::ordered_json> serializer_;
+};
+
 }  // namespace chaise::core

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/json_text.h"
+
 namespace chaise::core {
 namespace {
 
@@ -63,6 +65,25 @@ TEST(ParseDoc, NestedUnderscoreKeysAreData) {
 TEST(ParseDoc, BodyIsCompactUtf8) {
   const auto d = parse_ok("{ \"t\" : \"caf\\u00e9 \\n \\\" \\u0001\" , \"n\" : [ 1 , 2.5 , -3 ] }");
   EXPECT_EQ(d.body, "{\"t\":\"caf\xc3\xa9 \\n \\\" \\u0001\",\"n\":[1,2.5,-3]}");
+}
+
+// The body is written member by member through one writer: it must be what serializing the kept
+// members as one object writes, whatever the names and values (escapes, non-ASCII, nesting,
+// numbers kept as their digits).
+TEST(ParseDoc, BodyIsTheKeptMembersSerializedAsOneObject) {
+  const std::string text =
+      R"({"_id":"x","plain":1,"q\"uote":{"back\\slash":[true,null,"v"]},"caf\u00e9":"\u0007",)"
+      R"("":{},"big":123456789012345678901234567890,"tiny":1e-400,"_access":["u"],"f":2.50})";
+  auto parsed = parse_json_text(text, JsonNumbers::exact);
+  ASSERT_TRUE(std::holds_alternative<Json>(parsed));
+  auto r = parse_doc(std::get<Json>(parsed));
+  ASSERT_TRUE(std::holds_alternative<ParsedDoc>(r));
+  Json kept = std::get<Json>(parsed);
+  kept.erase("_id");
+  EXPECT_EQ(std::get<ParsedDoc>(r).body, dump_json(kept));
+  EXPECT_EQ(std::get<ParsedDoc>(r).body,
+            R"({"plain":1,"q\"uote":{"back\\slash":[true,null,"v"]},"café":"\u0007","":{},)"
+            R"("big":123456789012345678901234567890,"tiny":1e-400,"_access":["u"],"f":2.5})");
 }
 
 TEST(ParseDoc, DropsReadOnlyMetaMembers) {
