@@ -87,8 +87,8 @@ ValidatedDbs& validated_dbs() {
 
 }  // namespace
 
-JsDocValidator::JsDocValidator(js::Engine& engine, std::string user_ctx, std::string sec_obj)
-    : engine_(engine), user_ctx_(std::move(user_ctx)), sec_obj_(std::move(sec_obj)) {}
+JsDocValidator::JsDocValidator(js::Engine& engine, std::function<Contexts()> contexts)
+    : engine_(engine), make_contexts_(std::move(contexts)) {}
 
 namespace {
 // A database's validation functions as of a snapshot: every write asks, and most databases have
@@ -168,8 +168,9 @@ bool JsDocValidator::last_had_functions(std::string_view db_name) {
 std::optional<CouchError> JsDocValidator::validate(std::string_view new_doc,
                                                    std::string_view old_doc) {
   if (failure_) return failure_;
+  if (!funcs_.empty() && !contexts_) contexts_ = make_contexts_();
   for (const auto& d : funcs_) {
-    auto r = engine_.validate(*d, new_doc, old_doc, user_ctx_, sec_obj_);
+    auto r = engine_.validate(*d, new_doc, old_doc, contexts_->user_ctx, contexts_->sec_obj);
     if (auto* e = std::get_if<js::JsError>(&r)) return CouchError{500, e->error, e->reason};
     const js::Verdict& v = std::get<js::Verdict>(r);
     switch (v.kind) {

@@ -12,6 +12,8 @@
 // design document (in id order) that rejects the edit decides.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,8 +24,15 @@ namespace chaise::core {
 
 class JsDocValidator : public DocValidator {
  public:
-  // `user_ctx` and `sec_obj` are JSON texts ({"db","name","roles"} and the _security object).
-  JsDocValidator(js::Engine& engine, std::string user_ctx, std::string sec_obj);
+  // The JSON texts a validation function is given: userCtx ({"db","name","roles"}) and the
+  // _security object.
+  struct Contexts {
+    std::string user_ctx;
+    std::string sec_obj;
+  };
+  // `contexts` is called once, when the first function runs: most databases have none, and
+  // serializing both for every write was 4% of a PUT.
+  JsDocValidator(js::Engine& engine, std::function<Contexts()> contexts);
 
   StorageResult<bool> begin(Transaction& tr, const DbRef& db) override;
   std::optional<CouchError> validate(std::string_view new_doc, std::string_view old_doc) override;
@@ -41,8 +50,8 @@ class JsDocValidator : public DocValidator {
 
  private:
   js::Engine& engine_;
-  std::string user_ctx_;
-  std::string sec_obj_;
+  std::function<Contexts()> make_contexts_;
+  std::optional<Contexts> contexts_;
   std::vector<std::shared_ptr<const js::DesignDoc>> funcs_;
   std::optional<CouchError> failure_;  // begin() could not load the functions
 };

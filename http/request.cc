@@ -71,12 +71,15 @@ std::shared_ptr<core::DocValidator> doc_validator(const Call& call) {
   if (!call.ctx.js || call.path.empty()) return nullptr;
   // validate_doc_update sees CouchDB's userCtx ({"db","name","roles"}) and the _security object
   // open_db_or_throw read.
-  Json user = Json::object();
-  user["db"] = call.path[0];
-  user["name"] = call.user.name ? Json(*call.user.name) : Json(nullptr);
-  user["roles"] = call.user.roles;
-  return std::make_shared<core::JsDocValidator>(*call.ctx.js, user.dump(),
-                                                call.security.raw.dump());
+  return std::make_shared<core::JsDocValidator>(
+      *call.ctx.js, [db = call.path[0], name = call.user.name, roles = call.user.roles,
+                     security = call.security.raw] {
+        Json user = Json::object();
+        user["db"] = db;
+        user["name"] = name ? Json(*name) : Json(nullptr);
+        user["roles"] = roles;
+        return core::JsDocValidator::Contexts{user.dump(), security.dump()};
+      });
 }
 
 boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call, core::DocWriteBatch& batch) {
