@@ -247,36 +247,42 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
   };
   DecoratedStream stream{raw_stream, decorate};
   if (auth.user.name) user_name = *auth.user.name;
-  try {
-    if (auth.error) throw HttpError(*auth.error);
-    const auto segments = path_segments(request.target());
-    if (!segments) throw HttpError(400, "bad_request", "Invalid request path");
-    Call call{request,
-              stream,
-              context_,
-              std::move(*segments),
-              Query::parse(request.target()),
-              std::move(auth.user),
-              std::move(auth.handler),
-              core::SecurityObject{},
-              std::nullopt,
-              nullptr};
-    authorize_request(call);
-    if (auto early =
-            co_await begin_idempotent(call, [&](std::function<void(std::string_view, bool)> tap) {
-              stream.tap_body(std::move(tap));
-            })) {
-      response = std::move(*early);
-    } else if (context_.workers != nullptr && is_heavy_request(call)) {
-      response = co_await context_.workers->run(dispatch(call));
-    } else {
-      response = co_await dispatch(call);
+  if (auth.error) {
+    // Refused credentials are answered without throwing: unwinding cost more than serving a
+    // GET, so a client sending wrong passwords at a high rate would cost more than one
+    // sending right ones.
+    error = std::move(auth.error);
+  } else {
+    try {
+      const auto segments = path_segments(request.target());
+      if (!segments) throw HttpError(400, "bad_request", "Invalid request path");
+      Call call{request,
+                stream,
+                context_,
+                std::move(*segments),
+                Query::parse(request.target()),
+                std::move(auth.user),
+                std::move(auth.handler),
+                core::SecurityObject{},
+                std::nullopt,
+                nullptr};
+      authorize_request(call);
+      if (auto early =
+              co_await begin_idempotent(call, [&](std::function<void(std::string_view, bool)> tap) {
+                stream.tap_body(std::move(tap));
+              })) {
+        response = std::move(*early);
+      } else if (context_.workers != nullptr && is_heavy_request(call)) {
+        response = co_await context_.workers->run(dispatch(call));
+      } else {
+        response = co_await dispatch(call);
+      }
+    } catch (const HttpError& e) {
+      error = e.error();
+      allow = e.allow;
+    } catch (const std::exception& e) {
+      error = core::CouchError{500, "unknown_error", e.what()};
     }
-  } catch (const HttpError& e) {
-    error = e.error();
-    allow = e.allow;
-  } catch (const std::exception& e) {
-    error = core::CouchError{500, "unknown_error", e.what()};
   }
   streamed_bytes = stream.bytes();
   if (!error) {
