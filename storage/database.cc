@@ -29,7 +29,6 @@
 #include <random>
 
 #include "storage/engine.h"
-#include "storage/tsan_rocksdb.h"
 #include "storage/tuple_prefix.h"
 
 namespace chaise::storage {
@@ -279,11 +278,8 @@ std::optional<std::string> Engine::latest_value(std::string_view key, const Writ
     assert(l.known == WriteMap::Known::unknown);  // the overlay holds only sets and clears
   }
   std::string v;
-  rocksdb::Status s;
-  {
-    IgnoreRocksDbReads unseen;
-    s = db_->Get(rocksdb::ReadOptions(), data_cf_, rocksdb::Slice(key.data(), key.size()), &v);
-  }
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), data_cf_, rocksdb::Slice(key.data(), key.size()), &v);
   if (s.ok()) return v;
   return std::nullopt;  // not found (or an I/O error, which the batch write will report)
 }

@@ -17,7 +17,6 @@
 #include <thread>
 
 #include "storage/engine.h"
-#include "storage/tsan_rocksdb.h"
 #include "storage/tuple_prefix.h"
 
 namespace chaise::storage {
@@ -134,7 +133,6 @@ Result<std::optional<std::string>> Transaction::read_storage(std::string_view ke
   rocksdb::ReadOptions ro;
   ro.snapshot = view_->snapshot;
   ro.fill_cache = fill_cache_;
-  IgnoreRocksDbReads unseen;
   rocksdb::PinnableSlice v;
   rocksdb::Status s = engine_->db()->Get(ro, engine_->data_cf(), to_slice(key), &v);
   if (s.IsNotFound()) return std::optional<std::string>();
