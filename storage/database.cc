@@ -151,7 +151,11 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
     table.cache_index_and_filter_blocks_with_high_priority = true;
   }
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-  table.whole_key_filtering = true;
+  // With a prefix extractor the filters hold prefixes only: a point read is filtered by its
+  // key's prefix, which for this keyspace is the key itself (by_id, counters) or one document's
+  // revisions or body. Whole keys as well made the filters 1.6x larger for no read they served
+  // (2,000,000 documents: table readers 20.8 -> 13.0 MiB, GET and _bulk_docs no slower).
+  table.whole_key_filtering = options.bloom_prefix_tuple_elements == 0;
   rocksdb::ColumnFamilyOptions cfo(ro);
   if (options.bloom_prefix_tuple_elements > 0) {
     cfo.prefix_extractor = std::make_shared<TuplePrefix>(options.bloom_prefix_tuple_elements);

@@ -279,6 +279,27 @@ TEST(PrefixBloomTest, RangeReadsAnswerAsWithoutFilters) {
     expect_same(b, e);
   }
   expect_same("", "\xff");
+  // Point reads, filtered by their key's prefix only: every written key is found (memtable and
+  // both generations of tables), and absent keys under present and absent prefixes are not.
+  {
+    auto tr = db->create_transaction();
+    for (const auto& [k, v] : model) {
+      auto got = tr.get(k, Snapshot::yes);
+      ASSERT_TRUE(got.ok());
+      EXPECT_EQ(*got, std::optional<std::string>(v));
+    }
+    for (std::int64_t space : {1, 2, 3}) {
+      for (const std::string& id : ids) {
+        const Subspace s(Tuple().add(space).add(id));
+        for (const std::string& k : {s.pack(Tuple().add(std::int64_t{99})), s.key(),
+                                     s.pack(Tuple().add(std::int64_t{0}).add(std::int64_t{7}))}) {
+          auto got = tr.get(k, Snapshot::yes);
+          ASSERT_TRUE(got.ok());
+          EXPECT_EQ(*got, model.contains(k) ? std::optional<std::string>(model[k]) : std::nullopt);
+        }
+      }
+    }
+  }
   // Absent prefixes read nothing, and present ones in either generation of tables are found.
   auto tr = db->create_transaction();
   auto got = tr.get_range(Subspace(Tuple().add(std::int64_t{1}).add("zz")).range().first,
