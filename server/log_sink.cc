@@ -29,4 +29,20 @@ void BufferedFdSink::flush_() {
   buffer_.clear();
 }
 
+ReopenableFileSink::ReopenableFileSink(const std::string& path) { file_.open(path); }
+
+void ReopenableFileSink::reopen() {
+  std::lock_guard lock(mutex_);
+  file_.flush();
+  file_.reopen(/*truncate=*/false);
+}
+
+void ReopenableFileSink::sink_it_(const spdlog::details::log_msg& msg) {
+  spdlog::memory_buf_t formatted;
+  formatter_->format(msg, formatted);
+  file_.write(formatted);
+}
+
+void ReopenableFileSink::flush_() { file_.flush(); }
+
 }  // namespace chaise::server

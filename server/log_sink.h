@@ -9,6 +9,7 @@
 // second of info lines is lost, never a warning.
 #pragma once
 
+#include <spdlog/details/file_helper.h>
 #include <spdlog/details/null_mutex.h>
 #include <spdlog/sinks/base_sink.h>
 
@@ -30,6 +31,24 @@ class BufferedFdSink final : public spdlog::sinks::base_sink<std::mutex> {
  private:
   const int fd_;
   std::string buffer_;
+};
+
+// [log] writer = file: lines appended to a file that reopen() opens again by its name (SIGHUP,
+// after logrotate moved it). The logger stays the same: replacing spdlog's default logger while
+// other threads log through its raw pointer freed it under them (TSan,
+// ConfiguredServerTest.LogFileIsReopenedOnSighup). Lines logged during a reopen wait on the
+// sink's mutex.
+class ReopenableFileSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit ReopenableFileSink(const std::string& path);
+  void reopen();
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override;
+  void flush_() override;
+
+ private:
+  spdlog::details::file_helper file_;
 };
 
 }  // namespace chaise::server

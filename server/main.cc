@@ -10,7 +10,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -247,6 +246,8 @@ void start_log_flusher() {
 
 // Logs go to stderr (journald under systemd) or, with [log] writer = file, to [log] file, which
 // SIGHUP reopens (for logrotate).
+std::shared_ptr<chaise::server::ReopenableFileSink> log_file_sink;  // with [log] writer = file
+
 void setup_logging(const std::string& level, const std::string& file) {
   std::shared_ptr<spdlog::logger> logger;
   if (file.empty() && isatty(STDERR_FILENO)) {
@@ -257,8 +258,8 @@ void setup_logging(const std::string& level, const std::string& file) {
         "chaise", std::make_shared<chaise::server::BufferedFdSink>(STDERR_FILENO));
     start_log_flusher();
   } else {
-    logger = std::make_shared<spdlog::logger>(
-        "chaise", std::make_shared<spdlog::sinks::basic_file_sink_mt>(file));
+    log_file_sink = std::make_shared<chaise::server::ReopenableFileSink>(file);
+    logger = std::make_shared<spdlog::logger>("chaise", log_file_sink);
     // As on stderr (server/log_sink.h): warnings at once, info lines within a second.
     logger->flush_on(spdlog::level::warn);
     start_log_flusher();
@@ -385,7 +386,7 @@ bool prepare_admins(chaise::config::Config& config, const Command& command) {
 }
 
 int run(chaise::config::Config& config_store, const chaise::config::ServerSettings& config,
-        const Command& command, const std::string& log_file) {
+        const Command& command) {
   const sigset_t signals = block_shutdown_signals();
   if (!prepare_admins(config_store, command)) return kExitStartupFailed;
   std::error_code fs_error;
@@ -501,7 +502,7 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
     }
     if (received < 0) continue;
     if (received == SIGHUP) {
-      if (!log_file.empty()) setup_logging(config.log_level, log_file);
+      if (log_file_sink) log_file_sink->reopen();
       spdlog::info("received SIGHUP: log file reopened");
       continue;
     }
@@ -559,7 +560,7 @@ int main(int argc, char** argv) {
   }
   for (const auto& warning : warnings) spdlog::warn("config: {}", warning);
   try {
-    return run(*config, settings, *command, log_file);
+    return run(*config, settings, *command);
   } catch (const std::exception& e) {
     spdlog::critical("fatal: {}", e.what());
     return kExitStartupFailed;
