@@ -24,9 +24,25 @@ std::string id_key(const DbRef& db, AllDocsKind kind, std::string_view id) {
 }
 
 std::string rows_value(const RevId& rev, bool deleted) {
-  std::string v = "{\"rev\":" + json_string(rev.str());
+  std::string v = "{\"rev\":";
+  append_json_rev(v, rev);
   if (deleted) v += ",\"deleted\":true";
-  return v + "}";
+  v.push_back('}');
+  return v;
+}
+
+// {"id":<id>,"key":<id>,"value":{"rev":<rev>} of an _all_docs row (the caller closes it).
+std::string all_docs_row_head(std::string_view id, const RevId& rev, std::size_t more) {
+  std::string row;
+  row.reserve(64 + 2 * id.size() + more);
+  row += "{\"id\":";
+  append_json_string(row, id);
+  row += ",\"key\":";
+  append_json_string(row, id);
+  row += ",\"value\":{\"rev\":";
+  append_json_rev(row, rev);
+  row.push_back('}');
+  return row;
 }
 
 // Keys in [b, e), counted a page at a time; the count stops once it reaches `cap`.
@@ -101,8 +117,7 @@ StorageResult<std::int64_t> AllDocsCursor::offset(Transaction& tr) {
 
 StorageResult<std::string> AllDocsCursor::row_json(Transaction& tr, std::string_view id,
                                                    const RevId& rev) {
-  std::string row = "{\"id\":" + json_string(id) + ",\"key\":" + json_string(id) +
-                    ",\"value\":" + rows_value(rev, false);
+  std::string row = all_docs_row_head(id, rev, 0);
   if (q_.include_docs) {
     std::string doc;
     if (q_.kind == AllDocsKind::local_docs) {
@@ -118,9 +133,11 @@ StorageResult<std::string> AllDocsCursor::row_json(Transaction& tr, std::string_
       if (!d.ok()) return d.error();
       doc = failed(*d) ? "null" : std::get<std::string>(*d);
     }
-    row += ",\"doc\":" + doc;
+    row += ",\"doc\":";
+    row += doc;
   }
-  return row + "}";
+  row.push_back('}');
+  return row;
 }
 
 StorageResult<bool> AllDocsCursor::next_page(Transaction& tr, std::size_t rows_max,
@@ -136,25 +153,26 @@ StorageResult<bool> AllDocsCursor::next_page(Transaction& tr, std::size_t rows_m
   const bool batch_docs =
       q_.include_docs && q_.kind != AllDocsKind::local_docs && !q_.conflicts && !q_.attachments;
   std::vector<std::pair<std::string, RevId>> batch;
+  std::string id;
   for (const KeyValue& kv : *kvs) {
     if (to_skip_ > 0) {
       --to_skip_;
       continue;
     }
-    auto k = space.unpack(kv.key);
-    auto v = Tuple::unpack(kv.value);
-    if (!k || !v || !k->get_string(0)) return storage::Error::io_error;
-    const std::string& id = *k->get_string(0);
+    // Key (id), value (format, pos or local revision number, hash): read in place.
+    if (!space.contains(kv.key)) return storage::Error::io_error;
+    storage::TupleReader k(std::string_view(kv.key).substr(space.key().size()));
+    storage::TupleReader v(kv.value);
+    if (!k.read_string(&id) || !v.skip()) return storage::Error::io_error;
     RevId rev;
     if (q_.kind == AllDocsKind::local_docs) {
-      auto n = v->get_int(1);
+      auto n = v.read_int();
       if (!n) return storage::Error::io_error;
       rev = RevId{0, std::to_string(*n)};
     } else {
-      auto pos = v->get_int(1);
-      const std::string* hash = v->get_bytes(2);
-      if (!pos || !hash) return storage::Error::io_error;
-      rev = RevId{*pos, *hash};
+      auto pos = v.read_int();
+      if (!pos || !v.read_bytes(&rev.hash)) return storage::Error::io_error;
+      rev.pos = *pos;
     }
     if (batch_docs) {
       batch.emplace_back(id, std::move(rev));
@@ -172,9 +190,13 @@ StorageResult<bool> AllDocsCursor::next_page(Transaction& tr, std::size_t rows_m
     if (!docs.ok()) return docs.error();
     const std::size_t first = out.size();
     for (std::size_t i = 0; i < batch.size(); ++i) {
-      const auto& [id, rev] = batch[i];
-      out.push_back("{\"id\":" + json_string(id) + ",\"key\":" + json_string(id) +
-                    ",\"value\":" + rows_value(rev, false) + ",\"doc\":" + (*docs)[i] + "}");
+      const auto& [doc_id, rev] = batch[i];
+      const std::string& doc = (*docs)[i];
+      std::string row = all_docs_row_head(doc_id, rev, doc.size() + 8);
+      row += ",\"doc\":";
+      row += doc;
+      row.push_back('}');
+      out.push_back(std::move(row));
     }
     if (q_.descending) std::reverse(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
   }
@@ -306,10 +328,13 @@ storage::Status ChangesCursor::fetch(Transaction& tr, ShardScan& scan, std::size
   auto kvs = tr.get_range(scan.begin, scan.end, static_cast<int>(rows_max),
                           q_.descending ? Reverse::yes : Reverse::no, Snapshot::yes);
   if (!kvs.ok()) return kvs.error();
+  const storage::Subspace& space = db_.space.changes();
   for (auto& kv : *kvs) {
-    auto k = db_.space.changes().unpack(kv.key);
-    if (!k) return storage::Error::io_error;
-    auto seq = Sequence::from_tuple(*k, 1);
+    // (shard, incarnation, versionstamp), read in place.
+    if (!space.contains(kv.key)) return storage::Error::io_error;
+    storage::TupleReader k(std::string_view(kv.key).substr(space.key().size()));
+    if (!k.skip()) return storage::Error::io_error;
+    auto seq = Sequence::read(k);
     if (!seq) return storage::Error::io_error;
     scan.buffer.push_back(Entry{*seq, std::move(kv.key), std::move(kv.value)});
   }
@@ -353,7 +378,6 @@ StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& t
   if (q_.design_only && id.compare(0, 8, "_design/") != 0) return std::optional<std::string>();
   if (q_.doc_ids && !std::binary_search(sorted_doc_ids_.begin(), sorted_doc_ids_.end(), id))
     return std::optional<std::string>();
-  std::string changes = "[{\"rev\":" + json_string(rev.str()) + "}";
   std::vector<StoredBranch> branches;
   if ((q_.all_docs_style || (q_.include_docs && q_.conflicts)) && branch_count > 1) {
     auto all = read_branches(tr, db_, id, Snapshot::yes);
@@ -389,21 +413,37 @@ StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& t
         return std::optional<std::string>();
     }
   }
-  if (q_.all_docs_style) {
-    // CouchDB lists the winner first, then the other leaves.
-    for (auto it = branches.rbegin(); it != branches.rend(); ++it)
-      if (!(it->branch.leaf == rev))
-        changes += ",{\"rev\":" + json_string(it->branch.leaf.str()) + "}";
-  }
-  changes += "]";
   const std::int64_t sendable =
       q_.limit >= 0 ? q_.limit - emitted_
                     : ChangesQuery::kCouchLimitDefault - q_.rows_sent_before - emitted_;
   const bool show_seq = q_.seq_interval <= 0 || sendable % q_.seq_interval == 0;
   ++emitted_;
   last_row_seq_ = seq;
-  std::string row = "{\"seq\":" + (show_seq ? json_string(seq.str()) : std::string("null")) +
-                    ",\"id\":" + json_string(id) + ",\"changes\":" + changes;
+  std::string row;
+  row.reserve(160 + id.size());
+  row += "{\"seq\":";
+  if (show_seq) {
+    row.push_back('"');
+    seq.append_str(row);  // digits, '-' and hex
+    row.push_back('"');
+  } else {
+    row += "null";
+  }
+  row += ",\"id\":";
+  append_json_string(row, id);
+  row += ",\"changes\":[{\"rev\":";
+  append_json_rev(row, rev);
+  row.push_back('}');
+  if (q_.all_docs_style) {
+    // CouchDB lists the winner first, then the other leaves.
+    for (auto it = branches.rbegin(); it != branches.rend(); ++it) {
+      if (it->branch.leaf == rev) continue;
+      row += ",{\"rev\":";
+      append_json_rev(row, it->branch.leaf);
+      row.push_back('}');
+    }
+  }
+  row.push_back(']');
   if (deleted) row += ",\"deleted\":true";
   if (q_.include_docs) {
     if (branches.empty()) named_winner();
@@ -414,10 +454,12 @@ StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& t
       o.att_encoding_info = q_.att_encoding_info;
       auto d = winner_json(o);
       if (!d.ok()) return d.error();
-      row += ",\"doc\":" + *d;
+      row += ",\"doc\":";
+      row += *d;
     }
   }
-  return std::optional<std::string>(row + "}");
+  row.push_back('}');
+  return std::optional<std::string>(std::move(row));
 }
 
 StorageResult<bool> ChangesCursor::next_page_by_doc_ids(Transaction& tr,
@@ -514,18 +556,22 @@ storage::Status ChangesCursor::take_ready(Transaction& tr, std::size_t n, std::s
     if (!best) break;
     Entry e = std::move(best->buffer.front());
     best->buffer.pop_front();
-    auto v = Tuple::unpack(e.value);
-    if (!v || v->size() < 6) return storage::Error::io_error;
+    // (format, id, pos, hash, branch count, not deleted[, count]), read in place.
+    Ready r{e.seq, {}, {}, 0, false, {}};
+    storage::TupleReader v(e.value);
+    if (!v.skip() || !v.read_string(&r.id)) return storage::Error::io_error;
+    auto pos = v.read_int();
+    if (!pos || !v.read_bytes(&r.rev.hash)) return storage::Error::io_error;
+    r.rev.pos = *pos;
+    auto branch_count = v.read_int();
+    auto not_deleted = v.read_bool();
+    if (!branch_count || !not_deleted) return storage::Error::io_error;
+    r.branch_count = *branch_count;
+    r.deleted = !*not_deleted;
     // A shard's feed (RFC 004, Chaise's own) keeps the bare fixed-width form: consumers merge
     // shard feeds by comparing the strings.
-    if (v->size() > 6 && !q_.shard) e.seq.count = v->get_int(6).value_or(0);
-    const std::string* id = v->get_string(1);
-    auto pos = v->get_int(2);
-    const std::string* hash = v->get_bytes(3);
-    auto branch_count = v->get_int(4);
-    auto not_deleted = v->get_bool(5);
-    if (!id || !pos || !hash || !branch_count || !not_deleted) return storage::Error::io_error;
-    ready_.push_back(Ready{e.seq, *id, RevId{*pos, *hash}, *branch_count, !*not_deleted, {}});
+    if (!v.at_end() && !q_.shard) r.seq.count = v.read_int().value_or(0);
+    ready_.push_back(std::move(r));
   }
   // Rows that show or filter documents: the named revisions' bodies in one ordered walk. Rows
   // that _doc_ids or _design leave out are not read.

@@ -83,5 +83,9 @@ std::string splice_doc(std::string_view body, std::string_view id, std::string_v
 // (\" \\ \b \f \n \r \t, other control characters as \u00xx, everything else as UTF-8). Bytes
 // that are not valid UTF-8 are replaced by U+FFFD instead of throwing.
 std::string json_string(std::string_view s);
+// out += json_string(s), without a string of its own.
+void append_json_string(std::string& out, std::string_view s);
+// out += json_string(rev.str()).
+void append_json_rev(std::string& out, const RevId& rev);
 
 }  // namespace chaise::core

@@ -122,7 +122,30 @@ std::optional<RevId> RevId::parse(std::string_view text) {
   return RevId{pos, std::move(*hash)};
 }
 
-std::string RevId::str() const { return std::to_string(pos) + "-" + hash_str(); }
+std::string RevId::str() const {
+  std::string out;
+  append_str(out);
+  return out;
+}
+
+void RevId::append_str(std::string& out) const {
+  char digits[24];
+  const auto r = std::to_chars(digits, digits + sizeof digits, pos);
+  out.append(digits, r.ptr);
+  out.push_back('-');
+  if (hash.size() != kRevHashBytes) {
+    out += hash;
+    return;
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  const std::size_t at = out.size();
+  out.resize(at + 2 * kRevHashBytes);
+  for (std::size_t i = 0; i < kRevHashBytes; ++i) {
+    const auto b = static_cast<unsigned char>(hash[i]);
+    out[at + 2 * i] = kHex[b >> 4];
+    out[at + 2 * i + 1] = kHex[b & 0xf];
+  }
+}
 
 std::string RevId::hash_str() const { return rev_hash_to_str(hash); }
 

@@ -48,6 +48,7 @@ struct RevId {
 
   // pos + "-" + hash_str(): CouchDB's rev_to_str.
   std::string str() const;
+  void append_str(std::string& out) const;  // out += str()
 
   // The hash part as text: lowercase hex for a 16-byte hash, else the bytes verbatim.
   std::string hash_str() const;

@@ -22,7 +22,16 @@ bool Sequence::is_zero() const {
 }
 
 std::string Sequence::str() const {
-  if (is_zero()) return "0";
+  std::string out;
+  append_str(out);
+  return out;
+}
+
+void Sequence::append_str(std::string& out) const {
+  if (is_zero()) {
+    out.push_back('0');
+    return;
+  }
   const std::string stamp = versionstamp.to_bytes();
   char buf[24 + 2 + 2 * 16];
   std::size_t n = 0;
@@ -38,7 +47,7 @@ std::string Sequence::str() const {
     buf[n++] = kHex[c >> 4];
     buf[n++] = kHex[c & 0xf];
   }
-  return std::string(buf, n);
+  out.append(buf, n);
 }
 
 std::optional<Sequence> Sequence::parse(std::string_view text) {
@@ -68,6 +77,16 @@ std::optional<Sequence> Sequence::parse(std::string_view text) {
 
 storage::Tuple Sequence::tuple() const {
   return storage::Tuple().add(incarnation).add(versionstamp);
+}
+
+std::optional<Sequence> Sequence::read(storage::TupleReader& r) {
+  auto inc = r.read_int();
+  if (!inc || *inc < 0 || *inc > 255) return std::nullopt;
+  auto vs = r.read_versionstamp();
+  if (!vs) return std::nullopt;
+  Sequence s{*inc, *vs};
+  if (auto c = r.read_int()) s.count = *c;
+  return s;
 }
 
 std::optional<Sequence> Sequence::from_tuple(const storage::Tuple& t, std::size_t index) {

@@ -28,6 +28,7 @@ struct Sequence {
 
   bool is_zero() const;
   std::string str() const;  // "0" for zero
+  void append_str(std::string& out) const;  // out += str()
   // Accepts "0", the 26-hex form (either case) with or without an "N-" prefix; nullopt
   // otherwise. ("now" is the caller's business.)
   static std::optional<Sequence> parse(std::string_view text);
@@ -35,9 +36,14 @@ struct Sequence {
   storage::Tuple tuple() const;
   // Reads (Incarnation, Versionstamp[, Count]) starting at `index`.
   static std::optional<Sequence> from_tuple(const storage::Tuple& t, std::size_t index = 0);
+  // The same, read from where `r` stands: (Incarnation, Versionstamp), then a Count if an integer
+  // follows.
+  static std::optional<Sequence> read(storage::TupleReader& r);
   auto operator<=>(const Sequence& o) const {
     if (auto c = incarnation <=> o.incarnation; c != 0) return c;
-    return versionstamp.to_bytes() <=> o.versionstamp.to_bytes();
+    // The order of to_bytes(): the transaction version, then the user version.
+    if (auto c = versionstamp.tr_version <=> o.versionstamp.tr_version; c != 0) return c;
+    return versionstamp.user_version <=> o.versionstamp.user_version;
   }
   bool operator==(const Sequence& o) const { return (*this <=> o) == 0; }
 };

@@ -208,6 +208,13 @@ class Decoder {
     return true;
   }
 
+  // Decodes the one element at the start of the input into *out; the bytes it took in *used.
+  bool first(Tuple* out, std::size_t* used) {
+    if (!element(out, /*depth=*/0)) return false;
+    *used = pos_;
+    return true;
+  }
+
  private:
   bool remaining(std::size_t n) const { return in_.size() - pos_ >= n; }
 
@@ -644,6 +651,92 @@ std::optional<Tuple> Tuple::unpack(std::string_view bytes) {
   t.reserve(8);
   if (!Decoder(bytes).top_level(&t)) return std::nullopt;
   return t;
+}
+
+// -------------------------------------------------------------------------------------------------
+// TupleReader
+
+std::optional<std::int64_t> TupleReader::read_int() {
+  if (at_end()) return std::nullopt;
+  const std::uint8_t code = byte_at(in_, pos_);
+  if (code < kIntZeroCode - kSmallIntBytesMax || code > kIntZeroCode + kSmallIntBytesMax)
+    return std::nullopt;  // another type, or an integer beyond 8 bytes (never in int64 range)
+  const bool negative = code < kIntZeroCode;
+  const std::size_t n = negative ? kIntZeroCode - code : code - kIntZeroCode;
+  if (in_.size() - pos_ - 1 < n) return std::nullopt;
+  std::uint64_t u = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint8_t b = byte_at(in_, pos_ + 1 + i);
+    if (negative) b = static_cast<std::uint8_t>(~b);
+    if (i == 0 && b == 0) return std::nullopt;  // not minimal
+    u = (u << 8) | b;
+  }
+  constexpr std::uint64_t kMax = std::numeric_limits<std::int64_t>::max();
+  std::int64_t v;
+  if (!negative && u <= kMax) {
+    v = static_cast<std::int64_t>(u);
+  } else if (negative && u <= kMax + 1) {
+    v = static_cast<std::int64_t>(0 - u);
+  } else {
+    return std::nullopt;  // a BigInteger
+  }
+  pos_ += 1 + n;
+  return v;
+}
+
+bool TupleReader::read_escaped(std::uint8_t code, std::string* out) {
+  if (at_end() || byte_at(in_, pos_) != code) return false;
+  std::size_t at = pos_ + 1;
+  std::size_t used = 0;
+  // The common case, one run without an escaped NUL, is one assign.
+  for (;;) {
+    const void* nul = std::memchr(in_.data() + at, '\0', in_.size() - at);
+    if (!nul) return false;  // no terminator
+    const std::size_t end = static_cast<std::size_t>(static_cast<const char*>(nul) - in_.data());
+    if (used == 0) {
+      out->assign(in_.data() + at, end - at);
+    } else {
+      out->append(in_.data() + at, end - at);
+    }
+    ++used;
+    at = end + 1;
+    if (at < in_.size() && byte_at(in_, at) == kEscape) {
+      out->push_back('\0');
+      ++at;
+    } else {
+      break;
+    }
+  }
+  pos_ = at;
+  return true;
+}
+
+bool TupleReader::read_string(std::string* out) { return read_escaped(kStringCode, out); }
+bool TupleReader::read_bytes(std::string* out) { return read_escaped(kBytesCode, out); }
+
+std::optional<bool> TupleReader::read_bool() {
+  if (at_end()) return std::nullopt;
+  const std::uint8_t code = byte_at(in_, pos_);
+  if (code != kFalseCode && code != kTrueCode) return std::nullopt;
+  ++pos_;
+  return code == kTrueCode;
+}
+
+std::optional<Versionstamp> TupleReader::read_versionstamp() {
+  if (at_end() || byte_at(in_, pos_) != kVersionstampCode) return std::nullopt;
+  if (in_.size() - pos_ - 1 < Versionstamp::kSize) return std::nullopt;
+  Versionstamp v = Versionstamp::from_bytes(in_.substr(pos_ + 1, Versionstamp::kSize));
+  pos_ += 1 + Versionstamp::kSize;
+  return v;
+}
+
+bool TupleReader::skip() {
+  if (at_end()) return false;
+  Tuple scratch;
+  std::size_t used = 0;
+  if (!Decoder(in_.substr(pos_)).first(&scratch, &used)) return false;
+  pos_ += used;
+  return true;
 }
 
 bool Tuple::operator==(const Tuple& other) const { return compare(*this, other) == 0; }

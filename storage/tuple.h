@@ -168,6 +168,32 @@ class Tuple {
   std::vector<Element> elements_;
 };
 
+// Reads a packed tuple's top-level elements front to back without building a Tuple: for the hot
+// paths that know the layout they read (a scan's keys and values), where unpack()'s element vector
+// and its strings cost more than the rest of the row. It accepts exactly what unpack() accepts:
+// each read_*() that returns a value (true) decoded the next element as unpack() would, and
+// advanced past it. When the next element has another type, or is not canonical, it returns
+// nullopt (false) and the reader does not move; once the tuple is bad, nothing more reads.
+class TupleReader {
+ public:
+  explicit TupleReader(std::string_view packed) : in_(packed) {}
+  bool at_end() const { return pos_ == in_.size(); }
+  // An integer in int64 range (as get_int: nullopt for a BigInteger).
+  std::optional<std::int64_t> read_int();
+  // A unicode string / byte string, assigned to *out (its buffer is reused).
+  bool read_string(std::string* out);
+  bool read_bytes(std::string* out);
+  std::optional<bool> read_bool();
+  std::optional<Versionstamp> read_versionstamp();
+  // Steps over the next element, whatever its type (nested tuples included).
+  bool skip();
+
+ private:
+  bool read_escaped(std::uint8_t code, std::string* out);
+  std::string_view in_;
+  std::size_t pos_ = 0;
+};
+
 // One element of a tuple. Default-constructed: null.
 struct Element {
   using Value = std::variant<std::nullptr_t, Bytes, std::string, Tuple, std::int64_t, BigInteger,

@@ -267,6 +267,37 @@ TEST(JsonString, EscapesLikeNlohmann) {
   }
 }
 
+TEST(JsonString, EveryByteAtEveryPositionOfTheWordAtATimeCheck) {
+  // is_plain_json_string reads eight bytes at a time, then the rest one by one: each byte value
+  // at each position of a 19-byte string (two words and a tail), next to plain neighbours.
+  for (std::size_t at = 0; at < 19; ++at) {
+    for (int b = 0; b < 256; ++b) {
+      std::string s(19, 'a');
+      s[at] = static_cast<char>(b);
+      const bool plain = b >= 0x20 && b <= 0x7e && b != '"' && b != '\\';
+      ASSERT_EQ(is_plain_json_string(s), plain) << "byte " << b << " at " << at;
+      std::string appended = "[";
+      append_json_string(appended, s);
+      ASSERT_EQ(appended, "[" + Json(s).dump(-1, ' ', false, Json::error_handler_t::replace))
+          << "byte " << b << " at " << at;
+    }
+  }
+}
+
+TEST(JsonString, RevisionsAsJson) {
+  const RevId hex{12, std::string("\x01\x23\x45\x67\x89\xab\xcd\xef\xfe\xdc\xba\x98\x76\x54\x32\x10", 16)};
+  std::string out = "x";
+  append_json_rev(out, hex);
+  EXPECT_EQ(out, "x\"12-0123456789abcdeffedcba9876543210\"");
+  EXPECT_EQ(hex.str(), "12-0123456789abcdeffedcba9876543210");
+  // A hash kept verbatim (not 16 bytes) is escaped like any string.
+  const RevId odd{3, "a\"b"};
+  out.clear();
+  append_json_rev(out, odd);
+  EXPECT_EQ(out, json_string("3-a\"b"));
+  EXPECT_EQ(odd.str(), "3-a\"b");
+}
+
 TEST(SpliceDoc, ExamplesFromTheContract) {
   EXPECT_EQ(splice_doc(R"({"a":1})", "x", "1-abc", {R"("_deleted":true)"}),
             R"({"_id":"x","_rev":"1-abc","_deleted":true,"a":1})");

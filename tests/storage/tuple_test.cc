@@ -916,6 +916,101 @@ TEST(TupleUnpack, RandomAndMutatedBytesNeverCrashAndDecodeCanonically) {
   EXPECT_GT(decoded, 1000);  // the fuzz reaches the success path too
 }
 
+// What TupleReader reads of `s`, element by element, checked against unpack(): the reader gets to
+// the end exactly when unpack() succeeds, and then every element it read has unpack()'s value.
+void expect_reader_agrees(const std::string& s) {
+  const std::optional<Tuple> u = Tuple::unpack(s);
+  TupleReader r(s);
+  std::size_t i = 0;
+  bool reached_end = true;
+  while (!r.at_end()) {
+    std::string text = "left over";
+    if (auto v = r.read_int()) {
+      if (u) {
+        ASSERT_EQ(u->get_int(i), v) << to_hex(s) << " element " << i;
+      }
+    } else if (r.read_string(&text)) {
+      if (u) {
+        ASSERT_TRUE(u->get_string(i) && *u->get_string(i) == text) << to_hex(s);
+      }
+    } else if (r.read_bytes(&text)) {
+      if (u) {
+        ASSERT_TRUE(u->get_bytes(i) && *u->get_bytes(i) == text) << to_hex(s);
+      }
+    } else if (auto b = r.read_bool()) {
+      if (u) {
+        ASSERT_EQ(u->get_bool(i), b) << to_hex(s);
+      }
+    } else if (auto vs = r.read_versionstamp()) {
+      if (u) {
+        ASSERT_TRUE(u->get_versionstamp(i) && *u->get_versionstamp(i) == *vs) << to_hex(s);
+      }
+    } else if (!r.skip()) {
+      reached_end = false;
+      break;
+    } else if (u) {
+      // Skipped: a type without a typed read here (or an integer beyond int64).
+      ASSERT_FALSE(u->get_int(i) || u->get_string(i) || u->get_bytes(i) || u->get_bool(i) ||
+                   u->get_versionstamp(i))
+          << to_hex(s) << " element " << i;
+    }
+    ++i;
+  }
+  ASSERT_EQ(reached_end, u.has_value()) << to_hex(s);
+  if (u) {
+        ASSERT_EQ(i, u->size()) << to_hex(s);
+      }
+}
+
+TEST(TupleReaderTest, ReadsWhatUnpackReadsAndRejectsWhatItRejects) {
+  for (const std::string& s : valid_encodings()) expect_reader_agrees(s);
+  std::mt19937_64 rng(777);
+  const std::vector<std::string> seeds = valid_encodings();
+  for (int i = 0; i < 100000; ++i) {
+    std::string s = seeds[rng() % seeds.size()];
+    for (int m = static_cast<int>(rng() % 3); m > 0; --m) {
+      const std::size_t at = s.empty() ? 0 : rng() % s.size();
+      if (rng() % 2 == 0 && !s.empty()) {
+        s[at] = static_cast<char>(rng());
+      } else {
+        s.erase(at, s.empty() ? 0 : 1);
+      }
+    }
+    expect_reader_agrees(s);
+  }
+}
+
+TEST(TupleReaderTest, TypedReadsOfAKnownLayout) {
+  const std::string packed = Tuple()
+                                 .add(std::string("a\0b", 3))
+                                 .add(-300)
+                                 .add_bytes(std::string("\0\xff", 2))
+                                 .add(std::numeric_limits<std::int64_t>::min())
+                                 .add(true)
+                                 .add(BigInteger{false, std::string("\x01") + std::string(9, '\0')})
+                                 .add(Versionstamp::incomplete(7))
+                                 .pack();
+  TupleReader r(packed);
+  std::string text = "reused buffer, longer than what it gets";
+  EXPECT_FALSE(r.read_int());  // a string: the reader stays put
+  ASSERT_TRUE(r.read_string(&text));
+  EXPECT_EQ(text, std::string("a\0b", 3));
+  EXPECT_FALSE(r.read_bytes(&text));
+  EXPECT_EQ(r.read_int(), -300);
+  ASSERT_TRUE(r.read_bytes(&text));
+  EXPECT_EQ(text, std::string("\0\xff", 2));
+  EXPECT_EQ(r.read_int(), std::numeric_limits<std::int64_t>::min());
+  EXPECT_EQ(r.read_bool(), true);
+  EXPECT_FALSE(r.read_int());  // 2^72: no int64
+  EXPECT_TRUE(r.skip());
+  auto vs = r.read_versionstamp();
+  ASSERT_TRUE(vs);
+  EXPECT_EQ(vs->user_version, 7);
+  EXPECT_TRUE(r.at_end());
+  EXPECT_FALSE(r.skip());
+  EXPECT_FALSE(r.read_int());
+}
+
 TEST(TupleUnpack, NestingDepthIsBounded) {
   auto nested = [](std::size_t depth) {
     return std::string(depth, '\x05') + std::string(depth, '\x00');
