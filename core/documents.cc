@@ -319,12 +319,6 @@ StorageResult<std::optional<StoredBranch>> read_winner(Transaction& tr, const Db
       return std::optional<StoredBranch>(std::move(*sb));
     }
   }
-  // No live winner: the document is new (the usual case) or deleted. A forward probe answers
-  // "new" for less than the reverse read below costs: a reverse seek that the prefix filters
-  // rule out in a table still steps back into the table before it and reads its last block.
-  auto first = tr.get_range(b, e, 1, Reverse::no, snapshot);
-  if (!first.ok()) return first.error();
-  if (first->empty()) return std::optional<StoredBranch>();
   auto kvs = tr.get_range(b, e, 1, Reverse::yes, snapshot);
   if (!kvs.ok()) return kvs.error();
   if (kvs->empty()) return std::optional<StoredBranch>();
