@@ -1053,8 +1053,7 @@ StorageResult<std::vector<std::string>> winners_json(
   // contiguous run. Bounded: what the read does not reach is read document by document.
   std::vector<std::string> prefixes;  // (id, pos, hash) packed: the keys of a winner's chunks
   prefixes.reserve(docs.size());
-  for (const auto& [id, rev] : docs)
-    prefixes.push_back(db.space.docs().pack(Tuple().add(id).add(rev.pos).add_bytes(rev.hash)));
+  for (const auto& [id, rev] : docs) prefixes.push_back(db.space.body_prefix(id, rev.pos, rev.hash));
   const std::string begin = db.space.docs().range(Tuple().add(docs.front().first)).first;
   const std::string end = db.space.docs().range(Tuple().add(docs.back().first)).second;
   const int limit = static_cast<int>(docs.size() * 4 + 64);

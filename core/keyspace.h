@@ -211,28 +211,60 @@ class DbSpace {
     return counters_.pack(Tuple().add(std::string_view("partition")).add(partition).add(name));
   }
   std::string meta_key(std::string_view name) const { return meta_.pack(Tuple().add(name)); }
-  std::string by_id_key(std::string_view doc_id) const { return by_id_.pack(Tuple().add(doc_id)); }
+  // The per-document keys below are packed element by element (storage::pack_*), without a Tuple:
+  // every document read and write builds several of them.
+  std::string by_id_key(std::string_view doc_id) const {
+    std::string k = by_id_.key();
+    storage::pack_string(&k, doc_id);
+    return k;
+  }
   std::string local_key(std::string_view doc_id) const { return local_.pack(Tuple().add(doc_id)); }
   // [begin, end) of one document's revision branches.
   std::pair<std::string, std::string> doc_revisions_range(std::string_view doc_id) const {
-    return revisions_.range(Tuple().add(doc_id));
+    std::string k = revisions_.key();
+    storage::pack_string(&k, doc_id);
+    return range_of(std::move(k));
   }
   std::string revision_key(std::string_view doc_id, bool not_deleted, std::int64_t pos,
                            std::string_view hash) const {
-    return revisions_.pack(Tuple().add(doc_id).add(not_deleted).add(pos).add_bytes(hash));
+    std::string k = revisions_.key();
+    storage::pack_string(&k, doc_id);
+    storage::pack_bool(&k, not_deleted);
+    storage::pack_int(&k, pos);
+    storage::pack_bytes(&k, hash);
+    return k;
+  }
+  // (DocId, RevPos, RevHash) packed after the docs subspace: the prefix of one revision's body
+  // chunks.
+  std::string body_prefix(std::string_view doc_id, std::int64_t pos, std::string_view hash) const {
+    std::string k = docs_.key();
+    storage::pack_string(&k, doc_id);
+    storage::pack_int(&k, pos);
+    storage::pack_bytes(&k, hash);
+    return k;
   }
   // [begin, end) of one revision's body chunks.
   std::pair<std::string, std::string> body_range(std::string_view doc_id, std::int64_t pos,
                                                  std::string_view hash) const {
-    return docs_.range(Tuple().add(doc_id).add(pos).add_bytes(hash));
+    return range_of(body_prefix(doc_id, pos, hash));
   }
   std::string body_chunk_key(std::string_view doc_id, std::int64_t pos, std::string_view hash,
                              std::int64_t chunk) const {
-    return docs_.pack(Tuple().add(doc_id).add(pos).add_bytes(hash).add(chunk));
+    std::string k = body_prefix(doc_id, pos, hash);
+    storage::pack_int(&k, chunk);
+    return k;
   }
   const Subspace& shard_changes(std::int64_t /*shard*/) const { return changes_; }
 
  private:
+  // Subspace::range of the tuple packed in `packed` (prefix included): [packed + 0x00,
+  // packed + 0xff).
+  static std::pair<std::string, std::string> range_of(std::string packed) {
+    std::string end = packed;
+    packed.push_back('\x00');
+    end.push_back('\xff');
+    return {std::move(packed), std::move(end)};
+  }
   Subspace root_, revisions_, docs_, by_id_, changes_, counters_, local_, txids_, meta_, atts_,
       att_refs_, views_, idem_, unique_;
 };

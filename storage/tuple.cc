@@ -104,6 +104,11 @@ class Encoder {
   std::size_t incomplete_stamps() const { return incomplete_stamps_; }
   std::size_t stamp_offset() const { return stamp_offset_; }
 
+  // One top-level element (the element packers below).
+  void string_element(std::uint8_t code, std::string_view s) { escaped(code, s); }
+  void int_element(std::int64_t v) { encode(v, false); }
+  void bool_element(bool v) { encode(v, false); }
+
  private:
   void element(const Element& e, bool nested) {
     std::visit([&](const auto& v) { encode(v, nested); }, e.value);
@@ -652,6 +657,16 @@ std::optional<Tuple> Tuple::unpack(std::string_view bytes) {
   if (!Decoder(bytes).top_level(&t)) return std::nullopt;
   return t;
 }
+
+// -------------------------------------------------------------------------------------------------
+// Element packers
+
+void pack_string(std::string* out, std::string_view s) {
+  Encoder(out).string_element(kStringCode, s);
+}
+void pack_bytes(std::string* out, std::string_view b) { Encoder(out).string_element(kBytesCode, b); }
+void pack_int(std::string* out, std::int64_t v) { Encoder(out).int_element(v); }
+void pack_bool(std::string* out, bool v) { Encoder(out).bool_element(v); }
 
 // -------------------------------------------------------------------------------------------------
 // TupleReader

@@ -168,6 +168,15 @@ class Tuple {
   std::vector<Element> elements_;
 };
 
+// Append one element's encoding to *out, byte for byte what pack() writes for it inside a tuple:
+// for hot paths that build a key from a prefix and a few known elements without a Tuple (its
+// vector and a string per element). prefix + pack_*(a) + pack_*(b) == prefix + Tuple().add(a)
+// .add(b).pack().
+void pack_string(std::string* out, std::string_view s);  // a unicode string
+void pack_bytes(std::string* out, std::string_view b);   // a byte string
+void pack_int(std::string* out, std::int64_t v);
+void pack_bool(std::string* out, bool v);
+
 // Reads a packed tuple's top-level elements front to back without building a Tuple: for the hot
 // paths that know the layout they read (a scan's keys and values), where unpack()'s element vector
 // and its strings cost more than the rest of the row. It accepts exactly what unpack() accepts:

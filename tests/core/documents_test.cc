@@ -147,6 +147,28 @@ class DocumentsTest : public ::testing::Test {
   std::unique_ptr<Database> store_;
 };
 
+// The per-document keys are packed element by element; they must be the tuple layout keyspace.h
+// documents, byte for byte (stored data depends on it).
+TEST(DbSpaceKeys, PerDocumentKeysAreTheDocumentedTuples) {
+  const keyspace::DbSpace space(7);
+  using storage::Tuple;
+  for (const std::string& id : {std::string("a"), std::string("_design/x"), std::string("n\0ul", 4),
+                               std::string("caf\xc3\xa9")}) {
+    const std::string hash("\x00\x01\xff", 3);
+    EXPECT_EQ(space.by_id_key(id), space.by_id().pack(Tuple().add(id)));
+    EXPECT_EQ(space.doc_revisions_range(id), space.revisions().range(Tuple().add(id)));
+    EXPECT_EQ(space.revision_key(id, true, 12, hash),
+              space.revisions().pack(Tuple().add(id).add(true).add(12).add_bytes(hash)));
+    EXPECT_EQ(space.revision_key(id, false, 1, ""),
+              space.revisions().pack(Tuple().add(id).add(false).add(1).add_bytes("")));
+    EXPECT_EQ(space.body_range(id, 300, hash),
+              space.docs().range(Tuple().add(id).add(300).add_bytes(hash)));
+    for (std::int64_t chunk : {-2, -1, 0, 1, 70000})
+      EXPECT_EQ(space.body_chunk_key(id, 5, hash, chunk),
+                space.docs().pack(Tuple().add(id).add(5).add_bytes(hash).add(chunk)));
+  }
+}
+
 TEST_F(DocumentsTest, InsertReadUpdate) {
   std::string r1 = put("a", std::nullopt, R"({"x":1,"b":[true]})");
   EXPECT_EQ(r1.substr(0, 2), "1-");

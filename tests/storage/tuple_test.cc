@@ -980,6 +980,45 @@ TEST(TupleReaderTest, ReadsWhatUnpackReadsAndRejectsWhatItRejects) {
   }
 }
 
+TEST(TuplePackers, WriteWhatPackWritesForEachElement) {
+  std::mt19937_64 rng(4242);
+  const std::int64_t ints[] = {0, 1, -1, 255, 256, -255, -256, 65535, -65536,
+                               std::numeric_limits<std::int64_t>::max(),
+                               std::numeric_limits<std::int64_t>::min()};
+  for (int i = 0; i < 2000; ++i) {
+    Tuple t;
+    std::string packed = "prefix";
+    for (int n = static_cast<int>(rng() % 6); n > 0; --n) {
+      std::string s(rng() % 5, '\0');
+      for (char& c : s) c = static_cast<char>(rng() % 3 == 0 ? 0 : rng());  // NULs escaped
+      switch (rng() % 4) {
+        case 0:
+          t.add(s);
+          pack_string(&packed, s);
+          break;
+        case 1:
+          t.add_bytes(s);
+          pack_bytes(&packed, s);
+          break;
+        case 2: {
+          const std::int64_t v = rng() % 2 ? ints[rng() % std::size(ints)]
+                                           : static_cast<std::int64_t>(rng());
+          t.add(v);
+          pack_int(&packed, v);
+          break;
+        }
+        default: {
+          const bool b = rng() % 2 == 0;
+          t.add(b);
+          pack_bool(&packed, b);
+          break;
+        }
+      }
+    }
+    ASSERT_EQ(to_hex(packed), to_hex("prefix" + t.pack()));
+  }
+}
+
 TEST(TupleReaderTest, TypedReadsOfAKnownLayout) {
   const std::string packed = Tuple()
                                  .add(std::string("a\0b", 3))
