@@ -23,11 +23,24 @@ std::string id_key(const DbRef& db, AllDocsKind kind, std::string_view id) {
   return index_space(db, kind).pack(Tuple().add(id));
 }
 
+// A reader over what `key` packs after `space`'s prefix; nullopt for a key outside `space`.
+std::optional<storage::TupleReader> reader_after(const storage::Subspace& space,
+                                                 std::string_view key) {
+  if (!space.contains(key)) return std::nullopt;
+  return storage::TupleReader(key.substr(space.key().size()));
+}
+
+// out += an _all_docs row's value: {"rev":<rev>} (and "deleted":true).
+void append_rows_value(std::string& out, const RevId& rev, bool deleted) {
+  out += "{\"rev\":";
+  append_json_rev(out, rev);
+  if (deleted) out += ",\"deleted\":true";
+  out.push_back('}');
+}
+
 std::string rows_value(const RevId& rev, bool deleted) {
-  std::string v = "{\"rev\":";
-  append_json_rev(v, rev);
-  if (deleted) v += ",\"deleted\":true";
-  v.push_back('}');
+  std::string v;
+  append_rows_value(v, rev, deleted);
   return v;
 }
 
@@ -39,9 +52,8 @@ std::string all_docs_row_head(std::string_view id, const RevId& rev, std::size_t
   append_json_string(row, id);
   row += ",\"key\":";
   append_json_string(row, id);
-  row += ",\"value\":{\"rev\":";
-  append_json_rev(row, rev);
-  row.push_back('}');
+  row += ",\"value\":";
+  append_rows_value(row, rev, false);
   return row;
 }
 
@@ -160,10 +172,9 @@ StorageResult<bool> AllDocsCursor::next_page(Transaction& tr, std::size_t rows_m
       continue;
     }
     // Key (id), value (format, pos or local revision number, hash): read in place.
-    if (!space.contains(kv.key)) return storage::Error::io_error;
-    storage::TupleReader k(std::string_view(kv.key).substr(space.key().size()));
+    auto k = reader_after(space, kv.key);
     storage::TupleReader v(kv.value);
-    if (!k.read_string(&id) || !v.skip()) return storage::Error::io_error;
+    if (!k || !k->read_string(&id) || !v.skip()) return storage::Error::io_error;
     RevId rev;
     if (q_.kind == AllDocsKind::local_docs) {
       auto n = v.read_int();
@@ -331,10 +342,9 @@ storage::Status ChangesCursor::fetch(Transaction& tr, ShardScan& scan, std::size
   const storage::Subspace& space = db_.space.changes();
   for (auto& kv : *kvs) {
     // (shard, incarnation, versionstamp), read in place.
-    if (!space.contains(kv.key)) return storage::Error::io_error;
-    storage::TupleReader k(std::string_view(kv.key).substr(space.key().size()));
-    if (!k.skip()) return storage::Error::io_error;
-    auto seq = Sequence::read(k);
+    auto k = reader_after(space, kv.key);
+    if (!k || !k->skip()) return storage::Error::io_error;
+    auto seq = Sequence::read(*k);
     if (!seq) return storage::Error::io_error;
     scan.buffer.push_back(Entry{*seq, std::move(kv.key), std::move(kv.value)});
   }

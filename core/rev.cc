@@ -81,15 +81,27 @@ int clamp_revs_limit(int revs_limit) { return std::max(1, revs_limit); }
 
 }  // namespace
 
-std::string rev_hash_to_str(std::string_view hash) {
-  if (hash.size() != kRevHashBytes) return std::string(hash);
+namespace {
+// out += rev_hash_to_str(hash).
+void append_rev_hash(std::string& out, std::string_view hash) {
+  if (hash.size() != kRevHashBytes) {
+    out += hash;
+    return;
+  }
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(2 * kRevHashBytes, '0');
+  const std::size_t at = out.size();
+  out.resize(at + 2 * kRevHashBytes);
   for (std::size_t i = 0; i < kRevHashBytes; ++i) {
     const auto b = static_cast<unsigned char>(hash[i]);
-    out[2 * i] = kHex[b >> 4];
-    out[2 * i + 1] = kHex[b & 0xf];
+    out[at + 2 * i] = kHex[b >> 4];
+    out[at + 2 * i + 1] = kHex[b & 0xf];
   }
+}
+}  // namespace
+
+std::string rev_hash_to_str(std::string_view hash) {
+  std::string out;
+  append_rev_hash(out, hash);
   return out;
 }
 
@@ -133,18 +145,7 @@ void RevId::append_str(std::string& out) const {
   const auto r = std::to_chars(digits, digits + sizeof digits, pos);
   out.append(digits, r.ptr);
   out.push_back('-');
-  if (hash.size() != kRevHashBytes) {
-    out += hash;
-    return;
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  const std::size_t at = out.size();
-  out.resize(at + 2 * kRevHashBytes);
-  for (std::size_t i = 0; i < kRevHashBytes; ++i) {
-    const auto b = static_cast<unsigned char>(hash[i]);
-    out[at + 2 * i] = kHex[b >> 4];
-    out[at + 2 * i + 1] = kHex[b & 0xf];
-  }
+  append_rev_hash(out, hash);
 }
 
 std::string RevId::hash_str() const { return rev_hash_to_str(hash); }

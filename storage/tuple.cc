@@ -747,6 +747,7 @@ std::optional<Versionstamp> TupleReader::read_versionstamp() {
 
 bool TupleReader::skip() {
   if (at_end()) return false;
+  if (read_int()) return true;  // the common case, without decoding into a Tuple
   Tuple scratch;
   std::size_t used = 0;
   if (!Decoder(in_.substr(pos_)).first(&scratch, &used)) return false;

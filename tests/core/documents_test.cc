@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -166,6 +167,28 @@ TEST(DbSpaceKeys, PerDocumentKeysAreTheDocumentedTuples) {
     for (std::int64_t chunk : {-2, -1, 0, 1, 70000})
       EXPECT_EQ(space.body_chunk_key(id, 5, hash, chunk),
                 space.docs().pack(Tuple().add(id).add(5).add_bytes(hash).add(chunk)));
+  }
+}
+
+// Sequence's ordering compares the versionstamp's fields; it must be the order of the stored
+// bytes: (incarnation, then to_bytes() as bytes).
+TEST(SequenceOrder, IsTheOrderOfIncarnationThenTheStampBytes) {
+  std::mt19937_64 rng(11);
+  auto random_seq = [&] {
+    Sequence s;
+    s.incarnation = static_cast<std::int64_t>(rng() % 2);
+    for (auto& b : s.versionstamp.tr_version) b = static_cast<std::uint8_t>(rng() % 2 ? 0 : rng());
+    s.versionstamp.user_version = static_cast<std::uint16_t>(rng() % 3 == 0 ? rng() : rng() % 2);
+    return s;
+  };
+  for (int i = 0; i < 20000; ++i) {
+    const Sequence a = random_seq();
+    Sequence b = rng() % 4 == 0 ? a : random_seq();
+    if (rng() % 4 == 0) b.versionstamp.user_version = static_cast<std::uint16_t>(rng());
+    const auto expected = std::pair(a.incarnation, a.versionstamp.to_bytes()) <=>
+                          std::pair(b.incarnation, b.versionstamp.to_bytes());
+    ASSERT_EQ(a <=> b, expected) << a.str() << " vs " << b.str();
+    ASSERT_EQ(a == b, expected == 0);
   }
 }
 

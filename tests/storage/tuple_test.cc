@@ -1050,6 +1050,28 @@ TEST(TupleReaderTest, TypedReadsOfAKnownLayout) {
   EXPECT_FALSE(r.read_int());
 }
 
+TEST(TupleReaderTest, SkipStepsOverEveryKindOfElement) {
+  const std::string packed = Tuple()
+                                 .add(-70000)
+                                 .add(std::string("s\0", 2))
+                                 .add(Tuple().add(1).add(nullptr))
+                                 .add(2.5)
+                                 .add(nullptr)
+                                 .add(BigInteger{true, std::string(9, '\x07')})
+                                 .add(false)
+                                 .add("end")
+                                 .pack();
+  TupleReader r(packed);
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(r.skip()) << "element " << i;
+  std::string last;
+  ASSERT_TRUE(r.read_string(&last));
+  EXPECT_EQ(last, "end");
+  EXPECT_TRUE(r.at_end());
+  // A truncated integer is not skipped.
+  TupleReader cut(std::string_view(packed).substr(0, 2));
+  EXPECT_FALSE(cut.skip());
+}
+
 TEST(TupleUnpack, NestingDepthIsBounded) {
   auto nested = [](std::size_t depth) {
     return std::string(depth, '\x05') + std::string(depth, '\x00');
