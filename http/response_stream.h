@@ -6,7 +6,7 @@
 // socket (back-pressure: a client that does not read stalls its producer instead of growing server
 // memory). A false result means the client is gone or too slow; stop producing and return.
 //
-// Threading: only from the handler's coroutine (the connection's strand).
+// Threading: only from the handler's coroutine (the connection's io thread).
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
@@ -34,7 +34,7 @@ class ResponseStream {
   // Flushes and ends the body.
   virtual boost::asio::awaitable<bool> finish() = 0;
   virtual bool begun() const = 0;
-  // Calls `closed` (on the connection's strand) if the client closes the connection while the
+  // Calls `closed` (on the connection's io thread) if the client closes the connection while the
   // handler is still producing: how an idle feed notices a client that went away. At most one
   // watch; it ends with the handler.
   virtual void watch_peer(std::function<void()> closed) = 0;

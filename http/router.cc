@@ -47,7 +47,7 @@ Router::Router(RouterContext context) : context_(std::move(context)) {
 namespace {
 
 // Requests whose work grows with their body or with the data they read: they run on the worker
-// pool. Live feeds stay on their connection's strand (they mostly wait, and their peer watch and
+// pool. Live feeds stay on their connection's io thread (they mostly wait, and their peer watch and
 // timers belong to it); single-document reads and small writes stay inline (a thread hop would
 // cost them more than it saves).
 // Writes that hash a password (a _users doc, a config admin, a login) and writes that run a

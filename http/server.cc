@@ -9,6 +9,7 @@
 #include <atomic>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -16,7 +17,6 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream_base.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -136,9 +136,14 @@ struct Server::State {
   bool stopped = false;
   std::vector<std::thread> threads;
 
-  // Declared last: destroying the io_context destroys abandoned sessions, whose destructors use the
-  // members above.
-  asio::io_context ioc;
+  // One io_context per io thread, each run by its thread alone: a connection lives on one of them
+  // (given out in turn as connections are accepted), so its handlers never need a strand and the
+  // threads never hand work to each other. Created by start(); kept running by `guards` until
+  // stop(). Declared last: destroying an io_context destroys abandoned sessions, whose destructors
+  // use the members above.
+  std::vector<std::unique_ptr<asio::io_context>> contexts;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards;
+  std::atomic<std::size_t> next_context{0};
   std::optional<tcp::acceptor> acceptor;
   // The TLS listener and its context, when [ssl] enable is set.
   std::optional<asio::ssl::context> tls_context;
@@ -146,7 +151,7 @@ struct Server::State {
   std::uint16_t tls_port = 0;
 
   asio::awaitable<void> accept_loop(tcp::acceptor& listener, bool tls);
-  void run_io_thread();
+  void run_io_thread(asio::io_context& ioc);
 };
 
 // The bytes of request body one connection holds, counted against max_request_bytes_in_flight.
@@ -191,20 +196,20 @@ class StreamWriter final : public ResponseStream {
       : session_(session), keep_alive_(keep_alive) {}
 
   asio::awaitable<bool> begin(Response head) override {
-    co_return co_await on_strand(do_begin(std::move(head)));
+    co_return co_await on_connection_thread(do_begin(std::move(head)));
   }
   asio::awaitable<bool> write(std::string_view data) override {
     if (!ok_ || !begun_) co_return false;
     buffer_.append(data);
-    if (buffer_.size() >= kFlushBytes) co_return co_await on_strand(send_chunk());
+    if (buffer_.size() >= kFlushBytes) co_return co_await on_connection_thread(send_chunk());
     co_return true;
   }
   asio::awaitable<bool> flush() override {
     if (!ok_ || !begun_) co_return false;
     if (buffer_.empty()) co_return true;
-    co_return co_await on_strand(send_chunk());
+    co_return co_await on_connection_thread(send_chunk());
   }
-  asio::awaitable<bool> finish() override { co_return co_await on_strand(do_finish()); }
+  asio::awaitable<bool> finish() override { co_return co_await on_connection_thread(do_finish()); }
   bool begun() const override { return begun_; }
   void watch_peer(std::function<void()> closed) override;
   std::string peer_address() const override;
@@ -224,10 +229,10 @@ class StreamWriter final : public ResponseStream {
   void stop_watching();
 
  private:
-  // Socket work happens on the connection's strand; a handler running on the worker pool
+  // Socket work happens on the connection's io thread; a handler running on the worker pool
   // (http/workers.h) hops there for it and back.
   template <typename T>
-  asio::awaitable<T> on_strand(asio::awaitable<T> work);
+  asio::awaitable<T> on_connection_thread(asio::awaitable<T> work);
   asio::awaitable<std::optional<std::size_t>> do_read_body(std::string& out, std::size_t max);
   asio::awaitable<bool> do_begin(Response head);
   asio::awaitable<bool> do_finish();
@@ -265,7 +270,7 @@ class SessionBase {
   SessionBase& operator=(const SessionBase&) = delete;
 
   virtual asio::any_io_executor executor() = 0;
-  // Runs on the strand (posted by Server::stop). A connection waiting for a request is closed now;
+  // Runs on the connection's io thread (posted by Server::stop). A connection waiting for a request is closed now;
   // one busy with a request finishes its response and then closes.
   virtual void request_close() = 0;
 
@@ -276,18 +281,23 @@ class SessionBase {
 };
 
 // One connection over `Stream` (PlainStream or TlsStream). Lives as long as its coroutine (run()
-// holds a shared_ptr); everything in it is touched only on its strand, which is also the executor
-// of its socket.
+// holds a shared_ptr); everything in it is touched only by the io thread running its io_context,
+// the executor of its socket.
 template <typename Stream>
 class Session final : public SessionBase {
  public:
   friend class StreamWriter<Stream>;
   // PlainStream: `args` is the accepted socket; TlsStream: the socket and the TLS context.
   template <typename... Args>
-  Session(Server::State& state, std::uint64_t id, std::string address, Args&&... args)
-      : SessionBase(state, id, std::move(address)), stream_(std::forward<Args>(args)...) {}
+  Session(Server::State& state, asio::io_context& context, std::uint64_t id, std::string address,
+          Args&&... args)
+      : SessionBase(state, id, std::move(address)),
+        context_(context),
+        stream_(std::forward<Args>(args)...) {}
 
   asio::any_io_executor executor() override { return stream_.get_executor(); }
+  // The io_context the connection lives on, run by one io thread.
+  asio::io_context& context() const { return context_; }
   // The peer's address as read when the connection was accepted (no getpeername per request).
   std::string remote_address() const { return address_; }
 
@@ -316,6 +326,7 @@ class Session final : public SessionBase {
   void close();
   beast::tcp_stream& transport() { return tcp_layer(stream_); }
 
+  asio::io_context& context_;
   Stream stream_;
   beast::flat_buffer buffer_;
   std::size_t requests_read_ = 0;
@@ -610,17 +621,17 @@ void StreamWriter<Stream>::stop_watching() {
 
 template <typename Stream>
 template <typename T>
-asio::awaitable<T> StreamWriter<Stream>::on_strand(asio::awaitable<T> work) {
-  const asio::any_io_executor strand = session_.executor();
-  const auto* typed = strand.target<asio::strand<asio::io_context::executor_type>>();
-  if (typed == nullptr || typed->running_in_this_thread()) co_return co_await std::move(work);
-  co_return co_await asio::co_spawn(strand, std::move(work), asio::use_awaitable);
+asio::awaitable<T> StreamWriter<Stream>::on_connection_thread(asio::awaitable<T> work) {
+  if (session_.context().get_executor().running_in_this_thread()) {
+    co_return co_await std::move(work);
+  }
+  co_return co_await asio::co_spawn(session_.executor(), std::move(work), asio::use_awaitable);
 }
 
 template <typename Stream>
 asio::awaitable<std::optional<std::size_t>> StreamWriter<Stream>::read_body(std::string& out,
                                                                             std::size_t max) {
-  co_return co_await on_strand(do_read_body(out, max));
+  co_return co_await on_connection_thread(do_read_body(out, max));
 }
 
 template <typename Stream>
@@ -703,7 +714,9 @@ asio::awaitable<bool> StreamWriter<Stream>::do_finish() {
 
 asio::awaitable<void> Server::State::accept_loop(tcp::acceptor& listener, bool tls) {
   for (;;) {
-    tcp::socket socket{asio::make_strand(ioc)};
+    asio::io_context& context =
+        *contexts[next_context.fetch_add(1, std::memory_order_relaxed) % contexts.size()];
+    tcp::socket socket{context};
     error_code ec;
     co_await listener.async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
     if (ec == asio::error::operation_aborted || !listener.is_open()) co_return;
@@ -742,12 +755,12 @@ asio::awaitable<void> Server::State::accept_loop(tcp::acceptor& listener, bool t
       ++from_address;
       const std::uint64_t id = next_session_id++;
       if (tls) {
-        auto typed = std::make_shared<Session<TlsStream>>(*this, id, std::move(address),
+        auto typed = std::make_shared<Session<TlsStream>>(*this, context, id, std::move(address),
                                                           std::move(socket), *tls_context);
         serve.emplace(Session<TlsStream>::run(typed));
         session = std::move(typed);
       } else {
-        auto typed = std::make_shared<Session<PlainStream>>(*this, id, std::move(address),
+        auto typed = std::make_shared<Session<PlainStream>>(*this, context, id, std::move(address),
                                                             std::move(socket));
         serve.emplace(Session<PlainStream>::run(typed));
         session = std::move(typed);
@@ -761,7 +774,7 @@ asio::awaitable<void> Server::State::accept_loop(tcp::acceptor& listener, bool t
   }
 }
 
-void Server::State::run_io_thread() {
+void Server::State::run_io_thread(asio::io_context& ioc) {
   // Completion handlers do not throw (coroutine exceptions go to the co_spawn handlers), but if one
   // ever does, keep the thread serving rather than letting std::terminate take the process down.
   for (;;) {
@@ -785,10 +798,18 @@ Server::Server(ServerOptions options, Handler handler)
 Server::~Server() { stop(); }
 
 bool Server::probe(std::chrono::milliseconds within) const {
-  auto answered = std::make_shared<std::promise<void>>();
-  auto future = answered->get_future();
-  asio::post(state_->ioc, [answered] { answered->set_value(); });
-  return future.wait_for(within) == std::future_status::ready;
+  // Every io thread must answer: a connection stuck behind a busy one would not be served.
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  std::vector<std::future<void>> futures;
+  for (const auto& context : state_->contexts) {
+    auto answered = std::make_shared<std::promise<void>>();
+    futures.push_back(answered->get_future());
+    asio::post(*context, [answered] { answered->set_value(); });
+  }
+  for (auto& future : futures) {
+    if (future.wait_until(deadline) != std::future_status::ready) return false;
+  }
+  return true;
 }
 
 std::size_t Server::open_connections() const {
@@ -864,13 +885,22 @@ error_code Server::start() {
   error_code ec;
   const asio::ip::address address = asio::ip::make_address(s.options.bind_address, ec);
   if (ec) return ec;
-  s.acceptor.emplace(asio::make_strand(s.ioc));
+  unsigned threads = s.options.io_threads;
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  s.contexts.clear();
+  s.guards.clear();
+  for (unsigned i = 0; i < threads; ++i) {
+    s.contexts.push_back(std::make_unique<asio::io_context>(1));
+    s.guards.push_back(asio::make_work_guard(*s.contexts.back()));
+  }
+  asio::io_context& first = *s.contexts.front();
+  s.acceptor.emplace(first);
   if ((ec = listen_on(*s.acceptor, {address, s.options.port}, s.options.listen_backlog, s.port))) {
     return ec;
   }
   if (s.options.tls) {
     if ((ec = make_tls_context(*s.options.tls, s.tls_context))) return ec;
-    s.tls_acceptor.emplace(asio::make_strand(s.ioc));
+    s.tls_acceptor.emplace(first);
     if ((ec = listen_on(*s.tls_acceptor, {address, s.options.tls->port}, s.options.listen_backlog,
                         s.tls_port))) {
       return ec;
@@ -881,14 +911,14 @@ error_code Server::start() {
   asio::co_spawn(s.acceptor->get_executor(), s.accept_loop(*s.acceptor, false),
                  [](std::exception_ptr e) { log_coroutine_exception("listener", e); });
 
-  unsigned threads = s.options.io_threads;
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   {
     std::lock_guard lock(s.mutex);
     s.running_threads = threads;
   }
   s.threads.reserve(threads);
-  for (unsigned i = 0; i < threads; ++i) s.threads.emplace_back([&s] { s.run_io_thread(); });
+  for (unsigned i = 0; i < threads; ++i) {
+    s.threads.emplace_back([&s, &context = *s.contexts[i]] { s.run_io_thread(context); });
+  }
   s.started = true;
   spdlog::info("http: listening on {}:{} with {} io threads", s.options.bind_address, s.port,
                threads);
@@ -926,6 +956,7 @@ void Server::stop() {
     asio::post(executor, [session = std::move(session)] { session->request_close(); });
   }
   open.clear();
+  s.guards.clear();
 
   // The io threads leave run() by themselves once the listener and every session have finished.
   {
@@ -934,7 +965,7 @@ void Server::stop() {
                                  [&s] { return s.running_threads == 0; })) {
       spdlog::warn("http: {} connections still busy after {} ms; abandoning them",
                    s.sessions.size(), s.options.shutdown_grace.count());
-      s.ioc.stop();
+      for (const auto& context : s.contexts) context->stop();
     }
   }
   for (std::thread& thread : s.threads) thread.join();

@@ -1,6 +1,7 @@
 // The HTTP/1.1 server: a listener, one session per connection, N io threads.
 //
-// Built on Boost.Beast with asio C++20 coroutines. Each connection is a coroutine on its own strand:
+// Built on Boost.Beast with asio C++20 coroutines. Each io thread runs an io_context of its own, and
+// each connection is a coroutine on one of them (given out in turn), so it needs no strand:
 // it reads one request (bounded header and body size, idle timeout), passes it to the Handler, writes
 // the response, and loops while the connection is keep-alive. Requests on one connection are
 // answered in order, one at a time (a pipelined request waits in the read buffer).
@@ -48,7 +49,7 @@ struct ServerOptions {
   std::string bind_address = "127.0.0.1";
   // TCP port; 0 lets the OS pick one (read it back with Server::port()). Default: CouchDB's 5984.
   std::uint16_t port = 5984;
-  // Threads running the io_context; 0 = one per hardware thread (at least 1).
+  // io threads, each running an io_context of its own; 0 = one per hardware thread (at least 1).
   unsigned io_threads = 0;
   // Largest request body accepted, in bytes; larger ones get 413. Default 64 MiB (CouchDB's
   // [chttpd] max_http_request_size).
@@ -89,7 +90,7 @@ struct ServerOptions {
 
 // Answers one request: returns the complete Response, or writes a streamed one through the
 // ResponseStream and returns nullopt. Must be callable concurrently from several threads (it runs on
-// the connection's strand). Router::handle fits.
+// the connection's io thread). Router::handle fits.
 using Handler =
     std::function<boost::asio::awaitable<std::optional<Response>>(const Request&, ResponseStream&)>;
 

@@ -1,7 +1,7 @@
 // http/txn.h — running storage transactions from a request coroutine without blocking its io thread.
 //
 // async_commit hands the transaction to the commit pipeline and suspends the coroutine; the commit
-// thread's callback posts the result back to the coroutine's executor (its strand). run_txn is
+// thread's callback posts the result back to the coroutine's executor (the connection's io thread). run_txn is
 // Database::run for coroutines: the body runs on the io thread (reads are quick snapshot reads), the
 // commit is awaited, and retryable errors back off on an asio timer, not in a sleeping thread.
 //

@@ -4,7 +4,7 @@
 // 60 MB body, diffs 80,000 revisions or builds a view on one of them would freeze every other
 // connection it serves. Router::handle runs such requests (is_heavy_request) on this pool instead:
 // the handler coroutine executes on a worker thread, socket writes still happen on the
-// connection's strand (StreamWriter hops there), and the io threads stay free for the cheap
+// connection's io thread (StreamWriter hops there), and the io threads stay free for the cheap
 // requests. The kernel's scheduler then runs an io thread as soon as a request arrives for it:
 // measured on 2 cores, `GET /` p99 6 ms while 8 clients keep sending 80,000-id _revs_diff and
 // 2,000-doc _bulk_docs requests (667 ms with the work on the io threads). Lowering the workers'
