@@ -1,5 +1,7 @@
 #include "http/server.h"
 
+#include "http/response_head.h"
+
 #include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -19,6 +21,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_suffix.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -321,6 +324,9 @@ class Session final : public SessionBase {
   asio::awaitable<void> refuse(const Request& header, Status status, std::string_view error,
                                std::string_view reason, bool retry_later = false);
   asio::awaitable<void> linger_and_close();
+  // Writes a complete response: head and body in one sendmsg when the socket takes them at once
+  // (the usual case), the rest asynchronously within write_timeout.
+  asio::awaitable<error_code> write_response(const Response& response);
   // TLS: the handshake, within header_timeout. False: the connection is closed.
   asio::awaitable<bool> handshake();
   void close();
@@ -362,6 +368,11 @@ template <typename Stream>
 asio::awaitable<void> Session<Stream>::serve() {
   const ServerOptions& options = state_.options;
   if (!co_await handshake()) co_return;
+  if constexpr (std::is_same_v<Stream, PlainStream>) {
+    // write_response's first attempt must not block the io thread.
+    error_code ignored;
+    transport().socket().non_blocking(true, ignored);
+  }
   for (;;) {
     phase_ = Phase::waiting_for_request;
     reservation_.release();  // the previous request's body is gone
@@ -433,9 +444,7 @@ asio::awaitable<void> Session<Stream>::serve() {
     spdlog::debug("http: {} {} -> {}", std::string_view(request.method_string()),
                   std::string_view(request.target()), response->result_int());
 
-    error_code ec;
-    transport().expires_after(options.write_timeout);
-    co_await beast_http::async_write(stream_, *response, asio::redirect_error(asio::use_awaitable, ec));
+    const error_code ec = co_await write_response(*response);
     if (!ec && body_left) {
       // Let the answer reach the client before its unread body makes the kernel reset.
       co_await linger_and_close();
@@ -574,6 +583,27 @@ asio::awaitable<void> Session<Stream>::refuse(const Request& header, Status stat
   transport().expires_after(state_.options.write_timeout);
   co_await beast_http::async_write(stream_, response, asio::redirect_error(asio::use_awaitable, ec));
   co_await linger_and_close();
+}
+
+template <typename Stream>
+asio::awaitable<error_code> Session<Stream>::write_response(const Response& response) {
+  const std::string head = response_head(response);
+  const std::array<asio::const_buffer, 2> buffers{asio::buffer(head), asio::buffer(response.body())};
+  const std::size_t total = head.size() + response.body().size();
+  std::size_t sent = 0;
+  error_code ec;
+  if constexpr (std::is_same_v<Stream, PlainStream>) {
+    // The socket is non-blocking (serve() set it), so this never waits: it sends what the
+    // kernel's buffer takes now.
+    sent = transport().socket().write_some(buffers, ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) ec = {};
+    if (ec || sent == total) co_return ec;
+  }
+  beast::buffers_suffix<std::array<asio::const_buffer, 2>> rest(buffers);
+  rest.consume(sent);
+  transport().expires_after(state_.options.write_timeout);
+  co_await asio::async_write(stream_, rest, asio::redirect_error(asio::use_awaitable, ec));
+  co_return ec;
 }
 
 template <typename Stream>
