@@ -147,30 +147,6 @@ core::CouchError unauthorized(std::string reason) {
   return core::CouchError{401, "unauthorized", std::move(reason)};
 }
 
-// What an `Authorization: Basic <b64>` header says. No name: no Basic header, no colon, or
-// CouchDB's "_:_" (anonymous); any other scheme (PouchDB's `Basic: …` included) is anonymous too.
-struct BasicCredential {
-  std::optional<std::string> name;
-  std::string password;
-  bool invalid_base64 = false;
-};
-
-BasicCredential basic_credential(const Request& req) {
-  BasicCredential out;
-  const auto auth = req.find(beast_http::field::authorization);
-  if (auth == req.end() || !auth->value().starts_with("Basic ")) return out;
-  const auto decoded = core::base64_decode(auth->value().substr(6));
-  if (!decoded) {
-    out.invalid_base64 = true;
-    return out;
-  }
-  const auto colon = decoded->find(':');
-  if (colon == std::string::npos || *decoded == "_:_") return out;
-  out.name = decoded->substr(0, colon);
-  out.password = decoded->substr(colon + 1);
-  return out;
-}
-
 }  // namespace
 
 AuthSettings auth_settings(const config::Sections& values, bool admin_party) {
@@ -330,9 +306,9 @@ void Authenticator::record_failure(const std::string& key) const {
 }
 
 bool Authenticator::check_password(const AuthSettings&, const Creds& creds, std::string_view name,
-                                   std::string_view password) const {
+                                   std::string_view password, std::string_view known) const {
   if (!creds.hash) return false;
-  const std::string digest = core::sha256(cache_salt_ + std::string(password));
+  const std::string digest = known.empty() ? password_digest(password) : std::string(known);
   {
     std::lock_guard lock(mutex_);
     const auto it = verified_.find(std::string(name));
@@ -352,13 +328,14 @@ std::optional<Authenticator::Creds> Authenticator::verify_login(const AuthSettin
                                                                 std::string_view name,
                                                                 std::string_view password,
                                                                 std::string_view peer,
-                                                                bool& locked) const {
+                                                                bool& locked,
+                                                                std::string_view digest) const {
   const std::string user_key = "u:" + std::string(peer) + "\n" + std::string(name);
   const std::string peer_key = "p:" + std::string(peer);
   locked = throttled(user_key) || throttled(peer_key);
   if (locked) return std::nullopt;
   auto creds = lookup(s, name);
-  if (!creds || !check_password(s, *creds, name, password)) {
+  if (!creds || !check_password(s, *creds, name, password, digest)) {
     record_failure(user_key);
     record_failure(peer_key);
     return std::nullopt;
@@ -396,16 +373,39 @@ std::string Authenticator::clear_cookie(const Client& client) const {
   return cookie_header(client, *settings(), "");
 }
 
-bool Authenticator::may_hash_password(const Request& req) const {
-  const BasicCredential basic = basic_credential(req);
-  if (!basic.name) return false;
-  const std::string digest = core::sha256(cache_salt_ + basic.password);
-  std::lock_guard lock(mutex_);
-  const auto it = verified_.find(*basic.name);
-  return it == verified_.end() || !core::constant_time_equal(it->second.password_digest, digest);
+Authenticator::Presented Authenticator::presented(const Request& req) const {
+  Presented out;
+  const auto auth = req.find(beast_http::field::authorization);
+  if (auth == req.end() || !auth->value().starts_with("Basic ")) return out;
+  const auto decoded = core::base64_decode(auth->value().substr(6));
+  if (!decoded) {
+    out.invalid_base64 = true;
+    return out;
+  }
+  const auto colon = decoded->find(':');
+  if (colon == std::string::npos || *decoded == "_:_") return out;
+  out.name = decoded->substr(0, colon);
+  out.password = decoded->substr(colon + 1);
+  out.digest = password_digest(out.password);
+  return out;
 }
 
-AuthResult Authenticator::authenticate(const Request& req, const Client& client) const {
+std::string Authenticator::password_digest(std::string_view password) const {
+  std::string salted = cache_salt_;
+  salted.append(password);
+  return core::sha256(salted);
+}
+
+bool Authenticator::may_hash_password(const Presented& basic) const {
+  if (!basic.name) return false;
+  std::lock_guard lock(mutex_);
+  const auto it = verified_.find(*basic.name);
+  return it == verified_.end() ||
+         !core::constant_time_equal(it->second.password_digest, basic.digest);
+}
+
+AuthResult Authenticator::authenticate(const Request& req, const Client& client,
+                                       const Presented& basic) const {
   const auto s = settings();
   AuthResult result;
 
@@ -495,14 +495,14 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client)
   }
 
   // HTTP Basic.
-  const BasicCredential basic = basic_credential(req);
   if (basic.invalid_base64) {
     result.error = core::bad_request("Authorization header has invalid base64 value");
     return result;
   }
   if (basic.name) {
     bool locked = false;
-    const auto creds = verify_login(*s, *basic.name, basic.password, client.address, locked);
+    const auto creds =
+        verify_login(*s, *basic.name, basic.password, client.address, locked, basic.digest);
     if (!creds) {
       result.error = locked ? core::CouchError{403, "forbidden", std::string(kLockoutReason)}
                             : unauthorized("Name or password is incorrect.");
@@ -610,7 +610,7 @@ void Authenticator::upgrade_hash(const HashUpgrade& u, core::TxIdJanitor* janito
   // The password was just checked: the new revision starts verified.
   const std::string new_rev = std::get<core::UpdateResult>(*result).rev.str();
   std::lock_guard lock(mutex_);
-  verified_[u.name] = CacheEntry{core::sha256(cache_salt_ + u.password), new_rev};
+  verified_[u.name] = CacheEntry{password_digest(u.password), new_rev};
   spdlog::info("upgraded the stored password hash of user '{}'", u.name);
 }
 

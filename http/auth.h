@@ -91,12 +91,27 @@ class Authenticator {
   // is configured.
   Authenticator(config::Config& config, storage::Database& store, bool admin_party);
 
+  // What a request's `Authorization: Basic` header presents, decoded once per request. No name:
+  // no Basic header, no colon, or CouchDB's "_:_" (anonymous); any other scheme (PouchDB's
+  // `Basic: …` included) is anonymous too.
+  struct Presented {
+    std::optional<std::string> name;
+    std::string password;
+    bool invalid_base64 = false;
+    std::string digest;  // the password's cache digest (see CacheEntry); empty without a name
+  };
+  Presented presented(const Request& req) const;
+
   std::shared_ptr<const AuthSettings> settings() const;
-  AuthResult authenticate(const Request& req, const Client& client) const;
+  AuthResult authenticate(const Request& req, const Client& client) const {
+    return authenticate(req, client, presented(req));
+  }
+  // The same, with the request's presented() credential.
+  AuthResult authenticate(const Request& req, const Client& client, const Presented& basic) const;
   // Whether authenticate() may hash a password (PBKDF2, tens of milliseconds at CouchDB's
   // iteration count): the request carries a Basic credential not verified since the server
   // started. The router runs such requests' authentication on its worker pool.
-  bool may_hash_password(const Request& req) const;
+  bool may_hash_password(const Presented& basic) const;
 
   // POST /_session: name and password checked; on success the user and the Set-Cookie value.
   struct Login {
@@ -130,13 +145,15 @@ class Authenticator {
   // The credentials in name's _users document as of `tr`, or nullopt when there is none.
   static storage::Result<std::optional<Creds>> read_user_creds(storage::Transaction& tr,
                                                                std::string_view name);
+  // `digest`: the password's cache digest when the caller has it, else empty.
   bool check_password(const AuthSettings& s, const Creds& creds, std::string_view name,
-                      std::string_view password) const;
+                      std::string_view password, std::string_view digest) const;
   // Name and password as Basic and POST /_session check them: the lockout first, then the
   // credentials (a failure counts towards the lockout). Sets `locked` when refused for it.
   std::optional<Creds> verify_login(const AuthSettings& s, std::string_view name,
                                     std::string_view password, std::string_view peer,
-                                    bool& locked) const;
+                                    bool& locked, std::string_view digest = {}) const;
+  std::string password_digest(std::string_view password) const;
   std::string make_cookie(const Client& client, const AuthSettings& s, std::string_view name,
                           std::string_view salt, std::int64_t now) const;
   std::string ensure_secret() const;

@@ -86,8 +86,9 @@ bool is_heavy_request(const Call& call) {
 
 // Authentication as a coroutine, for the worker pool.
 boost::asio::awaitable<AuthResult> authenticate_on(const Authenticator& auth, const Request& req,
-                                                   Client client) {
-  co_return auth.authenticate(req, client);
+                                                   Client client,
+                                                   Authenticator::Presented presented) {
+  co_return auth.authenticate(req, client, presented);
 }
 
 // Adds the headers every answer gets (a refreshed AuthSession cookie, CORS) to a streamed
@@ -223,11 +224,12 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
       co_return std::move(*preflight);
     }
     Client client{raw_stream.peer_address(), raw_stream.secure()};
-    if (context_.workers != nullptr && context_.auth->may_hash_password(request)) {
+    Authenticator::Presented presented = context_.auth->presented(request);
+    if (context_.workers != nullptr && context_.auth->may_hash_password(presented)) {
       auth = co_await context_.workers->run(
-          authenticate_on(*context_.auth, request, std::move(client)));
+          authenticate_on(*context_.auth, request, std::move(client), std::move(presented)));
     } else {
-      auth = context_.auth->authenticate(request, client);
+      auth = context_.auth->authenticate(request, client, presented);
     }
     if (auth.error && auth.error->status == 401 && context_.metrics != nullptr) {
       context_.metrics->record_auth_failure();
@@ -393,14 +395,20 @@ std::string http_date_now() {
                                                        "Thu", "Fri", "Sat"};
   static constexpr std::array<const char*, 12> kMonths = {
       "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  // Every answer carries one; the text changes once a second, so each thread keeps the last.
+  thread_local std::time_t formatted_at = -1;
+  thread_local std::string formatted;
   const std::time_t now = std::time(nullptr);
+  if (now == formatted_at) return formatted;
   std::tm tm{};
   gmtime_r(&now, &tm);
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%s, %02d %s %04d %02d:%02d:%02d GMT", kDays[tm.tm_wday],
                 tm.tm_mday, kMonths[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
                 tm.tm_sec);
-  return buffer;
+  formatted = buffer;
+  formatted_at = now;
+  return formatted;
 }
 
 }  // namespace chaise::http
