@@ -148,15 +148,23 @@ StorageResult<Sequence> update_seq(Transaction& tr, const DbRef& db) {
 }
 
 StorageResult<int> revs_limit(Transaction& tr, const DbRef& db) {
-  auto v = tr.get(db.space.meta_key(keyspace::kRevsLimit), Snapshot::yes);
-  if (!v.ok()) return v.error();
-  if (!v->has_value()) return kRevsLimitDefault;
-  auto t = Tuple::unpack(**v);
-  if (!t || !t->get_int(0)) return storage::Error::io_error;
-  return static_cast<int>(*t->get_int(0));
+  // Every write reads it: remembered between transactions (core/db_cache.h), since only
+  // set_revs_limit writes it and marks its transaction.
+  auto remembered = remembered_read<int>(
+      tr, "revs_limit:" + std::to_string(db.id), [&](Transaction& t) -> StorageResult<int> {
+        auto v = t.get(db.space.meta_key(keyspace::kRevsLimit), Snapshot::yes);
+        if (!v.ok()) return v.error();
+        if (!v->has_value()) return kRevsLimitDefault;
+        auto parsed = Tuple::unpack(**v);
+        if (!parsed || !parsed->get_int(0)) return storage::Error::io_error;
+        return static_cast<int>(*parsed->get_int(0));
+      });
+  if (!remembered.ok()) return remembered.error();
+  return **remembered;
 }
 
 void set_revs_limit(Transaction& tr, const DbRef& db, int limit) {
+  tr.touch_metadata();  // core/db_cache.h: revs_limit is remembered
   tr.set(db.space.meta_key(keyspace::kRevsLimit), Tuple().add(static_cast<std::int64_t>(limit)).pack());
 }
 

@@ -474,9 +474,17 @@ asio::awaitable<bool> Session<Stream>::read_request(
         buffer_.prepare(4096), asio::redirect_error(asio::use_awaitable, ec));
     buffer_.commit(n);
   }
+  // Usually the whole header is in the buffer by now: parse it here, without an asynchronous
+  // operation (Beast's read_header costs more instructions than the parsing).
+  if (!ec) {
+    error_code parse_ec;
+    const std::size_t used = parser.put(buffer_.data(), parse_ec);
+    buffer_.consume(used);
+    if (parse_ec && parse_ec != beast_http::error::need_more) ec = parse_ec;
+  }
   // From its first byte, the request line and headers must arrive within header_timeout, however
   // the client trickles them (slowloris).
-  if (!ec) {
+  if (!ec && !parser.is_header_done()) {
     transport().expires_after(std::min(options.header_timeout, options.idle_timeout));
     co_await beast_http::async_read_header(stream_, buffer_, parser,
                                            asio::redirect_error(asio::use_awaitable, ec));
