@@ -39,7 +39,7 @@ void require_server_admin(const Call& call) {
 }
 
 void require_db_admin(const Call& call) {
-  if (!core::is_db_admin(call.user, call.security)) {
+  if (!core::is_db_admin(call.user, *call.security)) {
     throw_denied(call, "You are not a db or server admin.");
   }
 }
@@ -96,8 +96,8 @@ core::DbRef open_db_or_throw(const Call& call) {
   if (core::failed(*r)) throw HttpError(std::get<core::CouchError>(*r));
   core::OpenedDb opened = std::get<core::OpenedDb>(std::move(*r));
   core::DbRef db = std::move(opened.db);
-  call.security = *opened.security;
-  if (!core::is_db_member(call.user, call.security)) {
+  call.security = std::move(opened.security);
+  if (!core::is_db_member(call.user, *call.security)) {
     throw_denied(call, call.user.name ? "You are not allowed to access this db."
                                       : "You are not authorized to access this db.");
   }
@@ -124,7 +124,7 @@ std::optional<core::CouchError> check_doc_write(const Call& call, const core::Db
   if (const auto it = doc.find("_id"); it != doc.end() && it->is_string()) id = *it;
   if (id.starts_with("_local/")) return std::nullopt;
   const bool design = id.starts_with("_design/");
-  if (design && !core::is_db_admin(call.user, call.security)) {
+  if (design && !core::is_db_admin(call.user, *call.security)) {
     const std::string reason = "You are not a db or server admin.";
     if (!call.user.name) return core::CouchError{401, "unauthorized", reason};
     return core::CouchError{403, "forbidden", reason};
@@ -132,7 +132,7 @@ std::optional<core::CouchError> check_doc_write(const Call& call, const core::Db
   if (db.name == core::kReplicatorDb) {
     if (design) return std::nullopt;
     return core::prepare_replicator_doc(doc, call.user,
-                                        core::is_db_admin(call.user, call.security));
+                                        core::is_db_admin(call.user, *call.security));
   }
   if (db.name != core::kUsersDb) return std::nullopt;
 
@@ -150,7 +150,7 @@ std::optional<core::CouchError> check_doc_write(const Call& call, const core::Db
   if (call.ctx.auth != nullptr) rules = call.ctx.auth->settings()->user_rules;
   // couch_db:check_is_admin for _users: its db admins count as admins here too.
   core::UserCtx as = call.user;
-  if (core::is_db_admin(call.user, call.security) && !as.is_server_admin()) {
+  if (core::is_db_admin(call.user, *call.security) && !as.is_server_admin()) {
     as.roles.push_back(std::string(core::kAdminRole));
   }
   auto prepared = core::prepare_user_doc(doc, old, as, rules);
@@ -161,7 +161,7 @@ std::optional<core::CouchError> check_doc_write(const Call& call, const core::Db
 
 std::optional<std::vector<std::string>> readable_fields(const Call& call, const core::DbRef& db,
                                                         std::string_view id) {
-  if (db.name != core::kUsersDb || core::is_db_admin(call.user, call.security)) return std::nullopt;
+  if (db.name != core::kUsersDb || core::is_db_admin(call.user, *call.security)) return std::nullopt;
   if (id.starts_with("_design/")) {
     throw HttpError(403, "forbidden",
                     "Only administrators can view design docs in the users database.");
@@ -174,7 +174,7 @@ std::optional<std::vector<std::string>> readable_fields(const Call& call, const 
 ReadRule read_rule(const Call& call, const core::DbRef& db, std::string_view id) {
   ReadRule rule;
   rule.public_fields = readable_fields(call, db, id);
-  if (db.name == core::kReplicatorDb && !core::is_db_admin(call.user, call.security)) {
+  if (db.name == core::kReplicatorDb && !core::is_db_admin(call.user, *call.security)) {
     rule.replication_reader = call.user.name;
   }
   return rule;

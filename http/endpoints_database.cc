@@ -632,7 +632,7 @@ MaybeResponse revs_limit(Call& call, const core::DbRef& db) {
 // 3.5 answers a malformed object with 500 no_majority (a cluster artefact); Chaise says 400 and
 // why. _users' object is read-only unless [couchdb] users_db_security_editable is not "false".
 MaybeResponse security(Call& call, const core::DbRef& db) {
-  if (is_get(call)) co_return json_response(call.req, Status::ok, call.security.raw);
+  if (is_get(call)) co_return json_response(call.req, Status::ok, call.security->raw);
   if (!call.is(beast_http::verb::put)) throw_method_not_allowed("PUT,GET");
   if (db.name == core::kUsersDb &&
       (call.ctx.config == nullptr ||
@@ -713,7 +713,7 @@ MaybeResponse handle_database(Call& call) {
   const std::string& op = path[1];
   // CouchDB's db_handler table matches these whatever follows them; chttpd_auth_request wants a
   // db admin for them, and says so with a 401 whoever asks.
-  if ((op == "_compact" || op == "_view_cleanup") && !core::is_db_admin(call.user, call.security))
+  if ((op == "_compact" || op == "_view_cleanup") && !core::is_db_admin(call.user, *call.security))
     throw HttpError(401, "unauthorized", "You are not a server or db admin.");
   if (op == "_compact") co_return co_await compact(call, db);
   if (op == "_view_cleanup") co_return co_await view_cleanup(call, db);

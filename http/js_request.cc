@@ -80,7 +80,7 @@ Json js_request_object(const Call& call, const std::optional<std::string>& doc_i
   user["name"] = call.user.name ? Json(*call.user.name) : Json(nullptr);
   user["roles"] = call.user.roles;
   req["userCtx"] = user;
-  req["secObj"] = call.security.raw;
+  req["secObj"] = call.security->raw;
   return req;
 }
 

@@ -73,7 +73,7 @@ std::shared_ptr<core::DocValidator> doc_validator(const Call& call) {
   // open_db_or_throw read.
   return std::make_shared<core::JsDocValidator>(
       *call.ctx.js, [db = call.path[0], name = call.user.name, roles = call.user.roles,
-                     security = call.security.raw] {
+                     security = call.security->raw] {
         Json user = Json::object();
         user["db"] = db;
         user["name"] = name ? Json(*name) : Json(nullptr);

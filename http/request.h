@@ -41,8 +41,9 @@ struct Call {
   core::UserCtx user = core::UserCtx{std::nullopt, {std::string(core::kAdminRole)}};
   // "default", "cookie", "proxy" or "" (anonymous): GET /_session's info.authenticated.
   std::string auth_handler;
-  // The security object of the database open_db_or_throw opened (its member check passed).
-  mutable core::SecurityObject security;
+  // The security object of the database open_db_or_throw opened (its member check passed),
+  // shared with the database cache (core/db_cache.h); an empty one before that.
+  mutable std::shared_ptr<const core::SecurityObject> security = no_security();
   // /{db}/_partition/{p}/...: the partition; `path` is then the request's path without the
   // "_partition/{p}" segments (http/endpoints_partition.cc).
   std::optional<std::string> partition;
@@ -50,6 +51,10 @@ struct Call {
   std::shared_ptr<IdempotentCall> idem;
 
   storage::Database& store() const { return *ctx.store; }
+  static const std::shared_ptr<const core::SecurityObject>& no_security() {
+    static const auto empty = std::make_shared<const core::SecurityObject>();
+    return empty;
+  }
   beast_http::verb method() const { return req.method(); }
   bool is(beast_http::verb v) const { return req.method() == v; }
 };

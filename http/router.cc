@@ -265,7 +265,7 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
                 Query::parse(request.target()),
                 std::move(auth.user),
                 std::move(auth.handler),
-                core::SecurityObject{},
+                Call::no_security(),
                 std::nullopt,
                 nullptr};
       authorize_request(call);
