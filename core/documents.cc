@@ -295,6 +295,18 @@ StorageResult<std::vector<StoredBranch>> read_branches(Transaction& tr, const Db
   return out;
 }
 
+StorageResult<std::optional<RevId>> live_winner_rev(Transaction& tr, const DbRef& db,
+                                                    std::string_view id, Snapshot snapshot) {
+  auto named = tr.get(db.space.by_id_key(id), snapshot);
+  if (!named.ok()) return named.error();
+  if (!named->has_value()) return std::optional<RevId>();
+  auto t = Tuple::unpack(**named);
+  auto pos = t && t->size() == 3 ? t->get_int(1) : std::nullopt;
+  const std::string* hash = pos ? t->get_bytes(2) : nullptr;
+  if (hash == nullptr) return storage::Error::io_error;
+  return std::optional<RevId>(RevId{*pos, *hash});
+}
+
 StorageResult<std::optional<StoredBranch>> read_winner(Transaction& tr, const DbRef& db,
                                                        std::string_view id, Snapshot snapshot) {
   auto [b, e] = db.space.doc_revisions_range(id);
@@ -302,14 +314,11 @@ StorageResult<std::optional<StoredBranch>> read_winner(Transaction& tr, const Db
   // below steps over the tombstone every edit leaves in the revisions range until the storage
   // engine compacts it away (a document updated thousands of times a second made that read take
   // milliseconds). The range still goes into the read-conflict set.
-  auto named = tr.get(db.space.by_id_key(id), snapshot);
+  auto named = live_winner_rev(tr, db, id, snapshot);
   if (!named.ok()) return named.error();
-  if (named->has_value()) {
-    auto t = Tuple::unpack(**named);
-    auto pos = t && t->size() == 3 ? t->get_int(1) : std::nullopt;
-    const std::string* hash = pos ? t->get_bytes(2) : nullptr;
-    if (hash == nullptr) return storage::Error::io_error;
-    std::string key = db.space.revision_key(id, true, *pos, *hash);
+  if (*named) {
+    const RevId& rev = **named;
+    std::string key = db.space.revision_key(id, true, rev.pos, rev.hash);
     auto v = tr.get(key, snapshot);
     if (!v.ok()) return v.error();
     if (v->has_value()) {

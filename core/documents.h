@@ -49,6 +49,12 @@ StorageResult<std::vector<StoredBranch>> read_branches(Transaction& tr, const Db
 StorageResult<std::optional<StoredBranch>> read_winner(Transaction& tr, const DbRef& db,
                                                        std::string_view id,
                                                        storage::Snapshot snapshot);
+// The winning revision of a live document as its by_id entry names it, without reading its
+// revision entry; nullopt when there is no by_id entry (a missing or deleted document). For a
+// plain GET, which needs the winner's id and body only.
+StorageResult<std::optional<RevId>> live_winner_rev(Transaction& tr, const DbRef& db,
+                                                    std::string_view id,
+                                                    storage::Snapshot snapshot);
 // The body bytes of a stored revision (nullopt if not stored).
 StorageResult<std::optional<std::string>> read_body(Transaction& tr, const DbRef& db,
                                                     std::string_view id, const RevId& rev);

@@ -166,6 +166,40 @@ TEST_F(DocumentTest, HeadHasGetHeadersAndNoBody) {
   EXPECT_TRUE(missing.body.empty());
 }
 
+// A plain GET reads the winner named by the document's by_id entry and skips its revision entry;
+// a GET with an option that changes nothing here (no deleted conflicts to list) takes the full
+// path. Both must answer the same bytes and ETag, whatever the document went through.
+TEST_F(DocumentTest, PlainGetAnswersWhatTheFullReadAnswers) {
+  create("/db/plain", R"({"a":1,"s":"caf\u00e9 \"q\"","n":[1,2.5,{"x":null}]})");
+  create("/db/_design/dd", R"({"views":{}})");
+  create("/db/we%20ird%2Fid", R"({"b":true})");
+  std::string rev = create("/db/edited", R"({"v":0})");
+  for (int i = 1; i <= 5; ++i) {  // superseded revisions are kept as deltas against the next
+    auto r = put("/db/edited", R"({"_rev":")" + rev + R"(","v":)" + std::to_string(i) + "}");
+    ASSERT_EQ(r.status, 201u) << r.body;
+    rev = r.json()["rev"];
+  }
+  replicate("conflicted", R"({"side":"a"})", 2, 'a', {'1'});
+  replicate("conflicted", R"({"side":"b"})", 2, 'b', {'1'});
+  replicate("revived", R"({"gone":true})", 2, 'd', {'1'}, true);
+  replicate("revived", R"({"back":1})", 3, 'e', {'f', '1'});
+  for (const std::string path :
+       {"/db/plain", "/db/_design/dd", "/db/we%20ird%2Fid", "/db/edited", "/db/conflicted"}) {
+    auto plain = get(path);
+    auto full = get(path + "?deleted_conflicts=true");
+    ASSERT_EQ(plain.status, 200u) << path << plain.body;
+    EXPECT_EQ(plain.body, full.body) << path;
+    EXPECT_EQ(plain.header(field::etag), full.header(field::etag)) << path;
+    EXPECT_EQ(plain.header(field::content_type), full.header(field::content_type)) << path;
+  }
+  EXPECT_EQ(get("/db/edited").json()["v"], 5);
+  EXPECT_EQ(get("/db/conflicted").json()["side"], "b");  // the higher hash wins
+  auto revived = get("/db/revived");
+  ASSERT_EQ(revived.status, 200u) << revived.body;
+  EXPECT_EQ(revived.json()["back"], 1);
+  EXPECT_TRUE(get("/db/revived?deleted_conflicts=true").json().contains("_deleted_conflicts"));
+}
+
 TEST_F(DocumentTest, IfNoneMatchGives304WithoutBody) {
   const std::string rev = create("/db/doc", R"({"a":1})");
   auto r = get("/db/doc", {{"If-None-Match", dq(rev)}});
