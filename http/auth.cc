@@ -327,8 +327,7 @@ bool Authenticator::check_password(const AuthSettings&, const Creds& creds, std:
 std::optional<Authenticator::Creds> Authenticator::verify_login(const AuthSettings& s,
                                                                 std::string_view name,
                                                                 std::string_view password,
-                                                                std::string_view peer,
-                                                                bool& locked,
+                                                                std::string_view peer, bool& locked,
                                                                 std::string_view digest) const {
   const std::string user_key = "u:" + std::string(peer) + "\n" + std::string(name);
   const std::string peer_key = "p:" + std::string(peer);

@@ -151,8 +151,8 @@ class Authenticator {
   // Name and password as Basic and POST /_session check them: the lockout first, then the
   // credentials (a failure counts towards the lockout). Sets `locked` when refused for it.
   std::optional<Creds> verify_login(const AuthSettings& s, std::string_view name,
-                                    std::string_view password, std::string_view peer,
-                                    bool& locked, std::string_view digest = {}) const;
+                                    std::string_view password, std::string_view peer, bool& locked,
+                                    std::string_view digest = {}) const;
   std::string password_digest(std::string_view password) const;
   std::string make_cookie(const Client& client, const AuthSettings& s, std::string_view name,
                           std::string_view salt, std::int64_t now) const;

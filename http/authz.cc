@@ -161,7 +161,8 @@ std::optional<core::CouchError> check_doc_write(const Call& call, const core::Db
 
 std::optional<std::vector<std::string>> readable_fields(const Call& call, const core::DbRef& db,
                                                         std::string_view id) {
-  if (db.name != core::kUsersDb || core::is_db_admin(call.user, *call.security)) return std::nullopt;
+  if (db.name != core::kUsersDb || core::is_db_admin(call.user, *call.security))
+    return std::nullopt;
   if (id.starts_with("_design/")) {
     throw HttpError(403, "forbidden",
                     "Only administrators can view design docs in the users database.");

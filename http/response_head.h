@@ -6,9 +6,9 @@
 // (bench/README.md, "The io threads", fifth session).
 #pragma once
 
-#include "http/router.h"
-
 #include <string>
+
+#include "http/router.h"
 
 namespace chaise::http {
 

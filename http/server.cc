@@ -1,7 +1,5 @@
 #include "http/server.h"
 
-#include "http/response_head.h"
-
 #include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -46,6 +44,8 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "http/response_head.h"
 
 namespace chaise::http {
 
@@ -273,8 +273,8 @@ class SessionBase {
   SessionBase& operator=(const SessionBase&) = delete;
 
   virtual asio::any_io_executor executor() = 0;
-  // Runs on the connection's io thread (posted by Server::stop). A connection waiting for a request is closed now;
-  // one busy with a request finishes its response and then closes.
+  // Runs on the connection's io thread (posted by Server::stop). A connection waiting for a request
+  // is closed now; one busy with a request finishes its response and then closes.
   virtual void request_close() = 0;
 
  protected:
@@ -596,7 +596,8 @@ asio::awaitable<void> Session<Stream>::refuse(const Request& header, Status stat
 template <typename Stream>
 asio::awaitable<error_code> Session<Stream>::write_response(const Response& response) {
   const std::string head = response_head(response);
-  const std::array<asio::const_buffer, 2> buffers{asio::buffer(head), asio::buffer(response.body())};
+  const std::array<asio::const_buffer, 2> buffers{asio::buffer(head),
+                                                  asio::buffer(response.body())};
   const std::size_t total = head.size() + response.body().size();
   std::size_t sent = 0;
   error_code ec;

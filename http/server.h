@@ -1,8 +1,8 @@
 // The HTTP/1.1 server: a listener, one session per connection, N io threads.
 //
-// Built on Boost.Beast with asio C++20 coroutines. Each io thread runs an io_context of its own, and
-// each connection is a coroutine on one of them (given out in turn), so it needs no strand:
-// it reads one request (bounded header and body size, idle timeout), passes it to the Handler, writes
+// Built on Boost.Beast with asio C++20 coroutines. Each io thread runs an io_context of its own,
+// and each connection is a coroutine on one of them (given out in turn), so it needs no strand: it
+// reads one request (bounded header and body size, idle timeout), passes it to the Handler, writes
 // the response, and loops while the connection is keep-alive. Requests on one connection are
 // answered in order, one at a time (a pipelined request waits in the read buffer).
 //
@@ -89,8 +89,8 @@ struct ServerOptions {
 };
 
 // Answers one request: returns the complete Response, or writes a streamed one through the
-// ResponseStream and returns nullopt. Must be callable concurrently from several threads (it runs on
-// the connection's io thread). Router::handle fits.
+// ResponseStream and returns nullopt. Must be callable concurrently from several threads (it runs
+// on the connection's io thread). Router::handle fits.
 using Handler =
     std::function<boost::asio::awaitable<std::optional<Response>>(const Request&, ResponseStream&)>;
 

@@ -1,9 +1,11 @@
-// http/txn.h — running storage transactions from a request coroutine without blocking its io thread.
+// http/txn.h — running storage transactions from a request coroutine without blocking its io
+// thread.
 //
 // async_commit hands the transaction to the commit pipeline and suspends the coroutine; the commit
-// thread's callback posts the result back to the coroutine's executor (the connection's io thread). run_txn is
-// Database::run for coroutines: the body runs on the io thread (reads are quick snapshot reads), the
-// commit is awaited, and retryable errors back off on an asio timer, not in a sleeping thread.
+// thread's callback posts the result back to the coroutine's executor (the connection's io thread).
+// run_txn is Database::run for coroutines: the body runs on the io thread (reads are quick snapshot
+// reads), the commit is awaited, and retryable errors back off on an asio timer, not in a sleeping
+// thread.
 //
 // Shutdown order: the storage::Database must be destroyed while the io_context still exists (it
 // drains pending commits, whose callbacks post into it); see server/main.cc.
