@@ -300,11 +300,31 @@ StorageResult<std::optional<RevId>> live_winner_rev(Transaction& tr, const DbRef
   auto named = tr.get(db.space.by_id_key(id), snapshot);
   if (!named.ok()) return named.error();
   if (!named->has_value()) return std::optional<RevId>();
-  auto t = Tuple::unpack(**named);
-  auto pos = t && t->size() == 3 ? t->get_int(1) : std::nullopt;
-  const std::string* hash = pos ? t->get_bytes(2) : nullptr;
-  if (hash == nullptr) return storage::Error::io_error;
-  return std::optional<RevId>(RevId{*pos, *hash});
+  // (format, pos, hash), read in place.
+  storage::TupleReader v(**named);
+  RevId rev;
+  std::optional<std::int64_t> pos;
+  if (!v.skip() || !(pos = v.read_int()) || !v.read_bytes(&rev.hash) || !v.at_end())
+    return storage::Error::io_error;
+  rev.pos = *pos;
+  return std::optional<RevId>(std::move(rev));
+}
+
+StorageResult<std::optional<PlainDoc>> plain_doc_json(Transaction& tr, const DbRef& db,
+                                                      std::string_view id) {
+  auto rev = live_winner_rev(tr, db, id, Snapshot::yes);
+  if (!rev.ok()) return rev.error();
+  if (!*rev) return std::optional<PlainDoc>();
+  auto record = read_rev(tr, db, id, **rev);
+  if (!record.ok()) return record.error();
+  // With attachments the answer needs the revision's path (their revpos); without a stored record
+  // the full read decides.
+  if (!*record || !(*record)->atts.empty() || (*record)->deleted) return std::optional<PlainDoc>();
+  PlainDoc doc;
+  doc.rev = std::move(**rev);
+  // What render_branch writes for a live winner with no option and no attachment.
+  doc.json = splice_doc((*record)->body, id, doc.rev.str(), {});
+  return std::optional<PlainDoc>(std::move(doc));
 }
 
 StorageResult<std::optional<StoredBranch>> read_winner(Transaction& tr, const DbRef& db,

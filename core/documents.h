@@ -55,6 +55,15 @@ StorageResult<std::optional<StoredBranch>> read_winner(Transaction& tr, const Db
 StorageResult<std::optional<RevId>> live_winner_rev(Transaction& tr, const DbRef& db,
                                                     std::string_view id,
                                                     storage::Snapshot snapshot);
+// A plain read of a live document (no option, no attachment): its winner and the JSON that
+// branch_doc_json gives it, from the by_id entry and the body alone. nullopt when the document is
+// missing or deleted, or has attachments: branch_doc_json answers those.
+struct PlainDoc {
+  RevId rev;
+  std::string json;
+};
+StorageResult<std::optional<PlainDoc>> plain_doc_json(Transaction& tr, const DbRef& db,
+                                                      std::string_view id);
 // The body bytes of a stored revision (nullopt if not stored).
 StorageResult<std::optional<std::string>> read_body(Transaction& tr, const DbRef& db,
                                                     std::string_view id, const RevId& rev);

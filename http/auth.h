@@ -103,10 +103,7 @@ class Authenticator {
   Presented presented(const Request& req) const;
 
   std::shared_ptr<const AuthSettings> settings() const;
-  AuthResult authenticate(const Request& req, const Client& client) const {
-    return authenticate(req, client, presented(req));
-  }
-  // The same, with the request's presented() credential.
+  // `basic`: the request's presented() credential.
   AuthResult authenticate(const Request& req, const Client& client, const Presented& basic) const;
   // Whether authenticate() may hash a password (PBKDF2, tens of milliseconds at CouchDB's
   // iteration count): the request carries a Basic credential not verified since the server

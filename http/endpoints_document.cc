@@ -544,24 +544,18 @@ Response send_doc(const Call& call, storage::Transaction& tr, const core::DbRef&
 Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRef& db,
                     const std::string& id, const DocQuery& q, const ReadRule& fields,
                     BodyPlan* deferred) {
-  // A plain GET of a live document without attachments: its by_id entry names the winner, so the
-  // revision entry (its path, for _revisions and attachment stubs) is not read. The answer is the
-  // one send_doc gives: the stored body spliced with _id and _rev, its ETag the rev.
+  // A GET without options of a live document without attachments needs neither the revision's
+  // path nor its attachment entries: core::plain_doc_json reads only the winner's name and body.
   const bool plain = !q.conflicts && !q.deleted_conflicts && !q.revs && !q.revs_info &&
                      !q.local_seq && !q.attachments && !q.att_encoding_info && !q.atts_since &&
                      !fields.public_fields && !fields.replication_reader;
   if (plain) {
-    auto rev = core::live_winner_rev(tr, db, id, storage::Snapshot::yes);
-    if (!rev.ok()) return storage_error_response(call.req, rev.error());
-    if (*rev) {
-      const std::string etag = dquote((*rev)->str());
-      auto record = core::read_rev(tr, db, id, **rev);
-      if (!record.ok()) return storage_error_response(call.req, record.error());
-      if (*record && (*record)->atts.empty() && !(*record)->deleted) {
-        if (etag_matches(call.req, etag)) return not_modified(call.req, etag);
-        return doc_response(call.req, core::splice_doc((*record)->body, id, (*rev)->str(), {}),
-                            etag);
-      }
+    auto doc = core::plain_doc_json(tr, db, id);
+    if (!doc.ok()) return storage_error_response(call.req, doc.error());
+    if (*doc) {
+      const std::string etag = dquote((*doc)->rev.str());
+      if (etag_matches(call.req, etag)) return not_modified(call.req, etag);
+      return doc_response(call.req, std::move((*doc)->json), etag);
     }
   }
   std::vector<core::StoredBranch> all;

@@ -587,9 +587,7 @@ asio::awaitable<void> Session<Stream>::refuse(const Request& header, Status stat
   Response response = error_response(header, status, error, reason);
   if (retry_later) response.set(beast_http::field::retry_after, "1");
   response.keep_alive(false);
-  error_code ec;
-  transport().expires_after(state_.options.write_timeout);
-  co_await beast_http::async_write(stream_, response, asio::redirect_error(asio::use_awaitable, ec));
+  co_await write_response(response);
   co_await linger_and_close();
 }
 

@@ -5,12 +5,18 @@
 // Expected answers come from CouchDB 3.x (apache/couchdb src/chttpd/src/chttpd_db.erl db_doc_req,
 // couch_doc_from_req, extract_header_rev, send_doc, send_docs_multipart; couch_doc.erl).
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <regex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/http/test_server.h"
@@ -870,6 +876,63 @@ TEST_F(DocumentTest, TwoMegabyteDocumentRoundTrip) {
   ASSERT_EQ(g.status, 200u);
   EXPECT_EQ(g.json()["payload"].get<std::string>(), big);
   EXPECT_EQ(g.json()["_rev"], rev);
+}
+
+// A client whose socket takes little at a time: the server sends what the kernel accepts at once
+// and the rest asynchronously; the whole answer arrives, and the connection serves the next
+// request.
+TEST_F(DocumentTest, LargeAnswerToASlowReaderArrivesWholeAndKeepsTheConnection) {
+  const std::string big(7'000'000, 'z');
+  create("/db/big", Json{{"payload", big}}.dump());
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  const int small = 16 * 1024;  // set before connect, so the window stays small
+  ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server_->port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string request = "GET /db/big HTTP/1.1\r\nHost: x\r\n\r\n";
+  // Reads one whole answer (head, then Content-Length bytes); its body.
+  std::string pending;
+  auto read_answer = [&]() -> std::optional<std::string> {
+    std::size_t head_end = std::string::npos, length = 0;
+    for (;;) {
+      if (head_end == std::string::npos) {
+        head_end = pending.find("\r\n\r\n");
+        if (head_end != std::string::npos) {
+          const auto at = pending.find("Content-Length: ");
+          if (at == std::string::npos || at > head_end) return std::nullopt;
+          length = std::stoul(pending.substr(at + 16));
+          head_end += 4;
+        }
+      }
+      if (head_end != std::string::npos && pending.size() >= head_end + length) {
+        std::string body = pending.substr(head_end, length);
+        pending.erase(0, head_end + length);
+        return body;
+      }
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 30000) <= 0) return std::nullopt;
+      char chunk[8192];
+      const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+      if (n <= 0) return std::nullopt;
+      pending.append(chunk, static_cast<std::size_t>(n));
+    }
+  };
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(request.size()));
+  std::this_thread::sleep_for(300ms);  // the server's first send fills what the kernel takes
+  auto first = read_answer();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(Json::parse(*first)["payload"].get<std::string>(), big);
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(request.size()));
+  auto second = read_answer();
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(*second, *first);
+  ::close(fd);
 }
 
 TEST_F(DocumentTest, DocumentLargerThanMaxDocumentSizeIs413) {
