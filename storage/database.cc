@@ -29,6 +29,7 @@
 #include <random>
 
 #include "storage/engine.h"
+#include "storage/memtable.h"
 #include "storage/tuple_prefix.h"
 
 namespace chaise::storage {
@@ -114,6 +115,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   ro.create_if_missing = options.create_if_missing;
   ro.create_missing_column_families = true;
   ro.IncreaseParallelism(2);
+  ro.allow_concurrent_memtable_write = false;  // one commit thread; storage/memtable.h needs it
   // Memory: every memtable of both column families counts against write_buffer_bytes (a flush
   // starts as they near it); each memtable is half of it and flushes alone, so at most about
   // 1.5x is held while one flushes. Data blocks are cached in block_cache_bytes. The tables'
@@ -165,6 +167,9 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
     cfo.memtable_prefix_bloom_size_ratio = 0.02;
   }
   cfo.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  // Our memtable (storage/memtable.h): Debian's RocksDB checks its own with assertions on every
+  // step. It inserts from one thread at a time.
+  cfo.memtable_factory = ordered_memtable_factory();
   // The meta column family holds a few keys (the store's version): small memtables.
   rocksdb::ColumnFamilyOptions meta_cfo;
   meta_cfo.write_buffer_size = 1u << 20;

@@ -1,0 +1,346 @@
+#include "storage/memtable.h"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <vector>
+
+namespace chaise::storage {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "an internal key's 8-byte tag is read as RocksDB's little-endian fixed64");
+
+constexpr int kMaxHeight = 12;
+// One node in four reaches the next level up (RocksDB's memtable uses the same branching).
+constexpr std::uint32_t kBranchingMask = 3;
+
+// An internal key: the user key, then the tag (sequence << 8 | value type).
+struct Key {
+  const char* user = nullptr;
+  std::size_t user_len = 0;
+  std::uint64_t tag = 0;
+};
+
+const char* decode_varint32(const char* p, std::uint32_t* v) {
+  std::uint32_t result = 0;
+  for (int shift = 0; shift <= 28; shift += 7) {
+    const std::uint32_t byte = static_cast<unsigned char>(*p++);
+    result |= (byte & 0x7f) << shift;
+    if (!(byte & 0x80)) break;
+  }
+  *v = result;
+  return p;
+}
+
+Key internal_key(const char* p, std::size_t n) {
+  Key k;
+  k.user = p;
+  k.user_len = n - 8;
+  std::memcpy(&k.tag, p + n - 8, 8);
+  return k;
+}
+
+// An encoded memtable key (what MemTable::Add writes, and LookupKey::memtable_key): varint32
+// internal key length, internal key, then (entries only) the value.
+Key entry_key(const char* entry) {
+  std::uint32_t n = 0;
+  const char* p = decode_varint32(entry, &n);
+  return internal_key(p, n);
+}
+
+// The internal key order of the bytewise comparator: user key ascending, then tag descending.
+int compare(const Key& a, const Key& b) {
+  const std::size_t n = std::min(a.user_len, b.user_len);
+  if (n) {
+    if (int r = std::memcmp(a.user, b.user, n)) return r;
+  }
+  if (a.user_len != b.user_len) return a.user_len < b.user_len ? -1 : 1;
+  if (a.tag != b.tag) return a.tag > b.tag ? -1 : 1;
+  return 0;
+}
+
+// A node: this header, `height` links, then the entry RocksDB encodes (memory from the memtable's
+// arena, freed with it). The key's position and tag are decoded once, when it is inserted.
+struct Node {
+  std::uint64_t tag = 0;
+  std::uint32_t user_len = 0;
+  std::uint8_t key_offset = 0;  // of the user key in the entry: the varint's length
+  std::uint8_t height = 0;
+
+  std::atomic<Node*>* links() { return reinterpret_cast<std::atomic<Node*>*>(this + 1); }
+  const std::atomic<Node*>* links() const {
+    return reinterpret_cast<const std::atomic<Node*>*>(this + 1);
+  }
+  Node* next(int level) const { return links()[level].load(std::memory_order_acquire); }
+  char* entry() { return reinterpret_cast<char*>(links() + height); }
+  const char* entry() const { return reinterpret_cast<const char*>(links() + height); }
+  Key key() const { return Key{entry() + key_offset, user_len, tag}; }
+};
+static_assert(sizeof(Node) == 16 && alignof(Node) == 8);
+
+class OrderedRep;
+
+// Iterators RocksDB asks for with an arena (a DB iterator's) are only destroyed, never freed: we
+// cannot allocate from that arena (its class is not in RocksDB's public headers), so their memory
+// comes from a per-thread list of slots. A slot goes back to the list of the thread
+// that destroys its iterator and is reused only by that thread, so never while a destructor on
+// another thread is still running. The lists hold a few slots each; past that the oldest (whose
+// destructor finished long ago) is freed.
+class SlotList {
+ public:
+  ~SlotList() {
+    for (void* s : slots_) ::operator delete(s);
+  }
+  void* take(std::size_t size) {
+    if (slots_.empty()) return ::operator new(size);
+    void* s = slots_.back();
+    slots_.pop_back();
+    return s;
+  }
+  void give(void* s) {
+    if (slots_.size() >= kKept) {
+      ::operator delete(slots_.front());
+      slots_.erase(slots_.begin());
+    }
+    slots_.push_back(s);
+  }
+
+ private:
+  static constexpr std::size_t kKept = 32;
+  std::vector<void*> slots_;
+};
+
+thread_local SlotList iterator_slots;
+
+class OrderedRep final : public rocksdb::MemTableRep {
+ public:
+  explicit OrderedRep(rocksdb::Allocator* allocator) : MemTableRep(allocator) {
+    head_ = new (head_storage_) Node();
+    head_->height = kMaxHeight;
+    for (int i = 0; i < kMaxHeight; ++i) {
+      new (&head_->links()[i]) std::atomic<Node*>(nullptr);
+      finger_[i] = head_;
+    }
+  }
+
+  rocksdb::KeyHandle Allocate(const size_t len, char** buf) override {
+    const int height = random_height();
+    const std::size_t size = sizeof(Node) + height * sizeof(std::atomic<Node*>) + len;
+    char* raw = nullptr;
+    MemTableRep::Allocate(size + alignof(Node) - 1, &raw);
+    auto at = reinterpret_cast<std::uintptr_t>(raw);
+    at = (at + alignof(Node) - 1) & ~static_cast<std::uintptr_t>(alignof(Node) - 1);
+    Node* n = new (reinterpret_cast<void*>(at)) Node();
+    n->height = static_cast<std::uint8_t>(height);
+    for (int i = 0; i < height; ++i) new (&n->links()[i]) std::atomic<Node*>(nullptr);
+    *buf = n->entry();
+    return n;
+  }
+
+  void Insert(rocksdb::KeyHandle handle) override { insert(static_cast<Node*>(handle)); }
+  bool InsertKey(rocksdb::KeyHandle handle) override { return insert(static_cast<Node*>(handle)); }
+  bool InsertKeyWithHint(rocksdb::KeyHandle handle, void**) override {
+    return insert(static_cast<Node*>(handle));
+  }
+
+  bool Contains(const char* key) const override {
+    const Key k = entry_key(key);
+    const Node* n = find_greater_or_equal(k);
+    return n && compare(n->key(), k) == 0;
+  }
+
+  size_t ApproximateMemoryUsage() override { return 0; }  // all of it is the arena's
+
+  class Iter;
+  Iterator* GetIterator(rocksdb::Arena* arena) override;
+
+  Node* head() const { return head_; }
+
+  // The first node at or after k; nullptr if none.
+  Node* find_greater_or_equal(const Key& k) const {
+    Node* x = head_;
+    int level = max_height_.load(std::memory_order_relaxed) - 1;
+    for (;;) {
+      Node* next = x->next(level);
+      if (next && compare(next->key(), k) < 0) {
+        x = next;
+      } else if (level == 0) {
+        return next;
+      } else {
+        --level;
+      }
+    }
+  }
+
+  // The last node before k; nullptr if none.
+  Node* find_less_than(const Key& k) const {
+    Node* x = head_;
+    int level = max_height_.load(std::memory_order_relaxed) - 1;
+    for (;;) {
+      Node* next = x->next(level);
+      if (next && compare(next->key(), k) < 0) {
+        x = next;
+      } else if (level == 0) {
+        return x == head_ ? nullptr : x;
+      } else {
+        --level;
+      }
+    }
+  }
+
+  Node* find_last() const {
+    Node* x = head_;
+    int level = max_height_.load(std::memory_order_relaxed) - 1;
+    for (;;) {
+      Node* next = x->next(level);
+      if (next) {
+        x = next;
+      } else if (level == 0) {
+        return x == head_ ? nullptr : x;
+      } else {
+        --level;
+      }
+    }
+  }
+
+ private:
+  int random_height() {
+    // xorshift64: the inserting thread's only (RocksDB serializes Allocate with Insert).
+    int height = 1;
+    while (height < kMaxHeight) {
+      rng_ ^= rng_ << 13;
+      rng_ ^= rng_ >> 7;
+      rng_ ^= rng_ << 17;
+      if ((rng_ & kBranchingMask) != 0) break;
+      ++height;
+    }
+    return height;
+  }
+
+  // The inserting thread only. Returns false (and links nothing) if an equal key is present.
+  bool insert(Node* x) {
+    {
+      std::uint32_t n = 0;
+      const char* entry = x->entry();
+      const char* p = decode_varint32(entry, &n);
+      x->key_offset = static_cast<std::uint8_t>(p - entry);
+      x->user_len = n - 8;
+      std::memcpy(&x->tag, p + n - 8, 8);
+    }
+    const Key k = x->key();
+    const int max = max_height_.load(std::memory_order_relaxed);
+    // finger_ is the previous insert's splice: at each level, the last node before that key.
+    // When this key follows it, find the lowest level whose finger still brackets this key: every
+    // level above brackets it too, and only the levels below are searched, from there.
+    int level = max;
+    if (last_ && compare(last_->key(), k) < 0) {
+      level = 0;
+      while (level < max) {
+        const Node* next = finger_[level]->links()[level].load(std::memory_order_relaxed);
+        if (!next || compare(k, next->key()) < 0) break;
+        ++level;
+      }
+    }
+    Node* preds[kMaxHeight];
+    for (int l = level; l < max; ++l) preds[l] = finger_[l];
+    Node* at = level < max ? finger_[level] : head_;
+    for (int l = std::min(level, max) - 1; l >= 0; --l) {
+      for (;;) {
+        Node* next = at->links()[l].load(std::memory_order_relaxed);
+        if (next && compare(next->key(), k) < 0) {
+          at = next;
+        } else {
+          break;
+        }
+      }
+      preds[l] = at;
+    }
+    const Node* after = preds[0]->links()[0].load(std::memory_order_relaxed);
+    if (after && compare(after->key(), k) == 0) return false;
+
+    const int height = x->height;
+    for (int l = max; l < height; ++l) preds[l] = head_;
+    if (height > max) max_height_.store(height, std::memory_order_relaxed);
+    for (int l = 0; l < height; ++l) {
+      x->links()[l].store(preds[l]->links()[l].load(std::memory_order_relaxed),
+                          std::memory_order_relaxed);
+      // Publishes the node (its key and links) to readers, who load links with acquire.
+      preds[l]->links()[l].store(x, std::memory_order_release);
+    }
+    const int levels = std::max(max, height);
+    for (int l = 0; l < levels; ++l) finger_[l] = l < height ? x : preds[l];
+    last_ = x;
+    return true;
+  }
+
+  alignas(Node) unsigned char head_storage_[sizeof(Node) + kMaxHeight * sizeof(std::atomic<Node*>)];
+  Node* head_ = nullptr;
+  std::atomic<int> max_height_{1};
+  // The inserting thread's state.
+  Node* finger_[kMaxHeight];
+  Node* last_ = nullptr;
+  std::uint64_t rng_ = 0x9e3779b97f4a7c15ull;
+};
+
+class OrderedRep::Iter final : public rocksdb::MemTableRep::Iterator {
+ public:
+  Iter(const OrderedRep* rep, bool slotted) : rep_(rep), slotted_(slotted) {}
+  // RocksDB deletes an iterator it got without an arena, and only destroys one it got with one:
+  // that one's memory is a slot, back to this thread's list (reused after this returns).
+  ~Iter() override {
+    if (slotted_) iterator_slots.give(this);
+  }
+
+  bool Valid() const override { return node_ != nullptr; }
+  const char* key() const override { return node_->entry(); }
+  void Next() override { node_ = node_->next(0); }
+  void Prev() override { node_ = rep_->find_less_than(node_->key()); }
+  void Seek(const rocksdb::Slice& ikey, const char* memtable_key) override {
+    node_ = rep_->find_greater_or_equal(target(ikey, memtable_key));
+  }
+  void SeekForPrev(const rocksdb::Slice& ikey, const char* memtable_key) override {
+    const Key k = target(ikey, memtable_key);
+    Node* n = rep_->find_greater_or_equal(k);
+    node_ = n && compare(n->key(), k) == 0 ? n : rep_->find_less_than(k);
+  }
+  void SeekToFirst() override { node_ = rep_->head()->next(0); }
+  void SeekToLast() override { node_ = rep_->find_last(); }
+
+ private:
+  static Key target(const rocksdb::Slice& ikey, const char* memtable_key) {
+    return memtable_key ? entry_key(memtable_key) : internal_key(ikey.data(), ikey.size());
+  }
+
+  const OrderedRep* rep_;
+  Node* node_ = nullptr;
+  bool slotted_;
+};
+
+rocksdb::MemTableRep::Iterator* OrderedRep::GetIterator(rocksdb::Arena* arena) {
+  if (!arena) return new Iter(this, false);
+  return new (iterator_slots.take(sizeof(Iter))) Iter(this, true);
+}
+
+class OrderedFactory final : public rocksdb::MemTableRepFactory {
+ public:
+  using MemTableRepFactory::CreateMemTableRep;
+  rocksdb::MemTableRep* CreateMemTableRep(const rocksdb::MemTableRep::KeyComparator&,
+                                          rocksdb::Allocator* allocator,
+                                          const rocksdb::SliceTransform*,
+                                          rocksdb::Logger*) override {
+    return new OrderedRep(allocator);
+  }
+  const char* Name() const override { return "chaise.OrderedMemTable"; }
+};
+
+}  // namespace
+
+std::shared_ptr<rocksdb::MemTableRepFactory> ordered_memtable_factory() {
+  return std::make_shared<OrderedFactory>();
+}
+
+}  // namespace chaise::storage
