@@ -173,6 +173,13 @@ std::optional<Term> integer_term(std::string_view literal) {
   const bool minus = !literal.empty() && literal.front() == '-';
   if (minus) literal.remove_prefix(1);
   if (literal.size() > kIntegerDigitsMax) return std::nullopt;
+  if (literal.size() <= 18) {  // below 10^18 < 2^63: the magnitude straight from a uint64
+    std::uint64_t v = 0;
+    for (char c : literal) v = v * 10 + static_cast<std::uint64_t>(c - '0');
+    for (; v != 0; v >>= 8) t.bytes.push_back(static_cast<char>(v & 0xff));
+    t.negative = minus && !t.bytes.empty();
+    return t;
+  }
   t.bytes = decimal_to_magnitude(literal);
   t.negative = minus && !t.bytes.empty();
   if (!erlang_integer_to_double(t)) return std::nullopt;
@@ -362,7 +369,14 @@ class JiffyReader {
   }
 
   // jiffy's dedupe_keys: the last occurrence of each key survives, in place.
+  static constexpr std::size_t kSmallObject = 16;
   static std::vector<Member> dedupe_keys(std::vector<Member> pairs) {
+    if (pairs.size() <= kSmallObject) {  // most objects: compare the keys pairwise, no set
+      bool repeated = false;
+      for (std::size_t i = 1; i < pairs.size() && !repeated; ++i)
+        for (std::size_t j = 0; j < i && !repeated; ++j) repeated = pairs[i].first == pairs[j].first;
+      if (!repeated) return pairs;
+    }
     std::vector<bool> keep(pairs.size());
     std::unordered_set<std::string_view> seen;
     for (std::size_t i = pairs.size(); i > 0; --i)
@@ -390,6 +404,16 @@ class JiffyReader {
   bool string(std::string& out) {
     ++pos_;  // '"'
     while (pos_ < in_.size()) {
+      // A run of printable ASCII other than '"' and '\\' is copied as it is, in one append.
+      std::size_t end = pos_;
+      while (end < in_.size()) {
+        const auto b = static_cast<unsigned char>(in_[end]);
+        if (b < 0x20 || b >= 0x80 || b == '"' || b == '\\') break;
+        ++end;
+      }
+      out.append(in_.data() + pos_, end - pos_);
+      pos_ = end;
+      if (pos_ == in_.size()) break;
       const auto c = static_cast<unsigned char>(in_[pos_]);
       if (c == '"') {
         ++pos_;
@@ -638,6 +662,7 @@ std::string couch_rev_hash(bool deleted, const std::optional<RevId>& parent,
   }
   // term_to_binary([Deleted, OldStart, OldRev, Body, Atts2], [{minor_version, 1}])
   EtfWriter w;
+  w.bytes().reserve(2 * body_json.size() + 64);  // ETF spends a few more bytes per value
   w.byte(kVersion);
   w.list_header(5);
   w.atom(deleted ? "true" : "false");
