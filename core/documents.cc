@@ -315,15 +315,29 @@ StorageResult<std::optional<PlainDoc>> plain_doc_json(Transaction& tr, const DbR
   auto rev = live_winner_rev(tr, db, id, Snapshot::yes);
   if (!rev.ok()) return rev.error();
   if (!*rev) return std::optional<PlainDoc>();
-  auto record = read_rev(tr, db, id, **rev);
-  if (!record.ok()) return record.error();
-  // With attachments the answer needs the revision's path (their revpos); without a stored record
-  // the full read decides.
-  if (!*record || !(*record)->atts.empty() || (*record)->deleted) return std::optional<PlainDoc>();
+  const RevId& r = **rev;
+  // Most bodies are one chunk and have no header (chunks below 0: deleted, attachments, delta):
+  // two point reads then find the whole record, cheaper than a range read over its chunks.
+  std::string body;
+  auto first = tr.get(db.space.body_chunk_key(id, r.pos, r.hash, 0), Snapshot::yes);
+  if (!first.ok()) return first.error();
+  if (*first && (*first)->size() < keyspace::kBodyChunkBytes) {
+    auto header = tr.get(db.space.body_chunk_key(id, r.pos, r.hash, -1), Snapshot::yes);
+    if (!header.ok()) return header.error();
+    if (*header) return std::optional<PlainDoc>();  // the full read decodes it
+    body = std::move(**first);
+  } else {
+    auto record = read_rev(tr, db, id, r);
+    if (!record.ok()) return record.error();
+    // With attachments the answer needs the revision's path (their revpos); without a stored
+    // record the full read decides.
+    if (!*record || !(*record)->atts.empty() || (*record)->deleted) return std::optional<PlainDoc>();
+    body = std::move((*record)->body);
+  }
   PlainDoc doc;
   doc.rev = std::move(**rev);
   // What render_branch writes for a live winner with no option and no attachment.
-  doc.json = splice_doc((*record)->body, id, doc.rev.str(), {});
+  doc.json = splice_doc(body, id, doc.rev.str(), {});
   return std::optional<PlainDoc>(std::move(doc));
 }
 
