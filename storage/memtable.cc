@@ -153,6 +153,18 @@ class OrderedRep final : public rocksdb::MemTableRep {
     return n && compare(n->key(), k) == 0;
   }
 
+  // A point read. MemTableRep's own Get (through an iterator) never deletes that iterator, so
+  // every rep overrides it. LookupKey's class is not in RocksDB's public headers; its first
+  // member is the pointer to its memtable key (LevelDB's layout, kept by every RocksDB since).
+  // memtable_test's point reads would fail if that changed.
+  void Get(const rocksdb::LookupKey& k, void* arg,
+           bool (*callback)(void* arg, const char* entry)) override {
+    const char* memtable_key = *reinterpret_cast<const char* const*>(&k);
+    for (Node* n = find_greater_or_equal(entry_key(memtable_key)); n && callback(arg, n->entry());
+         n = n->next(0)) {
+    }
+  }
+
   size_t ApproximateMemoryUsage() override { return 0; }  // all of it is the arena's
 
   class Iter;
