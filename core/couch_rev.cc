@@ -374,7 +374,8 @@ class JiffyReader {
     if (pairs.size() <= kSmallObject) {  // most objects: compare the keys pairwise, no set
       bool repeated = false;
       for (std::size_t i = 1; i < pairs.size() && !repeated; ++i)
-        for (std::size_t j = 0; j < i && !repeated; ++j) repeated = pairs[i].first == pairs[j].first;
+        for (std::size_t j = 0; j < i && !repeated; ++j)
+          repeated = pairs[i].first == pairs[j].first;
       if (!repeated) return pairs;
     }
     std::vector<bool> keep(pairs.size());

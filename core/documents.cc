@@ -331,7 +331,8 @@ StorageResult<std::optional<PlainDoc>> plain_doc_json(Transaction& tr, const DbR
     if (!record.ok()) return record.error();
     // With attachments the answer needs the revision's path (their revpos); without a stored
     // record the full read decides.
-    if (!*record || !(*record)->atts.empty() || (*record)->deleted) return std::optional<PlainDoc>();
+    if (!*record || !(*record)->atts.empty() || (*record)->deleted)
+      return std::optional<PlainDoc>();
     body = std::move((*record)->body);
   }
   PlainDoc doc;

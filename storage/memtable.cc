@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <utility>
 #include <vector>
 
 namespace chaise::storage {
@@ -173,35 +174,12 @@ class OrderedRep final : public rocksdb::MemTableRep {
   Node* head() const { return head_; }
 
   // The first node at or after k; nullptr if none.
-  Node* find_greater_or_equal(const Key& k) const {
-    Node* x = head_;
-    int level = max_height_.load(std::memory_order_relaxed) - 1;
-    for (;;) {
-      Node* next = x->next(level);
-      if (next && compare(next->key(), k) < 0) {
-        x = next;
-      } else if (level == 0) {
-        return next;
-      } else {
-        --level;
-      }
-    }
-  }
+  Node* find_greater_or_equal(const Key& k) const { return bracket(k).second; }
 
   // The last node before k; nullptr if none.
   Node* find_less_than(const Key& k) const {
-    Node* x = head_;
-    int level = max_height_.load(std::memory_order_relaxed) - 1;
-    for (;;) {
-      Node* next = x->next(level);
-      if (next && compare(next->key(), k) < 0) {
-        x = next;
-      } else if (level == 0) {
-        return x == head_ ? nullptr : x;
-      } else {
-        --level;
-      }
-    }
+    Node* before = bracket(k).first;
+    return before == head_ ? nullptr : before;
   }
 
   Node* find_last() const {
@@ -220,6 +198,24 @@ class OrderedRep final : public rocksdb::MemTableRep {
   }
 
  private:
+  // At level 0, the last node before k (head_ if none) and the node it linked to when read (the
+  // first at or after k, or nullptr). Both come from one read of the link: a node inserted
+  // behind it meanwhile may be before k.
+  std::pair<Node*, Node*> bracket(const Key& k) const {
+    Node* x = head_;
+    int level = max_height_.load(std::memory_order_relaxed) - 1;
+    for (;;) {
+      Node* next = x->next(level);
+      if (next && compare(next->key(), k) < 0) {
+        x = next;
+      } else if (level == 0) {
+        return {x, next};
+      } else {
+        --level;
+      }
+    }
+  }
+
   int random_height() {
     // xorshift64: the inserting thread's only (RocksDB serializes Allocate with Insert).
     int height = 1;

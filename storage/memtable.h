@@ -14,9 +14,9 @@
 // write group then has one thread insert at a time).
 #pragma once
 
-#include <memory>
-
 #include <rocksdb/memtablerep.h>
+
+#include <memory>
 
 namespace chaise::storage {
 

@@ -65,7 +65,8 @@ class MemtableTest : public ::testing::Test {
     ro.snapshot = s;
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
     Model forward;
-    for (it->SeekToFirst(); it->Valid(); it->Next()) forward[it->key().ToString()] = it->value().ToString();
+    for (it->SeekToFirst(); it->Valid(); it->Next())
+      forward[it->key().ToString()] = it->value().ToString();
     ASSERT_TRUE(it->status().ok());
     EXPECT_EQ(forward, m);
     std::vector<std::string> backward;
@@ -113,8 +114,8 @@ class MemtableTest : public ::testing::Test {
 
   // Keys with long shared prefixes, of several lengths, some prefixes of others.
   static std::string random_key(std::mt19937& rng) {
-    static const std::string prefixes[] = {"",         "a",     "ab", "abc/",
-                                           "abc/def/", "z\xff", std::string("\0\x01", 2)};
+    static const std::string prefixes[] = {
+        "", "a", "ab", "abc/", "abc/def/", "z\xff", std::string("\0\x01", 2)};
     std::string k = prefixes[rng() % 7];
     const int n = static_cast<int>(rng() % 6);
     for (int i = 0; i < n; ++i) k.push_back(static_cast<char>("\x00\x01mnz\xfe\xff"[rng() % 7]));
