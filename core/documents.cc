@@ -315,30 +315,15 @@ StorageResult<std::optional<PlainDoc>> plain_doc_json(Transaction& tr, const DbR
   auto rev = live_winner_rev(tr, db, id, Snapshot::yes);
   if (!rev.ok()) return rev.error();
   if (!*rev) return std::optional<PlainDoc>();
-  const RevId& r = **rev;
-  // Most bodies are one chunk and have no header (chunks below 0: deleted, attachments, delta):
-  // two point reads then find the whole record, cheaper than a range read over its chunks.
-  std::string body;
-  auto first = tr.get(db.space.body_chunk_key(id, r.pos, r.hash, 0), Snapshot::yes);
-  if (!first.ok()) return first.error();
-  if (*first && (*first)->size() < keyspace::kBodyChunkBytes) {
-    auto header = tr.get(db.space.body_chunk_key(id, r.pos, r.hash, -1), Snapshot::yes);
-    if (!header.ok()) return header.error();
-    if (*header) return std::optional<PlainDoc>();  // the full read decodes it
-    body = std::move(**first);
-  } else {
-    auto record = read_rev(tr, db, id, r);
-    if (!record.ok()) return record.error();
-    // With attachments the answer needs the revision's path (their revpos); without a stored
-    // record the full read decides.
-    if (!*record || !(*record)->atts.empty() || (*record)->deleted)
-      return std::optional<PlainDoc>();
-    body = std::move((*record)->body);
-  }
+  auto record = read_rev(tr, db, id, **rev);
+  if (!record.ok()) return record.error();
+  // With attachments the answer needs the revision's path (their revpos); without a stored record
+  // the full read decides.
+  if (!*record || !(*record)->atts.empty() || (*record)->deleted) return std::optional<PlainDoc>();
   PlainDoc doc;
   doc.rev = std::move(**rev);
   // What render_branch writes for a live winner with no option and no attachment.
-  doc.json = splice_doc(body, id, doc.rev.str(), {});
+  doc.json = splice_doc((*record)->body, id, doc.rev.str(), {});
   return std::optional<PlainDoc>(std::move(doc));
 }
 
@@ -417,6 +402,21 @@ StorageResult<std::optional<StoredRecord>> read_stored_record(Transaction& tr, c
                                                               std::string_view id, const RevId& rev,
                                                               Snapshot snapshot) {
   auto [b, e] = db.space.body_range(id, rev.pos, rev.hash);
+  // Most records are one body chunk (Chunk 0) and no header (Chunks below 0: deleted,
+  // attachments, delta): two point reads find them, cheaper than a range read. The read-conflict
+  // set gets the range, as the range read would give it.
+  auto first = tr.get(db.space.body_chunk_key(id, rev.pos, rev.hash, 0), Snapshot::yes);
+  if (!first.ok()) return first.error();
+  if (*first && (*first)->size() < keyspace::kBodyChunkBytes) {
+    auto header = tr.get(db.space.body_chunk_key(id, rev.pos, rev.hash, -1), Snapshot::yes);
+    if (!header.ok()) return header.error();
+    if (!*header) {
+      if (snapshot == Snapshot::no) tr.add_read_conflict_range(b, e);
+      StoredRecord r;
+      r.rec.body = std::move(**first);
+      return std::optional<StoredRecord>(std::move(r));
+    }
+  }
   auto kvs = tr.get_range(b, e, 0, Reverse::no, snapshot);
   if (!kvs.ok()) return kvs.error();
   if (kvs->empty()) return std::optional<StoredRecord>();
