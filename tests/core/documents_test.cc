@@ -557,7 +557,7 @@ TEST_F(DocumentsTest, JanitorClearsInSmallTransactions) {
   // One transaction per second of PUTs held the commit thread for 20 ms: the default clears
   // at most 500 keys per transaction, so 1,200 queued ids take three.
   TxIdJanitor janitor(*store_, std::chrono::hours(1));
-  for (int i = 0; i < 1200; ++i) 
+  for (int i = 0; i < 1200; ++i)
     janitor.committed(db().space.txids().pack(storage::Tuple().add(std::to_string(i))));
   const std::uint64_t before = store_->stats().commits;
   janitor.flush();
