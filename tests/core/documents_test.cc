@@ -557,12 +557,13 @@ TEST_F(DocumentsTest, JanitorClearsInSmallTransactions) {
   // One transaction per second of PUTs held the commit thread for 20 ms: the default clears
   // at most 500 keys per transaction, so 1,200 queued ids take three.
   TxIdJanitor janitor(*store_, std::chrono::hours(1));
+  // Before queueing: the janitor's thread starts a pass as soon as 500 keys wait.
+  const std::uint64_t before = store_->stats().commits;
   for (int i = 0; i < 1200; ++i)
     janitor.committed(db().space.txids().pack(storage::Tuple().add(std::to_string(i))));
-  const std::uint64_t before = store_->stats().commits;
   janitor.flush();
   EXPECT_EQ(janitor.cleared(), 1200u);
-  EXPECT_EQ(store_->stats().commits - before, 3u);
+  EXPECT_GE(store_->stats().commits - before, 3u);  // and more if its thread ran passes too
 }
 
 TEST_F(DocumentsTest, BatchLargerThanOneTransactionIsSplitIntoRounds) {
