@@ -1,5 +1,6 @@
 #include "storage/resolver.h"
 
+#include <algorithm>
 #include <cassert>
 
 namespace chaise::storage {
@@ -14,79 +15,164 @@ bool is_point(const KeyRange& r) {
 std::size_t string_heap(std::size_t n) {
   return n > 15 ? ((n + 1 + 8 + 15) & ~std::size_t{15}) : 0;
 }
-// A map node (tree links, key object, version) plus the record's iterator to it.
-constexpr std::size_t kPointOverhead = 80 + sizeof(void*);
 // A deque slot of two strings and a version.
 constexpr std::size_t kRangeOverhead = 2 * 32 + 8;
+// A run's own object in the deque.
+constexpr std::size_t kRunOverhead = 192;
+// A node of an open run's set (tree links and the string object).
+constexpr std::size_t kOpenKeyOverhead = 80;
 }  // namespace
 
 void Resolver::begin_version(std::int64_t version, std::int64_t now_us) {
-  assert(history_.empty() || history_.back().version < version);
-  history_.push_back(VersionRecord{version, now_us, {}, 0});
+  assert(runs_.empty() || runs_.back().last_version < version);
+  if (!runs_.empty()) {
+    seal(runs_.back());  // from now on only merged or forgotten
+    const std::size_t run_bytes_max = std::max<std::size_t>(bytes_max_ / 16, 4096);
+    while (runs_.size() >= 2) {
+      const Run& older = runs_[runs_.size() - 2];
+      const Run& newer = runs_.back();
+      if (older.entries.size() > 2 * newer.entries.size()) break;
+      if (older.bytes + newer.bytes > run_bytes_max) break;
+      merge_last_two();
+    }
+  }
+  Run run;
+  run.first_version = run.last_version = version;
+  run.last_time_us = now_us;
+  run.bytes = kRunOverhead;
+  bytes_ += run.bytes;
+  runs_.push_back(std::move(run));
 }
 
 void Resolver::add_writes(const std::vector<KeyRange>& writes) {
-  assert(!history_.empty());
-  VersionRecord& rec = history_.back();
+  assert(!runs_.empty());
+  Run& run = runs_.back();
   for (const KeyRange& w : writes) {
     if (w.begin >= w.end) continue;
     if (is_point(w)) {
-      auto [it, inserted] = points_.try_emplace(w.begin, rec.version);
-      if (inserted) {
-        bytes_ += kPointOverhead + string_heap(w.begin.size());
-      } else if (it->second == rec.version) {
-        continue;  // already in this record
-      } else {
-        it->second = rec.version;
-        bytes_ += sizeof(void*);
-      }
-      rec.points.push_back(it);
+      if (!run.open.insert(w.begin).second) continue;  // already written in this batch
+      const std::size_t b = kOpenKeyOverhead + string_heap(w.begin.size());
+      run.bytes += b;
+      bytes_ += b;
+      ++keys_;
     } else {
-      ranges_.push_back(RangeWrite{w.begin, w.end, rec.version});
-      bytes_ += kRangeOverhead + string_heap(w.begin.size()) + string_heap(w.end.size());
-      ++rec.ranges;
+      ranges_.push_back(RangeWrite{w.begin, w.end, run.last_version});
+      const std::size_t b =
+          kRangeOverhead + string_heap(w.begin.size()) + string_heap(w.end.size());
+      run.bytes += b;
+      bytes_ += b;
+      ++run.ranges;
     }
   }
 }
 
-bool Resolver::conflicts(std::int64_t read_version, const std::vector<KeyRange>& reads) const {
-  for (const KeyRange& r : reads) {
-    if (r.begin >= r.end) continue;
-    for (auto it = points_.lower_bound(r.begin); it != points_.end() && it->first < r.end; ++it) {
-      if (it->second > read_version) return true;
+void Resolver::seal(Run& run) {
+  std::size_t key_bytes = 0;
+  for (const std::string& k : run.open) key_bytes += k.size();
+  run.keys.reserve(key_bytes);
+  run.entries.reserve(run.open.size());
+  std::size_t open_bytes = 0;
+  for (const std::string& k : run.open) {
+    run.entries.push_back(
+        Entry{run.keys.size(), static_cast<std::uint32_t>(k.size()), run.last_version});
+    run.keys.append(k);
+    open_bytes += kOpenKeyOverhead + string_heap(k.size());
+  }
+  run.open.clear();
+  const std::size_t sealed_bytes = key_bytes + run.entries.size() * sizeof(Entry);
+  run.bytes = run.bytes - open_bytes + sealed_bytes;
+  bytes_ = bytes_ - open_bytes + sealed_bytes;
+}
+
+void Resolver::merge_last_two() {
+  Run newer = std::move(runs_.back());
+  runs_.pop_back();
+  Run& older = runs_.back();
+  Run merged;
+  merged.first_version = older.first_version;
+  merged.last_version = newer.last_version;
+  merged.last_time_us = newer.last_time_us;
+  merged.ranges = older.ranges + newer.ranges;
+  merged.keys.reserve(older.keys.size() + newer.keys.size());
+  merged.entries.reserve(older.entries.size() + newer.entries.size());
+  auto add = [&merged](const Run& from, const Entry& e, std::int64_t version) {
+    merged.entries.push_back(Entry{merged.keys.size(), e.size, version});
+    merged.keys.append(from.key(e));
+  };
+  std::size_t i = 0, j = 0;
+  while (i < older.entries.size() || j < newer.entries.size()) {
+    if (j == newer.entries.size()) {
+      add(older, older.entries[i], older.entries[i].version);
+      ++i;
+    } else if (i == older.entries.size()) {
+      add(newer, newer.entries[j], newer.entries[j].version);
+      ++j;
+    } else {
+      const int c = older.key(older.entries[i]).compare(newer.key(newer.entries[j]));
+      if (c < 0) {
+        add(older, older.entries[i], older.entries[i].version);
+        ++i;
+      } else if (c > 0) {
+        add(newer, newer.entries[j], newer.entries[j].version);
+        ++j;
+      } else {  // rewritten: the newer run's version
+        add(newer, newer.entries[j], newer.entries[j].version);
+        ++i;
+        ++j;
+      }
     }
+  }
+  // The ranges' share of both runs' bytes carries over; keys and entries are counted anew.
+  auto keyed = [](const Run& r) { return r.keys.size() + r.entries.size() * sizeof(Entry); };
+  merged.bytes =
+      older.bytes - keyed(older) + newer.bytes - keyed(newer) - kRunOverhead + keyed(merged);
+  bytes_ = bytes_ - older.bytes - newer.bytes + merged.bytes;
+  keys_ = keys_ - older.entries.size() - newer.entries.size() + merged.entries.size();
+  older = std::move(merged);
+}
+
+bool Resolver::conflicts(std::int64_t read_version, const std::vector<KeyRange>& reads) const {
+  for (auto run = runs_.rbegin(); run != runs_.rend() && run->last_version > read_version; ++run) {
+    const Run& r = *run;
+    for (const KeyRange& read : reads) {
+      if (read.begin >= read.end) continue;
+      if (!r.open.empty()) {  // open: one version, newer than the read version
+        auto it = r.open.lower_bound(read.begin);
+        if (it != r.open.end() && *it < read.end) return true;
+      }
+      auto it = std::lower_bound(r.entries.begin(), r.entries.end(), std::string_view(read.begin),
+                                 [&r](const Entry& e, std::string_view k) { return r.key(e) < k; });
+      for (; it != r.entries.end() && r.key(*it) < std::string_view(read.end); ++it) {
+        if (it->version > read_version) return true;
+      }
+    }
+  }
+  for (const KeyRange& read : reads) {
+    if (read.begin >= read.end) continue;
     // Newest first: stop at the first range no newer than the read version.
     for (auto it = ranges_.rbegin(); it != ranges_.rend() && it->version > read_version; ++it) {
-      if (it->begin < r.end && r.begin < it->end) return true;
+      if (it->begin < read.end && read.begin < it->end) return true;
     }
   }
   return false;
 }
 
 void Resolver::forget_oldest() {
-  VersionRecord& rec = history_.front();
-  for (Points::iterator it : rec.points) {
-    if (it->second == rec.version) {
-      bytes_ -= kPointOverhead + string_heap(it->first.size());
-      points_.erase(it);
-    } else {
-      bytes_ -= sizeof(void*);
-    }
-  }
-  for (std::size_t i = 0; i < rec.ranges; ++i) {
-    assert(!ranges_.empty() && ranges_.front().version == rec.version);
-    const RangeWrite& r = ranges_.front();
-    bytes_ -= kRangeOverhead + string_heap(r.begin.size()) + string_heap(r.end.size());
+  Run& run = runs_.front();
+  for (std::size_t i = 0; i < run.ranges; ++i) {
+    assert(!ranges_.empty() && ranges_.front().version <= run.last_version);
     ranges_.pop_front();
   }
-  forgotten_version_ = rec.version;
-  history_.pop_front();
+  bytes_ -= run.bytes;
+  keys_ -= run.entries.size();
+  forgotten_version_ = run.last_version;
+  runs_.pop_front();
 }
 
 void Resolver::expire(std::int64_t now_us, std::int64_t lifetime_us) {
-  // Keep the newest version always: it is what current read versions point at.
-  while (history_.size() > 1 && history_.front().time_us < now_us - lifetime_us) forget_oldest();
-  while (history_.size() > 1 && bytes_ > bytes_max_) forget_oldest();
+  // Keep the newest run always: it holds what current read versions point at.
+  while (runs_.size() > 1 && runs_.front().last_time_us < now_us - lifetime_us) forget_oldest();
+  while (runs_.size() > 1 && bytes_ > bytes_max_) forget_oldest();
 }
 
 }  // namespace chaise::storage
