@@ -73,11 +73,11 @@ make_db() {
   [[ "$code" == 201 ]] || { echo "cannot create $1: HTTP $code" >&2; exit 1; }
 }
 
-wrk_rate() {  # prints requests/s from wrk's output; failed requests go to stderr
+wrk_rate() {  # prints "<requests/s> <p99 latency>" from wrk's output; failures go to stderr
   local out
-  out=$(wrk "${wrk_auth[@]}" "$@")
+  out=$(wrk "${wrk_auth[@]}" --latency "$@")
   grep -E 'Non-2xx|Socket errors' <<<"$out" >&2 || true
-  awk '/Requests\/sec/ {print $2}' <<<"$out"
+  awk '/Requests\/sec/ {r = $2} $1 == "99%" {p = $2} END {print r, p}' <<<"$out"
 }
 
 load_docs() {  # load_docs <db>: STREAM_DOCS docs of ~130 bytes through _bulk_docs, 4 clients
@@ -104,7 +104,7 @@ print("sizes.file %.1f MiB, sizes.active %.1f MiB" % (s["file"] / 2**20, s["acti
 if [[ " $WORKLOADS " == *" put "* ]]; then
   make_db bench
   r=$(BENCH_DB=bench wrk_rate -t2 -c64 -d"${DURATION}s" -s "$here/put_new_docs.lua" "$base")
-  echo "put   single-doc PUT, 64 conns: $r docs/s"
+  echo "put   single-doc PUT, 64 conns: ${r% *} docs/s, p99 ${r#* }"
   memory put
 fi
 
@@ -134,7 +134,7 @@ if [[ " $WORKLOADS " == *" idem "* ]]; then
     make_db benchidem
     r=$(BENCH_DB=benchidem IDEM_MODE=$mode wrk_rate -t2 -c64 -d"${DURATION}s" -s "$here/post_idempotent.lua" "$base")
     docs=$(curl -s "$base/benchidem" | python3 -c 'import json,sys; print(json.load(sys.stdin)["doc_count"])')
-    echo "idem  POST /db, Idempotency-Key $mode, 64 conns: $r req/s, $docs docs written"
+    echo "idem  POST /db, Idempotency-Key $mode, 64 conns: ${r% *} req/s, p99 ${r#* }, $docs docs written"
   done
   memory idem
 fi
@@ -152,7 +152,7 @@ if [[ " $WORKLOADS " == *" unique "* ]]; then
       [[ $code == 200 ]] || { echo "unique index: $mode refused (HTTP $code)"; continue; }
     fi
     r=$(BENCH_DB=benchuniq wrk_rate -t2 -c64 -d"${DURATION}s" -s "$here/post_email.lua" "$base")
-    echo "unique POST /db, new emails, 64 conns, index: $mode: $r req/s"
+    echo "unique POST /db, new emails, 64 conns, index: $mode: ${r% *} req/s, p99 ${r#* }"
   done
   python3 "$here/indexes.py" "$base" race 64 1000 "$DURATION"
   memory unique
@@ -170,7 +170,7 @@ if [[ " $WORKLOADS " == *" sync "* ]]; then
     done
     [[ -z $refused ]] || { echo "sync  synchronous indexes refused (HTTP $code)"; continue; }
     r=$(BENCH_DB=benchsync IDEM_MODE=none wrk_rate -t2 -c64 -d"${DURATION}s" -s "$here/post_idempotent.lua" "$base")
-    echo "sync  POST /db, 64 conns, $n synchronous indexes: $r req/s"
+    echo "sync  POST /db, 64 conns, $n synchronous indexes: ${r% *} req/s, p99 ${r#* }"
   done
   python3 "$here/indexes.py" "$base" after-write lazy 500
   python3 "$here/indexes.py" "$base" after-write sync 500
@@ -194,14 +194,14 @@ req = urllib.request.Request(base + "/benchget/_bulk_docs", json.dumps({"docs": 
 urllib.request.urlopen(req).read()
 PY
   r=$(BENCH_DB=benchget BENCH_DOCS=1000 wrk_rate -t2 -c64 -d"${DURATION}s" -s "$here/get_doc.lua" "$base")
-  echo "get   GET existing doc, 64 conns: $r req/s"
+  echo "get   GET existing doc, 64 conns: ${r% *} req/s, p99 ${r#* }"
   memory get
 fi
 
 if [[ " $WORKLOADS " == *" bulk "* ]]; then
   make_db benchbulk
   r=$(BENCH_DB=benchbulk wrk_rate -t2 -c4 -d"${DURATION}s" --timeout 30s -s "$here/bulk_docs.lua" "$base")
-  echo "bulk  _bulk_docs x1000, 4 conns: $(python3 -c "print(round(float('$r')*1000))") docs/s"
+  echo "bulk  _bulk_docs x1000, 4 conns: $(python3 -c "print(round(float('${r% *}')*1000))") docs/s, p99 ${r#* }"
   memory bulk
 fi
 
