@@ -37,7 +37,7 @@ void Resolver::begin_version(std::int64_t version, std::int64_t now_us) {
     }
   }
   Run run;
-  run.first_version = run.last_version = version;
+  run.last_version = version;
   run.last_time_us = now_us;
   run.bytes = kRunOverhead;
   bytes_ += run.bytes;
@@ -89,37 +89,26 @@ void Resolver::merge_last_two() {
   runs_.pop_back();
   Run& older = runs_.back();
   Run merged;
-  merged.first_version = older.first_version;
   merged.last_version = newer.last_version;
   merged.last_time_us = newer.last_time_us;
   merged.ranges = older.ranges + newer.ranges;
   merged.keys.reserve(older.keys.size() + newer.keys.size());
   merged.entries.reserve(older.entries.size() + newer.entries.size());
-  auto add = [&merged](const Run& from, const Entry& e, std::int64_t version) {
-    merged.entries.push_back(Entry{merged.keys.size(), e.size, version});
+  auto add = [&merged](const Run& from, const Entry& e) {
+    merged.entries.push_back(Entry{merged.keys.size(), e.size, e.version});
     merged.keys.append(from.key(e));
   };
   std::size_t i = 0, j = 0;
   while (i < older.entries.size() || j < newer.entries.size()) {
-    if (j == newer.entries.size()) {
-      add(older, older.entries[i], older.entries[i].version);
-      ++i;
-    } else if (i == older.entries.size()) {
-      add(newer, newer.entries[j], newer.entries[j].version);
-      ++j;
+    const int c = j == newer.entries.size()   ? -1
+                  : i == older.entries.size() ? 1
+                                              : older.key(older.entries[i])
+                                                    .compare(newer.key(newer.entries[j]));
+    if (c < 0) {
+      add(older, older.entries[i++]);
     } else {
-      const int c = older.key(older.entries[i]).compare(newer.key(newer.entries[j]));
-      if (c < 0) {
-        add(older, older.entries[i], older.entries[i].version);
-        ++i;
-      } else if (c > 0) {
-        add(newer, newer.entries[j], newer.entries[j].version);
-        ++j;
-      } else {  // rewritten: the newer run's version
-        add(newer, newer.entries[j], newer.entries[j].version);
-        ++i;
-        ++j;
-      }
+      if (c == 0) ++i;  // rewritten: the newer run's entry, with its version
+      add(newer, newer.entries[j++]);
     }
   }
   // The ranges' share of both runs' bytes carries over; keys and entries are counted anew.
