@@ -76,38 +76,31 @@ class MemtableTest : public ::testing::Test {
     EXPECT_EQ(backward, expected);
     for (const auto& [k, v] : m) EXPECT_EQ(get(k, s), v) << k;
     // Seek and SeekForPrev at keys present and absent, and a step either way from there.
+    // The iterator stands at `pos` of the model (m.end(): not valid).
+    auto at = [&](Model::const_iterator pos, const std::string& t) {
+      if (pos == m.end()) {
+        EXPECT_FALSE(it->Valid()) << t;
+        return;
+      }
+      ASSERT_TRUE(it->Valid()) << t;
+      EXPECT_EQ(it->key().ToString(), pos->first) << t;
+    };
     std::mt19937 rng(7);
     for (int i = 0; i < 200; ++i) {
       const std::string t = random_key(rng);
       auto ge = m.lower_bound(t);
       it->Seek(t);
-      if (ge == m.end()) {
-        EXPECT_FALSE(it->Valid()) << t;
-      } else {
-        ASSERT_TRUE(it->Valid()) << t;
-        EXPECT_EQ(it->key().ToString(), ge->first);
+      at(ge, t);
+      if (ge != m.end()) {
         it->Prev();
-        if (ge == m.begin()) {
-          EXPECT_FALSE(it->Valid());
-        } else {
-          ASSERT_TRUE(it->Valid());
-          EXPECT_EQ(it->key().ToString(), std::prev(ge)->first);
-        }
+        at(ge == m.begin() ? m.end() : std::prev(ge), t);
       }
       auto gt = m.upper_bound(t);
       it->SeekForPrev(t);
-      if (gt == m.begin()) {
-        EXPECT_FALSE(it->Valid()) << t;
-      } else {
-        ASSERT_TRUE(it->Valid()) << t;
-        EXPECT_EQ(it->key().ToString(), std::prev(gt)->first);
+      at(gt == m.begin() ? m.end() : std::prev(gt), t);
+      if (gt != m.begin()) {
         it->Next();
-        if (gt == m.end()) {
-          EXPECT_FALSE(it->Valid());
-        } else {
-          ASSERT_TRUE(it->Valid());
-          EXPECT_EQ(it->key().ToString(), gt->first);
-        }
+        at(gt, t);
       }
     }
   }
