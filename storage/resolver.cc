@@ -100,10 +100,10 @@ void Resolver::merge_last_two() {
   };
   std::size_t i = 0, j = 0;
   while (i < older.entries.size() || j < newer.entries.size()) {
-    const int c = j == newer.entries.size()   ? -1
-                  : i == older.entries.size() ? 1
-                                              : older.key(older.entries[i])
-                                                    .compare(newer.key(newer.entries[j]));
+    const int c = j == newer.entries.size() ? -1
+                  : i == older.entries.size()
+                      ? 1
+                      : older.key(older.entries[i]).compare(newer.key(newer.entries[j]));
     if (c < 0) {
       add(older, older.entries[i++]);
     } else {
