@@ -28,6 +28,7 @@
 #include "core/databases.h"
 #include "core/doc_json.h"
 #include "core/documents.h"
+#include "core/json_text.h"
 #include "core/replicator_docs.h"
 #include "core/rev.h"
 #include "http/idempotency.h"
@@ -399,16 +400,6 @@ MaybeResponse post_document(Call& call, const core::DbRef& db) {
 
 // ---- /{db}/_bulk_docs -------------------------------------------------------------------------
 
-Json error_entry(const std::string& id, const std::optional<std::string>& rev,
-                 const core::CouchError& e) {
-  Json entry = Json::object();
-  entry["id"] = id;
-  if (rev) entry["rev"] = *rev;
-  entry["error"] = e.error;
-  entry["reason"] = e.reason;
-  return entry;
-}
-
 MaybeResponse bulk_docs(Call& call, const core::DbRef& db) {
   if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
   require_json_content_type(call);
@@ -452,32 +443,49 @@ MaybeResponse bulk_docs(Call& call, const core::DbRef& db) {
     local.push_back(it.local);
   }
 
+  // The answer is written as text, entry by entry: built as a Json array and dumped it was a
+  // tenth of a _bulk_docs request's instructions.
   co_return co_await write_items(call, db.name, items, skip, [&](const WriteOutcome& w) {
-    Json out = Json::array();
+    std::string out = "[";
+    core::JsonWriter jw(out, false);  // as json_response: invalid UTF-8 replaced, not thrown
+    const auto error_entry = [&](std::size_t i, const core::CouchError& e) {
+      if (out.size() > 1) out.push_back(',');
+      out.append("{\"id\":");
+      jw.string(ids[i]);
+      if (!new_edits) {  // new_edits=false answers failures with their revision
+        out.append(",\"rev\":");
+        jw.string(replicated_revs[i]);
+      }
+      out.append(",\"error\":");
+      jw.string(e.error);
+      out.append(",\"reason\":");
+      jw.string(e.reason);
+      out.push_back('}');
+    };
     for (std::size_t i = 0; i < ids.size(); ++i) {
       if (refused[i]) {
-        out.push_back(error_entry(
-            ids[i], new_edits ? std::nullopt : std::optional<std::string>(replicated_revs[i]),
-            *refused[i]));
+        error_entry(i, *refused[i]);
         continue;
       }
       if (!w.results[i]) {  // cannot happen: every item not skipped has a result
-        out.push_back(
-            error_entry(ids[i], std::nullopt, core::CouchError{500, "unknown_error", "no result"}));
+        error_entry(i, core::CouchError{500, "unknown_error", "no result"});
         continue;
       }
       const ItemResult& r = *w.results[i];
       if (const auto* e = std::get_if<core::CouchError>(&r)) {
         // new_edits=false lists only the failures, with the revision (update_doc_result_to_json).
-        out.push_back(error_entry(
-            ids[i], new_edits ? std::nullopt : std::optional<std::string>(replicated_revs[i]), *e));
+        error_entry(i, *e);
       } else if (new_edits) {
-        const std::string rev =
-            local[i] ? w.local_revs[i] : std::get<core::UpdateResult>(r).rev.str();
-        out.push_back({{"ok", true}, {"id", ids[i]}, {"rev", rev}});
+        if (out.size() > 1) out.push_back(',');
+        out.append("{\"ok\":true,\"id\":");
+        jw.string(ids[i]);
+        out.append(",\"rev\":");
+        jw.string(local[i] ? w.local_revs[i] : std::get<core::UpdateResult>(r).rev.str());
+        out.push_back('}');
       }
     }
-    return json_response(call.req, Status::created, out);
+    out.push_back(']');
+    return raw_json_response(call.req, Status::created, std::move(out));
   });
 }
 
