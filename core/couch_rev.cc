@@ -65,10 +65,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <unordered_set>
 #include <utility>
 
 #include "core/digest.h"
+#include "core/json_text.h"
 
 namespace chaise::core {
 namespace {
@@ -548,11 +550,13 @@ class EtfWriter {
     byte(v);
   }
   void integer(std::int64_t v) {
+    magnitude(v < 0 ? 0 - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v), v < 0);
+  }
+  // The integer of that magnitude and sign (negative is ignored for 0).
+  void magnitude(std::uint64_t m, bool negative) {
     Term t = make_term(Term::Kind::integer);
-    for (std::uint64_t m = v < 0 ? 0 - static_cast<std::uint64_t>(v) : v; m != 0; m >>= 8) {
-      t.bytes.push_back(static_cast<char>(m & 0xff));
-    }
-    t.negative = v < 0;
+    for (; m != 0; m >>= 8) t.bytes.push_back(static_cast<char>(m & 0xff));
+    t.negative = negative && !t.bytes.empty();
     term(t);
   }
 
@@ -651,19 +655,113 @@ class EtfWriter {
   bool rejected_ = false;
 };
 
-}  // namespace
+// The term a Json value has once dump_json writes it and JiffyReader reads it back, written into
+// `w` directly. False when there is none (rejected_number, a binary value that is not number
+// text, nesting beyond kCouchRevNestingMax).
+bool write_json_term(EtfWriter& w, const nlohmann::ordered_json& j, std::size_t depth);
 
-std::string couch_rev_hash(bool deleted, const std::optional<RevId>& parent,
-                           std::string_view body_json, const std::vector<CouchAttSig>& atts) {
-  std::optional<Term> body = JiffyReader(body_json).read_object_document();
-  if (!body) return {};
+// A number literal as JiffyReader::number() turns it into a term.
+std::optional<Term> literal_term(std::string_view literal) {
+  const bool has_frac = literal.find('.') != std::string_view::npos;
+  const bool has_exp = literal.find_first_of("eE") != std::string_view::npos;
+  return has_frac || has_exp ? double_term(literal, has_frac) : integer_term(literal);
+}
+
+bool write_number_literal(EtfWriter& w, std::string_view literal) {
+  const std::optional<Term> t = literal_term(literal);
+  if (!t) return false;
+  w.term(*t);
+  return true;
+}
+
+bool write_json_term(EtfWriter& w, const nlohmann::ordered_json& j, std::size_t depth) {
+  using V = nlohmann::ordered_json::value_t;
+  switch (j.type()) {
+    case V::null:
+      w.atom("null");
+      return true;
+    case V::boolean:
+      w.atom(j.get<bool>() ? "true" : "false");
+      return true;
+    case V::string:
+      w.binary(j.get_ref<const std::string&>());
+      return true;
+    case V::number_integer: {
+      const auto v = j.get<std::int64_t>();
+      w.magnitude(v < 0 ? 0 - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v), v < 0);
+      return true;
+    }
+    case V::number_unsigned:
+      w.magnitude(j.get<std::uint64_t>(), false);
+      return true;
+    case V::number_float: {
+      const std::string text = dump_json(j);  // what the body text holds: "null" if not finite
+      if (text == "null") {
+        w.atom("null");
+        return true;
+      }
+      return write_number_literal(w, text);
+    }
+    case V::binary:
+      return is_number_text(j) && write_number_literal(w, number_text(j));
+    case V::array: {
+      if (depth >= kCouchRevNestingMax) return false;
+      if (j.empty()) {
+        w.nil();
+        return true;
+      }
+      const bool byte_string =
+          j.size() <= 0xffff && std::all_of(j.begin(), j.end(), [](const auto& item) {
+            return (item.is_number_unsigned() && item.template get<std::uint64_t>() <= 255) ||
+                   (item.is_number_integer() && item.template get<std::int64_t>() >= 0 &&
+                    item.template get<std::int64_t>() <= 255);
+          });
+      if (byte_string) {
+        w.byte(kStringExt);
+        w.u16(static_cast<std::uint32_t>(j.size()));
+        for (const auto& item : j) w.byte(static_cast<unsigned>(item.template get<std::uint64_t>()));
+        return true;
+      }
+      w.list_header(j.size());
+      for (const auto& item : j) {
+        if (!write_json_term(w, item, depth + 1)) return false;
+      }
+      w.nil();
+      return true;
+    }
+    case V::object: {
+      if (depth >= kCouchRevNestingMax) return false;
+      w.tuple_header(1);
+      if (j.empty()) {
+        w.nil();
+        return true;
+      }
+      w.list_header(j.size());
+      for (const auto& [key, value] : j.items()) {
+        w.tuple_header(2);
+        w.binary(key);
+        if (!write_json_term(w, value, depth + 1)) return false;
+      }
+      w.nil();
+      return true;
+    }
+    case V::discarded:
+      return false;
+  }
+  return false;
+}
+
+// term_to_binary([Deleted, OldStart, OldRev, Body, Atts2], [{minor_version, 1}]) around the
+// body's term, hashed.
+template <typename WriteBody>
+std::string hash_around(bool deleted, const std::optional<RevId>& parent, const WriteBody& body,
+                        const std::vector<CouchAttSig>& atts, std::size_t size_hint) {
   // CouchDB only hashes when every attachment has an MD5 (otherwise its rev is random).
   for (const CouchAttSig& a : atts) {
     if (a.md5.empty()) return {};
   }
-  // term_to_binary([Deleted, OldStart, OldRev, Body, Atts2], [{minor_version, 1}])
   EtfWriter w;
-  w.bytes().reserve(2 * body_json.size() + 64);  // ETF spends a few more bytes per value
+  w.bytes().reserve(size_hint + 64);
   w.byte(kVersion);
   w.list_header(5);
   w.atom(deleted ? "true" : "false");
@@ -674,7 +772,7 @@ std::string couch_rev_hash(bool deleted, const std::optional<RevId>& parent,
     w.small_integer(0);
     w.small_integer(0);
   }
-  w.term(*body);
+  body(w);
   if (atts.empty()) {
     w.nil();
   } else {
@@ -690,6 +788,53 @@ std::string couch_rev_hash(bool deleted, const std::optional<RevId>& parent,
   w.nil();
   if (w.rejected()) return {};
   return md5(w.bytes());
+}
+
+}  // namespace
+
+std::string couch_rev_hash(bool deleted, const std::optional<RevId>& parent,
+                           std::string_view body_json, const std::vector<CouchAttSig>& atts) {
+  std::optional<Term> body = JiffyReader(body_json).read_object_document();
+  if (!body) return {};
+  // ETF spends a few more bytes per value than JSON.
+  return hash_around(
+      deleted, parent, [&](EtfWriter& w) { w.term(*body); }, atts, 2 * body_json.size());
+}
+
+void CouchBodyTerm::member(std::string_view key, const nlohmann::ordered_json& value) {
+  if (failed_) return;
+  EtfWriter w;
+  w.bytes().swap(members_);
+  w.tuple_header(2);
+  w.binary(key);
+  // The body object is at depth 1 of JiffyReader's count, its members' values at 1 too.
+  failed_ = !write_json_term(w, value, 1);
+  w.bytes().swap(members_);
+  ++count_;
+}
+
+std::string CouchBodyTerm::finish() const {
+  if (failed_) return {};
+  EtfWriter w;
+  w.bytes().reserve(members_.size() + 8);
+  w.tuple_header(1);
+  if (count_ == 0) {
+    w.nil();
+    return std::move(w.bytes());
+  }
+  w.list_header(count_);
+  w.bytes().append(members_);
+  w.nil();
+  return std::move(w.bytes());
+}
+
+std::string couch_rev_hash_of_term(bool deleted, const std::optional<RevId>& parent,
+                                   std::string_view body_term,
+                                   const std::vector<CouchAttSig>& atts) {
+  if (body_term.empty()) return {};
+  return hash_around(
+      deleted, parent, [&](EtfWriter& w) { w.bytes().append(body_term); }, atts,
+      body_term.size());
 }
 
 }  // namespace chaise::core

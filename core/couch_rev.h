@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,5 +61,31 @@ struct CouchAttSig {
 // The caller then answers like CouchDB or falls back to compute_rev_hash().
 std::string couch_rev_hash(bool deleted, const std::optional<RevId>& parent,
                            std::string_view body_json, const std::vector<CouchAttSig>& atts);
+
+// The body part of couch_rev_hash's input built from parsed values instead of from text, member
+// by member, so that a write hashes its body without reading it again (parse_doc builds it next
+// to ParsedDoc::body). For a body whose text is the compact JSON of the same members
+// (dump_json), couch_rev_hash_of_term(d, p, term, atts) == couch_rev_hash(d, p, text, atts).
+class CouchBodyTerm {
+ public:
+  // Adds `key: value` after the members added before. Keys must be distinct, as in an object
+  // (nlohmann's objects are).
+  void member(std::string_view key, const nlohmann::ordered_json& value);
+  // The term of the object so far; empty when it has none (a number CouchDB fails on, nesting
+  // deeper than kCouchRevNestingMax, a binary value that is not number text): the caller then
+  // hashes the text, which answers the same for those cases.
+  std::string finish() const;
+
+ private:
+  std::string members_;  // the members' tuples, without the list header
+  std::size_t count_ = 0;
+  bool failed_ = false;
+};
+
+// couch_rev_hash() with the body given as CouchBodyTerm::finish()'s term. Empty `body_term`:
+// no hash (as couch_rev_hash for a body without one).
+std::string couch_rev_hash_of_term(bool deleted, const std::optional<RevId>& parent,
+                                   std::string_view body_term,
+                                   const std::vector<CouchAttSig>& atts);
 
 }  // namespace chaise::core

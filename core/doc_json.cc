@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "core/couch_rev.h"
 #include "core/json_text.h"
 
 namespace chaise::core {
@@ -46,16 +47,20 @@ std::string dump(const Json& j, Json::error_handler_t handler) {
 
 // Appends "key":value to `body` (compact, with a separating comma when needed) through `w`, a
 // strict writer into `body`. Throws nlohmann::json::type_error on invalid UTF-8.
-void append_member(std::string& body, JsonWriter& w, const std::string& key, const Json& value) {
+// `term` receives the member too.
+void append_member(std::string& body, JsonWriter& w, CouchBodyTerm& term, const std::string& key,
+                   const Json& value) {
   if (body.size() > 1) body.push_back(',');
   w.string(key);
   body.push_back(':');
   w.value(value);
+  term.member(key, value);
 }
 
 // Handles one "_"-prefixed member; returns an error or nullopt. `body` receives kept members.
 std::optional<CouchError> transfer_special(const std::string& key, const Json& value,
-                                           ParsedDoc& doc, std::string& body, JsonWriter& w) {
+                                           ParsedDoc& doc, std::string& body, JsonWriter& w,
+                                           CouchBodyTerm& term) {
   if (key == "_id") {
     if (!value.is_string()) return CouchError{400, "illegal_docid", "Document id must be a string"};
     const auto& id = value.get_ref<const std::string&>();
@@ -81,7 +86,7 @@ std::optional<CouchError> transfer_special(const std::string& key, const Json& v
   } else if (is_one_of(key, kDroppedMembers)) {
     // dropped
   } else if (is_one_of(key, kBodyMembers)) {
-    append_member(body, w, key, value);
+    append_member(body, w, term, key, value);
   } else {
     return bad_special_member(key);
   }
@@ -95,12 +100,13 @@ std::variant<ParsedDoc, CouchError> parse_doc(const Json& doc) {
   ParsedDoc parsed;
   std::string body = "{";
   JsonWriter w(body, /*strict=*/true);
+  CouchBodyTerm term;
   try {
     for (const auto& [key, value] : doc.items()) {
       if (!key.empty() && key[0] == '_') {
-        if (auto err = transfer_special(key, value, parsed, body, w)) return std::move(*err);
+        if (auto err = transfer_special(key, value, parsed, body, w, term)) return std::move(*err);
       } else {
-        append_member(body, w, key, value);
+        append_member(body, w, term, key, value);
       }
     }
   } catch (const nlohmann::json::type_error&) {
@@ -109,6 +115,7 @@ std::variant<ParsedDoc, CouchError> parse_doc(const Json& doc) {
   }
   body.push_back('}');
   parsed.body = std::move(body);
+  parsed.body_term = term.finish();
   if (parsed.revisions) parsed.revisions->deleted = parsed.deleted;
   return parsed;
 }

@@ -33,6 +33,9 @@ struct ParsedDoc {
   // ("{}" if empty). _access and CouchDB's five _replication_* members stay in it. This is the
   // canonical body that is stored and hashed (compute_rev_hash).
   std::string body;
+  // `body` as couch_rev_hash reads it (CouchBodyTerm), built from the parsed values; empty when
+  // the body has no such term. Lets a write hash without parsing `body` again.
+  std::string body_term;
 };
 
 // Parses a JSON value that is a document. Members are handled in received order and the first

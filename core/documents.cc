@@ -643,12 +643,14 @@ StorageResult<Outcome<std::vector<AttInfo>>> resolve_atts(Transaction& tr, const
 
 // The hash of an interactive edit: CouchDB's own (couch_rev.h), so that the same edit gets the
 // same rev on Chaise and on CouchDB; Chaise's deterministic hash (rev.h) where CouchDB has none.
+// `body_term`, when not empty, is `body` as couch_rev_hash reads it (DocUpdate::body_term).
 std::string new_rev_hash(bool deleted, const std::optional<RevId>& parent, std::string_view body,
-                         const std::vector<AttInfo>& atts) {
+                         std::string_view body_term, const std::vector<AttInfo>& atts) {
   std::vector<CouchAttSig> sigs;
   sigs.reserve(atts.size());
   for (const AttInfo& a : atts) sigs.push_back(CouchAttSig{a.name, a.content_type, a.md5});
-  std::string h = couch_rev_hash(deleted, parent, body, sigs);
+  std::string h = body_term.empty() ? couch_rev_hash(deleted, parent, body, sigs)
+                                    : couch_rev_hash_of_term(deleted, parent, body_term, sigs);
   if (!h.empty()) return h;
   std::vector<std::string> inputs;
   for (const AttInfo& a : atts) inputs.push_back(a.name + '\0' + a.content_type + '\0' + a.md5);
@@ -810,7 +812,7 @@ StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db
     plan.uploads = &u.atts;
   }
   plan.added.leaf =
-      RevId{new_pos, new_rev_hash(u.deleted, parent, u.body, plan.atts)};
+      RevId{new_pos, new_rev_hash(u.deleted, parent, u.body, u.body_term, plan.atts)};
   plan.added.deleted = u.deleted;
   if (target) {
     plan.added.ancestors.reserve(target->branch.ancestors.size() + 1);
@@ -1006,7 +1008,7 @@ StorageResult<std::string> render_branch(Transaction& tr, const DbRef& db, std::
       std::optional<RevId> parent;
       if (!shown.ancestors.empty()) parent = RevId{shown.leaf.pos - 1, shown.ancestors.front()};
       static const std::vector<AttInfo> kNoAtts;
-      shown.leaf.hash = new_rev_hash(shown.deleted, parent, body, *rec ? (*rec)->atts : kNoAtts);
+      shown.leaf.hash = new_rev_hash(shown.deleted, parent, body, {}, *rec ? (*rec)->atts : kNoAtts);
     }
   }
   std::string json = splice_doc(body, id, shown.leaf.str(), {});
@@ -1704,7 +1706,7 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
       results_[i] = std::move(**refused);
       continue;
     }
-    const RevId rev{cur.pos + 1, new_rev_hash(false, cur, next_body, atts)};
+    const RevId rev{cur.pos + 1, new_rev_hash(false, cur, next_body, {}, atts)};
     chain.push_back(rev.hash);
     results_[i] = rev;
     cur = rev;

@@ -97,6 +97,9 @@ struct DocUpdate {
   bool deleted = false;
   std::string body;  // compact JSON object without "_" members
   std::vector<AttUpload> atts;
+  // `body` as couch_rev_hash reads it, when the caller has it (ParsedDoc::body_term); empty: the
+  // new revision's hash reads `body`.
+  std::string body_term = {};
 };
 // A replicated revision (new_edits=false): the full path as sent by the client.
 struct ReplicatedDoc {

@@ -133,6 +133,7 @@ Item make_item(core::ParsedDoc parsed, std::string id, bool local,
     if (!local) item.update.base_rev = std::move(parsed.rev);
     item.update.deleted = parsed.deleted;
     item.update.body = std::move(parsed.body);
+    item.update.body_term = std::move(parsed.body_term);
     return item;
   }
   item.replicated = true;

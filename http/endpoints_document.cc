@@ -694,10 +694,13 @@ boost::asio::awaitable<Response> write_one(Call& call, core::DocWriteBatch::Item
   });
 }
 
+// `body_term`: ParsedDoc::body_term of `body`, when the body came from one.
 core::DocWriteBatch::Item interactive_item(std::string id, std::optional<core::RevId> base,
-                                           bool deleted, std::string body) {
+                                           bool deleted, std::string body,
+                                           std::string body_term = {}) {
   core::DocWriteBatch::Item it;
-  it.update = core::DocUpdate{std::move(id), std::move(base), deleted, std::move(body), {}};
+  it.update = core::DocUpdate{std::move(id), std::move(base), deleted, std::move(body), {},
+                              std::move(body_term)};
   return it;
 }
 
@@ -786,7 +789,9 @@ core::DocWriteBatch::Item put_item(const Call& call, const Target& t, const DocQ
   if (auto r = if_match_text(call.req)) im_rev = parse_rev_or_throw(*r);
   const bool from_body = d.rev.has_value();
   auto rev = merge_revs(d.rev, qs_rev, im_rev);
-  if (q.new_edits) return interactive_item(t.id, std::move(rev), d.deleted, std::move(d.body));
+  if (q.new_edits)
+    return interactive_item(t.id, std::move(rev), d.deleted, std::move(d.body),
+                            std::move(d.body_term));
   if (!rev)
     throw_bad_request(
         "When `new_edits: false`, the document needs `_rev` or `_revisions` specified");

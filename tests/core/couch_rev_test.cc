@@ -6,6 +6,9 @@
 // `rev` is the rev CouchDB answered. Attachment md5s are the digests CouchDB reported for them.
 #include "core/couch_rev.h"
 
+#include "core/doc_json.h"
+#include "core/json_text.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -355,6 +358,81 @@ TEST(CouchRevHash, NlohmannReserializedBodiesDivergeOnlyOnKnownCases) {
       EXPECT_EQ(hash == RevId::parse(v.rev)->hash_str(), !diverging.contains(v.name)) << v.name;
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The body term parse_doc builds from parsed values (CouchBodyTerm) hashes as the body text does.
+
+// The hash of `text` as a write computes it from ParsedDoc::body_term, and from ParsedDoc::body.
+std::pair<std::string, std::string> hashes_of_parsed(std::string_view text, bool deleted,
+                                                     const std::optional<RevId>& parent,
+                                                     const std::vector<CouchAttSig>& atts) {
+  auto value = parse_json_text(text, JsonNumbers::exact);
+  if (!std::holds_alternative<nlohmann::ordered_json>(value)) return {"unparsed", "unparsed"};
+  auto doc = parse_doc(std::get<nlohmann::ordered_json>(value));
+  if (!std::holds_alternative<ParsedDoc>(doc)) return {"refused", "refused"};
+  const ParsedDoc& d = std::get<ParsedDoc>(doc);
+  return {couch_rev_hash_of_term(deleted, parent, d.body_term, atts),
+          couch_rev_hash(deleted, parent, d.body, atts)};
+}
+
+TEST(CouchRevHash, BodyTermHashesAsTheBodyText) {
+  std::vector<std::string> bodies;
+  for (const auto* vectors : {&kBodyVectors, &kNumberVectors, &kEditVectors})
+    for (const Vector& v : *vectors) bodies.push_back(v.body);
+  for (const char* extra : {
+           R"({})",
+           R"({"a":[]})",
+           R"({"a":{}})",
+           R"({"a":[0,255]})",
+           R"({"a":[0,256]})",
+           R"({"a":[-1,2]})",
+           R"({"a":[1.0,2]})",
+           R"({"a":[1,"x"]})",
+           R"({"a":[[1,2],[3]]})",
+           R"({"a":-0.0,"b":0.0,"c":-0})",
+           R"({"a":5e-324,"b":4.9e-324,"c":2.2250738585072014e-308})",
+           R"({"a":1e308,"b":-1.7976931348623157e308,"c":0.1,"d":100.0,"e":1e21})",
+           R"({"a":18446744073709551615,"b":-9223372036854775808,"c":9223372036854775807})",
+           R"({"a":18446744073709551616,"b":-18446744073709551617})",
+           R"({"a":123456789012345678901234567890123e-10})",
+           R"({"a":1e-400})",
+           R"({"a":"\u0000\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00 é"})",
+           R"({"":1,"a\u0000b":2})",
+           R"({"_id":"x","_rev":"1-abc","a":1,"_access":["u"],"_deleted":false,"b":2})",
+           R"({"_attachments":{},"_revs_info":[],"a":{"_id":1}})",
+           R"({"a":1,"a":2,"b":3})",
+           R"({"a":1e400})",
+           R"({"a":[1,2,1e400]})",
+       }) {
+    bodies.push_back(extra);
+  }
+  // More than 65535 small integers: a list, not STRING_EXT.
+  for (std::size_t n : {std::size_t{65535}, std::size_t{65536}}) {
+    std::string list = "{\"a\":[7";
+    for (std::size_t i = 1; i < n; ++i) list += ",7";
+    bodies.push_back(list + "]}");
+  }
+  std::string deep = "1";
+  for (int i = 0; i < 400; ++i) deep = "[" + deep + "]";
+  bodies.push_back("{\"a\":" + deep + "}");
+  const std::vector<CouchAttSig> atts = {{"a.txt", "text/plain", std::string(16, 'x')},
+                                         {"b", "application/octet-stream", std::string(16, 'y')}};
+  std::size_t hashed = 0;
+  for (const std::string& body : bodies) {
+    for (bool deleted : {false, true}) {
+      for (const auto& parent : {std::optional<RevId>(), RevId::parse("3-abc")}) {
+        for (bool with_atts : {false, true}) {
+          const auto [from_term, from_text] = hashes_of_parsed(
+              body, deleted, parent, with_atts ? atts : std::vector<CouchAttSig>{});
+          EXPECT_EQ(from_term, from_text) << body.substr(0, 200);
+          if (from_term.size() == 16) ++hashed;
+        }
+      }
+    }
+  }
+  // Not vacuous: nearly every body has a hash (the 1e400 ones have none).
+  EXPECT_GT(hashed, 8 * (bodies.size() - 6));
 }
 
 }  // namespace

@@ -1,13 +1,15 @@
 // libFuzzer target: client JSON text (core/json_text) and documents built from it
 // (core/doc_json parse_doc: _id, _rev, _revisions, _deleted, _attachments and the stored body).
 // Checks, beyond "no crash": a parsed value prints as JSON that parses again to the same text, and
-// a document's stored body is itself JSON that parses and prints back unchanged.
+// a document's stored body is itself JSON that parses and prints back unchanged, and its revision
+// hash is the same from the parsed values (ParsedDoc::body_term) as from the stored text.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 #include <variant>
 
+#include "core/couch_rev.h"
 #include "core/doc_json.h"
 #include "core/json_text.h"
 
@@ -52,6 +54,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       require(std::holds_alternative<ordered_json>(body));
       require(std::get<ordered_json>(body).is_object());
       require(chaise::core::dump_json(std::get<ordered_json>(body)) == d->body);
+      // The revision hash from the parsed values is the hash of the stored text.
+      require(chaise::core::couch_rev_hash_of_term(false, std::nullopt, d->body_term, {}) ==
+              chaise::core::couch_rev_hash(false, std::nullopt, d->body, {}));
     }
   }
   return 0;
