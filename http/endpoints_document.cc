@@ -856,10 +856,13 @@ std::vector<core::AttUpload> upload_atts(const Call& call, const core::ParsedDoc
 // document's validity. May rewrite `j` (_users, _replicator).
 core::ParsedDoc checked_put_doc(const Call& call, const core::DbRef& db, const Target& t, Json& j) {
   if (j.is_object()) {
-    Json checked = j;
+    // Only _users and _replicator rewrite the document; elsewhere the rules read just its id,
+    // and a copy of the whole document was 2% of a PUT.
+    const bool rewrite = db.name == core::kUsersDb || db.name == core::kReplicatorDb;
+    Json checked = rewrite ? j : Json::object();
     checked["_id"] = t.id;
     if (auto e = check_doc_write(call, db, checked)) throw_couch(std::move(*e));
-    if (db.name == core::kUsersDb || db.name == core::kReplicatorDb) j = std::move(checked);
+    if (rewrite) j = std::move(checked);
   }
   core::ParsedDoc d = parse_doc_or_throw(j);
   check_size(call, d);
