@@ -293,33 +293,42 @@ std::optional<std::string> Engine::latest_value(std::string_view key, const Writ
   return std::nullopt;  // not found (or an I/O error, which the batch write will report)
 }
 
+std::string Engine::evaluated(std::string_view key, const PointWrite& w, const std::string& vs,
+                              const WriteMap* overlay) {
+  if (w.kind == PointWrite::Kind::versionstamped_value) return fill_versionstamp(w.value, vs);
+  assert(w.kind == PointWrite::Kind::atomic);
+  std::optional<std::string> base = latest_value(key, overlay);
+  std::string v = base ? std::move(*base) : std::string();
+  bool present = base.has_value();
+  for (const AtomicOp& op : w.ops) {
+    v = apply_atomic(present ? std::optional<std::string_view>(v) : std::nullopt, op);
+    present = true;
+  }
+  return v;
+}
+
 Result<CommitResult> Engine::commit_one(CommitRequest& req, std::int64_t version,
                                         std::uint16_t order, WriteMap& overlay) {
   const std::string vs = make_versionstamp(version, order);
-  for (const auto& [b, e] : req.writes.cleared().ranges()) overlay.clear_range(b, e);
-  for (const auto& [key, w] : req.writes.points()) {
-    switch (w.kind) {
-      case PointWrite::Kind::set:
+  if (overlay.empty()) {
+    // Nothing before it in the batch: its writes become the batch's, evaluated where they are.
+    // Inserting them one by one into an empty map was a twentieth of a _bulk_docs request.
+    overlay = std::move(req.writes);
+    for (auto& [key, w] : overlay.points_to_evaluate()) {
+      if (w.kind == PointWrite::Kind::set || w.kind == PointWrite::Kind::clear) continue;
+      w.value = evaluated(key, w, vs, nullptr);  // an atomic's base: the store's value
+      w.kind = PointWrite::Kind::set;
+      w.ops.clear();
+    }
+  } else {
+    for (const auto& [b, e] : req.writes.cleared().ranges()) overlay.clear_range(b, e);
+    for (const auto& [key, w] : req.writes.points()) {
+      if (w.kind == PointWrite::Kind::set) {
         overlay.set(key, w.value);
-        break;
-      case PointWrite::Kind::clear:
+      } else if (w.kind == PointWrite::Kind::clear) {
         overlay.clear(key);
-        break;
-      case PointWrite::Kind::atomic: {
-        std::optional<std::string> base = latest_value(key, &overlay);
-        std::string v = base ? std::move(*base) : std::string();
-        bool present = base.has_value();
-        for (const AtomicOp& op : w.ops) {
-          v = apply_atomic(present ? std::optional<std::string_view>(v) : std::nullopt, op);
-          present = true;
-        }
-        overlay.set(key, v);
-        break;
-      }
-      case PointWrite::Kind::versionstamped_value: {
-        std::string v = fill_versionstamp(w.value, vs);
-        overlay.set(key, v);
-        break;
+      } else {
+        overlay.set(key, evaluated(key, w, vs, &overlay));
       }
     }
   }

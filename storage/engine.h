@@ -114,6 +114,10 @@ class Engine {
   Result<CommitResult> commit_one(CommitRequest& req, std::int64_t version, std::uint16_t order,
                                   WriteMap& overlay);
   std::optional<std::string> latest_value(std::string_view key, const WriteMap* overlay);
+  // The value an atomic or versionstamped point write leaves, given the batch's writes so far
+  // (`overlay`; nullptr when there are none) and the commit's versionstamp `vs`.
+  std::string evaluated(std::string_view key, const PointWrite& w, const std::string& vs,
+                        const WriteMap* overlay);
   void fire_watches(const std::vector<CommitRequest*>& committed);
 
   Options options_;

@@ -84,6 +84,9 @@ class WriteMap {
   Lookup lookup(std::string_view key) const;
 
   const Points& points() const { return points_; }
+  // The point writes, to change in place (the commit thread evaluates atomic and versionstamped
+  // writes into sets where they are). Keys stay as they are.
+  Points& points_to_evaluate() { return points_; }
   const RangeSet& cleared() const { return cleared_; }
   bool empty() const { return points_.empty() && cleared_.empty(); }
   void reset() {
