@@ -2,6 +2,7 @@
 #include "core/json_text.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -164,6 +165,268 @@ class Builder {
   std::string error_;
 };
 
+// Reads well-formed JSON text into a Builder, as nlohmann's SAX parser would feed it, without
+// nlohmann's lexer (a character at a time through an input adapter, every token copied into a
+// buffer): that lexer was most of a PUT's 24k parsing instructions. It gives up at anything it
+// does not read fast: every syntax error, a byte order mark, a number its conversion cannot
+// represent exactly as strtod would (under- or overflow). parse_json_text then parses the text
+// with nlohmann, which answers the value or the error message.
+class FastReader {
+ public:
+  FastReader(std::string_view text, Builder& b)
+      : p_(text.data()), end_(text.data() + text.size()), b_(b) {}
+
+  bool document() {
+    skip_space();
+    if (!value()) return false;
+    skip_space();
+    return p_ == end_;
+  }
+
+ private:
+  static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+  void skip_space() {
+    while (p_ != end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
+  }
+  bool eat(char c) {
+    if (p_ == end_ || *p_ != c) return false;
+    ++p_;
+    return true;
+  }
+  bool literal(std::string_view word) {
+    if (static_cast<std::size_t>(end_ - p_) < word.size() ||
+        std::memcmp(p_, word.data(), word.size()) != 0)
+      return false;
+    p_ += word.size();
+    return true;
+  }
+
+  bool value() {
+    if (p_ == end_) return false;
+    switch (*p_) {
+      case '{':
+        return object();
+      case '[':
+        return array();
+      case '"': {
+        std::string s;
+        return string(s) && b_.string(s);
+      }
+      case 't':
+        return literal("true") && b_.boolean(true);
+      case 'f':
+        return literal("false") && b_.boolean(false);
+      case 'n':
+        return literal("null") && b_.null();
+      default:
+        return number();
+    }
+  }
+
+  bool object() {
+    ++p_;  // '{'
+    if (!b_.start_object(0)) return false;
+    skip_space();
+    if (eat('}')) return b_.end_object();
+    do {
+      skip_space();
+      std::string key;
+      if (p_ == end_ || *p_ != '"' || !string(key) || !b_.key(key)) return false;
+      skip_space();
+      if (!eat(':')) return false;
+      skip_space();
+      if (!value()) return false;
+      skip_space();
+    } while (eat(','));
+    return eat('}') && b_.end_object();
+  }
+
+  bool array() {
+    ++p_;  // '['
+    if (!b_.start_array(0)) return false;
+    skip_space();
+    if (eat(']')) return b_.end_array();
+    do {
+      skip_space();
+      if (!value()) return false;
+      skip_space();
+    } while (eat(','));
+    return eat(']') && b_.end_array();
+  }
+
+  // JSON's number grammar, converted as nlohmann's lexer does: an integer literal to uint64
+  // (int64 when negative) when it fits, anything else to the double strtod gives.
+  bool number() {
+    const char* start = p_;
+    const bool negative = eat('-');
+    if (eat('0')) {
+    } else if (p_ != end_ && *p_ >= '1' && *p_ <= '9') {
+      while (p_ != end_ && is_digit(*p_)) ++p_;
+    } else {
+      return false;
+    }
+    bool integer = true;
+    if (eat('.')) {
+      integer = false;
+      if (p_ == end_ || !is_digit(*p_)) return false;
+      while (p_ != end_ && is_digit(*p_)) ++p_;
+    }
+    if (p_ != end_ && (*p_ == 'e' || *p_ == 'E')) {
+      integer = false;
+      ++p_;
+      if (p_ != end_ && (*p_ == '+' || *p_ == '-')) ++p_;
+      if (p_ == end_ || !is_digit(*p_)) return false;
+      while (p_ != end_ && is_digit(*p_)) ++p_;
+    }
+    if (integer) {
+      if (negative) {
+        std::int64_t v = 0;
+        if (auto r = std::from_chars(start, p_, v); r.ec == std::errc() && r.ptr == p_)
+          return b_.number_integer(v);
+      } else {
+        std::uint64_t v = 0;
+        if (auto r = std::from_chars(start, p_, v); r.ec == std::errc() && r.ptr == p_)
+          return b_.number_unsigned(v);
+      }
+    }
+    double d = 0;
+    const auto r = std::from_chars(start, p_, d);
+    if (r.ec != std::errc() || r.ptr != p_ || !std::isfinite(d)) return false;
+    return b_.number_float(d, std::string(start, p_));
+  }
+
+  // After the opening quote is at p_: the string's bytes, escapes decoded, into `out`.
+  bool string(std::string& out) {
+    ++p_;
+    for (;;) {
+      const char* run = p_;
+      while (p_ != end_) {
+        const auto c = static_cast<unsigned char>(*p_);
+        if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\') break;
+        ++p_;
+      }
+      out.append(run, p_);
+      if (p_ == end_) return false;
+      const auto c = static_cast<unsigned char>(*p_);
+      if (c == '"') {
+        ++p_;
+        return true;
+      }
+      if (c < 0x20) return false;
+      if (c == '\\') {
+        if (!escape(out)) return false;
+        continue;
+      }
+      const std::size_t len = utf8_length(p_, end_);
+      if (len == 0) return false;
+      out.append(p_, p_ + len);
+      p_ += len;
+    }
+  }
+
+  // The well-formed UTF-8 sequence (RFC 3629, as nlohmann's lexer checks it) starting at p, or 0.
+  static std::size_t utf8_length(const char* p, const char* end) {
+    const auto at = [&](std::size_t i) { return static_cast<unsigned char>(p[i]); };
+    const unsigned char b0 = at(0);
+    std::size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+      len = 2;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+      len = 3;
+      if (b0 == 0xE0) lo = 0xA0;  // overlong
+      if (b0 == 0xED) hi = 0x9F;  // surrogates
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+      len = 4;
+      if (b0 == 0xF0) lo = 0x90;  // overlong
+      if (b0 == 0xF4) hi = 0x8F;  // above U+10FFFF
+    } else {
+      return 0;
+    }
+    if (static_cast<std::size_t>(end - p) < len || at(1) < lo || at(1) > hi) return 0;
+    for (std::size_t i = 2; i < len; ++i) {
+      if ((at(i) & 0xC0) != 0x80) return 0;
+    }
+    return len;
+  }
+
+  int hex4() {
+    if (end_ - p_ < 4) return -1;
+    int v = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char c = *p_++;
+      int d = -1;
+      if (c >= '0' && c <= '9') d = c - '0';
+      if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+      if (d < 0) return -1;
+      v = v * 16 + d;
+    }
+    return v;
+  }
+
+  bool escape(std::string& out) {
+    ++p_;  // '\\'
+    if (p_ == end_) return false;
+    const char c = *p_++;
+    switch (c) {
+      case '"':
+      case '\\':
+      case '/':
+        out.push_back(c);
+        return true;
+      case 'b':
+        out.push_back('\b');
+        return true;
+      case 'f':
+        out.push_back('\f');
+        return true;
+      case 'n':
+        out.push_back('\n');
+        return true;
+      case 'r':
+        out.push_back('\r');
+        return true;
+      case 't':
+        out.push_back('\t');
+        return true;
+      case 'u':
+        break;
+      default:
+        return false;
+    }
+    int cp = hex4();
+    if (cp < 0 || (cp >= 0xDC00 && cp <= 0xDFFF)) return false;  // a lone low surrogate
+    if (cp >= 0xD800 && cp <= 0xDBFF) {                         // needs its low surrogate
+      if (!literal("\\u")) return false;
+      const int low = hex4();
+      if (low < 0xDC00 || low > 0xDFFF) return false;
+      cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+    }
+    const auto u = static_cast<std::uint32_t>(cp);
+    if (u < 0x80) {
+      out.push_back(static_cast<char>(u));
+    } else if (u < 0x800) {
+      out.push_back(static_cast<char>(0xC0 | (u >> 6)));
+      out.push_back(static_cast<char>(0x80 | (u & 0x3F)));
+    } else if (u < 0x10000) {
+      out.push_back(static_cast<char>(0xE0 | (u >> 12)));
+      out.push_back(static_cast<char>(0x80 | ((u >> 6) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | (u & 0x3F)));
+    } else {
+      out.push_back(static_cast<char>(0xF0 | (u >> 18)));
+      out.push_back(static_cast<char>(0x80 | ((u >> 12) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | ((u >> 6) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | (u & 0x3F)));
+    }
+    return true;
+  }
+
+  const char* p_;
+  const char* end_;
+  Builder& b_;
+};
+
 bool has_number_text(const Json& j) {
   switch (j.type()) {
     case Json::value_t::binary:
@@ -186,6 +449,15 @@ bool has_number_text(const Json& j) {
 }  // namespace
 
 std::variant<Json, std::string> parse_json_text(std::string_view text, JsonNumbers numbers) {
+  {
+    Builder b(numbers);
+    if (FastReader(text, b).document()) return std::move(b.root());
+  }
+  return detail::parse_json_text_with_nlohmann(text, numbers);
+}
+
+std::variant<Json, std::string> detail::parse_json_text_with_nlohmann(std::string_view text,
+                                                                      JsonNumbers numbers) {
   Builder b(numbers);
   const bool ok = Json::sax_parse(text.begin(), text.end(), &b, Json::input_format_t::json,
                                   /*strict=*/true, /*ignore_comments=*/false);

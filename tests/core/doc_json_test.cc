@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -330,6 +331,94 @@ TEST(SpliceDoc, ResultParsesToTheSameDocument) {
                               {"x", Json::array({1, Json({{"_y", 2}})})},
                               {"s", "}{,"}})
                             .dump());
+}
+
+}  // namespace
+}  // namespace chaise::core
+
+namespace chaise::core {
+namespace {
+
+// Same type at every node and the same values (nlohmann's == equates 1u and 1, and 1 and 1.0).
+bool same_tree(const Json& a, const Json& b) {
+  if (a.type() != b.type()) return false;
+  switch (a.type()) {
+    case Json::value_t::object: {
+      if (a.size() != b.size()) return false;
+      auto x = a.items().begin();
+      auto y = b.items().begin();
+      for (; x != a.items().end(); ++x, ++y) {
+        if (x.key() != y.key() || !same_tree(x.value(), y.value())) return false;
+      }
+      return true;
+    }
+    case Json::value_t::array:
+      if (a.size() != b.size()) return false;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        if (!same_tree(a[i], b[i])) return false;
+      }
+      return true;
+    case Json::value_t::number_float: {  // bitwise: -0.0 and 0.0 differ
+      const double x = a.get<double>(), y = b.get<double>();
+      return std::memcmp(&x, &y, sizeof x) == 0;
+    }
+    default:
+      return a == b;
+  }
+}
+
+// parse_json_text (its own reader for well-formed text) answers what nlohmann's lexer answers.
+void expect_read_as_nlohmann(const std::string& text) {
+  for (JsonNumbers numbers : {JsonNumbers::doubles, JsonNumbers::exact}) {
+    auto fast = parse_json_text(text, numbers);
+    auto slow = detail::parse_json_text_with_nlohmann(text, numbers);
+    ASSERT_EQ(fast.index(), slow.index()) << text;
+    if (fast.index() == 1) {
+      EXPECT_EQ(std::get<1>(fast), std::get<1>(slow)) << text;
+    } else {
+      EXPECT_TRUE(same_tree(std::get<0>(fast), std::get<0>(slow))) << text;
+    }
+  }
+}
+
+TEST(JsonText, ReadsWhatNlohmannReads) {
+  const std::vector<std::string> texts = {
+      "", " ", "{}", "[]", " { } ", "\t[\r\n]\n", "0", "-0", "1", "-1", "0.0", "-0.0", "1e5",
+      "1E+5", "1e-5", "1.5e300", "1e400", "-1e400", "1e-400", "5e-324", "4.9e-324", "2.5e-308",
+      "18446744073709551615", "18446744073709551616", "-9223372036854775808",
+      "-9223372036854775809", "123456789012345678901234567890", "01", "1.", ".5", "1e", "1e+",
+      "-", "+1", "--1", "1.5.5", "0x10", "NaN", "Infinity", "true", "false", "null", "tru",
+      "nul", "truex", "\"\"", "\"abc\"", "\"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\"", "\"\\u0000\"",
+      "\"\\u00e9\\u20AC\"", "\"\\ud83d\\ude00\"", "\"\\ud83d\"", "\"\\ud83dx\"",
+      "\"\\ude00\"", "\"\\ud83d\\u0041\"", "\"\\u12\"", "\"\\x\"", "\"\x01\"", "\"\x7f\"",
+      "\"\xc3\xa9\"", "\"\xc0\x80\"", "\"\xc2\"", "\"\xe0\x80\x80\"", "\"\xe0\xa0\x80\"",
+      "\"\xed\xa0\x80\"", "\"\xed\x9f\xbf\"", "\"\xef\xbf\xbf\"", "\"\xf0\x8f\xbf\xbf\"",
+      "\"\xf0\x90\x80\x80\"", "\"\xf4\x8f\xbf\xbf\"", "\"\xf4\x90\x80\x80\"", "\"\xf5\x80\x80\x80\"",
+      "\"\xff\"", "\"abc", "\xef\xbb\xbf{}", "{\"a\":1,\"a\":2}", "{\"a\":1,\"b\":2,\"a\":3}",
+      "{\"a\" 1}", "{\"a\":}", "{,}", "{\"a\":1,}", "[1,]", "[,1]", "[1 2]", "{1:2}", "{\"a\"",
+      "[", "]", "{}{}", "{} x", "[1,[2,[3,{\"a\":[{}]}]]]",
+      R"({"_id":"doc","_rev":"1-abc","type":"reading","value":42,"tags":["a","b"],"n":null})",
+  };
+  for (const std::string& t : texts) expect_read_as_nlohmann(t);
+  // Objects past the linear duplicate search, with a repeat.
+  std::string wide = "{";
+  for (int i = 0; i < 40; ++i) wide += "\"k" + std::to_string(i % 30) + "\":" + std::to_string(i) + ",";
+  wide.back() = '}';
+  expect_read_as_nlohmann(wide);
+  // Nesting at and past the bound.
+  for (int depth : {kJsonDepthMax, kJsonDepthMax + 1}) {
+    expect_read_as_nlohmann(std::string(depth, '[') + std::string(depth, ']'));
+  }
+  // Every prefix and every one-byte change of a document: syntax errors at every position.
+  const std::string doc = R"({"a":[1,-2.5e3,"x\u00e9y",true,null],"b":{"c":"\ud83d\ude00"}})";
+  for (std::size_t i = 0; i <= doc.size(); ++i) expect_read_as_nlohmann(doc.substr(0, i));
+  for (std::size_t i = 0; i < doc.size(); ++i) {
+    for (char c : std::string("\"\\{}[],:0-.eE aZ\x01\x80\xff")) {
+      std::string changed = doc;
+      changed[i] = c;
+      expect_read_as_nlohmann(changed);
+    }
+  }
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // libFuzzer target: client JSON text (core/json_text) and documents built from it
 // (core/doc_json parse_doc: _id, _rev, _revisions, _deleted, _attachments and the stored body).
-// Checks, beyond "no crash": a parsed value prints as JSON that parses again to the same text, and
-// a document's stored body is itself JSON that parses and prints back unchanged, and its revision
-// hash is the same from the parsed values (ParsedDoc::body_term) as from the stored text.
+// Checks, beyond "no crash": parse_json_text answers what nlohmann's lexer answers; a parsed value
+// prints as JSON that parses again to the same text; a document's stored body is itself JSON that
+// parses and prints back unchanged, and its revision hash is the same from the parsed values
+// (ParsedDoc::body_term) as from the stored text.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -41,6 +42,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   for (JsonNumbers numbers : {JsonNumbers::doubles, JsonNumbers::exact}) {
     auto parsed = chaise::core::parse_json_text(text, numbers);
+    // Its own reader answers what nlohmann's lexer answers.
+    auto by_nlohmann = chaise::core::detail::parse_json_text_with_nlohmann(text, numbers);
+    require(parsed.index() == by_nlohmann.index());
+    if (parsed.index() == 1) require(std::get<1>(parsed) == std::get<1>(by_nlohmann));
+    if (parsed.index() == 0) {
+      require(std::get<0>(parsed) == std::get<0>(by_nlohmann));
+      try {
+        require(chaise::core::dump_json(std::get<0>(parsed)) ==
+                chaise::core::dump_json(std::get<0>(by_nlohmann)));
+      } catch (const nlohmann::json::exception&) {
+      }
+    }
     if (auto* reason = std::get_if<std::string>(&parsed)) {
       require(reason->rfind("invalid UTF-8 JSON", 0) == 0);
       continue;
