@@ -79,7 +79,7 @@ namespace {
 // The EJSON term jiffy builds.
 
 struct Term;
-using Member = std::pair<std::string, Term>;
+struct Member;  // {key, value}: complete after Term (a std::pair cannot hold an incomplete Term)
 
 struct Term {
   // rejected_number: a literal CouchDB fails on (see number()); harmless unless it is encoded.
@@ -92,6 +92,11 @@ struct Term {
   double number = 0.0;    // float
   std::vector<Term> items;
   std::vector<Member> members;  // object, already deduplicated
+};
+
+struct Member {
+  std::string first;
+  Term second;
 };
 
 Term make_term(Term::Kind kind) {
