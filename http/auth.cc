@@ -284,6 +284,7 @@ bool Authenticator::throttled(const std::string& key) const {
   if (it == failures_.end()) return false;
   if (Clock::now() - it->second.window_start > kFailureWindow) {
     failures_.erase(it);
+    failures_remembered_.store(failures_.size(), std::memory_order_relaxed);
     return false;
   }
   const int limit = key.starts_with("p:") ? kFailuresPerPeerMax : kFailuresPerUserMax;
@@ -303,6 +304,7 @@ void Authenticator::record_failure(const std::string& key) const {
     f.window_start = now;
   }
   ++f.count;
+  failures_remembered_.store(failures_.size(), std::memory_order_relaxed);
 }
 
 bool Authenticator::check_password(const AuthSettings&, const Creds& creds, std::string_view name,
@@ -329,14 +331,16 @@ std::optional<Authenticator::Creds> Authenticator::verify_login(const AuthSettin
                                                                 std::string_view password,
                                                                 std::string_view peer, bool& locked,
                                                                 std::string_view digest) const {
-  const std::string user_key = "u:" + std::string(peer) + "\n" + std::string(name);
-  const std::string peer_key = "p:" + std::string(peer);
-  locked = throttled(user_key) || throttled(peer_key);
+  const auto user_key = [&] { return "u:" + std::string(peer) + "\n" + std::string(name); };
+  const auto peer_key = [&] { return "p:" + std::string(peer); };
+  // No failure remembered (the common case): no keys to build, no lock to take.
+  locked = failures_remembered_.load(std::memory_order_relaxed) != 0 &&
+           (throttled(user_key()) || throttled(peer_key()));
   if (locked) return std::nullopt;
   auto creds = lookup(s, name);
   if (!creds || !check_password(s, *creds, name, password, digest)) {
-    record_failure(user_key);
-    record_failure(peer_key);
+    record_failure(user_key());
+    record_failure(peer_key());
     return std::nullopt;
   }
   return creds;

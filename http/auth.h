@@ -8,6 +8,7 @@
 // current revision on every use, and throttles failed logins per user and per address.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -180,6 +181,10 @@ class Authenticator {
     std::chrono::steady_clock::time_point window_start;
   };
   mutable std::unordered_map<std::string, Failures> failures_;
+  // failures_.size(), readable without the mutex: a request skips the lockout check while it
+  // is 0. A failure recorded by another thread a moment ago may be missed by a request already
+  // under way, as it would be had that request come first.
+  mutable std::atomic<std::size_t> failures_remembered_{0};
   static constexpr std::size_t kUpgradesMax = 64;
   mutable std::unordered_set<std::string> upgrading_;  // names with an upgrade under way
 };

@@ -9,6 +9,7 @@
 // Threading: only from the handler's coroutine (the connection's io thread).
 #pragma once
 
+#include <any>
 #include <boost/asio/awaitable.hpp>
 #include <functional>
 #include <optional>
@@ -42,6 +43,10 @@ class ResponseStream {
   virtual std::string peer_address() const { return {}; }
   // True when the connection is TLS (the [ssl] port): cookies get `Secure`, URIs `https`.
   virtual bool secure() const { return false; }
+  // What the router keeps from one request of the connection to the next (the Basic credential
+  // it last decoded), living as long as the connection; nullptr when the stream has no
+  // connection of its own.
+  virtual std::any* connection_memo() { return nullptr; }
 
   // A request the server hands over before reading its body (ServerOptions::stream_body): the
   // request's body() is empty and the handler pulls the body through read_body().

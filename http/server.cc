@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <any>
 #include <array>
 #include <atomic>
 #include <boost/asio/co_spawn.hpp>
@@ -217,6 +218,7 @@ class StreamWriter final : public ResponseStream {
   void watch_peer(std::function<void()> closed) override;
   std::string peer_address() const override;
   bool secure() const override { return std::is_same_v<Stream, TlsStream>; }
+  std::any* connection_memo() override { return &session_.memo(); }
   bool completed() const { return finished_ && ok_; }
   // A streamed request's body parser (ServerOptions::stream_body), set before the handler runs.
   void set_body_parser(beast_http::request_parser<beast_http::buffer_body>* parser,
@@ -303,6 +305,8 @@ class Session final : public SessionBase {
   asio::io_context& context() const { return context_; }
   // The peer's address as read when the connection was accepted (no getpeername per request).
   std::string remote_address() const { return address_; }
+  // What the router keeps between this connection's requests (ResponseStream::connection_memo).
+  std::any& memo() { return memo_; }
 
   static asio::awaitable<void> run(std::shared_ptr<Session> self) { co_await self->serve(); }
 
@@ -341,6 +345,7 @@ class Session final : public SessionBase {
   Phase phase_ = Phase::waiting_for_request;
   bool close_requested_ = false;
   std::function<void()> peer_closed_;  // set while a handler watches the peer (StreamWriter)
+  std::any memo_;
 };
 
 template <typename Stream>

@@ -547,6 +547,30 @@ TEST_F(AuthTest, RepeatedFailuresLockTheAccountForThatAddress) {
             "\n");
 }
 
+// A keep-alive connection that repeats its Authorization header has it decoded once (the
+// router's memo); every request is still checked against the user's current document.
+TEST_F(AuthTest, CredentialRepeatedOnOneConnectionIsCheckedEveryTime) {
+  start();
+  add_user("carol", "pw");
+  HttpClient carol(server_->port());
+  for (int i = 0; i < 3; ++i) {
+    const auto r = carol.request(verb::get, "/_session", {}, basic("carol", "pw"));
+    ASSERT_EQ(r.status, 200u) << i;
+    EXPECT_EQ(r.json()["userCtx"]["name"], "carol");
+  }
+  // A wrong password on the same connection, then the right one again.
+  EXPECT_EQ(carol.request(verb::get, "/_session", {}, basic("carol", "nope")).status, 401u);
+  EXPECT_EQ(carol.request(verb::get, "/_session", {}, basic("carol", "pw")).status, 200u);
+  // The user is deleted through another connection: carol's next request, with the header her
+  // connection remembers, is refused.
+  const auto doc = as_admin(verb::get, "/_users/org.couchdb.user:carol").json();
+  ASSERT_EQ(as_admin(verb::delete_,
+                     "/_users/org.couchdb.user:carol?rev=" + doc["_rev"].get<std::string>())
+                .status,
+            200u);
+  EXPECT_EQ(carol.request(verb::get, "/_session", {}, basic("carol", "pw")).status, 401u);
+}
+
 TEST_F(AuthTest, RequireValidUser) {
   start("[chttpd]\nrequire_valid_user = true\n");
   auto r = call(verb::get, "/");
