@@ -242,63 +242,19 @@ std::optional<Term> double_term(std::string_view literal, bool has_frac) {
   return mantissa_times_pow10(literal);
 }
 
+// A number literal as jiffy turns it into a term: a double with '.', 'e' or 'E', else an
+// integer; nullopt where CouchDB fails on it.
+std::optional<Term> literal_term(std::string_view literal) {
+  const bool has_frac = literal.find('.') != std::string_view::npos;
+  const bool has_exp = literal.find_first_of("eE") != std::string_view::npos;
+  return has_frac || has_exp ? double_term(literal, has_frac) : integer_term(literal);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The JSON reader: jiffy's grammar, building the term jiffy builds.
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
-
-int hex4(std::string_view s) {
-  if (s.size() < 4) return -1;
-  int v = 0;
-  for (char c : s.substr(0, 4)) {
-    int d = -1;
-    if (c >= '0' && c <= '9') d = c - '0';
-    if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    if (d < 0) return -1;
-    v = v * 16 + d;
-  }
-  return v;
-}
-
-void append_utf8(std::uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
-// Length of the well-formed UTF-8 sequence (2 to 4 bytes) at the start of `s`, or 0.
-std::size_t utf8_sequence_length(std::string_view s) {
-  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
-  const unsigned char b0 = byte(0);
-  std::size_t len = 0;
-  if (b0 >= 0xC2 && b0 <= 0xDF) len = 2;  // C0 and C1 only start overlong forms
-  if (b0 >= 0xE0 && b0 <= 0xEF) len = 3;
-  if (b0 >= 0xF0 && b0 <= 0xF4) len = 4;
-  if (len == 0 || len > s.size()) return 0;
-  for (std::size_t i = 1; i < len; ++i) {
-    if ((byte(i) & 0xC0) != 0x80) return 0;
-  }
-  const unsigned char b1 = byte(1);
-  if (b0 == 0xE0 && b1 < 0xA0) return 0;   // overlong
-  if (b0 == 0xED && b1 >= 0xA0) return 0;  // a surrogate
-  if (b0 == 0xF0 && b1 < 0x90) return 0;   // overlong
-  if (b0 == 0xF4 && b1 >= 0x90) return 0;  // above U+10FFFF
-  return len;
-}
 
 class JiffyReader {
  public:
@@ -429,7 +385,7 @@ class JiffyReader {
       }
       if (c < 0x20) return false;
       if (c == '\\') {
-        if (!escape(out)) return false;
+        if (!decode_json_escape(in_, pos_, out)) return false;
       } else if (c < 0x80) {
         out.push_back(static_cast<char>(c));
         ++pos_;
@@ -443,39 +399,6 @@ class JiffyReader {
     return false;
   }
 
-  bool escape(std::string& out) {
-    ++pos_;  // '\\'
-    const char c = peek();
-    ++pos_;
-    if (c == 'u') return unicode_escape(out);
-    static constexpr std::string_view kEscaped = "\"\\/bfnrt";
-    static constexpr std::string_view kDecoded = "\"\\/\b\f\n\r\t";
-    const std::size_t i = kEscaped.find(c);
-    if (i == std::string_view::npos) return false;
-    out.push_back(kDecoded[i]);
-    return true;
-  }
-
-  // After "\u": four hex digits, and for a high surrogate a "\uXXXX" low surrogate.
-  bool unicode_escape(std::string& out) {
-    const int hi = hex4(in_.substr(pos_));
-    if (hi < 0) return false;
-    pos_ += 4;
-    std::uint32_t cp = static_cast<std::uint32_t>(hi);
-    if (hi >= 0xD800 && hi <= 0xDBFF) {
-      if (!literal("\\u")) return false;
-      const int lo = hex4(in_.substr(pos_));
-      if (lo < 0xDC00 || lo > 0xDFFF) return false;
-      pos_ += 4;
-      cp = 0x10000 + ((static_cast<std::uint32_t>(hi) & 0x3FF) << 10) +
-           (static_cast<std::uint32_t>(lo) & 0x3FF);
-    } else if (hi >= 0xDC00 && hi <= 0xDFFF) {
-      return false;  // a lone low surrogate
-    }
-    append_utf8(cp, out);
-    return true;
-  }
-
   // jiffy's dec_number state machine, then its conversion of the literal. A literal CouchDB
   // fails on becomes a rejected_number rather than an error, because CouchDB only fails when the
   // value survives dedupe_keys: jiffy converts out-of-range numbers after deduplicating (in
@@ -487,19 +410,16 @@ class JiffyReader {
       if (!is_digit(peek())) return false;
       while (is_digit(peek())) ++pos_;
     }
-    const bool has_frac = eat('.');
-    if (has_frac) {
+    if (eat('.')) {
       if (!is_digit(peek())) return false;
       while (is_digit(peek())) ++pos_;
     }
-    const bool has_exp = eat('e') || eat('E');
-    if (has_exp) {
+    if (eat('e') || eat('E')) {
       const bool sign = eat('+') || eat('-');
       if (!sign && !is_digit(peek())) return false;  // "1e+" alone is accepted, as in jiffy
       while (is_digit(peek())) ++pos_;
     }
-    const std::string_view text = in_.substr(start, pos_ - start);
-    auto d = has_frac || has_exp ? double_term(text, has_frac) : integer_term(text);
+    auto d = literal_term(in_.substr(start, pos_ - start));
     out = d ? std::move(*d) : make_term(Term::Kind::rejected_number);
     return true;
   }
@@ -664,13 +584,6 @@ class EtfWriter {
 // `w` directly. False when there is none (rejected_number, a binary value that is not number
 // text, nesting beyond kCouchRevNestingMax).
 bool write_json_term(EtfWriter& w, const nlohmann::ordered_json& j, std::size_t depth);
-
-// A number literal as JiffyReader::number() turns it into a term.
-std::optional<Term> literal_term(std::string_view literal) {
-  const bool has_frac = literal.find('.') != std::string_view::npos;
-  const bool has_exp = literal.find_first_of("eE") != std::string_view::npos;
-  return has_frac || has_exp ? double_term(literal, has_frac) : integer_term(literal);
-}
 
 bool write_number_literal(EtfWriter& w, std::string_view literal) {
   const std::optional<Term> t = literal_term(literal);

@@ -314,113 +314,19 @@ class FastReader {
       }
       if (c < 0x20) return false;
       if (c == '\\') {
-        if (!escape(out)) return false;
+        std::size_t at = 0;
+        if (!decode_json_escape(rest(), at, out)) return false;
+        p_ += at;
         continue;
       }
-      const std::size_t len = utf8_length(p_, end_);
+      const std::size_t len = utf8_sequence_length(rest());
       if (len == 0) return false;
       out.append(p_, p_ + len);
       p_ += len;
     }
   }
 
-  // The well-formed UTF-8 sequence (RFC 3629, as nlohmann's lexer checks it) starting at p, or 0.
-  static std::size_t utf8_length(const char* p, const char* end) {
-    const auto at = [&](std::size_t i) { return static_cast<unsigned char>(p[i]); };
-    const unsigned char b0 = at(0);
-    std::size_t len = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
-    if (b0 >= 0xC2 && b0 <= 0xDF) {
-      len = 2;
-    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-      len = 3;
-      if (b0 == 0xE0) lo = 0xA0;  // overlong
-      if (b0 == 0xED) hi = 0x9F;  // surrogates
-    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-      len = 4;
-      if (b0 == 0xF0) lo = 0x90;  // overlong
-      if (b0 == 0xF4) hi = 0x8F;  // above U+10FFFF
-    } else {
-      return 0;
-    }
-    if (static_cast<std::size_t>(end - p) < len || at(1) < lo || at(1) > hi) return 0;
-    for (std::size_t i = 2; i < len; ++i) {
-      if ((at(i) & 0xC0) != 0x80) return 0;
-    }
-    return len;
-  }
-
-  int hex4() {
-    if (end_ - p_ < 4) return -1;
-    int v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = *p_++;
-      int d = -1;
-      if (c >= '0' && c <= '9') d = c - '0';
-      if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-      if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-      if (d < 0) return -1;
-      v = v * 16 + d;
-    }
-    return v;
-  }
-
-  bool escape(std::string& out) {
-    ++p_;  // '\\'
-    if (p_ == end_) return false;
-    const char c = *p_++;
-    switch (c) {
-      case '"':
-      case '\\':
-      case '/':
-        out.push_back(c);
-        return true;
-      case 'b':
-        out.push_back('\b');
-        return true;
-      case 'f':
-        out.push_back('\f');
-        return true;
-      case 'n':
-        out.push_back('\n');
-        return true;
-      case 'r':
-        out.push_back('\r');
-        return true;
-      case 't':
-        out.push_back('\t');
-        return true;
-      case 'u':
-        break;
-      default:
-        return false;
-    }
-    int cp = hex4();
-    if (cp < 0 || (cp >= 0xDC00 && cp <= 0xDFFF)) return false;  // a lone low surrogate
-    if (cp >= 0xD800 && cp <= 0xDBFF) {                         // needs its low surrogate
-      if (!literal("\\u")) return false;
-      const int low = hex4();
-      if (low < 0xDC00 || low > 0xDFFF) return false;
-      cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-    }
-    const auto u = static_cast<std::uint32_t>(cp);
-    if (u < 0x80) {
-      out.push_back(static_cast<char>(u));
-    } else if (u < 0x800) {
-      out.push_back(static_cast<char>(0xC0 | (u >> 6)));
-      out.push_back(static_cast<char>(0x80 | (u & 0x3F)));
-    } else if (u < 0x10000) {
-      out.push_back(static_cast<char>(0xE0 | (u >> 12)));
-      out.push_back(static_cast<char>(0x80 | ((u >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (u & 0x3F)));
-    } else {
-      out.push_back(static_cast<char>(0xF0 | (u >> 18)));
-      out.push_back(static_cast<char>(0x80 | ((u >> 12) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | ((u >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (u & 0x3F)));
-    }
-    return true;
-  }
+  std::string_view rest() const { return {p_, static_cast<std::size_t>(end_ - p_)}; }
 
   const char* p_;
   const char* end_;
@@ -447,6 +353,86 @@ bool has_number_text(const Json& j) {
 }
 
 }  // namespace
+
+std::size_t utf8_sequence_length(std::string_view s) {
+  if (s.empty()) return 0;
+  const auto at = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char b0 = at(0);
+  std::size_t len = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+  if (b0 >= 0xC2 && b0 <= 0xDF) {     // C0 and C1 only start overlong forms
+    len = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    len = 3;
+    if (b0 == 0xE0) lo = 0xA0;  // overlong
+    if (b0 == 0xED) hi = 0x9F;  // surrogates
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    len = 4;
+    if (b0 == 0xF0) lo = 0x90;  // overlong
+    if (b0 == 0xF4) hi = 0x8F;  // above U+10FFFF
+  } else {
+    return 0;
+  }
+  if (s.size() < len || at(1) < lo || at(1) > hi) return 0;
+  for (std::size_t i = 2; i < len; ++i) {
+    if ((at(i) & 0xC0) != 0x80) return 0;
+  }
+  return len;
+}
+
+bool decode_json_escape(std::string_view text, std::size_t& pos, std::string& out) {
+  const auto hex4 = [&]() -> int {
+    if (text.size() - pos < 4) return -1;
+    int v = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char c = text[pos++];
+      int d = -1;
+      if (c >= '0' && c <= '9') d = c - '0';
+      if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+      if (d < 0) return -1;
+      v = v * 16 + d;
+    }
+    return v;
+  };
+  if (text.size() - pos < 2) return false;
+  const char c = text[pos + 1];
+  pos += 2;
+  static constexpr std::string_view kEscaped = "\"\\/bfnrt";
+  static constexpr std::string_view kDecoded = "\"\\/\b\f\n\r\t";
+  if (c != 'u') {
+    const std::size_t i = kEscaped.find(c);
+    if (i == std::string_view::npos) return false;
+    out.push_back(kDecoded[i]);
+    return true;
+  }
+  int cp = hex4();
+  if (cp < 0 || (cp >= 0xDC00 && cp <= 0xDFFF)) return false;  // a lone low surrogate
+  if (cp >= 0xD800 && cp <= 0xDBFF) {                         // needs its low surrogate
+    if (text.substr(pos, 2) != "\\u") return false;
+    pos += 2;
+    const int low = hex4();
+    if (low < 0xDC00 || low > 0xDFFF) return false;
+    cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+  }
+  const auto u = static_cast<std::uint32_t>(cp);
+  if (u < 0x80) {
+    out.push_back(static_cast<char>(u));
+  } else if (u < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (u >> 6)));
+    out.push_back(static_cast<char>(0x80 | (u & 0x3F)));
+  } else if (u < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (u >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((u >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (u & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (u >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((u >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((u >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (u & 0x3F)));
+  }
+  return true;
+}
 
 std::variant<Json, std::string> parse_json_text(std::string_view text, JsonNumbers numbers) {
   {

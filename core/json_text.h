@@ -13,6 +13,7 @@
 // Duplicate member names keep the first position and the last value, as nlohmann's parse() does.
 #pragma once
 
+#include <cstddef>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -32,6 +33,15 @@ enum class JsonNumbers {
 // byte 7"). Numbers that overflow a double (1e400) are refused in both modes, as CouchDB does.
 std::variant<nlohmann::ordered_json, std::string> parse_json_text(std::string_view text,
                                                                   JsonNumbers numbers);
+
+// The JSON string rules both JSON readers share (parse_json_text's and couch_rev's jiffy reader).
+// The length of the well-formed UTF-8 sequence of 2 to 4 bytes (RFC 3629: no overlong forms,
+// surrogates or code points above U+10FFFF) at the start of `s`; 0 when there is none.
+std::size_t utf8_sequence_length(std::string_view s);
+// Decodes the escape at text[pos] (a backslash) onto `out` as UTF-8 and moves `pos` past it:
+// \" \\ \/ \b \f \n \r \t and \uXXXX, where \uD800-\uDBFF must be followed by a \uDC00-\uDFFF
+// escape (the pair is one code point). Anything else, a lone surrogate included: false.
+bool decode_json_escape(std::string_view text, std::size_t& pos, std::string& out);
 
 namespace detail {
 // parse_json_text() through nlohmann's own lexer: the same answer, slower (parse_json_text reads
