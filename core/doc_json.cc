@@ -47,20 +47,20 @@ std::string dump(const Json& j, Json::error_handler_t handler) {
 
 // Appends "key":value to `body` (compact, with a separating comma when needed) through `w`, a
 // strict writer into `body`. Throws nlohmann::json::type_error on invalid UTF-8.
-// `term` receives the member too.
-void append_member(std::string& body, JsonWriter& w, CouchBodyTerm& term, const std::string& key,
+// `term`, when there is one, receives the member too.
+void append_member(std::string& body, JsonWriter& w, CouchBodyTerm* term, const std::string& key,
                    const Json& value) {
   if (body.size() > 1) body.push_back(',');
   w.string(key);
   body.push_back(':');
   w.value(value);
-  term.member(key, value);
+  if (term != nullptr) term->member(key, value);
 }
 
 // Handles one "_"-prefixed member; returns an error or nullopt. `body` receives kept members.
 std::optional<CouchError> transfer_special(const std::string& key, const Json& value,
                                            ParsedDoc& doc, std::string& body, JsonWriter& w,
-                                           CouchBodyTerm& term) {
+                                           CouchBodyTerm* term) {
   if (key == "_id") {
     if (!value.is_string()) return CouchError{400, "illegal_docid", "Document id must be a string"};
     const auto& id = value.get_ref<const std::string&>();
@@ -95,18 +95,20 @@ std::optional<CouchError> transfer_special(const std::string& key, const Json& v
 
 }  // namespace
 
-std::variant<ParsedDoc, CouchError> parse_doc(const Json& doc) {
+std::variant<ParsedDoc, CouchError> parse_doc(const Json& doc, bool with_body_term) {
   if (!doc.is_object()) return CouchError{400, "bad_request", "Document must be a JSON object"};
   ParsedDoc parsed;
   std::string body = "{";
   JsonWriter w(body, /*strict=*/true);
-  CouchBodyTerm term;
+  std::optional<CouchBodyTerm> term;
+  if (with_body_term) term.emplace();
+  CouchBodyTerm* const t = term ? &*term : nullptr;
   try {
     for (const auto& [key, value] : doc.items()) {
       if (!key.empty() && key[0] == '_') {
-        if (auto err = transfer_special(key, value, parsed, body, w, term)) return std::move(*err);
+        if (auto err = transfer_special(key, value, parsed, body, w, t)) return std::move(*err);
       } else {
-        append_member(body, w, term, key, value);
+        append_member(body, w, t, key, value);
       }
     }
   } catch (const nlohmann::json::type_error&) {
@@ -115,7 +117,7 @@ std::variant<ParsedDoc, CouchError> parse_doc(const Json& doc) {
   }
   body.push_back('}');
   parsed.body = std::move(body);
-  parsed.body_term = term.finish();
+  if (term) parsed.body_term = term->finish();
   if (parsed.revisions) parsed.revisions->deleted = parsed.deleted;
   return parsed;
 }

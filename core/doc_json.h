@@ -33,8 +33,9 @@ struct ParsedDoc {
   // ("{}" if empty). _access and CouchDB's five _replication_* members stay in it. This is the
   // canonical body that is stored and hashed (compute_rev_hash).
   std::string body;
-  // `body` as couch_rev_hash reads it (CouchBodyTerm), built from the parsed values; empty when
-  // the body has no such term. Lets a write hash without parsing `body` again.
+  // `body` as couch_rev_hash reads it (CouchBodyTerm), built from the parsed values when
+  // parse_doc is asked to; empty when not asked or the body has no such term. Lets an
+  // interactive edit hash its new revision without parsing `body` again.
   std::string body_term;
 };
 
@@ -55,7 +56,10 @@ struct ParsedDoc {
 // {400, bad_request, "Document must be a JSON object"}; a string that is not valid UTF-8 (only
 // possible for a value built in code, the JSON parser rejects it) {400, bad_request,
 // "invalid UTF-8 JSON"}.
-std::variant<ParsedDoc, CouchError> parse_doc(const nlohmann::ordered_json& doc);
+// `with_body_term`: also build ParsedDoc::body_term (for an interactive edit, which hashes it;
+// replicated revisions and _local documents have no use for it).
+std::variant<ParsedDoc, CouchError> parse_doc(const nlohmann::ordered_json& doc,
+                                              bool with_body_term = false);
 
 // Doc id validation (CouchDB couch_doc:validate_docid), in CouchDB's order; nullopt if valid:
 // ""                         -> {400, illegal_docid, "Document id must not be empty"}

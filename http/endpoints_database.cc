@@ -104,7 +104,9 @@ const std::string& item_id(const Item& item) {
 // couch_doc:transfer_fields through core::parse_doc. _local documents carry "0-N" revisions,
 // which core::RevId (pos >= 1) does not represent: their _rev is taken out first and returned
 // as text in `local_rev`.
-core::ParsedDoc parse_fields(const Json& doc, bool local, std::optional<std::string>& local_rev) {
+// `with_body_term`: for an interactive edit (ParsedDoc::body_term).
+core::ParsedDoc parse_fields(const Json& doc, bool local, std::optional<std::string>& local_rev,
+                             bool with_body_term) {
   std::variant<core::ParsedDoc, core::CouchError> parsed;
   if (local && doc.contains("_rev")) {
     const Json& rev = doc["_rev"];
@@ -115,7 +117,7 @@ core::ParsedDoc parse_fields(const Json& doc, bool local, std::optional<std::str
     without_rev.erase("_rev");
     parsed = core::parse_doc(without_rev);
   } else {
-    parsed = core::parse_doc(doc);
+    parsed = core::parse_doc(doc, with_body_term);
   }
   if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(std::move(*e));
   return std::get<core::ParsedDoc>(std::move(parsed));
@@ -186,7 +188,7 @@ ParsedItem parse_item(const Call& call, const Json& original, const core::DbRef&
   const bool local = id_member != doc.end() && id_member->is_string() &&
                      is_local_id(id_member->get_ref<const std::string&>());
   std::optional<std::string> local_rev;
-  core::ParsedDoc parsed = parse_fields(doc, local, local_rev);
+  core::ParsedDoc parsed = parse_fields(doc, local, local_rev, new_edits && !local);
 
   if (parsed.body.size() > max_document_size)
     throw HttpError(413, "document_too_large", parsed.id.value_or(""));

@@ -732,8 +732,8 @@ void check_size(const Call& call, const core::ParsedDoc& d) {
     throw HttpError(413, "document_too_large", d.id.value_or(""));  // couch_doc: the body's _id
 }
 
-core::ParsedDoc parse_doc_or_throw(const Json& j) {
-  auto parsed = core::parse_doc(j);
+core::ParsedDoc parse_doc_or_throw(const Json& j, bool with_body_term = false) {
+  auto parsed = core::parse_doc(j, with_body_term);
   if (auto* e = std::get_if<core::CouchError>(&parsed)) throw_couch(std::move(*e));
   return std::get<core::ParsedDoc>(std::move(parsed));
 }
@@ -853,8 +853,10 @@ std::vector<core::AttUpload> upload_atts(const Call& call, const core::ParsedDoc
 }
 
 // The document of a PUT, checked: the write rules of its database, its size, a design
-// document's validity. May rewrite `j` (_users, _replicator).
-core::ParsedDoc checked_put_doc(const Call& call, const core::DbRef& db, const Target& t, Json& j) {
+// document's validity. May rewrite `j` (_users, _replicator). `new_edits`: an interactive edit,
+// which gets ParsedDoc::body_term.
+core::ParsedDoc checked_put_doc(const Call& call, const core::DbRef& db, const Target& t, Json& j,
+                                bool new_edits) {
   if (j.is_object()) {
     // Only _users and _replicator rewrite the document; elsewhere the rules read just its id,
     // and a copy of the whole document was 2% of a PUT.
@@ -864,7 +866,7 @@ core::ParsedDoc checked_put_doc(const Call& call, const core::DbRef& db, const T
     if (auto e = check_doc_write(call, db, checked)) throw_couch(std::move(*e));
     if (rewrite) j = std::move(checked);
   }
-  core::ParsedDoc d = parse_doc_or_throw(j);
+  core::ParsedDoc d = parse_doc_or_throw(j, new_edits);
   check_size(call, d);
   if (auto e = core::validate_design_doc(t.id, j, core::Partitioned{db.partitioned}))
     throw_couch(std::move(*e));
@@ -876,7 +878,8 @@ core::ParsedDoc checked_put_doc(const Call& call, const core::DbRef& db, const T
 // with large attachments): the document part is read whole, each "follows" attachment is streamed
 // into storage as its part arrives. `own` collects the addresses of bytes written here.
 boost::asio::awaitable<std::pair<core::ParsedDoc, std::vector<core::AttUpload>>> streamed_put(
-    Call& call, const core::DbRef& db, const Target& t, std::vector<std::string>& own) {
+    Call& call, const core::DbRef& db, const Target& t, bool new_edits,
+    std::vector<std::string>& own) {
   const std::string_view ctype = call.req[field::content_type];
   auto boundary = multipart_boundary(ctype);
   if (!boundary) throw_bad_request("Invalid multipart/related request: no boundary");
@@ -895,7 +898,7 @@ boost::asio::awaitable<std::pair<core::ParsedDoc, std::vector<core::AttUpload>>>
   }
   Json j = parse_json_or_throw(text, core::JsonNumbers::exact);
   text = std::string();
-  core::ParsedDoc d = checked_put_doc(call, db, t, j);
+  core::ParsedDoc d = checked_put_doc(call, db, t, j, new_edits);
   std::vector<core::AttUpload> atts;
   if (!has_attachments(d)) co_return std::make_pair(std::move(d), std::move(atts));
   auto parsed = core::parse_attachments_json(*d.attachments, call.ctx.max_attachment_size);
@@ -941,7 +944,7 @@ MaybeResponse put_doc(Call& call, const core::DbRef& db, const Target& t, const 
     std::exception_ptr failed;
     std::optional<Response> answer;
     try {
-      auto [d, atts] = co_await streamed_put(call, db, t, own);
+      auto [d, atts] = co_await streamed_put(call, db, t, q.new_edits, own);
       answer = co_await put_doc_write(call, db, t, q, std::move(d), std::move(atts));
     } catch (...) {
       failed = std::current_exception();
@@ -957,7 +960,7 @@ MaybeResponse put_doc(Call& call, const core::DbRef& db, const Target& t, const 
   std::vector<MultipartPart> parts;
   Json j = put_body(call, parts);
   if (t.local) co_return co_await put_local(call, t, q, std::move(j));
-  core::ParsedDoc d = checked_put_doc(call, db, t, j);
+  core::ParsedDoc d = checked_put_doc(call, db, t, j, q.new_edits);
   std::vector<core::AttUpload> atts = upload_atts(call, d, parts);
   co_return co_await put_doc_write(call, db, t, q, std::move(d), std::move(atts));
 }

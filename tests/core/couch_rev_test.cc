@@ -369,7 +369,7 @@ std::pair<std::string, std::string> hashes_of_parsed(std::string_view text, bool
                                                      const std::vector<CouchAttSig>& atts) {
   auto value = parse_json_text(text, JsonNumbers::exact);
   if (!std::holds_alternative<nlohmann::ordered_json>(value)) return {"unparsed", "unparsed"};
-  auto doc = parse_doc(std::get<nlohmann::ordered_json>(value));
+  auto doc = parse_doc(std::get<nlohmann::ordered_json>(value), /*with_body_term=*/true);
   if (!std::holds_alternative<ParsedDoc>(doc)) return {"refused", "refused"};
   const ParsedDoc& d = std::get<ParsedDoc>(doc);
   return {couch_rev_hash_of_term(deleted, parent, d.body_term, atts),

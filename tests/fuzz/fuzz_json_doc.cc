@@ -61,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const ordered_json& value = std::get<ordered_json>(parsed);
     round_trip(value, numbers);
     if (numbers != JsonNumbers::exact || !value.is_object()) continue;
-    auto doc = chaise::core::parse_doc(value);
+    auto doc = chaise::core::parse_doc(value, /*with_body_term=*/true);
     if (auto* d = std::get_if<chaise::core::ParsedDoc>(&doc)) {
       auto body = chaise::core::parse_json_text(d->body, JsonNumbers::exact);
       require(std::holds_alternative<ordered_json>(body));
