@@ -205,12 +205,20 @@ class DbSpace {
   // One design document's view index (by signature).
   Subspace view_index(std::string_view sig) const { return views_.sub(Tuple().add_bytes(sig)); }
 
-  std::string counter_key(std::string_view name) const { return counters_.pack(Tuple().add(name)); }
+  std::string counter_key(std::string_view name) const {
+    std::string k = counters_.key();
+    storage::pack_string(&k, name);
+    return k;
+  }
   // A partitioned database's per-partition counters (same names): (kCounters, "partition", P, Name).
   std::string partition_counter_key(std::string_view partition, std::string_view name) const {
     return counters_.pack(Tuple().add(std::string_view("partition")).add(partition).add(name));
   }
-  std::string meta_key(std::string_view name) const { return meta_.pack(Tuple().add(name)); }
+  std::string meta_key(std::string_view name) const {
+    std::string k = meta_.key();
+    storage::pack_string(&k, name);
+    return k;
+  }
   // The per-document keys below are packed element by element (storage::pack_*), without a Tuple:
   // every document read and write builds several of them.
   std::string by_id_key(std::string_view doc_id) const {

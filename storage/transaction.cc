@@ -423,10 +423,9 @@ void Transaction::clear_range(std::string_view begin, std::string_view end) {
 void Transaction::add(std::string_view key, std::string_view operand) {
   if (!check_key(key)) return;
   if (operand.size() > kValueSizeMax) return defer(Error::value_too_large);
-  if (writes_.lookup(key).known == WriteMap::Known::unreadable)
+  if (!writes_.atomic(key, AtomicOp{MutationType::add, std::string(operand)}))
     return defer(Error::accessed_unreadable);
   size_bytes_ += key.size() + operand.size();
-  writes_.atomic(key, AtomicOp{MutationType::add, std::string(operand)});
 }
 
 void Transaction::add(std::string_view key, std::int64_t delta) {
@@ -439,19 +438,17 @@ void Transaction::add(std::string_view key, std::int64_t delta) {
 void Transaction::max(std::string_view key, std::string_view operand) {
   if (!check_key(key)) return;
   if (operand.size() > kValueSizeMax) return defer(Error::value_too_large);
-  if (writes_.lookup(key).known == WriteMap::Known::unreadable)
+  if (!writes_.atomic(key, AtomicOp{MutationType::max, std::string(operand)}))
     return defer(Error::accessed_unreadable);
   size_bytes_ += key.size() + operand.size();
-  writes_.atomic(key, AtomicOp{MutationType::max, std::string(operand)});
 }
 
 void Transaction::min(std::string_view key, std::string_view operand) {
   if (!check_key(key)) return;
   if (operand.size() > kValueSizeMax) return defer(Error::value_too_large);
-  if (writes_.lookup(key).known == WriteMap::Known::unreadable)
+  if (!writes_.atomic(key, AtomicOp{MutationType::min, std::string(operand)}))
     return defer(Error::accessed_unreadable);
   size_bytes_ += key.size() + operand.size();
-  writes_.atomic(key, AtomicOp{MutationType::min, std::string(operand)});
 }
 
 void Transaction::set_versionstamped_key(std::string_view key_template, std::string_view value) {

@@ -90,9 +90,9 @@ void WriteMap::clear_range(std::string_view begin, std::string_view end) {
   cleared_.add(begin, end);
 }
 
-void WriteMap::atomic(std::string_view key, AtomicOp op) {
-  auto it = points_.find(key);
-  if (it == points_.end()) {
+bool WriteMap::atomic(std::string_view key, AtomicOp op) {
+  auto it = points_.lower_bound(key);
+  if (it == points_.end() || it->first != key) {
     PointWrite w;
     if (cleared_.find(key)) {  // base known absent
       w.kind = PointWrite::Kind::set;
@@ -101,8 +101,8 @@ void WriteMap::atomic(std::string_view key, AtomicOp op) {
       w.kind = PointWrite::Kind::atomic;
       w.ops.push_back(std::move(op));
     }
-    points_.emplace(std::string(key), std::move(w));
-    return;
+    points_.emplace_hint(it, std::string(key), std::move(w));
+    return true;
   }
   PointWrite& w = it->second;
   switch (w.kind) {
@@ -114,14 +114,22 @@ void WriteMap::atomic(std::string_view key, AtomicOp op) {
       w.value = apply_atomic(std::nullopt, op);
       break;
     case PointWrite::Kind::atomic:
-      w.ops.push_back(std::move(op));
+      // Adds of one width fold into one: (x + a) + b == x + (a + b), both modulo 2^(8 * width),
+      // whatever x's own width (it is cut or zero-extended to the operand's width either way).
+      // A counter bumped by every document of a batch is then one op at commit, not thousands.
+      if (AtomicOp& last = w.ops.back(); op.type == MutationType::add &&
+                                         last.type == MutationType::add &&
+                                         last.operand.size() == op.operand.size()) {
+        last.operand = apply_atomic(std::string_view(last.operand), op);
+      } else {
+        w.ops.push_back(std::move(op));
+      }
       break;
     case PointWrite::Kind::versionstamped_value:
-      // The base is a value not known until commit. Transaction rejects this combination before it
-      // reaches the map (accessed_unreadable), so this is unreachable.
-      assert(false);
-      break;
+      // The base is a value not known until commit.
+      return false;
   }
+  return true;
 }
 
 void WriteMap::set_versionstamped_value(std::string_view key, std::string_view value_template) {

@@ -72,7 +72,8 @@ class WriteMap {
   void set(std::string_view key, std::string_view value);
   void clear(std::string_view key);
   void clear_range(std::string_view begin, std::string_view end);
-  void atomic(std::string_view key, AtomicOp op);
+  // False, changing nothing, when the key holds a versionstamped value (its base is unreadable).
+  bool atomic(std::string_view key, AtomicOp op);
   void set_versionstamped_value(std::string_view key, std::string_view value_template);
 
   // What this map knows of `key`.

@@ -9,6 +9,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -591,6 +592,40 @@ TEST_F(TransactionTest, OneBatchLeavesWhatItsTransactionsLeaveInOrder) {
   EXPECT_EQ(decode_le64(**tr.get("ctr")), 110);
   EXPECT_EQ(decode_le64(**tr.get("fresh")), 8);
   EXPECT_EQ(**tr.get("gate"), "g");
+}
+
+// A transaction folds adds of one width into one op: the value read back and the value committed
+// must be what applying every op in order to the stored base gives, for bases wider and narrower
+// than the operands, carries out of the top byte, and adds mixed with other widths and max/min.
+TEST_F(TransactionTest, ManyAtomicOpsOnOneKeyLeaveWhatAppliedInOrderLeaves) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 40; ++round) {
+    const std::string key = "fold" + std::to_string(round);
+    std::optional<std::string> want;
+    if (round % 4 != 0) {
+      want = std::string(1 + rng() % 6, '\0');
+      for (char& c : *want) c = static_cast<char>(rng());
+      put(key, *want);
+    }
+    auto tr = db_->create_transaction();
+    const int ops = 1 + static_cast<int>(rng() % 60);
+    for (int i = 0; i < ops; ++i) {
+      const unsigned pick = rng() % 10;
+      const std::size_t width = pick < 7 ? 2 : 1 + rng() % 5;  // mostly one width: folded
+      AtomicOp op{pick == 8 ? MutationType::max : pick == 9 ? MutationType::min : MutationType::add,
+                  std::string(width, '\0')};
+      for (char& c : op.operand) c = static_cast<char>(rng() % 3 == 0 ? 0xff : rng());
+      want = apply_atomic(want ? std::optional<std::string_view>(*want) : std::nullopt, op);
+      if (op.type == MutationType::add) tr.add(key, op.operand);
+      if (op.type == MutationType::max) tr.max(key, op.operand);
+      if (op.type == MutationType::min) tr.min(key, op.operand);
+    }
+    if (round % 2 == 0) {
+      EXPECT_EQ(**tr.get(key, Snapshot::yes), *want) << round;
+    }
+    ASSERT_TRUE(tr.commit().ok());
+    EXPECT_EQ(*read(key), *want) << round;
+  }
 }
 
 TEST_F(TransactionTest, AtomicAddReadsBaseWithConflict) {
