@@ -310,6 +310,11 @@ std::string Engine::evaluated(std::string_view key, const PointWrite& w, const s
 Result<CommitResult> Engine::commit_one(CommitRequest& req, std::int64_t version,
                                         std::uint16_t order, WriteMap& overlay) {
   const std::string vs = make_versionstamp(version, order);
+  // The written keys, for the resolver: views of the write map's keys, which stay where they are
+  // whether the map is merged into the overlay or becomes it.
+  std::vector<std::string_view> written;
+  written.reserve(req.writes.points().size() + req.versionstamped_keys.size());
+  for (const auto& [key, w] : req.writes.points()) written.push_back(key);
   if (overlay.empty()) {
     // Nothing before it in the batch: its writes become the batch's, evaluated where they are.
     // Inserting them one by one into an empty map was a twentieth of a _bulk_docs request.
@@ -332,12 +337,14 @@ Result<CommitResult> Engine::commit_one(CommitRequest& req, std::int64_t version
       }
     }
   }
+  std::vector<std::string> stamped;
+  stamped.reserve(req.versionstamped_keys.size());
   for (const VersionstampedKey& vk : req.versionstamped_keys) {
-    std::string key = fill_versionstamp(vk.key_template, vs);
-    overlay.set(key, vk.value);
-    req.write_conflicts.push_back({key, key_after(key)});
+    stamped.push_back(fill_versionstamp(vk.key_template, vs));
+    overlay.set(stamped.back(), vk.value);
   }
-  resolver_.add_writes(req.write_conflicts);
+  for (const std::string& key : stamped) written.push_back(key);
+  resolver_.add_writes(std::move(written), req.write_conflicts);
   return CommitResult{version, vs};
 }
 
@@ -417,7 +424,7 @@ void Engine::process_batch(std::vector<std::unique_ptr<CommitRequest>>& batch) {
       stat_batches_.fetch_add(1, std::memory_order_relaxed);
       // Under watch_mu_, not via watch_count_: a registration reads the value and inserts its
       // watch under the same mutex, so it either sees this batch's write or is seen here.
-      fire_watches(accepted);
+      fire_watches(overlay);
     }
   }
   for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -431,22 +438,35 @@ void Engine::process_batch(std::vector<std::unique_ptr<CommitRequest>>& batch) {
   }
 }
 
-void Engine::fire_watches(const std::vector<CommitRequest*>& committed) {
+void Engine::fire_watches(const WriteMap& written) {
   std::vector<std::shared_ptr<WatchState>> hit;
   {
     std::lock_guard lock(watch_mu_);
     if (watches_.empty()) return;
-    for (const CommitRequest* req : committed) {
-      for (const KeyRange& r : req->write_conflicts) {
-        for (auto it = watches_.lower_bound(r.begin); it != watches_.end() && it->first < r.end;) {
-          auto& w = it->second;
-          if (w->fired() || latest_value(w->key(), nullptr) != w->baseline) {
-            hit.push_back(std::move(w));
-            it = watches_.erase(it);
-          } else {
-            ++it;
-          }
-        }
+    // A watched key's value can have changed only if the batch wrote it (a point write or a cleared
+    // range). Whichever side is smaller is walked, the other searched.
+    auto check = [&](auto it) {
+      auto& w = it->second;
+      if (w->fired() || latest_value(w->key(), nullptr) != w->baseline) {
+        hit.push_back(std::move(w));
+        return watches_.erase(it);
+      }
+      return std::next(it);
+    };
+    if (watches_.size() <= written.points().size()) {
+      for (auto it = watches_.begin(); it != watches_.end();) {
+        const bool touched = written.points().contains(it->first) ||
+                             written.cleared().find(it->first) != nullptr;
+        it = touched ? check(it) : std::next(it);
+      }
+    } else {
+      for (const auto& [key, w] : written.points()) {
+        for (auto it = watches_.lower_bound(key); it != watches_.end() && it->first == key;)
+          it = check(it);
+      }
+      for (const auto& [b, e] : written.cleared().ranges()) {
+        for (auto it = watches_.lower_bound(b); it != watches_.end() && it->first < e;)
+          it = check(it);
       }
     }
     watch_count_.store(watches_.size());

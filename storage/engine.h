@@ -66,6 +66,7 @@ class WatchState final : public Watch {
 struct CommitRequest {
   std::int64_t read_version = -1;  // -1: no reads (blind writes), nothing to check
   std::vector<KeyRange> read_conflicts;
+  // Explicit write conflicts and cleared ranges; the point writes count by their keys in `writes`.
   std::vector<KeyRange> write_conflicts;
   WriteMap writes;
   std::vector<VersionstampedKey> versionstamped_keys;
@@ -118,7 +119,7 @@ class Engine {
   // (`overlay`; nullptr when there are none) and the commit's versionstamp `vs`.
   std::string evaluated(std::string_view key, const PointWrite& w, const std::string& vs,
                         const WriteMap* overlay);
-  void fire_watches(const std::vector<CommitRequest*>& committed);
+  void fire_watches(const WriteMap& written);
 
   Options options_;
   std::unique_ptr<rocksdb::DB> db_;

@@ -19,69 +19,61 @@ std::size_t string_heap(std::size_t n) {
 constexpr std::size_t kRangeOverhead = 2 * 32 + 8;
 // A run's own object in the deque.
 constexpr std::size_t kRunOverhead = 192;
-// A node of an open run's set (tree links and the string object).
-constexpr std::size_t kOpenKeyOverhead = 80;
 }  // namespace
 
 void Resolver::begin_version(std::int64_t version, std::int64_t now_us) {
-  assert(runs_.empty() || runs_.back().last_version < version);
-  if (!runs_.empty()) {
-    seal(runs_.back());  // from now on only merged or forgotten
-    const std::size_t run_bytes_max = std::max<std::size_t>(bytes_max_ / 16, 4096);
-    while (runs_.size() >= 2) {
-      const Run& older = runs_[runs_.size() - 2];
-      const Run& newer = runs_.back();
-      if (older.entries.size() > 2 * newer.entries.size()) break;
-      if (older.bytes + newer.bytes > run_bytes_max) break;
-      merge_last_two();
-    }
-  }
-  Run run;
-  run.last_version = version;
-  run.last_time_us = now_us;
-  run.bytes = kRunOverhead;
-  bytes_ += run.bytes;
-  runs_.push_back(std::move(run));
+  assert(version > version_);
+  version_ = version;
+  version_time_us_ = now_us;
+  merge_runs(/*same_version_only=*/false);
 }
 
-void Resolver::add_writes(const std::vector<KeyRange>& writes) {
-  assert(!runs_.empty());
-  Run& run = runs_.back();
-  for (const KeyRange& w : writes) {
+void Resolver::merge_runs(bool same_version_only) {
+  const std::size_t run_bytes_max = std::max<std::size_t>(bytes_max_ / 16, 4096);
+  while (runs_.size() >= 2) {
+    const Run& older = runs_[runs_.size() - 2];
+    const Run& newer = runs_.back();
+    if (same_version_only && older.last_version != newer.last_version) break;
+    if (older.entries.size() > 2 * newer.entries.size()) break;
+    if (older.bytes + newer.bytes > run_bytes_max) break;
+    merge_last_two();
+  }
+}
+
+void Resolver::add_writes(std::vector<std::string_view> keys, const std::vector<KeyRange>& ranges) {
+  assert(version_ > 0);
+  Run run;
+  run.last_version = version_;
+  run.last_time_us = version_time_us_;
+  run.bytes = kRunOverhead;
+  for (const KeyRange& w : ranges) {
     if (w.begin >= w.end) continue;
     if (is_point(w)) {
-      if (!run.open.insert(w.begin).second) continue;  // already written in this batch
-      const std::size_t b = kOpenKeyOverhead + string_heap(w.begin.size());
-      run.bytes += b;
-      bytes_ += b;
-      ++keys_;
-    } else {
-      ranges_.push_back(RangeWrite{w.begin, w.end, run.last_version});
-      const std::size_t b =
-          kRangeOverhead + string_heap(w.begin.size()) + string_heap(w.end.size());
-      run.bytes += b;
-      bytes_ += b;
-      ++run.ranges;
+      keys.push_back(w.begin);
+      continue;
     }
+    ranges_.push_back(RangeWrite{w.begin, w.end, version_});
+    run.bytes += kRangeOverhead + string_heap(w.begin.size()) + string_heap(w.end.size());
+    ++run.ranges;
   }
-}
-
-void Resolver::seal(Run& run) {
+  if (keys.empty() && run.ranges == 0) return;
+  if (!std::is_sorted(keys.begin(), keys.end())) std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   std::size_t key_bytes = 0;
-  for (const std::string& k : run.open) key_bytes += k.size();
+  for (std::string_view k : keys) key_bytes += k.size();
   run.keys.reserve(key_bytes);
-  run.entries.reserve(run.open.size());
-  std::size_t open_bytes = 0;
-  for (const std::string& k : run.open) {
-    run.entries.push_back(
-        Entry{run.keys.size(), static_cast<std::uint32_t>(k.size()), run.last_version});
+  run.entries.reserve(keys.size());
+  for (std::string_view k : keys) {
+    run.entries.push_back(Entry{run.keys.size(), static_cast<std::uint32_t>(k.size()), version_});
     run.keys.append(k);
-    open_bytes += kOpenKeyOverhead + string_heap(k.size());
   }
-  run.open.clear();
-  const std::size_t sealed_bytes = key_bytes + run.entries.size() * sizeof(Entry);
-  run.bytes = run.bytes - open_bytes + sealed_bytes;
-  bytes_ = bytes_ - open_bytes + sealed_bytes;
+  run.bytes += key_bytes + run.entries.size() * sizeof(Entry);
+  bytes_ += run.bytes;
+  keys_ += run.entries.size();
+  runs_.push_back(std::move(run));
+  // Across versions runs merge when the next version begins, as the window ages them by their
+  // newest version.
+  merge_runs(/*same_version_only=*/true);
 }
 
 void Resolver::merge_last_two() {
@@ -125,10 +117,6 @@ bool Resolver::conflicts(std::int64_t read_version, const std::vector<KeyRange>&
     const Run& r = *run;
     for (const KeyRange& read : reads) {
       if (read.begin >= read.end) continue;
-      if (!r.open.empty()) {  // open: one version, newer than the read version
-        auto it = r.open.lower_bound(read.begin);
-        if (it != r.open.end() && *it < read.end) return true;
-      }
       auto it = std::lower_bound(r.entries.begin(), r.entries.end(), std::string_view(read.begin),
                                  [&r](const Entry& e, std::string_view k) { return r.key(e) < k; });
       for (; it != r.entries.end() && r.key(*it) < std::string_view(read.end); ++it) {
@@ -159,9 +147,12 @@ void Resolver::forget_oldest() {
 }
 
 void Resolver::expire(std::int64_t now_us, std::int64_t lifetime_us) {
-  // Keep the newest run always: it holds what current read versions point at.
-  while (runs_.size() > 1 && runs_.front().last_time_us < now_us - lifetime_us) forget_oldest();
-  while (runs_.size() > 1 && bytes_ > bytes_max_) forget_oldest();
+  // Keep the newest version's runs always: they hold what current read versions point at.
+  auto older_than_newest = [this] {
+    return runs_.size() > 1 && runs_.front().last_version < runs_.back().last_version;
+  };
+  while (older_than_newest() && runs_.front().last_time_us < now_us - lifetime_us) forget_oldest();
+  while (older_than_newest() && bytes_ > bytes_max_) forget_oldest();
 }
 
 }  // namespace chaise::storage

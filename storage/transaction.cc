@@ -505,7 +505,6 @@ std::unique_ptr<CommitRequest> Transaction::take_commit_request() {
   req->read_conflicts = std::move(read_conflicts_);
   req->write_conflicts = std::move(write_conflicts_);
   for (const auto& [b, e] : writes_.cleared().ranges()) req->write_conflicts.push_back({b, e});
-  for (const auto& [k, w] : writes_.points()) req->write_conflicts.push_back({k, key_after(k)});
   req->writes = std::move(writes_);
   req->versionstamped_keys = std::move(versionstamped_keys_);
   req->bytes = size_bytes_;

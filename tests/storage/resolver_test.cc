@@ -88,7 +88,7 @@ TEST(ResolverTest, ByteBoundForgetsOldestVersionsEarly) {
 // The runs against a plain list of every write: for any read version the resolver can still
 // check, a conflict is reported exactly when some write after it intersects a read. Random keys
 // from a small alphabet (rewrites, shared prefixes), points and ranges, several transactions per
-// batch with searches between them (the open run unsorted), expiry by time and by bytes.
+// batch with searches between them (each transaction's keys a run, unsorted when given), expiry by time and by bytes.
 TEST(ResolverTest, RunsAnswerLikeAListOfEveryWrite) {
   struct Write {
     KeyRange range;

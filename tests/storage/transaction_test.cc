@@ -872,6 +872,23 @@ TEST_F(TransactionTest, WatchOnClearedRangeAndAtomicAndCancel) {
   EXPECT_EQ(atomic.wait_ms(5000), Error::success);
   w3->cancel();
   EXPECT_EQ(cancelled.wait_ms(5000), Error::transaction_cancelled);
+
+  // A commit writing more keys than there are watches: the watches are walked, not the writes.
+  put("v/1", "1");
+  WatchWaiter by_range, by_point, untouched;
+  auto t3 = db_->create_transaction();
+  auto w4 = t3.watch("v/1", by_range.callback());
+  auto w5 = t3.watch("p/3", by_point.callback());
+  auto w6 = t3.watch("q", untouched.callback());
+  ASSERT_TRUE(t3.commit().ok());
+  auto t4 = db_->create_transaction();
+  t4.clear_range("v/", "v0");
+  for (int i = 0; i < 8; ++i) t4.set("p/" + std::to_string(i), "x");
+  ASSERT_TRUE(t4.commit().ok());
+  EXPECT_EQ(by_range.wait_ms(5000), Error::success);
+  EXPECT_EQ(by_point.wait_ms(5000), Error::success);
+  w6->cancel();
+  EXPECT_EQ(untouched.wait_ms(5000), Error::transaction_cancelled);  // not fired by t4
 }
 
 TEST_F(TransactionTest, WatchOfAFailedTransactionReportsItsError) {
