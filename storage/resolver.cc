@@ -23,6 +23,12 @@ constexpr std::size_t kRunOverhead = 192;
 
 void Resolver::begin_version(std::int64_t version, std::int64_t now_us) {
   assert(version > version_);
+  // The last version's runs become one (unless that grows past a run's bound), then runs merge
+  // across versions.
+  const std::size_t run_bytes_max = std::max<std::size_t>(bytes_max_ / 16, 4096);
+  while (runs_.size() >= 2 && runs_[runs_.size() - 2].last_version == version_ &&
+         runs_[runs_.size() - 2].bytes + runs_.back().bytes <= run_bytes_max)
+    merge_last_two();
   version_ = version;
   version_time_us_ = now_us;
   merge_runs(/*same_version_only=*/false);

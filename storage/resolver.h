@@ -9,15 +9,16 @@
 // keys take) the oldest versions are forgotten early, so under a heavy write load the window is
 // shorter than the lifetime.
 //
-// Single keys are kept in runs: sorted arrays of (key, version), one per committed transaction at
-// first, built by sorting its keys (a transaction's own writes come sorted). A run merges with the
-// one before it while that one is at most twice its size (so there are about log2(n) runs, each
-// key copied about log2(n) times), up to bytes_max / 16 per run. A search looks only at runs
-// holding versions newer than the read version: for a transaction that just started, the last
-// few. The whole window is forgotten run by run, oldest first, never a part of the newest
-// version. (A map of every key was a node allocation and ~17 string comparisons, most of them
-// cache misses, per key written: 4% of a PUT; an ordered set for the batch being committed was
-// still 5,000 instructions per document of a _bulk_docs.)
+// Single keys are kept in runs: sorted arrays of (key, version). Each committed transaction's keys
+// become a run, by sorting them (a write map's keys already are); a batch's runs merge while the
+// older is at most twice the newer's size, and become one run when the next version begins. Then
+// a run merges with the one before it while that one is at most twice its size (so there are
+// about log2(n) runs, each key copied about log2(n) times), up to bytes_max / 16 per run. A search
+// looks only at runs holding versions newer than the read version: for a transaction that just
+// started, the last few. The whole window is forgotten run by run, oldest first, never a part of
+// the newest version. (A map of every key was a node allocation and ~17 string comparisons, most
+// of them cache misses, per key written: 4% of a PUT; an ordered set for the batch being
+// committed was still 5,000 instructions per document of a _bulk_docs.)
 //
 // Threading: used only by the commit thread; no locking.
 #pragma once
