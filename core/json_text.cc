@@ -499,6 +499,15 @@ bool is_plain_json_string(std::string_view s) {
   return true;
 }
 
+namespace {
+template <typename Int>
+void append_decimal(std::string& out, Int v) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, end);
+}
+}  // namespace
+
 void JsonWriter::string(std::string_view s) {
   if (!is_plain_json_string(s)) {
     serializer_.dump(Json(std::string(s)), false, false, 0);
@@ -535,13 +544,36 @@ void JsonWriter::value(const Json& j) {
       out_.push_back(']');
       return;
     }
+    case Json::value_t::string: {
+      const auto& s = j.get_ref<const std::string&>();
+      if (is_plain_json_string(s)) {
+        out_.push_back('"');
+        out_.append(s);
+        out_.push_back('"');
+      } else {
+        serializer_.dump(j, false, false, 0);
+      }
+      return;
+    }
+    case Json::value_t::number_integer:
+      append_decimal(out_, j.get<std::int64_t>());
+      return;
+    case Json::value_t::number_unsigned:
+      append_decimal(out_, j.get<std::uint64_t>());
+      return;
+    case Json::value_t::boolean:
+      out_ += j.get<bool>() ? "true" : "false";
+      return;
+    case Json::value_t::null:
+      out_ += "null";
+      return;
     case Json::value_t::binary:
       if (is_number_text(j)) {
         out_ += number_text(j);
         return;
       }
       [[fallthrough]];
-    default:
+    default:  // floats (their shortest round-trip form), a binary that is not number text
       serializer_.dump(j, false, false, 0);
   }
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -418,6 +419,32 @@ TEST(JsonText, ReadsWhatNlohmannReads) {
       changed[i] = c;
       expect_read_as_nlohmann(changed);
     }
+  }
+}
+
+}  // namespace
+}  // namespace chaise::core
+
+namespace chaise::core {
+namespace {
+
+// The body writer's own paths for strings, integers, booleans and null write what nlohmann's
+// serializer writes (which the stored bodies and their revision hashes were made with).
+TEST(JsonText, WriterWritesWhatTheSerializerWrites) {
+  const std::vector<Json> values = {
+      Json(nullptr), Json(true), Json(false), Json(0), Json(-1), Json(42),
+      Json(std::numeric_limits<std::int64_t>::min()), Json(std::numeric_limits<std::int64_t>::max()),
+      Json(std::numeric_limits<std::uint64_t>::max()), Json(std::uint64_t{9223372036854775808u}),
+      Json(0.0), Json(-0.0), Json(1.5), Json(1e300), Json(5e-324), Json(0.1), Json(""),
+      Json("plain"), Json("quote\"back\\slash/"), Json("\b\f\n\r\t"), Json(std::string("\0x", 2)),
+      Json("\x01\x1f\x7f"), Json("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"),
+      Json::array({1, "a", nullptr, Json::array(), Json::object()}),
+      Json::parse(R"({"a":{"b":[1,-2,3.25,"\u00e9"]},"":true,"k\"":null})")};
+  for (const Json& v : values) {
+    std::string out;
+    JsonWriter w(out, true);
+    w.value(v);
+    EXPECT_EQ(out, v.dump()) << v.dump();
   }
 }
 
