@@ -63,7 +63,12 @@ void Resolver::add_writes(std::vector<std::string_view> keys, const std::vector<
     ++run.ranges;
   }
   if (keys.empty() && run.ranges == 0) return;
-  if (!std::is_sorted(keys.begin(), keys.end())) std::sort(keys.begin(), keys.end());
+  // Usually a sorted write map's keys, then a few more (versionstamped keys, explicit conflicts):
+  // only those are sorted, then merged in.
+  if (auto tail = std::is_sorted_until(keys.begin(), keys.end()); tail != keys.end()) {
+    std::sort(tail, keys.end());
+    std::inplace_merge(keys.begin(), tail, keys.end());
+  }
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   std::size_t key_bytes = 0;
   for (std::string_view k : keys) key_bytes += k.size();

@@ -70,15 +70,60 @@ const std::pair<const std::string, std::string>* RangeSet::find(std::string_view
   return key < it->second ? &*it : nullptr;
 }
 
+WriteMap::WriteMap(const WriteMap& other) : points_(other.points_), cleared_(other.cleared_) {}
+
+WriteMap::WriteMap(WriteMap&& other) noexcept
+    : points_(std::move(other.points_)), cleared_(std::move(other.cleared_)) {
+  other.reset();
+}
+
+WriteMap& WriteMap::operator=(const WriteMap& other) {
+  if (this != &other) {
+    points_ = other.points_;
+    cleared_ = other.cleared_;
+    hint_.reset();
+  }
+  return *this;
+}
+
+WriteMap& WriteMap::operator=(WriteMap&& other) noexcept {
+  if (this != &other) {
+    points_ = std::move(other.points_);
+    cleared_ = std::move(other.cleared_);
+    hint_.reset();
+    other.reset();
+  }
+  return *this;
+}
+
+PointWrite& WriteMap::slot(std::string_view key) {
+  if (hint_) {
+    const Points::iterator last = *hint_;
+    if (last->first == key) return last->second;
+    const Points::iterator next = std::next(last);
+    if (last->first < key && (next == points_.end() || key <= next->first)) {
+      hint_ = next != points_.end() && next->first == key
+                  ? next
+                  : points_.emplace_hint(next, std::string(key), PointWrite{});
+      return (*hint_)->second;
+    }
+  }
+  auto it = points_.lower_bound(key);
+  if (it == points_.end() || it->first != key)
+    it = points_.emplace_hint(it, std::string(key), PointWrite{});
+  hint_ = it;
+  return it->second;
+}
+
 void WriteMap::set(std::string_view key, std::string_view value) {
-  auto& w = points_[std::string(key)];
+  PointWrite& w = slot(key);
   w.kind = PointWrite::Kind::set;
   w.value.assign(value);
   w.ops.clear();
 }
 
 void WriteMap::clear(std::string_view key) {
-  auto& w = points_[std::string(key)];
+  PointWrite& w = slot(key);
   w.kind = PointWrite::Kind::clear;
   w.value.clear();
   w.ops.clear();
@@ -86,6 +131,7 @@ void WriteMap::clear(std::string_view key) {
 
 void WriteMap::clear_range(std::string_view begin, std::string_view end) {
   if (begin >= end) return;
+  hint_.reset();
   points_.erase(points_.lower_bound(begin), points_.lower_bound(end));
   cleared_.add(begin, end);
 }
@@ -133,7 +179,7 @@ bool WriteMap::atomic(std::string_view key, AtomicOp op) {
 }
 
 void WriteMap::set_versionstamped_value(std::string_view key, std::string_view value_template) {
-  auto& w = points_[std::string(key)];
+  PointWrite& w = slot(key);
   w.kind = PointWrite::Kind::versionstamped_value;
   w.value.assign(value_template);
   w.ops.clear();

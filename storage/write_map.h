@@ -69,6 +69,13 @@ class WriteMap {
  public:
   using Points = std::map<std::string, PointWrite, std::less<>>;
 
+  WriteMap() = default;
+  // Copies and moves leave the insertion hint behind (it points into one map's nodes).
+  WriteMap(const WriteMap& other);
+  WriteMap(WriteMap&& other) noexcept;
+  WriteMap& operator=(const WriteMap& other);
+  WriteMap& operator=(WriteMap&& other) noexcept;
+
   void set(std::string_view key, std::string_view value);
   void clear(std::string_view key);
   void clear_range(std::string_view begin, std::string_view end);
@@ -93,11 +100,18 @@ class WriteMap {
   void reset() {
     points_.clear();
     cleared_.clear();
+    hint_.reset();
   }
 
  private:
+  // The entry for `key`, added if absent. Keys written in ascending order (a sorted map merged
+  // into another, a transaction's run of versionstamped keys) go next to the last one without a
+  // search when nothing lies between: two comparisons instead of a dozen on long shared prefixes.
+  PointWrite& slot(std::string_view key);
+
   Points points_;
   RangeSet cleared_;
+  std::optional<Points::iterator> hint_;  // the entry slot() returned last
 };
 
 }  // namespace chaise::storage

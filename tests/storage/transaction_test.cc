@@ -905,3 +905,59 @@ TEST_F(TransactionTest, WatchOfAFailedTransactionReportsItsError) {
 
 }  // namespace
 }  // namespace chaise::storage
+
+namespace chaise::storage {
+namespace {
+
+// The write map against a plain model, with runs of ascending keys (placed by the insertion hint),
+// descending ones, repeats, range clears between them, and copies and moves of the map midway.
+TEST(WriteMapTest, PlacesKeysWhereAModelDoes) {
+  std::mt19937 rng(26);
+  WriteMap m;
+  std::map<std::string, std::optional<std::string>> model;  // nullopt: cleared
+  auto key = [&](int i) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "k%05d", i);
+    return std::string(buf);
+  };
+  for (int step = 0; step < 4000; ++step) {
+    const unsigned op = rng() % 20;
+    if (op == 0) {
+      int a = static_cast<int>(rng() % 2000), b = a + static_cast<int>(rng() % 50);
+      m.clear_range(key(a), key(b));
+      for (auto it = model.lower_bound(key(a)); it != model.end() && it->first < key(b);)
+        it = model.erase(it);
+      continue;
+    }
+    if (op == 1) {
+      WriteMap copy(m);
+      m = std::move(copy);
+    } else if (op == 2) {
+      WriteMap moved(std::move(m));
+      m = moved;
+    }
+    const int start = static_cast<int>(rng() % 2000);
+    const int len = 1 + static_cast<int>(rng() % 30);
+    const int dir = rng() % 4 == 0 ? -1 : 1;
+    for (int i = 0; i < len; ++i) {
+      const std::string k = key(start + dir * i * static_cast<int>(1 + rng() % 3));
+      if (rng() % 5 == 0) {
+        m.clear(k);
+        model[k] = std::nullopt;
+      } else {
+        const std::string v = std::to_string(step) + "/" + std::to_string(i);
+        m.set(k, v);
+        model[k] = v;
+      }
+    }
+  }
+  std::map<std::string, std::optional<std::string>> got;
+  for (const auto& [k, w] : m.points()) {
+    ASSERT_TRUE(w.kind == PointWrite::Kind::set || w.kind == PointWrite::Kind::clear);
+    got[k] = w.kind == PointWrite::Kind::set ? std::optional<std::string>(w.value) : std::nullopt;
+  }
+  EXPECT_EQ(got, model);
+}
+
+}  // namespace
+}  // namespace chaise::storage
