@@ -64,10 +64,11 @@ std::optional<StoredBranch> decode_branch(const keyspace::DbSpace& space, const 
   return b;
 }
 
-Tuple parents_tuple(const Branch& b) {
-  Tuple t;
-  for (const std::string& h : b.ancestors) t.add_bytes(h);
-  return t;
+// A branch's ancestors' hashes as a nested tuple of byte strings.
+void pack_parents(std::string* out, const Branch& b) {
+  storage::pack_nested_open(out);
+  for (const std::string& h : b.ancestors) storage::pack_bytes(out, h);
+  storage::pack_nested_close(out);
 }
 
 std::string revision_key(const DbRef& db, std::string_view id, const Branch& b) {
@@ -76,31 +77,31 @@ std::string revision_key(const DbRef& db, std::string_view id, const Branch& b) 
 
 // A non-winner branch value.
 std::string loser_value(const Branch& b, std::int64_t body_size) {
-  return Tuple()
-      .add(keyspace::kRevFormat)
-      .add(nullptr)
-      .add(nullptr)
-      .add(parents_tuple(b))
-      .add(body_size)
-      .pack();
+  std::string v;
+  storage::pack_int(&v, keyspace::kRevFormat);
+  storage::pack_null(&v);
+  storage::pack_null(&v);
+  pack_parents(&v, b);
+  storage::pack_int(&v, body_size);
+  return v;
 }
 
 // The winner's value, with this transaction's sequence (versionstamped; offset suffix included).
 std::string winner_value_template(const Branch& b, std::int64_t branch_count,
                                   std::int64_t body_size, SeqSlot slot) {
-  Tuple seq = Tuple()
-                  .add(keyspace::kIncarnation)
-                  .add(Versionstamp::incomplete(slot.order))
-                  .add(slot.count);
-  auto packed = Tuple()
-                    .add(keyspace::kRevFormat)
-                    .add(seq)
-                    .add(branch_count)
-                    .add(parents_tuple(b))
-                    .add(body_size)
-                    .pack_with_versionstamp();
-  assert(packed.ok());
-  return std::move(*packed);
+  // (format, (Incarnation, Versionstamp, count), branches, parents, body size)
+  std::string v;
+  storage::pack_int(&v, keyspace::kRevFormat);
+  storage::pack_nested_open(&v);
+  storage::pack_int(&v, keyspace::kIncarnation);
+  const std::size_t stamp = storage::pack_incomplete_versionstamp(&v, slot.order);
+  storage::pack_int(&v, slot.count);
+  storage::pack_nested_close(&v);
+  storage::pack_int(&v, branch_count);
+  pack_parents(&v, b);
+  storage::pack_int(&v, body_size);
+  storage::append_versionstamp_offset(&v, stamp);
+  return v;
 }
 
 std::string changes_key(const DbRef& db, std::int64_t shard, const Sequence& s) {
@@ -197,28 +198,32 @@ storage::Status apply_edit(Transaction& tr, const DbRef& db, std::string_view id
   const std::string pk = partition_key(db, id);
   if (p.old_winner && p.old_winner->seq)
     tr.clear(changes_key(db, route(map_for(maps, *p.old_winner->seq), pk), *p.old_winner->seq));
-  auto ck = db.space.changes().pack_with_versionstamp(Tuple()
-                                                          .add(route(maps.back(), pk))
-                                                          .add(keyspace::kIncarnation)
-                                                          .add(Versionstamp::incomplete(slot.order)));
-  assert(ck.ok());
-  tr.set_versionstamped_key(*ck, Tuple()
-                                     .add(keyspace::kSeqFormat)
-                                     .add(id)
-                                     .add(winner.leaf.pos)
-                                     .add_bytes(winner.leaf.hash)
-                                     .add(p.branch_count)
-                                     .add(!winner.deleted)
-                                     .add(slot.count)
-                                     .pack());
+  // (Shard, Incarnation, Versionstamp) -> (format, id, pos, hash, branches, live, count), packed
+  // element by element: every edit writes them.
+  std::string ck = db.space.changes().key();
+  storage::pack_int(&ck, route(maps.back(), pk));
+  storage::pack_int(&ck, keyspace::kIncarnation);
+  storage::append_versionstamp_offset(&ck, storage::pack_incomplete_versionstamp(&ck, slot.order));
+  std::string seq_value;
+  storage::pack_int(&seq_value, keyspace::kSeqFormat);
+  storage::pack_string(&seq_value, id);
+  storage::pack_int(&seq_value, winner.leaf.pos);
+  storage::pack_bytes(&seq_value, winner.leaf.hash);
+  storage::pack_int(&seq_value, p.branch_count);
+  storage::pack_bool(&seq_value, !winner.deleted);
+  storage::pack_int(&seq_value, slot.count);
+  tr.set_versionstamped_key(ck, seq_value);
   // by_id: live documents only. Design documents' entries are remembered between transactions
   // (the validation functions, core/validation.cc): writing one marks the transaction.
   if (id.starts_with("_design/")) tr.touch_metadata();
   // Authentication remembers what it read from _users (http/auth.cc) the same way.
   if (db.name == kUsersDb) tr.touch_metadata();
   if (!winner.deleted) {
-    tr.set(db.space.by_id_key(id),
-           Tuple().add(keyspace::kByIdFormat).add(winner.leaf.pos).add_bytes(winner.leaf.hash).pack());
+    std::string by_id_value;
+    storage::pack_int(&by_id_value, keyspace::kByIdFormat);
+    storage::pack_int(&by_id_value, winner.leaf.pos);
+    storage::pack_bytes(&by_id_value, winner.leaf.hash);
+    tr.set(db.space.by_id_key(id), by_id_value);
   } else {
     tr.clear(db.space.by_id_key(id));
   }

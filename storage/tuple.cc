@@ -667,6 +667,20 @@ void pack_string(std::string* out, std::string_view s) {
 void pack_bytes(std::string* out, std::string_view b) { Encoder(out).string_element(kBytesCode, b); }
 void pack_int(std::string* out, std::int64_t v) { Encoder(out).int_element(v); }
 void pack_bool(std::string* out, bool v) { Encoder(out).bool_element(v); }
+void pack_null(std::string* out) { put(out, kNullCode); }
+void pack_nested_open(std::string* out) { put(out, kNestedCode); }
+void pack_nested_close(std::string* out) { put(out, 0x00); }
+std::size_t pack_incomplete_versionstamp(std::string* out, std::uint16_t user_version) {
+  put(out, kVersionstampCode);
+  const std::size_t offset = out->size();
+  out->append(Versionstamp::incomplete(user_version).to_bytes());
+  return offset;
+}
+void append_versionstamp_offset(std::string* out, std::size_t offset) {
+  assert(offset <= std::numeric_limits<std::uint32_t>::max());
+  for (std::size_t i = 0; i < kVersionstampOffsetSize; ++i)
+    out->push_back(static_cast<char>(offset >> (8 * i)));
+}
 
 // -------------------------------------------------------------------------------------------------
 // TupleReader

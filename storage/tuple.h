@@ -176,6 +176,16 @@ void pack_string(std::string* out, std::string_view s);  // a unicode string
 void pack_bytes(std::string* out, std::string_view b);   // a byte string
 void pack_int(std::string* out, std::int64_t v);
 void pack_bool(std::string* out, bool v);
+void pack_null(std::string* out);  // a null at the top level (inside a nested tuple it differs)
+// A nested tuple: pack_nested_open, its elements with the packers above (no null), then
+// pack_nested_close.
+void pack_nested_open(std::string* out);
+void pack_nested_close(std::string* out);
+// An incomplete versionstamp; returns where its 10-byte placeholder starts in *out, to be
+// appended with append_versionstamp_offset once the key or value is complete (what
+// pack_with_versionstamp() appends).
+std::size_t pack_incomplete_versionstamp(std::string* out, std::uint16_t user_version);
+void append_versionstamp_offset(std::string* out, std::size_t offset);
 
 // Reads a packed tuple's top-level elements front to back without building a Tuple: for the hot
 // paths that know the layout they read (a scan's keys and values), where unpack()'s element vector

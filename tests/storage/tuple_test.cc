@@ -1019,6 +1019,64 @@ TEST(TuplePackers, WriteWhatPackWritesForEachElement) {
   }
 }
 
+// Nulls, nested tuples and an incomplete versionstamp written by the packers: the same bytes, and
+// the same versionstamp offset, as pack_with_versionstamp of the equivalent Tuple.
+TEST(TuplePackers, NestedTuplesNullsAndAVersionstampAsPackWithVersionstamp) {
+  std::mt19937_64 rng(2611);
+  for (int i = 0; i < 1000; ++i) {
+    Tuple t;
+    std::string packed = "pre";
+    const int stamp_at = static_cast<int>(rng() % 4);
+    std::size_t offset = 0;
+    for (int n = 0; n < 4; ++n) {
+      if (n == stamp_at) {
+        const auto user = static_cast<std::uint16_t>(rng());
+        if (rng() % 2 == 0) {
+          t.add(Versionstamp::incomplete(user));
+          offset = pack_incomplete_versionstamp(&packed, user);
+        } else {  // inside a nested tuple, between other elements
+          const std::int64_t a = static_cast<std::int64_t>(rng() % 1000) - 500;
+          t.add(Tuple().add(a).add(Versionstamp::incomplete(user)).add(std::string("x\0y", 3)));
+          pack_nested_open(&packed);
+          pack_int(&packed, a);
+          offset = pack_incomplete_versionstamp(&packed, user);
+          pack_string(&packed, std::string("x\0y", 3));
+          pack_nested_close(&packed);
+        }
+        continue;
+      }
+      switch (rng() % 3) {
+        case 0:
+          t.add(nullptr);
+          pack_null(&packed);
+          break;
+        case 1: {
+          Tuple nested;
+          pack_nested_open(&packed);
+          for (int k = static_cast<int>(rng() % 4); k > 0; --k) {
+            std::string b(rng() % 4, '\0');
+            for (char& c : b) c = static_cast<char>(rng() % 2 ? 0 : rng());
+            nested.add_bytes(b);
+            pack_bytes(&packed, b);
+          }
+          pack_nested_close(&packed);
+          t.add(nested);
+          break;
+        }
+        default: {
+          const auto v = static_cast<std::int64_t>(rng());
+          t.add(v);
+          pack_int(&packed, v);
+        }
+      }
+    }
+    append_versionstamp_offset(&packed, offset);
+    auto want = t.pack_with_versionstamp("pre");
+    ASSERT_TRUE(want.ok());
+    ASSERT_EQ(to_hex(packed), to_hex(*want));
+  }
+}
+
 TEST(TupleReaderTest, TypedReadsOfAKnownLayout) {
   const std::string packed = Tuple()
                                  .add(std::string("a\0b", 3))
