@@ -508,14 +508,16 @@ void append_decimal(std::string& out, Int v) {
 }
 }  // namespace
 
-void JsonWriter::string(std::string_view s) {
-  if (!is_plain_json_string(s)) {
-    serializer_.dump(Json(std::string(s)), false, false, 0);
-    return;
-  }
+bool JsonWriter::plain_string(std::string_view s) {
+  if (!is_plain_json_string(s)) return false;
   out_.push_back('"');
   out_.append(s);
   out_.push_back('"');
+  return true;
+}
+
+void JsonWriter::string(std::string_view s) {
+  if (!plain_string(s)) serializer_.dump(Json(std::string(s)), false, false, 0);
 }
 
 void JsonWriter::value(const Json& j) {
@@ -544,17 +546,9 @@ void JsonWriter::value(const Json& j) {
       out_.push_back(']');
       return;
     }
-    case Json::value_t::string: {
-      const auto& s = j.get_ref<const std::string&>();
-      if (is_plain_json_string(s)) {
-        out_.push_back('"');
-        out_.append(s);
-        out_.push_back('"');
-      } else {
-        serializer_.dump(j, false, false, 0);
-      }
+    case Json::value_t::string:
+      if (!plain_string(j.get_ref<const std::string&>())) serializer_.dump(j, false, false, 0);
       return;
-    }
     case Json::value_t::number_integer:
       append_decimal(out_, j.get<std::int64_t>());
       return;

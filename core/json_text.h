@@ -78,6 +78,9 @@ class JsonWriter {
   void string(std::string_view s);
 
  private:
+  // Appends `s` quoted if it is plain (is_plain_json_string); false, appending nothing, if not.
+  bool plain_string(std::string_view s);
+
   std::string& out_;
   nlohmann::detail::serializer<nlohmann::ordered_json> serializer_;
 };

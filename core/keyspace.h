@@ -205,38 +205,23 @@ class DbSpace {
   // One design document's view index (by signature).
   Subspace view_index(std::string_view sig) const { return views_.sub(Tuple().add_bytes(sig)); }
 
-  std::string counter_key(std::string_view name) const {
-    std::string k = counters_.key();
-    storage::pack_string(&k, name);
-    return k;
-  }
+  std::string counter_key(std::string_view name) const { return with_string(counters_, name); }
   // A partitioned database's per-partition counters (same names): (kCounters, "partition", P, Name).
   std::string partition_counter_key(std::string_view partition, std::string_view name) const {
     return counters_.pack(Tuple().add(std::string_view("partition")).add(partition).add(name));
   }
-  std::string meta_key(std::string_view name) const {
-    std::string k = meta_.key();
-    storage::pack_string(&k, name);
-    return k;
-  }
+  std::string meta_key(std::string_view name) const { return with_string(meta_, name); }
   // The per-document keys below are packed element by element (storage::pack_*), without a Tuple:
   // every document read and write builds several of them.
-  std::string by_id_key(std::string_view doc_id) const {
-    std::string k = by_id_.key();
-    storage::pack_string(&k, doc_id);
-    return k;
-  }
+  std::string by_id_key(std::string_view doc_id) const { return with_string(by_id_, doc_id); }
   std::string local_key(std::string_view doc_id) const { return local_.pack(Tuple().add(doc_id)); }
   // [begin, end) of one document's revision branches.
   std::pair<std::string, std::string> doc_revisions_range(std::string_view doc_id) const {
-    std::string k = revisions_.key();
-    storage::pack_string(&k, doc_id);
-    return range_of(std::move(k));
+    return range_of(with_string(revisions_, doc_id));
   }
   std::string revision_key(std::string_view doc_id, bool not_deleted, std::int64_t pos,
                            std::string_view hash) const {
-    std::string k = revisions_.key();
-    storage::pack_string(&k, doc_id);
+    std::string k = with_string(revisions_, doc_id);
     storage::pack_bool(&k, not_deleted);
     storage::pack_int(&k, pos);
     storage::pack_bytes(&k, hash);
@@ -245,8 +230,7 @@ class DbSpace {
   // (DocId, RevPos, RevHash) packed after the docs subspace: the prefix of one revision's body
   // chunks.
   std::string body_prefix(std::string_view doc_id, std::int64_t pos, std::string_view hash) const {
-    std::string k = docs_.key();
-    storage::pack_string(&k, doc_id);
+    std::string k = with_string(docs_, doc_id);
     storage::pack_int(&k, pos);
     storage::pack_bytes(&k, hash);
     return k;
@@ -265,6 +249,12 @@ class DbSpace {
   const Subspace& shard_changes(std::int64_t /*shard*/) const { return changes_; }
 
  private:
+  // The subspace's prefix and one string element: what s.pack(Tuple().add(v)) packs.
+  static std::string with_string(const Subspace& s, std::string_view v) {
+    std::string k = s.key();
+    storage::pack_string(&k, v);
+    return k;
+  }
   // Subspace::range of the tuple packed in `packed` (prefix included): [packed + 0x00,
   // packed + 0xff).
   static std::pair<std::string, std::string> range_of(std::string packed) {

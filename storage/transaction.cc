@@ -420,12 +420,16 @@ void Transaction::clear_range(std::string_view begin, std::string_view end) {
   writes_.clear_range(begin, end);
 }
 
-void Transaction::add(std::string_view key, std::string_view operand) {
+void Transaction::atomic_op(std::string_view key, MutationType type, std::string_view operand) {
   if (!check_key(key)) return;
   if (operand.size() > kValueSizeMax) return defer(Error::value_too_large);
-  if (!writes_.atomic(key, AtomicOp{MutationType::add, std::string(operand)}))
+  if (!writes_.atomic(key, AtomicOp{type, std::string(operand)}))
     return defer(Error::accessed_unreadable);
   size_bytes_ += key.size() + operand.size();
+}
+
+void Transaction::add(std::string_view key, std::string_view operand) {
+  atomic_op(key, MutationType::add, operand);
 }
 
 void Transaction::add(std::string_view key, std::int64_t delta) {
@@ -436,19 +440,11 @@ void Transaction::add(std::string_view key, std::int64_t delta) {
 }
 
 void Transaction::max(std::string_view key, std::string_view operand) {
-  if (!check_key(key)) return;
-  if (operand.size() > kValueSizeMax) return defer(Error::value_too_large);
-  if (!writes_.atomic(key, AtomicOp{MutationType::max, std::string(operand)}))
-    return defer(Error::accessed_unreadable);
-  size_bytes_ += key.size() + operand.size();
+  atomic_op(key, MutationType::max, operand);
 }
 
 void Transaction::min(std::string_view key, std::string_view operand) {
-  if (!check_key(key)) return;
-  if (operand.size() > kValueSizeMax) return defer(Error::value_too_large);
-  if (!writes_.atomic(key, AtomicOp{MutationType::min, std::string(operand)}))
-    return defer(Error::accessed_unreadable);
-  size_bytes_ += key.size() + operand.size();
+  atomic_op(key, MutationType::min, operand);
 }
 
 void Transaction::set_versionstamped_key(std::string_view key_template, std::string_view value) {

@@ -179,6 +179,7 @@ class Transaction {
   Status check_usable();
   void defer(Error e);
   bool check_key(std::string_view key);
+  void atomic_op(std::string_view key, MutationType type, std::string_view operand);
   void add_conflict(std::vector<KeyRange>& ranges, std::string_view begin, std::string_view end);
   // Range read through the write overlay; `limited` tells whether `limit` cut it short.
   Status read_range(std::string_view begin, std::string_view end, int limit, Reverse reverse,

@@ -108,6 +108,7 @@ class Encoder {
   void string_element(std::uint8_t code, std::string_view s) { escaped(code, s); }
   void int_element(std::int64_t v) { encode(v, false); }
   void bool_element(bool v) { encode(v, false); }
+  void versionstamp_element(const Versionstamp& v) { encode(v, false); }
 
  private:
   void element(const Element& e, bool nested) {
@@ -644,9 +645,7 @@ Result<std::string> Tuple::pack_with_versionstamp(std::string_view prefix) const
   if (encoder.incomplete_stamps() != 1) return Error::invalid_option_value;
   const std::size_t offset = encoder.stamp_offset();
   if (offset > std::numeric_limits<std::uint32_t>::max()) return Error::invalid_option_value;
-  for (std::size_t i = 0; i < kVersionstampOffsetSize; ++i) {
-    out.push_back(static_cast<char>(offset >> (8 * i)));
-  }
+  append_versionstamp_offset(&out, offset);
   return out;
 }
 
@@ -671,10 +670,9 @@ void pack_null(std::string* out) { put(out, kNullCode); }
 void pack_nested_open(std::string* out) { put(out, kNestedCode); }
 void pack_nested_close(std::string* out) { put(out, 0x00); }
 std::size_t pack_incomplete_versionstamp(std::string* out, std::uint16_t user_version) {
-  put(out, kVersionstampCode);
-  const std::size_t offset = out->size();
-  out->append(Versionstamp::incomplete(user_version).to_bytes());
-  return offset;
+  Encoder encoder(out);
+  encoder.versionstamp_element(Versionstamp::incomplete(user_version));
+  return encoder.stamp_offset();
 }
 void append_versionstamp_offset(std::string* out, std::size_t offset) {
   assert(offset <= std::numeric_limits<std::uint32_t>::max());
