@@ -55,7 +55,13 @@ Transaction::Transaction(Transaction&&) noexcept = default;
 Transaction& Transaction::operator=(Transaction&&) noexcept = default;
 
 Transaction::~Transaction() {
+  prefix_it_.reset();
   for (auto& w : watches_) w->fire(Error::transaction_cancelled);
+}
+
+void Transaction::disable_read_cache() {
+  fill_cache_ = false;
+  prefix_it_.reset();
 }
 
 void Transaction::defer(Error e) {
@@ -115,18 +121,30 @@ namespace {
 // With a prefix extractor, RocksDB's iterators default to prefix mode, whose results are defined
 // only inside the seek key's prefix. A range whose bounds share one bloom prefix is read in that
 // mode (tables without the prefix are skipped by their filters); any other in total order.
-void set_seek_mode(rocksdb::ReadOptions& ro, std::string_view begin, std::string_view end,
-                   std::size_t prefix_elements) {
-  ro.total_order_seek = true;
-  if (prefix_elements == 0) return;
+bool within_one_prefix(std::string_view begin, std::string_view end, std::size_t prefix_elements) {
+  if (prefix_elements == 0) return false;
   const auto b = tuple_prefix_length(begin, prefix_elements);
-  if (!b) return;
+  if (!b) return false;
   const auto e = tuple_prefix_length(end, prefix_elements);
-  if (!e || *e != *b || begin.substr(0, *b) != end.substr(0, *e)) return;
-  ro.total_order_seek = false;
-  ro.prefix_same_as_start = true;
+  return e && *e == *b && begin.substr(0, *b) == end.substr(0, *e);
 }
 }  // namespace
+
+rocksdb::Iterator* Transaction::prefix_iterator() {
+  // One per transaction, made at its first one-prefix range read: every later one seeks it
+  // again instead of building a new iterator over every memtable and table (a _bulk_docs
+  // request reads each new document's revisions range). Its bounds are checked by read_range:
+  // RocksDB's iterators cache per-block decisions made against the bounds they were given.
+  if (!prefix_it_) {
+    rocksdb::ReadOptions ro;
+    ro.snapshot = view_->snapshot;
+    ro.fill_cache = fill_cache_;
+    ro.total_order_seek = false;
+    ro.prefix_same_as_start = true;
+    prefix_it_.reset(engine_->db()->NewIterator(ro, engine_->data_cf()));
+  }
+  return prefix_it_.get();
+}
 
 Result<std::optional<std::string>> Transaction::read_storage(std::string_view key) {
   if (auto s = ensure_read_view(); !s) return s.error();
@@ -168,14 +186,24 @@ Status Transaction::read_range(std::string_view begin, std::string_view end, int
                                Reverse reverse, std::vector<KeyValue>& out, bool& limited) {
   limited = false;
   if (auto s = ensure_read_view(); !s) return s;
-  rocksdb::ReadOptions ro;
-  ro.snapshot = view_->snapshot;
-  ro.fill_cache = fill_cache_;
   rocksdb::Slice lo = to_slice(begin), hi = to_slice(end);
-  ro.iterate_lower_bound = &lo;
-  ro.iterate_upper_bound = &hi;
-  set_seek_mode(ro, begin, end, engine_->options().bloom_prefix_tuple_elements);
-  std::unique_ptr<rocksdb::Iterator> it(engine_->db()->NewIterator(ro, engine_->data_cf()));
+  std::unique_ptr<rocksdb::Iterator> own;
+  rocksdb::Iterator* it = nullptr;
+  if (within_one_prefix(begin, end, engine_->options().bloom_prefix_tuple_elements)) {
+    it = prefix_iterator();
+  } else {
+    rocksdb::ReadOptions ro;
+    ro.snapshot = view_->snapshot;
+    ro.fill_cache = fill_cache_;
+    ro.iterate_lower_bound = &lo;
+    ro.iterate_upper_bound = &hi;
+    ro.total_order_seek = true;
+    own.reset(engine_->db()->NewIterator(ro, engine_->data_cf()));
+    it = own.get();
+  }
+  // Whether the iterator stands on a key of [begin, end) (the shared one has no bounds).
+  auto below_end = [&] { return it->Valid() && to_sv(it->key()) < end; };
+  auto from_begin = [&] { return it->Valid() && to_sv(it->key()) >= begin; };
   const WriteMap::Points& points = writes_.points();
   const RangeSet& cleared = writes_.cleared();
   const std::size_t n_max = limit > 0 ? static_cast<std::size_t>(limit) : SIZE_MAX;
@@ -201,7 +229,7 @@ Status Transaction::read_range(std::string_view begin, std::string_view end, int
 
   if (reverse == Reverse::no) {
     auto skip_cleared = [&] {
-      while (it->Valid()) {
+      while (below_end()) {
         const auto* r = cleared.find(to_sv(it->key()));
         if (!r) break;
         it->Seek(r->second);
@@ -215,7 +243,7 @@ Status Transaction::read_range(std::string_view begin, std::string_view end, int
         limited = true;
         break;
       }
-      const bool has_s = it->Valid();
+      const bool has_s = below_end();
       const bool has_p = p != points.end() && p->first < end;
       if (!has_s && !has_p) break;
       if (has_p && (!has_s || to_sv(it->key()) >= p->first)) {
@@ -236,14 +264,16 @@ Status Transaction::read_range(std::string_view begin, std::string_view end, int
     }
   } else {
     auto skip_cleared = [&] {
-      while (it->Valid()) {
+      while (from_begin()) {
         const auto* r = cleared.find(to_sv(it->key()));
         if (!r) break;
         it->SeekForPrev(r->first);
         if (it->Valid() && to_sv(it->key()) == r->first) it->Prev();
       }
     };
-    it->SeekToLast();
+    // The last key before `end`.
+    it->SeekForPrev(hi);
+    if (it->Valid() && to_sv(it->key()) == end) it->Prev();
     skip_cleared();
     auto p = std::make_reverse_iterator(points.lower_bound(end));
     for (;;) {
@@ -251,7 +281,7 @@ Status Transaction::read_range(std::string_view begin, std::string_view end, int
         limited = true;
         break;
       }
-      const bool has_s = it->Valid();
+      const bool has_s = from_begin();
       const bool has_p = p != points.rend() && p->first >= begin;
       if (!has_s && !has_p) break;
       if (has_p && (!has_s || to_sv(it->key()) <= p->first)) {
@@ -556,6 +586,7 @@ Result<CommitResult> Transaction::commit() {
 void Transaction::reset() {
   for (auto& w : watches_) w->fire(Error::transaction_cancelled);
   watches_.clear();
+  prefix_it_.reset();
   view_.reset();
   writes_.reset();
   versionstamped_keys_.clear();

@@ -30,6 +30,10 @@
 #include "storage/error.h"
 #include "storage/write_map.h"
 
+namespace rocksdb {
+class Iterator;
+}  // namespace rocksdb
+
 namespace chaise::storage {
 
 // FoundationDB's hard limits.
@@ -110,7 +114,7 @@ class Transaction {
   // FoundationDB's read_server_side_cache_disable: this transaction's reads do not fill the
   // storage engine's block cache (bulk reads, such as attachment bytes streamed out, that would
   // evict what other requests read and grow memory).
-  void disable_read_cache() { fill_cache_ = false; }
+  void disable_read_cache();
 
   // The read version, acquiring it if not yet done.
   Result<std::int64_t> get_read_version();
@@ -185,9 +189,14 @@ class Transaction {
   Status read_range(std::string_view begin, std::string_view end, int limit, Reverse reverse,
                     std::vector<KeyValue>& out, bool& limited);
   Result<std::optional<std::string>> read_storage(std::string_view key);
+  // The transaction's iterator for ranges within one bloom prefix (needs the read view).
+  rocksdb::Iterator* prefix_iterator();
   std::unique_ptr<CommitRequest> take_commit_request();
 
   Engine* engine_ = nullptr;
+  // Reads at view_'s snapshot, so it goes before the view does: declared first (a move
+  // assignment replaces it first) and dropped first by the destructor and reset().
+  std::unique_ptr<rocksdb::Iterator> prefix_it_;
   std::shared_ptr<ReadView> view_;
   WriteMap writes_;
   std::vector<VersionstampedKey> versionstamped_keys_;

@@ -309,6 +309,104 @@ TEST(PrefixBloomTest, RangeReadsAnswerAsWithoutFilters) {
   EXPECT_TRUE(got->empty());
 }
 
+// A transaction reads every one-prefix range through one iterator of its own (seeking it back
+// and forth, bounds checked by read_range): reads of many prefixes in any order, through the
+// transaction's own sets, clears and range clears, answer as a model of the store overlaid with
+// them, and keep the transaction's snapshot while other transactions commit into the same ranges.
+TEST(PrefixBloomTest, OneTransactionsRangeReadsAcrossPrefixesAnswerAsAModel) {
+  TempDir dir;
+  auto open = [&] {
+    Options o;
+    o.fsync = false;
+    o.bloom_prefix_tuple_elements = 2;  // (space, id)
+    auto r = Database::open(dir.path(), o);
+    EXPECT_TRUE(r.ok());
+    return std::move(*r);
+  };
+  const std::vector<std::string> ids = {"a", std::string("a\0", 2), "ab", "b", "c", "\xff"};
+  auto key = [&](std::size_t id, std::int64_t n) {
+    return Subspace(Tuple().add(std::int64_t{1}).add(ids[id])).pack(Tuple().add(n));
+  };
+  std::map<std::string, std::string> model;  // what is committed
+  auto db = open();
+  {
+    auto tr = db->create_transaction();
+    for (std::size_t id = 0; id + 1 < ids.size(); ++id)
+      for (std::int64_t n = 0; n < 6; n += 2) {
+        tr.set(key(id, n), "table");
+        model[key(id, n)] = "table";
+      }
+    ASSERT_TRUE(tr.commit().ok());
+  }
+  db.reset();
+  db = open();  // those are in a table now; what follows is in the memtable
+  std::mt19937 rng(20261127);
+  auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
+  int reads = 0, nonempty = 0;
+  for (int round = 0; round < 150; ++round) {
+    auto tr = db->create_transaction();
+    std::map<std::string, std::string> seen = model;  // the snapshot, overlaid with tr's writes
+    bool outside_commit = false;
+    for (int op = 0; op < 40; ++op) {
+      const std::size_t id = pick(ids.size());
+      const auto n = static_cast<std::int64_t>(pick(8));
+      switch (pick(6)) {
+        case 0: {
+          const std::string v = "r" + std::to_string(round) + "." + std::to_string(op);
+          tr.set(key(id, n), v);
+          seen[key(id, n)] = v;
+          break;
+        }
+        case 1:
+          tr.clear(key(id, n));
+          seen.erase(key(id, n));
+          break;
+        case 2: {
+          const auto m = n + static_cast<std::int64_t>(pick(3));
+          tr.clear_range(key(id, n), key(id, m));
+          seen.erase(seen.lower_bound(key(id, n)), seen.lower_bound(key(id, m)));
+          break;
+        }
+        default: {
+          // The whole prefix, or a part of it starting or ending inside it.
+          const Subspace sp(Tuple().add(std::int64_t{1}).add(ids[id]));
+          auto [b, e] = sp.range();
+          if (pick(2)) b = key(id, n);
+          if (pick(2)) e = key(id, n + static_cast<std::int64_t>(pick(4)));
+          if (b > e) std::swap(b, e);
+          const int limit = static_cast<int>(pick(3));
+          const Reverse rev = pick(2) ? Reverse::yes : Reverse::no;
+          std::vector<KeyValue> want;
+          for (auto it = seen.lower_bound(b); it != seen.end() && it->first < e; ++it)
+            want.push_back({it->first, it->second});
+          if (rev == Reverse::yes) std::reverse(want.begin(), want.end());
+          if (limit > 0 && want.size() > static_cast<std::size_t>(limit)) want.resize(limit);
+          auto got = tr.get_range(b, e, limit, rev, Snapshot::yes);
+          ASSERT_TRUE(got.ok());
+          ASSERT_EQ(*got, want) << "round " << round << " op " << op;
+          ++reads;
+          nonempty += !want.empty();
+          if (!outside_commit && pick(4) == 0) {
+            // Another transaction writes into the range just read: invisible to this one.
+            auto other = db->create_transaction();
+            other.set(key(id, n), "outside");
+            other.clear(key(id, n + 1));
+            ASSERT_TRUE(other.commit().ok());
+            model[key(id, n)] = "outside";
+            model.erase(key(id, n + 1));
+            outside_commit = true;
+          }
+        }
+      }
+    }
+    if (outside_commit) continue;  // it would conflict; this round's writes are dropped
+    ASSERT_TRUE(tr.commit().ok());
+    model = std::move(seen);
+  }
+  EXPECT_GT(reads, 1000);
+  EXPECT_GT(nonempty, reads / 3);
+}
+
 TEST_F(TransactionTest, MetadataGenerationMovesByTwoPerMetadataCommit) {
   auto gen = [&] { return db_->create_transaction().metadata_generation(); };
   const std::uint64_t g0 = gen();
