@@ -3,12 +3,13 @@
 # CPU"): the server's user and system time from /proc/<pid>/stat across one wrk run, divided by
 # the requests served.
 #
-#   bench/http/cpu.sh --chaise [put|get|up|denied]   # starts build/server/chaise
+#   bench/http/cpu.sh --chaise [put|get|bulk|up|denied]   # starts build/server/chaise
 #   BENCH_PID=<pid> bench/http/cpu.sh http://127.0.0.1:5990 get   # a running server (CouchDB)
 #
 # put: PUT of new ~200-byte docs; get: GET of one of DOCS preloaded docs; up: GET /_up (what the
 # HTTP layer and authentication cost alone); denied: GET of a preloaded doc with a wrong
-# password (a 401). 64 connections for DURATION s (default 10) after 3 s of warm-up.
+# password (a 401); bulk: _bulk_docs of 1,000 new docs (4 connections, counted per document).
+# 64 connections for DURATION s (default 10) after 3 s of warm-up.
 # Environment: BENCH_AUTH=user:password (required: every request carries it), DOCS (default
 # 20000), CHAISE_CONFIG as in run.sh.
 set -euo pipefail
@@ -26,8 +27,11 @@ db=benchcpu
 curl "${curl_auth[@]}" -s -X DELETE "$base/$db" >/dev/null || true
 curl "${curl_auth[@]}" -sf -X PUT "$base/$db" >/dev/null
 python3 "$here/load_docs.py" "$base" $db 0 "$DOCS" >/dev/null
+conns=64
+per_request=1
 case "$workload" in
   put) script="$here/put_new_docs.lua" ;;
+  bulk) script="$here/bulk_docs.lua"; conns=4; per_request=1000 ;;
   get) script="$here/get_doc.lua" ;;
   denied)
     script="$here/get_doc.lua"
@@ -38,15 +42,15 @@ case "$workload" in
   *) echo "unknown workload $workload" >&2; exit 2 ;;
 esac
 export BENCH_DB=$db BENCH_DOCS=$DOCS BENCH_ID_FORMAT='d%08d'
-wrk "${wrk_auth[@]}" -t2 -c64 -d3s -s "$script" "$base" >/dev/null
+wrk "${wrk_auth[@]}" -t2 -c$conns -d3s -s "$script" "$base" >/dev/null
 cpu() { awk '{print $14 + $15, $14, $15}' "/proc/$server_pid/stat"; }
 read -r t0 u0 s0 < <(cpu)
-out="$(wrk "${wrk_auth[@]}" -t2 -c64 -d"${DURATION}s" --latency -s "$script" "$base")"
+out="$(wrk "${wrk_auth[@]}" -t2 -c$conns -d"${DURATION}s" --latency -s "$script" "$base")"
 read -r t1 u1 s1 < <(cpu)
 [[ "$workload" == up ]] && rm -f "$script"
-n=$(awk '/requests in/ {print $1}' <<<"$out")
+n=$(( $(awk '/requests in/ {print $1}' <<<"$out") * per_request ))
 hz=$(getconf CLK_TCK)
-rate=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+rate=$(awk -v k=$per_request '/Requests\/sec/ {print $2 * k}' <<<"$out")
 p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
 python3 -c "
 n, hz = $n, $hz
