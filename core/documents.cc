@@ -761,10 +761,42 @@ StorageResult<std::optional<CouchError>> edit_hooks(Transaction& tr, const DbRef
 
 }  // namespace
 
+StorageResult<std::vector<bool>> ids_without_revisions(
+    Transaction& tr, const DbRef& db, const std::vector<std::string_view>& sorted_ids) {
+  const std::size_t n = sorted_ids.size();
+  std::vector<bool> none(n, false);
+  if (n == 0) return none;
+  const std::string span_end = db.space.doc_revisions_range(sorted_ids.back()).second;
+  constexpr std::size_t kIdsPerRead = 8;
+  std::size_t i = 0, reads = 0, proved = 0;
+  while (i < n && reads < 2 + proved / kIdsPerRead) {
+    auto [b, e] = db.space.doc_revisions_range(sorted_ids[i]);
+    auto first = tr.get_range(b, span_end, 1, Reverse::no, Snapshot::yes);
+    if (!first.ok()) return first.error();
+    ++reads;
+    if (first->empty()) {
+      for (; i < n; ++i) none[i] = true;
+      break;
+    }
+    const std::string& found = first->front().key;
+    // Every id whose range ends at or before the first stored key has nothing stored.
+    for (;;) {
+      if (e > found) break;
+      none[i] = true;
+      ++proved;
+      if (++i == n) break;
+      e = db.space.doc_revisions_range(sorted_ids[i]).second;
+    }
+    // The id whose range holds that key has revisions: its edit reads them.
+    if (i < n && db.space.doc_revisions_range(sorted_ids[i]).first <= found) ++i;
+  }
+  return none;
+}
+
 StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db,
                                                 const DocUpdate& u, int revs_limit,
                                                 const std::vector<ShardMap>& maps, SeqSlot slot,
-                                                WriteHooks& hooks) {
+                                                WriteHooks& hooks, Stored stored) {
   using R = Outcome<UpdateResult>;
   std::optional<StoredBranch> target, winner, prev;
   bool resolved = false;
@@ -805,12 +837,18 @@ StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db
   } else if (!resolved) {
     // No base revision: an insert, or a re-creation on a tombstone. One reverse range read
     // (limit 1) answers both without the by_id read first, which a new document always misses
-    // (it was a third of a _bulk_docs insert's reads).
-    auto w = winner_from_range(tr, db, u.id, Snapshot::no);
-    if (!w.ok()) return w.error();
-    winner = std::move(*w);
-    if (winner && !winner->branch.deleted) return R(conflict());
-    target = winner;
+    // (it was a third of a _bulk_docs insert's reads). When the batch already knows nothing is
+    // stored, the range goes into the read-conflict set as that read would have put it.
+    if (stored == Stored::none) {
+      auto [b, e] = db.space.doc_revisions_range(u.id);
+      tr.add_read_conflict_range(b, e);
+    } else {
+      auto w = winner_from_range(tr, db, u.id, Snapshot::no);
+      if (!w.ok()) return w.error();
+      winner = std::move(*w);
+      if (winner && !winner->branch.deleted) return R(conflict());
+      target = winner;
+    }
   }
 
   EditPlan plan;
@@ -1535,6 +1573,30 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
     ++vs_user;
     return s;
   };
+  // The ids that inserts of this batch name (edits without a base revision), proved absent
+  // together where they follow one another in key order. Read before this round writes any
+  // document, and each id is edited at most once in a round.
+  std::vector<std::string_view> insert_ids;
+  for (std::size_t i = 0; i < items_.size(); ++i) {
+    const Item& it = items_[i];
+    if (!done_[i] && !it.local && !it.replicated && !it.update.base_rev)
+      insert_ids.push_back(it.update.id);
+  }
+  std::sort(insert_ids.begin(), insert_ids.end());
+  insert_ids.erase(std::unique(insert_ids.begin(), insert_ids.end()), insert_ids.end());
+  std::vector<bool> insert_none;
+  if (insert_ids.size() > 1) {
+    auto none = ids_without_revisions(tr, db, insert_ids);
+    if (!none.ok()) return none.error();
+    insert_none = std::move(*none);
+  }
+  auto stored_of = [&](std::string_view id) {
+    if (insert_none.empty()) return Stored::unknown;
+    auto at = std::lower_bound(insert_ids.begin(), insert_ids.end(), id);
+    return at != insert_ids.end() && *at == id && insert_none[at - insert_ids.begin()]
+               ? Stored::none
+               : Stored::unknown;
+  };
   std::size_t round_bytes = 0;
   for (std::size_t i = 0; i < items_.size(); ++i) {
     if (done_[i]) continue;
@@ -1583,7 +1645,8 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
         results_[i] = ItemResult(UpdateResult{it.replicated_doc.id, it.replicated_doc.path.leaf});
       }
     } else {
-      auto r = update_doc(tr, db, it.update, *limit, *maps, slot(), *hooks);
+      const Stored stored = it.update.base_rev ? Stored::unknown : stored_of(it.update.id);
+      auto r = update_doc(tr, db, it.update, *limit, *maps, slot(), *hooks, stored);
       if (!r.ok()) return r.error();
       results_[i] = std::move(*r);
     }

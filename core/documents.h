@@ -133,10 +133,23 @@ StorageResult<WriteHooks> read_write_hooks(Transaction& tr, const DbRef& db);
 // `maps` are the database's shard maps read with read_shard_maps(..., Snapshot::no) in `tr`;
 // `hooks` from read_write_hooks() in `tr`. An interactive edit that would violate a unique
 // index is refused. The caller runs sync_index_edits() once the transaction's edits are done.
+// `stored` may say that `tr` already knows no revision of u.id is stored (ids_without_revisions,
+// before this transaction wrote any revision of u.id): an edit without a base revision then
+// reads nothing and takes the read conflict the read would have taken.
+enum class Stored { unknown, none };
 StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db,
                                                 const DocUpdate& u, int revs_limit,
                                                 const std::vector<ShardMap>& maps, SeqSlot slot,
-                                                WriteHooks& hooks);
+                                                WriteHooks& hooks, Stored stored = Stored::unknown);
+// Which of `sorted_ids` (ascending, distinct) have no revision stored, as `tr` sees them (a
+// snapshot read; the caller takes each id's read conflict when it relies on the answer). It
+// reads the revisions subspace in key order from an id on: the first stored key found there
+// proves every id whose range ends before it. Ids that follow one another (CouchDB's
+// sequential uuids, a client's counter) take one read per batch. It stops once reads prove
+// fewer than about eight ids each (random ids among many stored documents), leaving the rest
+// false: their edits read their own ranges.
+StorageResult<std::vector<bool>> ids_without_revisions(Transaction& tr, const DbRef& db,
+                                                       const std::vector<std::string_view>& sorted_ids);
 // Returns whether anything was written (false: the revision was already present). Never refused
 // by a unique index: a violation is recorded.
 StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, const ReplicatedDoc& d,

@@ -430,6 +430,112 @@ TEST_F(DocumentsTest, ConcurrentInsertsOfOneIdExactlyOneWins) {
   EXPECT_EQ(changes().size(), 1u);
 }
 
+// Batches of inserts prove their ids absent together (ids_without_revisions): the answer never
+// claims an id that has revisions (live or deleted), and ids that follow one another beyond
+// everything stored are all proved.
+TEST_F(DocumentsTest, IdsWithoutRevisionsNeverClaimsAStoredId) {
+  std::mt19937 rng(1127);
+  std::vector<std::string> pool;
+  for (const char* p : {"a", "b", "m", "z"})
+    for (int i = 0; i < 40; ++i) pool.push_back(std::string(p) + std::to_string(1000 + i * 3));
+  pool.push_back(std::string("a\0", 2));
+  pool.push_back("a");
+  std::set<std::string> stored;
+  std::vector<DocWriteBatch::Item> items;
+  for (const std::string& id : pool) {
+    if (rng() % 3 != 0) continue;
+    stored.insert(id);
+    items.push_back(edit(id, std::nullopt, "{}", rng() % 4 == 0));  // some written deleted
+  }
+  write(items);
+  for (int round = 0; round < 200; ++round) {
+    std::set<std::string> ask;
+    const std::size_t n = 2 + rng() % 30;
+    if (round % 2) {
+      // A run of neighbours: consecutive numbers under one letter.
+      const std::string p(1, "abmz"[rng() % 4]);
+      const int from = 995 + static_cast<int>(rng() % 130);
+      for (std::size_t k = 0; k < n; ++k) ask.insert(p + std::to_string(from + k));
+    } else {
+      for (std::size_t k = 0; k < n; ++k) ask.insert(pool[rng() % pool.size()]);
+    }
+    std::vector<std::string_view> ids(ask.begin(), ask.end());
+    auto tr = store_->create_transaction();
+    auto none = ids_without_revisions(tr, db(), ids);
+    ASSERT_TRUE(none.ok());
+    ASSERT_EQ(none->size(), ids.size());
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      if ((*none)[k]) {
+        EXPECT_FALSE(stored.contains(std::string(ids[k]))) << ids[k];
+      }
+    }
+  }
+  std::vector<std::string> fresh;
+  for (int i = 0; i < 500; ++i) fresh.push_back("zz" + std::to_string(100000 + i));
+  std::vector<std::string_view> ids(fresh.begin(), fresh.end());
+  auto tr = store_->create_transaction();
+  auto none = ids_without_revisions(tr, db(), ids);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(std::count(none->begin(), none->end(), true), 500);
+}
+
+// Inserts in one batch among live and deleted documents answer as CouchDB's: new ids are
+// created at 1-, live ones conflict, deleted ones are re-created on their tombstone.
+TEST_F(DocumentsTest, InsertBatchesAmongLiveAndDeletedDocuments) {
+  std::vector<DocWriteBatch::Item> first;
+  for (int i = 0; i < 30; i += 3) first.push_back(edit("d" + std::to_string(100 + i), std::nullopt, "{}"));
+  write(first);
+  std::string del_rev = put("d150", std::nullopt, "{}");
+  put("d150", del_rev, "{}", true);
+  std::vector<DocWriteBatch::Item> batch;
+  for (int i = 0; i < 60; ++i) batch.push_back(edit("d" + std::to_string(100 + i), std::nullopt, R"({"n":1})"));
+  auto r = write(batch);
+  ASSERT_EQ(r.size(), 60u);
+  for (int i = 0; i < 60; ++i) {
+    const std::string id = "d" + std::to_string(100 + i);
+    if (i < 30 && i % 3 == 0) {
+      EXPECT_EQ(std::get<CouchError>(r[i]), conflict()) << id;
+    } else if (i == 50) {
+      ASSERT_FALSE(failed(r[i]));
+      EXPECT_EQ(std::get<UpdateResult>(r[i]).rev.pos, 3) << id;
+    } else {
+      ASSERT_FALSE(failed(r[i])) << id;
+      EXPECT_EQ(std::get<UpdateResult>(r[i]).rev.pos, 1) << id;
+    }
+  }
+  EXPECT_EQ(counter(keyspace::kDocCount), 60);
+  EXPECT_EQ(counter(keyspace::kDocDelCount), 0);
+}
+
+// Batches that insert the same ids at once: each id is created by exactly one of them (the
+// batch that proved its ids absent without reading each one still conflicts on their ranges).
+TEST_F(DocumentsTest, ConcurrentInsertBatchesOfOneIdSetEachIdOnce) {
+  constexpr int kWriters = 6;
+  constexpr int kIds = 40;
+  std::atomic<int> created{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      std::vector<DocWriteBatch::Item> items;
+      for (int i = 0; i < kIds; ++i)
+        items.push_back(edit("c" + std::to_string(1000 + i), std::nullopt,
+                             "{\"w\":" + std::to_string(w) + "}"));
+      for (const auto& r : write(items)) created += failed(r) ? 0 : 1;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(created.load(), kIds);
+  EXPECT_EQ(counter(keyspace::kDocCount), kIds);
+  EXPECT_EQ(changes().size(), static_cast<std::size_t>(kIds));
+  for (int i = 0; i < kIds; ++i) {
+    DocReadOptions o;
+    o.conflicts = true;
+    Json d = get_json("c" + std::to_string(1000 + i), o);
+    EXPECT_FALSE(d.contains("_conflicts")) << d.dump();
+    EXPECT_EQ(d["_rev"].get<std::string>().substr(0, 2), "1-");
+  }
+}
+
 TEST_F(DocumentsTest, DuplicateIdsInOneBatch) {
   auto r = write({edit("x", std::nullopt, "{}"), edit("x", std::nullopt, "{}")});
   EXPECT_FALSE(failed(r[0]));
