@@ -892,8 +892,14 @@ StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db
 
 StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, const ReplicatedDoc& d,
                                            int revs_limit, const std::vector<ShardMap>& maps,
-                                           SeqSlot slot, WriteHooks& hooks) {
-  auto all = read_branches(tr, db, d.id, Snapshot::no);
+                                           SeqSlot slot, WriteHooks& hooks, Stored stored) {
+  StorageResult<std::vector<StoredBranch>> all = std::vector<StoredBranch>();
+  if (stored == Stored::none) {
+    auto [b, e] = db.space.doc_revisions_range(d.id);
+    tr.add_read_conflict_range(b, e);
+  } else {
+    all = read_branches(tr, db, d.id, Snapshot::no);
+  }
   if (!all.ok()) return all.error();
   std::vector<Branch> branches;
   branches.reserve(all->size());
@@ -1573,13 +1579,17 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
     ++vs_user;
     return s;
   };
-  // The ids that inserts of this batch name (edits without a base revision), proved absent
-  // together where they follow one another in key order. Read before this round writes any
-  // document, and each id is edited at most once in a round.
+  // The ids that inserts of this batch name (edits without a base revision, and replicated
+  // revisions: the replicator's new documents), proved absent together where they follow one
+  // another in key order. Read before this round writes any document, and each id is edited at
+  // most once in a round.
   std::vector<std::string_view> insert_ids;
   for (std::size_t i = 0; i < items_.size(); ++i) {
     const Item& it = items_[i];
-    if (!done_[i] && !it.local && !it.replicated && !it.update.base_rev)
+    if (done_[i] || it.local) continue;
+    if (it.replicated)
+      insert_ids.push_back(it.replicated_doc.id);
+    else if (!it.update.base_rev)
       insert_ids.push_back(it.update.id);
   }
   std::sort(insert_ids.begin(), insert_ids.end());
@@ -1637,7 +1647,8 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
         results_[i] = ItemResult(UpdateResult{it.update.id, RevId{0, {}}});
       }
     } else if (it.replicated) {
-      auto r = replicate_doc(tr, db, it.replicated_doc, *limit, *maps, slot(), *hooks);
+      auto r = replicate_doc(tr, db, it.replicated_doc, *limit, *maps, slot(), *hooks,
+                             stored_of(it.replicated_doc.id));
       if (!r.ok()) return r.error();
       if (failed(*r)) {
         results_[i] = ItemResult(std::get<CouchError>(*r));

@@ -133,9 +133,9 @@ StorageResult<WriteHooks> read_write_hooks(Transaction& tr, const DbRef& db);
 // `maps` are the database's shard maps read with read_shard_maps(..., Snapshot::no) in `tr`;
 // `hooks` from read_write_hooks() in `tr`. An interactive edit that would violate a unique
 // index is refused. The caller runs sync_index_edits() once the transaction's edits are done.
-// `stored` may say that `tr` already knows no revision of u.id is stored (ids_without_revisions,
-// before this transaction wrote any revision of u.id): an edit without a base revision then
-// reads nothing and takes the read conflict the read would have taken.
+// `stored` may say that `tr` already knows no revision of the id is stored (ids_without_revisions,
+// before this transaction wrote any revision of it): an edit without a base revision (or a
+// replicated one) then reads nothing and takes the read conflict the read would have taken.
 enum class Stored { unknown, none };
 StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db,
                                                 const DocUpdate& u, int revs_limit,
@@ -154,7 +154,8 @@ StorageResult<std::vector<bool>> ids_without_revisions(Transaction& tr, const Db
 // by a unique index: a violation is recorded.
 StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, const ReplicatedDoc& d,
                                            int revs_limit, const std::vector<ShardMap>& maps,
-                                           SeqSlot slot, WriteHooks& hooks);
+                                           SeqSlot slot, WriteHooks& hooks,
+                                           Stored stored = Stored::unknown);
 
 // ---- Reading documents as CouchDB returns them ----
 struct DocReadOptions {

@@ -536,6 +536,39 @@ TEST_F(DocumentsTest, ConcurrentInsertBatchesOfOneIdSetEachIdOnce) {
   }
 }
 
+// new_edits=false batches (the replicator's) take the same proof: revisions of stored documents
+// extend their branches, new documents start with the path given, and concurrent batches of
+// one revision set store each revision once.
+TEST_F(DocumentsTest, ReplicatedBatchesAmongStoredDocuments) {
+  std::vector<DocWriteBatch::Item> first;
+  for (int i = 0; i < 30; i += 3) first.push_back(replicated("r" + std::to_string(100 + i), {"1-a"}));
+  write(first);
+  std::vector<DocWriteBatch::Item> second;
+  for (int i = 0; i < 60; ++i) second.push_back(replicated("r" + std::to_string(100 + i), {"2-b", "1-a"}));
+  for (const auto& r : write(second)) EXPECT_FALSE(failed(r));
+  for (int i = 0; i < 60; ++i) {
+    DocReadOptions o;
+    o.conflicts = true;
+    Json d = get_json("r" + std::to_string(100 + i), o);
+    EXPECT_EQ(d["_rev"], "2-b");
+    EXPECT_FALSE(d.contains("_conflicts")) << d.dump();
+  }
+  EXPECT_EQ(counter(keyspace::kDocCount), 60);
+
+  constexpr int kWriters = 6;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&] {
+      std::vector<DocWriteBatch::Item> items;
+      for (int i = 0; i < 40; ++i) items.push_back(replicated("s" + std::to_string(1000 + i), {"1-x"}));
+      for (const auto& r : write(items)) EXPECT_FALSE(failed(r));
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(counter(keyspace::kDocCount), 100);
+  EXPECT_EQ(changes().size(), 100u);
+}
+
 TEST_F(DocumentsTest, DuplicateIdsInOneBatch) {
   auto r = write({edit("x", std::nullopt, "{}"), edit("x", std::nullopt, "{}")});
   EXPECT_FALSE(failed(r[0]));
