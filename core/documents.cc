@@ -766,29 +766,25 @@ StorageResult<std::vector<bool>> ids_without_revisions(
   const std::size_t n = sorted_ids.size();
   std::vector<bool> none(n, false);
   if (n == 0) return none;
-  const std::string span_end = db.space.doc_revisions_range(sorted_ids.back()).second;
+  auto range_of = [&](std::size_t k) { return db.space.doc_revisions_range(sorted_ids[k]); };
+  const std::string span_end = range_of(n - 1).second;
   constexpr std::size_t kIdsPerRead = 8;
   std::size_t i = 0, reads = 0, proved = 0;
   while (i < n && reads < 2 + proved / kIdsPerRead) {
-    auto [b, e] = db.space.doc_revisions_range(sorted_ids[i]);
-    auto first = tr.get_range(b, span_end, 1, Reverse::no, Snapshot::yes);
+    const std::string from = range_of(i).first;
+    auto first = tr.get_range(from, span_end, 1, Reverse::no, Snapshot::yes);
     if (!first.ok()) return first.error();
     ++reads;
-    if (first->empty()) {
-      for (; i < n; ++i) none[i] = true;
-      break;
-    }
-    const std::string& found = first->front().key;
-    // Every id whose range ends at or before the first stored key has nothing stored.
-    for (;;) {
-      if (e > found) break;
+    // Nothing is stored in [from, found): every id whose range lies there has no revision.
+    const std::string found = first->empty() ? span_end : first->front().key;
+    for (; i < n; ++i) {
+      auto [b, e] = range_of(i);
+      if (b < from || e > found) break;
       none[i] = true;
       ++proved;
-      if (++i == n) break;
-      e = db.space.doc_revisions_range(sorted_ids[i]).second;
     }
     // The id whose range holds that key has revisions: its edit reads them.
-    if (i < n && db.space.doc_revisions_range(sorted_ids[i]).first <= found) ++i;
+    if (i < n && range_of(i).first <= found) ++i;
   }
   return none;
 }

@@ -212,20 +212,23 @@ TEST_F(TransactionTest, GetRangesConflictOnWhatTheyRead) {
   EXPECT_TRUE(t3.commit().ok());
 }
 
+// A store whose prefix bloom filters cover a key's first two tuple elements, (space, id).
+std::unique_ptr<Database> open_with_prefix_bloom(const std::string& path) {
+  Options o;
+  o.fsync = false;
+  o.bloom_prefix_tuple_elements = 2;
+  auto r = Database::open(path, o);
+  EXPECT_TRUE(r.ok());
+  return std::move(*r);
+}
+
 // With prefix bloom filters (Options::bloom_prefix_tuple_elements), range reads inside one
 // prefix run in RocksDB's prefix mode and all others in total order: both must return exactly
 // what a store without filters returns, from the memtable and from tables written before
 // (reopening flushes the recovered log into a table), forward, reverse and limited.
 TEST(PrefixBloomTest, RangeReadsAnswerAsWithoutFilters) {
   TempDir dir;
-  auto open = [&] {
-    Options o;
-    o.fsync = false;
-    o.bloom_prefix_tuple_elements = 2;  // (space, id)
-    auto r = Database::open(dir.path(), o);
-    EXPECT_TRUE(r.ok());
-    return std::move(*r);
-  };
+  auto open = [&] { return open_with_prefix_bloom(dir.path()); };
   const std::vector<std::string> ids = {"a", std::string("a\0", 2), std::string("a\0b", 3),
                                         "ab", "b", "\xff", ""};
   std::map<std::string, std::string> model;
@@ -315,14 +318,7 @@ TEST(PrefixBloomTest, RangeReadsAnswerAsWithoutFilters) {
 // them, and keep the transaction's snapshot while other transactions commit into the same ranges.
 TEST(PrefixBloomTest, OneTransactionsRangeReadsAcrossPrefixesAnswerAsAModel) {
   TempDir dir;
-  auto open = [&] {
-    Options o;
-    o.fsync = false;
-    o.bloom_prefix_tuple_elements = 2;  // (space, id)
-    auto r = Database::open(dir.path(), o);
-    EXPECT_TRUE(r.ok());
-    return std::move(*r);
-  };
+  auto open = [&] { return open_with_prefix_bloom(dir.path()); };
   const std::vector<std::string> ids = {"a", std::string("a\0", 2), "ab", "b", "c", "\xff"};
   auto key = [&](std::size_t id, std::int64_t n) {
     return Subspace(Tuple().add(std::int64_t{1}).add(ids[id])).pack(Tuple().add(n));
