@@ -132,14 +132,6 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   // Levels sized from the memtable (RocksDB's tuning guide: level 1 about as large as level 0
   // at its compaction trigger), with dynamic level sizes so most data sits in the last level.
   ro.level0_file_num_compaction_trigger = 4;
-  // Under a sustained insert load (_bulk_docs from 4 clients, 80,000 docs/s) compaction from
-  // level 0 falls behind: at RocksDB's default 20 files it slowed every write (p99 280-350 ms,
-  // 67,000-70,000 docs/s over 15 s). Each compaction from level 0 then merges more files into
-  // the same base level, which costs less per byte, and level 0 settles below 40: 82,000-92,000
-  // docs/s, p99 160-220 ms, no stall (bench/README.md, tenth session). Reads check a level-0
-  // file only through its filter (a new document's revisions range: one per batch).
-  ro.level0_slowdown_writes_trigger = 40;
-  ro.level0_stop_writes_trigger = 60;
   ro.max_bytes_for_level_base = 4 * ro.write_buffer_size;
   ro.target_file_size_base = ro.write_buffer_size;
   ro.level_compaction_dynamic_level_bytes = true;
