@@ -333,6 +333,13 @@ StorageResult<std::optional<PlainDoc>> plain_doc_json(Transaction& tr, const DbR
 }
 
 namespace {
+// An edit that relies on ids_without_revisions: the read conflict its own read of the revisions
+// range would have taken.
+void conflict_on_revisions(Transaction& tr, const DbRef& db, std::string_view id) {
+  auto [b, e] = db.space.doc_revisions_range(id);
+  tr.add_read_conflict_range(b, e);
+}
+
 // The winner as the last entry of the document's revisions range (live leaves sort after deleted
 // ones, then by position and hash: CouchDB's winner order).
 StorageResult<std::optional<StoredBranch>> winner_from_range(Transaction& tr, const DbRef& db,
@@ -766,25 +773,25 @@ StorageResult<std::vector<bool>> ids_without_revisions(
   const std::size_t n = sorted_ids.size();
   std::vector<bool> none(n, false);
   if (n == 0) return none;
-  auto range_of = [&](std::size_t k) { return db.space.doc_revisions_range(sorted_ids[k]); };
-  const std::string span_end = range_of(n - 1).second;
+  std::vector<std::pair<std::string, std::string>> ranges;
+  ranges.reserve(n);
+  for (std::string_view id : sorted_ids) ranges.push_back(db.space.doc_revisions_range(id));
+  const std::string& span_end = ranges.back().second;
   constexpr std::size_t kIdsPerRead = 8;
   std::size_t i = 0, reads = 0, proved = 0;
   while (i < n && reads < 2 + proved / kIdsPerRead) {
-    const std::string from = range_of(i).first;
+    const std::string& from = ranges[i].first;
     auto first = tr.get_range(from, span_end, 1, Reverse::no, Snapshot::yes);
     if (!first.ok()) return first.error();
     ++reads;
     // Nothing is stored in [from, found): every id whose range lies there has no revision.
     const std::string found = first->empty() ? span_end : first->front().key;
-    for (; i < n; ++i) {
-      auto [b, e] = range_of(i);
-      if (b < from || e > found) break;
+    for (; i < n && ranges[i].first >= from && ranges[i].second <= found; ++i) {
       none[i] = true;
       ++proved;
     }
     // The id whose range holds that key has revisions: its edit reads them.
-    if (i < n && range_of(i).first <= found) ++i;
+    if (i < n && ranges[i].first <= found) ++i;
   }
   return none;
 }
@@ -836,8 +843,7 @@ StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db
     // (it was a third of a _bulk_docs insert's reads). When the batch already knows nothing is
     // stored, the range goes into the read-conflict set as that read would have put it.
     if (stored == Stored::none) {
-      auto [b, e] = db.space.doc_revisions_range(u.id);
-      tr.add_read_conflict_range(b, e);
+      conflict_on_revisions(tr, db, u.id);
     } else {
       auto w = winner_from_range(tr, db, u.id, Snapshot::no);
       if (!w.ok()) return w.error();
@@ -891,8 +897,7 @@ StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, con
                                            SeqSlot slot, WriteHooks& hooks, Stored stored) {
   StorageResult<std::vector<StoredBranch>> all = std::vector<StoredBranch>();
   if (stored == Stored::none) {
-    auto [b, e] = db.space.doc_revisions_range(d.id);
-    tr.add_read_conflict_range(b, e);
+    conflict_on_revisions(tr, db, d.id);
   } else {
     all = read_branches(tr, db, d.id, Snapshot::no);
   }

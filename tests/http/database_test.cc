@@ -792,6 +792,51 @@ TEST_F(DatabaseTest, BulkDocsThousandDocuments) {
   EXPECT_EQ(info("db")["doc_count"], 1000);
 }
 
+// Inserts in one request among stored documents (a batch proves its new ids absent with one
+// ordered read): new and server-named ids are created at 1-, live ones conflict, deleted ones are
+// re-created on their tombstone, and replicated revisions extend the branches they name.
+TEST_F(DatabaseTest, BulkDocsInsertsAmongLiveAndDeletedDocuments) {
+  create_db("db");
+  Json first = Json::array();
+  for (int i = 0; i < 30; i += 3) first.push_back({{"_id", "d" + std::to_string(100 + i)}});
+  Json made = bulk("db", first);
+  ASSERT_EQ(made.size(), 10u);
+  Json gone = bulk("db", Json::array({{{"_id", "d112"}, {"_rev", made[4]["rev"]}, {"_deleted", true}}}));
+  ASSERT_EQ(gone[0]["ok"], true) << gone.dump();
+  Json docs = Json::array();
+  for (int i = 0; i < 30; ++i) docs.push_back({{"_id", "d" + std::to_string(100 + i)}, {"n", i}});
+  for (int i = 0; i < 5; ++i) docs.push_back({{"n", i}});  // server-generated ids
+  Json result = bulk("db", docs);
+  ASSERT_EQ(result.size(), 35u);
+  for (int i = 0; i < 30; ++i) {
+    const std::string id = "d" + std::to_string(100 + i);
+    if (i == 12) {
+      EXPECT_EQ(result[i]["rev"].get<std::string>().substr(0, 2), "3-") << result[i].dump();
+    } else if (i % 3 == 0) {
+      EXPECT_EQ(result[i]["error"], "conflict") << id;
+    } else {
+      EXPECT_EQ(result[i]["rev"].get<std::string>().substr(0, 2), "1-") << result[i].dump();
+    }
+  }
+  for (int i = 30; i < 35; ++i) EXPECT_EQ(result[i]["ok"], true) << result[i].dump();
+  EXPECT_EQ(info("db")["doc_count"], 35);
+  EXPECT_EQ(info("db")["doc_del_count"], 0);
+  // new_edits=false: a child of a stored leaf replaces it, a new document starts at its path.
+  const std::string leaf = made[0]["rev"].get<std::string>();
+  Json repl = Json::array(
+      {{{"_id", "d100"},
+        {"_revisions", {{"start", 2}, {"ids", {"b2", leaf.substr(2)}}}},
+        {"_rev", "2-b2"}},
+       {{"_id", "d200"}, {"_revisions", {{"start", 2}, {"ids", {"b2", "a1"}}}}, {"_rev", "2-b2"}}});
+  bulk("db", repl, false);
+  for (const char* id : {"d100", "d200"}) {
+    auto r = get(std::string("/db/") + id + "?conflicts=true");
+    ASSERT_EQ(r.status, 200u) << r.body;
+    EXPECT_EQ(r.json()["_rev"], "2-b2");
+    EXPECT_FALSE(r.json().contains("_conflicts")) << r.body;
+  }
+}
+
 // 40 documents of 300 KB are 12 MB: more than one 10 MB transaction can hold, so the request is
 // split over several transactions, and the answer keeps the request's order.
 TEST_F(DatabaseTest, BulkDocsLargerThanOneTransaction) {
