@@ -67,6 +67,7 @@
 #include <string>
 #include <string_view>
 
+#include "storage/database.h"
 #include "storage/subspace.h"
 #include "storage/tuple.h"
 
@@ -117,6 +118,16 @@ inline constexpr std::int64_t kViewNodes = 4;
 // (kDatabases, DbId, subspace, DocId) names one document's revisions and body chunks, so reading
 // a document that is not there (every new document's PUT) skips the tables without it.
 inline constexpr std::size_t kBloomPrefixElements = 4;
+
+// The store options that follow from this keyspace: prefix bloom filters on a document's prefix,
+// and column families of their own (storage/families.h) for the four subspaces every document
+// write appends to, so that a flush's tables each hold one of them and compactions out of level 0
+// overlap little of the level below. The server and the core tests open the store with these.
+inline void set_store_options(storage::Options& o) {
+  o.bloom_prefix_tuple_elements = kBloomPrefixElements;
+  o.family_top = kDatabases;
+  o.family_subspaces = {kRevisions, kDocs, kById, kChanges};
+}
 
 inline constexpr std::int64_t kDbFormat = 1;
 inline constexpr std::int64_t kRevFormat = 1;

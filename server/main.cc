@@ -412,7 +412,7 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   store_options.write_buffer_bytes = config.write_buffer_bytes;
   store_options.resolver_bytes_max = config.conflict_window_bytes;
   store_options.table_index_in_cache = config.table_index_in_cache;
-  store_options.bloom_prefix_tuple_elements = chaise::core::keyspace::kBloomPrefixElements;
+  chaise::core::keyspace::set_store_options(store_options);
   auto opened = chaise::storage::Database::open((config.data_dir / "store").string(), store_options);
   if (!opened.ok()) {
     spdlog::critical("cannot open the store in {}: {}", (config.data_dir / "store").string(),

@@ -30,6 +30,7 @@
 
 #include "storage/engine.h"
 #include "storage/memtable.h"
+#include "storage/merging_iterator.h"
 #include "storage/tuple_prefix.h"
 
 namespace chaise::storage {
@@ -37,6 +38,7 @@ namespace chaise::storage {
 namespace {
 
 constexpr char kVersionKey[] = "version";
+constexpr char kFamiliesKey[] = "families";
 
 std::string encode_be64(std::uint64_t v) {
   std::string out(8, '\0');
@@ -79,8 +81,11 @@ class TuplePrefix final : public rocksdb::SliceTransform {
   const char* Name() const override { return name_.c_str(); }
   rocksdb::Slice Transform(const rocksdb::Slice& key) const override {
     auto n = tuple_prefix_length(std::string_view(key.data(), key.size()), elements_);
-    assert(n);
-    return rocksdb::Slice(key.data(), *n);
+    // RocksDB's prefix-mode iterators (prefix_same_as_start) also transform the keys they step
+    // onto, in the domain or not. A key outside it is its own "prefix": it cannot equal the
+    // prefix of a key inside (that key would then parse into the elements too), so the iterator
+    // stops there, as it should.
+    return rocksdb::Slice(key.data(), n ? *n : key.size());
   }
   bool InDomain(const rocksdb::Slice& key) const override {
     return tuple_prefix_length(std::string_view(key.data(), key.size()), elements_).has_value();
@@ -170,20 +175,11 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   // Our memtable (storage/memtable.h): Debian's RocksDB checks its own with assertions on every
   // step. It inserts from one thread at a time.
   cfo.memtable_factory = ordered_memtable_factory();
-  // The meta column family holds a few keys (the store's version): small memtables.
-  rocksdb::ColumnFamilyOptions meta_cfo;
-  meta_cfo.write_buffer_size = 1u << 20;
-  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {{rocksdb::kDefaultColumnFamilyName, cfo},
-                                                      {"meta", meta_cfo}};
-  rocksdb::DB* raw = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(rocksdb::DBOptions(ro), path, cfs, &e->handles_, &raw);
-  if (!s.ok()) return Error::io_error;
-  e->db_.reset(raw);
-  e->data_cf_ = e->handles_[0];
-  e->meta_cf_ = e->handles_[1];
+  e->families_ = Families(options.family_top, options.family_subspaces);
+  if (auto st = e->open_families(path, ro, cfo); !st) return st.error();
 
   std::string v;
-  s = e->db_->Get(rocksdb::ReadOptions(), e->meta_cf_, kVersionKey, &v);
+  rocksdb::Status s = e->db_->Get(rocksdb::ReadOptions(), e->meta_cf_, kVersionKey, &v);
   if (s.ok() && v.size() == 8) {
     e->last_version_ = static_cast<std::int64_t>(decode_be64(v));
   } else if (!s.IsNotFound()) {
@@ -192,6 +188,80 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   e->committed_version_.store(e->last_version_);
   e->committer_ = std::thread([eng = e.get()] { eng->commit_loop(); });
   return e;
+}
+
+Status Engine::open_families(const std::string& path, const rocksdb::Options& ro,
+                             const rocksdb::ColumnFamilyOptions& data_cfo) {
+  // The meta column family holds a few keys (the store's version, the families' rule): small
+  // memtables.
+  rocksdb::ColumnFamilyOptions meta_cfo;
+  meta_cfo.write_buffer_size = 1u << 20;
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {{"meta", meta_cfo}};
+  for (std::size_t f = 0; f < families_.size(); ++f) cfs.push_back({families_.name(f), data_cfo});
+  const std::size_t wanted = cfs.size();
+  // RocksDB opens a store only with every column family it has: those of an earlier rule too
+  // (their keys move below). A new store has none to list.
+  std::vector<std::string> names;
+  if (!rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(ro), path, &names).ok()) names.clear();
+  for (const std::string& n : names)
+    if (std::none_of(cfs.begin(), cfs.end(), [&](const auto& d) { return d.name == n; }))
+      cfs.push_back({n, data_cfo});
+  rocksdb::DB* raw = nullptr;
+  if (!rocksdb::DB::Open(rocksdb::DBOptions(ro), path, cfs, &handles_, &raw).ok())
+    return Error::io_error;
+  db_.reset(raw);
+  meta_cf_ = handles_[0];
+  family_cfs_.assign(handles_.begin() + 1, handles_.begin() + static_cast<std::ptrdiff_t>(wanted));
+  std::string rule;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kFamiliesKey, &rule);
+  if (!s.ok() && !s.IsNotFound()) return Error::io_error;
+  if (s.ok() && rule == families_.describe() && handles_.size() == wanted) return {};
+  return place_keys({handles_.begin() + static_cast<std::ptrdiff_t>(wanted), handles_.end()});
+}
+
+Status Engine::place_keys(const std::vector<rocksdb::ColumnFamilyHandle*>& stale) {
+  constexpr std::size_t kBatchBytesMax = 4u << 20;
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  rocksdb::WriteBatch wb;
+  std::vector<rocksdb::ColumnFamilyHandle*> sources = family_cfs_;
+  sources.insert(sources.end(), stale.begin(), stale.end());
+  for (rocksdb::ColumnFamilyHandle* from : sources) {
+    rocksdb::ReadOptions r;
+    r.total_order_seek = true;
+    r.fill_cache = false;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(r, from));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      const rocksdb::Slice k = it->key();
+      rocksdb::ColumnFamilyHandle* to = cf_of_key(std::string_view(k.data(), k.size()));
+      if (to == from) continue;
+      // Each batch moves whole keys: written to their family and deleted here atomically.
+      wb.Put(to, k, it->value());
+      wb.Delete(from, k);
+      if (wb.GetDataSize() < kBatchBytesMax) continue;
+      if (!db_->Write(wo, &wb).ok()) return Error::io_error;
+      wb.Clear();
+    }
+    if (!it->status().ok()) return Error::io_error;
+  }
+  wb.Put(meta_cf_, kFamiliesKey, families_.describe());
+  if (!db_->Write(wo, &wb).ok()) return Error::io_error;
+  for (rocksdb::ColumnFamilyHandle* h : stale) {
+    if (!db_->DropColumnFamily(h).ok()) return Error::io_error;
+    db_->DestroyColumnFamilyHandle(h);
+    handles_.erase(std::find(handles_.begin(), handles_.end(), h));
+  }
+  return {};
+}
+
+std::unique_ptr<rocksdb::Iterator> Engine::new_range_iterator(const rocksdb::ReadOptions& ro,
+                                                              std::string_view begin,
+                                                              std::string_view end) {
+  if (auto f = families_.of_range(begin, end))
+    return std::unique_ptr<rocksdb::Iterator>(db_->NewIterator(ro, family_cfs_[*f]));
+  std::vector<std::unique_ptr<rocksdb::Iterator>> children;
+  for (rocksdb::ColumnFamilyHandle* cf : family_cfs_) children.emplace_back(db_->NewIterator(ro, cf));
+  return std::make_unique<MergingIterator>(std::move(children));
 }
 
 Engine::~Engine() {
@@ -288,7 +358,7 @@ std::optional<std::string> Engine::latest_value(std::string_view key, const Writ
   }
   std::string v;
   rocksdb::Status s =
-      db_->Get(rocksdb::ReadOptions(), data_cf_, rocksdb::Slice(key.data(), key.size()), &v);
+      db_->Get(rocksdb::ReadOptions(), cf_of_key(key), rocksdb::Slice(key.data(), key.size()), &v);
   if (s.ok()) return v;
   return std::nullopt;  // not found (or an I/O error, which the batch write will report)
 }
@@ -396,13 +466,19 @@ void Engine::process_batch(std::vector<std::unique_ptr<CommitRequest>>& batch) {
   if (!accepted.empty()) {
     last_version_ = version;
     rocksdb::WriteBatch wb;
-    for (const auto& [b, e] : overlay.cleared().ranges()) wb.DeleteRange(data_cf_, b, e);
+    for (const auto& [b, e] : overlay.cleared().ranges()) {
+      if (auto f = families_.of_range(b, e)) {
+        wb.DeleteRange(family_cfs_[*f], b, e);
+      } else {
+        for (rocksdb::ColumnFamilyHandle* cf : family_cfs_) wb.DeleteRange(cf, b, e);
+      }
+    }
     for (const auto& [key, w] : overlay.points()) {
       if (w.kind == PointWrite::Kind::clear) {
-        wb.Delete(data_cf_, key);
+        wb.Delete(cf_of_key(key), key);
       } else {
         assert(w.kind == PointWrite::Kind::set);  // commit_one evaluates everything else
-        wb.Put(data_cf_, key, w.value);
+        wb.Put(cf_of_key(key), key, w.value);
       }
     }
     wb.Put(meta_cf_, kVersionKey, encode_be64(static_cast<std::uint64_t>(version)));
@@ -525,15 +601,17 @@ StoreStats Engine::stats() const {
   s.conflicts = stat_conflicts_.load(std::memory_order_relaxed);
   s.batches = stat_batches_.load(std::memory_order_relaxed);
   std::uint64_t value = 0;
-  if (db_->GetIntProperty(data_cf_, "rocksdb.total-sst-files-size", &value)) s.disk_bytes += value;
-  if (db_->GetIntProperty(data_cf_, "rocksdb.cur-size-all-mem-tables", &value)) {
-    s.disk_bytes += value;
-    s.memtable_bytes = value;
+  for (rocksdb::ColumnFamilyHandle* cf : family_cfs_) {
+    if (db_->GetIntProperty(cf, "rocksdb.total-sst-files-size", &value)) s.disk_bytes += value;
+    if (db_->GetIntProperty(cf, "rocksdb.cur-size-all-mem-tables", &value)) {
+      s.disk_bytes += value;
+      s.memtable_bytes += value;
+    }
+    if (db_->GetIntProperty(cf, "rocksdb.estimate-table-readers-mem", &value))
+      s.table_readers_bytes += value;
   }
   if (db_->GetIntProperty(meta_cf_, "rocksdb.cur-size-all-mem-tables", &value))
     s.memtable_bytes += value;
-  if (db_->GetIntProperty(data_cf_, "rocksdb.estimate-table-readers-mem", &value))
-    s.table_readers_bytes = value;
   s.block_cache_bytes = block_cache_->GetUsage();
   s.resolver_keys = stat_resolver_keys_.load(std::memory_order_relaxed);
   s.resolver_bytes = stat_resolver_bytes_.load(std::memory_order_relaxed);

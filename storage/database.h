@@ -26,6 +26,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "storage/error.h"
 #include "storage/transaction.h"
@@ -89,6 +90,14 @@ struct Options {
   // read whose bounds share them skips tables that hold no such key. 0 = none. Default 0; the
   // server sets the elements that name one document.
   std::size_t bloom_prefix_tuple_elements = 0;
+  // Column families (storage/families.h): keys that are packed tuples (family_top, x, s, ...)
+  // with s in family_subspaces live in a RocksDB column family per s, every other key in one
+  // more; readers see one keyspace either way. A store written under another rule has its keys
+  // moved at open, in batches each moving its keys atomically (a crash part-way leaves every key
+  // in exactly one family; the next open goes on). Default none (one family); the server names
+  // the busy per-database subspaces.
+  std::int64_t family_top = 0;
+  std::vector<std::int64_t> family_subspaces;
   // Retry backoff of on_error(): starts at initial, doubles up to max, jittered. Defaults 1 ms / 1
   // s.
   std::int64_t retry_backoff_initial_us = 1'000;

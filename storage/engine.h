@@ -2,8 +2,10 @@
 // the commit pipeline. Nothing outside storage/ includes this header (it pulls in RocksDB).
 //
 // On-disk layout (RocksDB column families):
-//   default  user keys -> values, exactly as the transactions wrote them
-//   meta     "version" -> 8-byte big-endian last committed version (written in every commit batch)
+//   default      user keys -> values, exactly as the transactions wrote them, except those of:
+//   subspace-<s> the keys of subspace s under Options::family_top (storage/families.h)
+//   meta         "version" -> 8-byte big-endian last committed version (written in every commit
+//                batch); "families" -> Families::describe() of the rule the keys are placed by
 #pragma once
 
 #include <rocksdb/cache.h>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "storage/database.h"
+#include "storage/families.h"
 #include "storage/resolver.h"
 #include "storage/transaction.h"
 #include "storage/write_map.h"
@@ -87,7 +90,16 @@ class Engine {
   // perf context, so each thread that calls into RocksDB turns the counting off once.
   static void quiet_perf_context_on_this_thread();
   rocksdb::DB* db() { return db_.get(); }
-  rocksdb::ColumnFamilyHandle* data_cf() { return data_cf_; }
+  const Families& families() const { return families_; }
+  rocksdb::ColumnFamilyHandle* family_cf(std::size_t family) { return family_cfs_[family]; }
+  rocksdb::ColumnFamilyHandle* cf_of_key(std::string_view key) {
+    return family_cfs_[families_.of_key(key)];
+  }
+  // An iterator over [begin, end) at `ro` (whose bounds, if any, the caller set): the one family's
+  // when the range lies in one, else a MergingIterator over every family.
+  std::unique_ptr<rocksdb::Iterator> new_range_iterator(const rocksdb::ReadOptions& ro,
+                                                        std::string_view begin,
+                                                        std::string_view end);
   const Options& options() const { return options_; }
   std::int64_t now_us() const { return options_.clock->now_us(); }
   std::uint64_t metadata_generation() const {
@@ -120,10 +132,16 @@ class Engine {
   std::string evaluated(std::string_view key, const PointWrite& w, const std::string& vs,
                         const WriteMap* overlay);
   void fire_watches(const WriteMap& written);
+  // Opens the store's column families (every one it has, and the rule's) into handles_.
+  Status open_families(const std::string& path, const rocksdb::Options& ro,
+                       const rocksdb::ColumnFamilyOptions& data_cfo);
+  // Moves every key not in its rule's family there, then drops families the rule has no more.
+  Status place_keys(const std::vector<rocksdb::ColumnFamilyHandle*>& stale);
 
   Options options_;
   std::unique_ptr<rocksdb::DB> db_;
-  rocksdb::ColumnFamilyHandle* data_cf_ = nullptr;
+  Families families_;
+  std::vector<rocksdb::ColumnFamilyHandle*> family_cfs_;  // by family number
   rocksdb::ColumnFamilyHandle* meta_cf_ = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
 

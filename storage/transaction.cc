@@ -55,13 +55,13 @@ Transaction::Transaction(Transaction&&) noexcept = default;
 Transaction& Transaction::operator=(Transaction&&) noexcept = default;
 
 Transaction::~Transaction() {
-  prefix_it_.reset();
+  prefix_its_.clear();
   for (auto& w : watches_) w->fire(Error::transaction_cancelled);
 }
 
 void Transaction::disable_read_cache() {
   fill_cache_ = false;
-  prefix_it_.reset();
+  prefix_its_.clear();
 }
 
 void Transaction::defer(Error e) {
@@ -130,20 +130,23 @@ bool within_one_prefix(std::string_view begin, std::string_view end, std::size_t
 }
 }  // namespace
 
-rocksdb::Iterator* Transaction::prefix_iterator() {
-  // One per transaction, made at its first one-prefix range read: every later one seeks it
-  // again instead of building a new iterator over every memtable and table (a _bulk_docs
-  // request reads each new document's revisions range). Its bounds are checked by read_range:
-  // RocksDB's iterators cache per-block decisions made against the bounds they were given.
-  if (!prefix_it_) {
+rocksdb::Iterator* Transaction::prefix_iterator(std::size_t family) {
+  // One per transaction and family, made at its first one-prefix range read there: every later
+  // one seeks it again instead of building a new iterator over every memtable and table (a
+  // _bulk_docs request reads each new document's revisions range). Its bounds are checked by
+  // read_range: RocksDB's iterators cache per-block decisions made against the bounds they were
+  // given.
+  if (prefix_its_.empty()) prefix_its_.resize(engine_->families().size());
+  auto& it = prefix_its_[family];
+  if (!it) {
     rocksdb::ReadOptions ro;
     ro.snapshot = view_->snapshot;
     ro.fill_cache = fill_cache_;
     ro.total_order_seek = false;
     ro.prefix_same_as_start = true;
-    prefix_it_.reset(engine_->db()->NewIterator(ro, engine_->data_cf()));
+    it.reset(engine_->db()->NewIterator(ro, engine_->family_cf(family)));
   }
-  return prefix_it_.get();
+  return it.get();
 }
 
 Result<std::optional<std::string>> Transaction::read_storage(std::string_view key) {
@@ -152,7 +155,7 @@ Result<std::optional<std::string>> Transaction::read_storage(std::string_view ke
   ro.snapshot = view_->snapshot;
   ro.fill_cache = fill_cache_;
   rocksdb::PinnableSlice v;
-  rocksdb::Status s = engine_->db()->Get(ro, engine_->data_cf(), to_slice(key), &v);
+  rocksdb::Status s = engine_->db()->Get(ro, engine_->cf_of_key(key), to_slice(key), &v);
   if (s.IsNotFound()) return std::optional<std::string>();
   if (!s.ok()) return Error::io_error;
   return std::optional<std::string>(v.ToString());
@@ -189,8 +192,9 @@ Status Transaction::read_range(std::string_view begin, std::string_view end, int
   rocksdb::Slice lo = to_slice(begin), hi = to_slice(end);
   std::unique_ptr<rocksdb::Iterator> own;
   rocksdb::Iterator* it = nullptr;
-  if (within_one_prefix(begin, end, engine_->options().bloom_prefix_tuple_elements)) {
-    it = prefix_iterator();
+  const std::optional<std::size_t> family = engine_->families().of_range(begin, end);
+  if (family && within_one_prefix(begin, end, engine_->options().bloom_prefix_tuple_elements)) {
+    it = prefix_iterator(*family);
   } else {
     rocksdb::ReadOptions ro;
     ro.snapshot = view_->snapshot;
@@ -198,7 +202,7 @@ Status Transaction::read_range(std::string_view begin, std::string_view end, int
     ro.iterate_lower_bound = &lo;
     ro.iterate_upper_bound = &hi;
     ro.total_order_seek = true;
-    own.reset(engine_->db()->NewIterator(ro, engine_->data_cf()));
+    own = engine_->new_range_iterator(ro, begin, end);
     it = own.get();
   }
   // Whether the iterator stands on a key of [begin, end) (the shared one has no bounds).
@@ -228,11 +232,13 @@ Status Transaction::read_range(std::string_view begin, std::string_view end, int
   };
 
   if (reverse == Reverse::no) {
+    // A cleared range may end past `end` (and, in prefix mode, outside the prefix, where the
+    // iterator cannot seek): past `end` nothing more is read.
     auto skip_cleared = [&] {
       while (below_end()) {
         const auto* r = cleared.find(to_sv(it->key()));
         if (!r) break;
-        it->Seek(r->second);
+        it->Seek(r->second < end ? to_slice(r->second) : hi);
       }
     };
     it->Seek(lo);
@@ -267,8 +273,10 @@ Status Transaction::read_range(std::string_view begin, std::string_view end, int
       while (from_begin()) {
         const auto* r = cleared.find(to_sv(it->key()));
         if (!r) break;
-        it->SeekForPrev(r->first);
-        if (it->Valid() && to_sv(it->key()) == r->first) it->Prev();
+        // As forward: a cleared range that starts before `begin` ends the read at `begin`.
+        const std::string_view to = r->first > begin ? std::string_view(r->first) : begin;
+        it->SeekForPrev(to_slice(to));
+        if (it->Valid() && to_sv(it->key()) == to) it->Prev();
       }
     };
     // The last key before `end`.
@@ -361,7 +369,8 @@ Result<std::vector<std::vector<KeyValue>>> Transaction::get_ranges(
     ro.iterate_lower_bound = &lo;
     ro.iterate_upper_bound = &hi;
     ro.total_order_seek = true;  // one iterator across many prefixes
-    std::unique_ptr<rocksdb::Iterator> it(engine_->db()->NewIterator(ro, engine_->data_cf()));
+    std::unique_ptr<rocksdb::Iterator> it =
+        engine_->new_range_iterator(ro, ranges.front().begin, ranges.back().end);
     bool positioned = false;
     for (std::size_t i = 0; i < ranges.size(); ++i) {
       const KeyRange& r = ranges[i];
@@ -586,7 +595,7 @@ Result<CommitResult> Transaction::commit() {
 void Transaction::reset() {
   for (auto& w : watches_) w->fire(Error::transaction_cancelled);
   watches_.clear();
-  prefix_it_.reset();
+  prefix_its_.clear();
   view_.reset();
   writes_.reset();
   versionstamped_keys_.clear();

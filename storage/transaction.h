@@ -189,14 +189,15 @@ class Transaction {
   Status read_range(std::string_view begin, std::string_view end, int limit, Reverse reverse,
                     std::vector<KeyValue>& out, bool& limited);
   Result<std::optional<std::string>> read_storage(std::string_view key);
-  // The transaction's iterator for ranges within one bloom prefix (needs the read view).
-  rocksdb::Iterator* prefix_iterator();
+  // The transaction's iterator in `family` for ranges within one bloom prefix (needs the read
+  // view).
+  rocksdb::Iterator* prefix_iterator(std::size_t family);
   std::unique_ptr<CommitRequest> take_commit_request();
 
   Engine* engine_ = nullptr;
   // Reads at view_'s snapshot, so it goes before the view does: declared first (a move
   // assignment replaces it first) and dropped first by the destructor and reset().
-  std::unique_ptr<rocksdb::Iterator> prefix_it_;
+  std::vector<std::unique_ptr<rocksdb::Iterator>> prefix_its_;  // by family, made when first used
   std::shared_ptr<ReadView> view_;
   WriteMap writes_;
   std::vector<VersionstampedKey> versionstamped_keys_;

@@ -12,6 +12,7 @@
 
 #include "core/changes_notifier.h"
 #include "core/documents.h"
+#include "core/keyspace.h"
 #include "core/txid_janitor.h"
 #include "core/cursors.h"
 #include "storage/database.h"
@@ -30,6 +31,7 @@ class DocumentsTest : public ::testing::Test {
     dir_ = mkdtemp(tmpl.data());
     storage::Options o;
     o.fsync = false;
+    core::keyspace::set_store_options(o);  // the server's filters and column families
     store_ = std::move(Database::open(dir_, o).value());
     create("db");
   }

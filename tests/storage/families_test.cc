@@ -1,0 +1,322 @@
+// Column families by subspace (storage/families.h): which family a key and a range belong to, and
+// a store whose keys live in several families answering every read as one keyspace, also after
+// reopening under another rule (its keys moved at open).
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <set>
+
+#include "storage/database.h"
+#include "storage/families.h"
+#include "storage/subspace.h"
+#include "storage/tuple.h"
+
+namespace chaise::storage {
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "chaise-fam-XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Keys of every shape the rule looks at: (top, x, s, ...) with top, x and s integers or strings,
+// shorter tuples, and raw bytes that are no tuple at all.
+std::string random_key(std::mt19937& rng) {
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  if (pick(12) == 0) {
+    static const std::vector<std::string> raw = {std::string(),
+                                                 std::string("\x15\x01", 2),
+                                                 std::string("\x15\x01\xff", 3),
+                                                 std::string("\x15\x01\x15\x02\xff", 5),
+                                                 std::string("\x14", 1),
+                                                 std::string("\xff", 1),
+                                                 std::string("\x02\x00\xff", 3)};
+    return raw[static_cast<std::size_t>(pick(static_cast<int>(raw.size())))];
+  }
+  Tuple t;
+  t.add(static_cast<std::int64_t>(pick(3)));
+  const int len = pick(5);
+  for (int i = 1; i < len; ++i) {
+    switch (pick(4)) {
+      case 0:
+        t.add(std::string(1 + static_cast<std::size_t>(pick(2)), static_cast<char>('a' + pick(3))));
+        break;
+      case 1:
+        t.add(std::string("a\0b", 3));
+        break;
+      default:
+        t.add(static_cast<std::int64_t>(pick(6) - 1));
+    }
+  }
+  std::string k = t.pack();
+  if (pick(6) == 0) k.push_back(pick(2) ? '\xff' : '\0');
+  return k;
+}
+
+TEST(Families, ARangeNamesOneFamilyOnlyWhenEveryKeyInsideHasIt) {
+  const Families fam(1, {4, 1, 2, 1});
+  EXPECT_EQ(fam.size(), 4u);  // default, 1, 2, 4
+  EXPECT_EQ(fam.name(0), "default");
+  EXPECT_EQ(fam.name(3), "subspace-4");
+  std::mt19937 rng(20261127);
+  std::set<std::string> keys;
+  for (int i = 0; i < 3000; ++i) keys.insert(random_key(rng));
+  const std::vector<std::string> sorted(keys.begin(), keys.end());
+  int single = 0;
+  for (int round = 0; round < 20000; ++round) {
+    std::string b = sorted[rng() % sorted.size()], e = sorted[rng() % sorted.size()];
+    if (b > e) std::swap(b, e);
+    if (b == e) continue;
+    const auto f = fam.of_range(b, e);
+    if (!f) continue;
+    ++single;
+    for (auto it = keys.lower_bound(b); it != keys.end() && *it < e; ++it)
+      ASSERT_EQ(fam.of_key(*it), *f) << "range " << round;
+  }
+  EXPECT_GT(single, 2000);
+  // The ranges readers use name their family: one subspace, one document in it, part of one.
+  for (std::int64_t s : {0, 1, 2, 3, 4}) {
+    const Subspace sub(Tuple().add(std::int64_t{1}).add(std::int64_t{7}).add(s));
+    const std::size_t want = s == 1 ? 1 : s == 2 ? 2 : s == 4 ? 3 : 0;
+    auto [b, e] = sub.range();
+    EXPECT_EQ(fam.of_range(b, e), std::optional<std::size_t>(want)) << s;
+    auto [db, de] = sub.range(Tuple().add("doc"));
+    EXPECT_EQ(fam.of_range(db, de), std::optional<std::size_t>(want)) << s;
+    EXPECT_EQ(fam.of_range(sub.pack(Tuple().add("a")), e), std::optional<std::size_t>(want));
+    EXPECT_EQ(fam.of_key(sub.pack(Tuple().add("doc").add(std::int64_t{3}))), want);
+  }
+  // A whole database spans them all; keys before or after top's are the default family's.
+  auto [db_b, db_e] = Subspace(Tuple().add(std::int64_t{1}).add(std::int64_t{7})).range();
+  EXPECT_EQ(fam.of_range(db_b, db_e), std::nullopt);
+  auto [sys_b, sys_e] = Subspace(Tuple().add(std::int64_t{0})).range();
+  EXPECT_EQ(fam.of_range(sys_b, sys_e), std::optional<std::size_t>(0));
+  EXPECT_EQ(fam.of_range(std::string("\x15\x02", 2), std::string("\xff", 1)),
+            std::optional<std::size_t>(0));
+  EXPECT_EQ(fam.of_range(std::string(), std::string("\xff", 1)), std::nullopt);
+  // No subspaces: one family for everything.
+  EXPECT_EQ(Families().of_range(std::string(), std::string("\xff", 1)),
+            std::optional<std::size_t>(0));
+}
+
+Options rule(std::vector<std::int64_t> subspaces) {
+  Options o;
+  o.fsync = false;
+  o.bloom_prefix_tuple_elements = 4;
+  o.family_top = 1;
+  o.family_subspaces = std::move(subspaces);
+  return o;
+}
+
+std::unique_ptr<Database> open(const std::string& path, const Options& o) {
+  auto r = Database::open(path, o);
+  EXPECT_TRUE(r.ok()) << error_name(r.error());
+  return r.ok() ? std::move(*r) : nullptr;
+}
+
+std::set<std::string> column_families(const std::string& path) {
+  std::vector<std::string> names;
+  EXPECT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), path, &names).ok());
+  return {names.begin(), names.end()};
+}
+
+// Keys the store test writes: (1, db, s, id, n) in and out of the families, and a few elsewhere.
+std::string store_key(std::mt19937& rng) {
+  auto pick = [&](int n) { return static_cast<std::int64_t>(rng() % static_cast<unsigned>(n)); };
+  switch (pick(8)) {
+    case 0:
+      return Tuple().add(std::int64_t{0}).add(pick(3)).add("sys").pack();
+    case 1:
+      return Tuple().add(std::int64_t{2}).add(pick(3)).pack();
+    default:
+      return Tuple()
+          .add(std::int64_t{1})
+          .add(pick(2))
+          .add(pick(5))
+          .add(std::string(1, static_cast<char>('a' + pick(8))))
+          .add(pick(40))
+          .pack();
+  }
+}
+
+// Reads of every kind against a model of the store overlaid with a transaction's own writes.
+void expect_reads_as_model(Transaction& tr, const std::map<std::string, std::string>& seen,
+                           std::mt19937& rng, int reads) {
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  for (int i = 0; i < reads; ++i) {
+    std::string b, e;
+    switch (pick(4)) {
+      case 0:  // one subspace of one database, or one document in it
+        std::tie(b, e) = Subspace(Tuple().add(std::int64_t{1}).add(std::int64_t{pick(2)}).add(
+                                      std::int64_t{pick(5)}))
+                             .range(pick(2) ? Tuple() : Tuple().add(std::string(1, 'a' + pick(8))));
+        break;
+      case 1:  // a whole database
+        std::tie(b, e) =
+            Subspace(Tuple().add(std::int64_t{1}).add(std::int64_t{pick(2)})).range();
+        break;
+      case 2:
+        b = std::string();
+        e = std::string("\xff", 1);
+        break;
+      default:
+        b = store_key(rng);
+        e = store_key(rng);
+        if (b > e) std::swap(b, e);
+    }
+    const int limit = pick(4);
+    const Reverse rev = pick(2) ? Reverse::yes : Reverse::no;
+    std::vector<KeyValue> want;
+    for (auto it = seen.lower_bound(b); it != seen.end() && it->first < e; ++it)
+      want.push_back({it->first, it->second});
+    if (rev == Reverse::yes) std::reverse(want.begin(), want.end());
+    if (limit > 0 && want.size() > static_cast<std::size_t>(limit)) want.resize(limit);
+    auto got = tr.get_range(b, e, limit, rev, Snapshot::yes);
+    ASSERT_TRUE(got.ok());
+    ASSERT_EQ(*got, want) << "read " << i;
+    // Selectors: reads that run to either end of the keyspace, across every family.
+    const std::string from = store_key(rng);
+    auto second = tr.get_key(KeySelector{from, false, 2}, Snapshot::yes);
+    ASSERT_TRUE(second.ok());
+    auto at = seen.lower_bound(from);
+    if (at != seen.end()) ++at;
+    ASSERT_EQ(*second, at == seen.end() ? std::string("\xff", 1) : at->first);
+    auto before = tr.get_key(KeySelector::last_less_than(from), Snapshot::yes);
+    ASSERT_TRUE(before.ok());
+    auto lt = seen.lower_bound(from);
+    ASSERT_EQ(*before, lt == seen.begin() ? std::string() : std::prev(lt)->first);
+  }
+  // Several ranges in one call (read through one iterator when the transaction has no writes).
+  std::vector<KeyRange> ranges;
+  std::string last;
+  for (int i = 0; i < 5; ++i) {
+    std::string b = store_key(rng), e = store_key(rng);
+    if (b > e) std::swap(b, e);
+    if (b < last) continue;
+    ranges.push_back({b, e});
+    last = e;
+  }
+  auto got = tr.get_ranges(ranges, 0, Snapshot::yes);
+  ASSERT_TRUE(got.ok());
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    std::vector<KeyValue> want;
+    for (auto it = seen.lower_bound(ranges[i].begin); it != seen.end() && it->first < ranges[i].end;
+         ++it)
+      want.push_back({it->first, it->second});
+    ASSERT_EQ((*got)[i], want);
+  }
+  for (const auto& [k, v] : seen) {
+    auto p = tr.get(k, Snapshot::yes);
+    ASSERT_TRUE(p.ok());
+    ASSERT_EQ(*p, std::optional<std::string>(v));
+  }
+}
+
+TEST(FamiliesStore, ReadsAcrossFamiliesAnswerAsOneKeyspace) {
+  TempDir dir;
+  const Options o = rule({1, 2, 4});
+  auto db = open(dir.path(), o);
+  std::map<std::string, std::string> model;
+  std::mt19937 rng(27112026);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  for (int round = 0; round < 60; ++round) {
+    if (round == 20 || round == 40) {
+      db.reset();
+      db = open(dir.path(), o);  // what was written is in tables now
+    }
+    auto tr = db->create_transaction();
+    if (pick(3) == 0) expect_reads_as_model(tr, model, rng, 10);  // no writes of its own yet
+    std::map<std::string, std::string> seen = model;
+    for (int op = 0; op < 30; ++op) {
+      const std::string k = store_key(rng);
+      switch (pick(8)) {
+        case 0:
+          tr.clear(k);
+          seen.erase(k);
+          break;
+        case 1: {  // a range clear: one document's keys, or (rarely) any two keys apart
+          std::string b, e;
+          if (pick(60) == 0) {
+            b = k;
+            e = store_key(rng);
+            if (b > e) std::swap(b, e);
+          } else {
+            std::tie(b, e) = Subspace(Tuple()
+                                          .add(std::int64_t{1})
+                                          .add(std::int64_t{pick(2)})
+                                          .add(std::int64_t{pick(5)}))
+                                 .range(Tuple().add(std::string(1, 'a' + pick(8))));
+          }
+          tr.clear_range(b, e);
+          seen.erase(seen.lower_bound(b), seen.lower_bound(e));
+          break;
+        }
+        default: {
+          const std::string v = "v" + std::to_string(round) + "." + std::to_string(op);
+          tr.set(k, v);
+          seen[k] = v;
+        }
+      }
+    }
+    expect_reads_as_model(tr, seen, rng, 10);
+    ASSERT_TRUE(tr.commit().ok());
+    model = std::move(seen);
+  }
+  auto tr = db->create_transaction();
+  expect_reads_as_model(tr, model, rng, 50);
+  EXPECT_GT(model.size(), 200u);
+}
+
+TEST(FamiliesStore, ReopeningUnderAnotherRuleMovesEveryKey) {
+  TempDir dir;
+  std::map<std::string, std::string> model;
+  std::mt19937 rng(112026);
+  auto write = [&](Database& db, int round) {
+    auto tr = db.create_transaction();
+    for (int i = 0; i < 400; ++i) {
+      const std::string k = store_key(rng);
+      const std::string v = "r" + std::to_string(round) + "." + std::to_string(i);
+      tr.set(k, v);
+      model[k] = v;
+    }
+    ASSERT_TRUE(tr.commit().ok());
+  };
+  const std::vector<std::vector<std::int64_t>> rules = {{}, {1, 2, 3, 4}, {2, 9}, {}, {4}};
+  const std::vector<std::set<std::string>> families = {
+      {"default", "meta"},
+      {"default", "meta", "subspace-1", "subspace-2", "subspace-3", "subspace-4"},
+      {"default", "meta", "subspace-2", "subspace-9"},
+      {"default", "meta"},
+      {"default", "meta", "subspace-4"}};
+  for (std::size_t i = 0; i < rules.size(); ++i) {
+    auto db = open(dir.path(), rule(rules[i]));
+    ASSERT_TRUE(db);
+    {
+      auto tr = db->create_transaction();
+      expect_reads_as_model(tr, model, rng, 20);
+    }
+    write(*db, static_cast<int>(i));
+    {
+      auto after = db->create_transaction();
+      expect_reads_as_model(after, model, rng, 5);
+    }
+    db.reset();
+    EXPECT_EQ(column_families(dir.path()), families[i]) << i;
+  }
+  EXPECT_GT(model.size(), 1000u);
+}
+
+}  // namespace
+}  // namespace chaise::storage
