@@ -30,9 +30,12 @@ namespace chaise::http {
 // ---- Shared with endpoints_database.cc (declared there; no header may be added for them) ------
 
 // A new document id / uuid: CouchDB 3.x's default "sequential" algorithm (couch_uuids.erl): 26
-// random hex digits shared by consecutive ids, then a 6-hex-digit counter that grows by a random
-// 1..0xffe, with a fresh prefix once it passes 0xfff000. Consecutive ids sort together, which keeps
-// by-id keys of one batch close in the store. 32 lowercase hex digits. Thread-safe.
+// hex digits shared by consecutive ids, then a 6-hex-digit counter that grows by a random
+// 1..0xffe, with a new prefix once it passes 0xfff000. CouchDB draws each new prefix at random;
+// here only the first is random and each next one is the last plus a random 1..2^32, so every id
+// a server run makes sorts after the ones before it (the store's tables then hold ascending runs
+// that move down its levels without being rewritten; README "Differences from CouchDB"). 32
+// lowercase hex digits. Thread-safe.
 std::string new_uuid();
 
 // The dbinfo object exactly as CouchDB 3.x orders it (fabric_db_info.erl: instance_start_time,
@@ -42,18 +45,30 @@ Json db_info_json(const core::DbInfo& info);
 std::string new_uuid() {
   static std::mutex mutex;
   static std::mt19937_64 rng{std::random_device{}()};
-  static std::string prefix;
+  // The prefix, 104 bits: the high 40 and the low 64. Starting anywhere in 2^104, steps of at
+  // most 2^32 wrap around only after 2^72 of them.
+  static std::uint64_t prefix_high = 0, prefix_low = 0;
+  static bool started = false;
   static std::uint32_t counter = 0;
   static constexpr char kHex[] = "0123456789abcdef";
 
   std::lock_guard lock(mutex);
   auto increment = [] { return static_cast<std::uint32_t>(rng() % 0xffe) + 1; };
-  if (prefix.empty() || counter >= 0xfff000) {
-    prefix.clear();
-    for (int i = 0; i < 26; ++i) prefix.push_back(kHex[rng() & 0xf]);
+  if (!started) {
+    prefix_high = rng() & ((std::uint64_t{1} << 40) - 1);
+    prefix_low = rng();
+    started = true;
+    counter = increment();
+  } else if (counter >= 0xfff000) {
+    const std::uint64_t step = (rng() & 0xffffffffu) + 1;
+    prefix_low += step;
+    if (prefix_low < step) prefix_high = (prefix_high + 1) & ((std::uint64_t{1} << 40) - 1);
     counter = increment();
   }
-  std::string id = prefix;
+  std::string id;
+  id.reserve(32);
+  for (int shift = 36; shift >= 0; shift -= 4) id.push_back(kHex[(prefix_high >> shift) & 0xf]);
+  for (int shift = 60; shift >= 0; shift -= 4) id.push_back(kHex[(prefix_low >> shift) & 0xf]);
   for (int shift = 20; shift >= 0; shift -= 4) id.push_back(kHex[(counter >> shift) & 0xf]);
   counter += increment();
   return id;

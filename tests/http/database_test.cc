@@ -502,6 +502,26 @@ TEST_F(DatabaseTest, UuidsAreFreshHexWithNoCacheHeaders) {
   EXPECT_EQ(get("/_uuids?count=0").body, "{\"uuids\":[]}\n");  // CouchDB allows 0
 }
 
+// Each id of a server run sorts after the one before it, also where the 26-digit prefix changes
+// (every ~8,000 ids; CouchDB draws each new prefix at random, Chaise steps it up).
+TEST_F(DatabaseTest, UuidsOfOneServerRunAscendAcrossPrefixes) {
+  std::string last;
+  std::set<std::string> prefixes;
+  for (int round = 0; round < 25; ++round) {
+    auto r = get("/_uuids?count=1000");
+    ASSERT_EQ(r.status, 200u);
+    const Json body = r.json();
+    for (const auto& u : body["uuids"]) {
+      const std::string id = u.get<std::string>();
+      ASSERT_TRUE(is_32_hex(id)) << id;
+      ASSERT_GT(id, last) << "round " << round;
+      last = id;
+      prefixes.insert(id.substr(0, 26));
+    }
+  }
+  EXPECT_GE(prefixes.size(), 2u);  // 25,000 ids at ~2,047 apart in 0xfff000: about three prefixes
+}
+
 TEST_F(DatabaseTest, UuidsCountErrors) {
   expect_error(get("/_uuids?count=1001"), 400, "bad_request", "count parameter too large");
   expect_error(get("/_uuids?count=99999999999999999999999"), 400, "bad_request",
