@@ -11,6 +11,11 @@ pid=""
 datadir=""
 cleanup() {
   if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  # BENCH_ROCKSDB_LOG=<file>: keep the store's RocksDB LOG (flushes, compactions, stalls) there;
+  # bench/http/rocksdb_log.py sums it up per column family.
+  if [[ -n "$datadir" && -n "${BENCH_ROCKSDB_LOG:-}" && -f "$datadir/data/store/LOG" ]]; then
+    cp "$datadir/data/store/LOG" "$BENCH_ROCKSDB_LOG"
+  fi
   if [[ -n "$datadir" ]]; then rm -rf "$datadir"; fi
 }
 trap cleanup EXIT
