@@ -255,10 +255,8 @@ Status Engine::place_keys(const std::vector<rocksdb::ColumnFamilyHandle*>& stale
 }
 
 std::unique_ptr<rocksdb::Iterator> Engine::new_range_iterator(const rocksdb::ReadOptions& ro,
-                                                              std::string_view begin,
-                                                              std::string_view end) {
-  if (auto f = families_.of_range(begin, end))
-    return std::unique_ptr<rocksdb::Iterator>(db_->NewIterator(ro, family_cfs_[*f]));
+                                                              std::optional<std::size_t> family) {
+  if (family) return std::unique_ptr<rocksdb::Iterator>(db_->NewIterator(ro, family_cfs_[*family]));
   std::vector<std::unique_ptr<rocksdb::Iterator>> children;
   for (rocksdb::ColumnFamilyHandle* cf : family_cfs_) children.emplace_back(db_->NewIterator(ro, cf));
   return std::make_unique<MergingIterator>(std::move(children));

@@ -95,11 +95,10 @@ class Engine {
   rocksdb::ColumnFamilyHandle* cf_of_key(std::string_view key) {
     return family_cfs_[families_.of_key(key)];
   }
-  // An iterator over [begin, end) at `ro` (whose bounds, if any, the caller set): the one family's
-  // when the range lies in one, else a MergingIterator over every family.
+  // An iterator at `ro` (whose bounds, if any, the caller set) over a range whose family is
+  // `family` (Families::of_range): that family's, or when nullopt a MergingIterator over all.
   std::unique_ptr<rocksdb::Iterator> new_range_iterator(const rocksdb::ReadOptions& ro,
-                                                        std::string_view begin,
-                                                        std::string_view end);
+                                                        std::optional<std::size_t> family);
   const Options& options() const { return options_; }
   std::int64_t now_us() const { return options_.clock->now_us(); }
   std::uint64_t metadata_generation() const {

@@ -45,7 +45,10 @@ class Families {
   std::string describe() const;
 
  private:
-  std::size_t of_prefix(std::string_view key, std::size_t prefix_end) const;
+  // The bytes of `key`'s third element when its first is `top` and the first three parse.
+  std::optional<std::string_view> third_element(std::string_view key) const;
+  // The family of a packed third element: 1 + its index in packed_, or 0.
+  std::size_t of_element(std::string_view third) const;
 
   std::int64_t top_ = 0;
   std::vector<std::int64_t> subspaces_;     // sorted, distinct

@@ -202,7 +202,7 @@ Status Transaction::read_range(std::string_view begin, std::string_view end, int
     ro.iterate_lower_bound = &lo;
     ro.iterate_upper_bound = &hi;
     ro.total_order_seek = true;
-    own = engine_->new_range_iterator(ro, begin, end);
+    own = engine_->new_range_iterator(ro, family);
     it = own.get();
   }
   // Whether the iterator stands on a key of [begin, end) (the shared one has no bounds).
@@ -370,7 +370,8 @@ Result<std::vector<std::vector<KeyValue>>> Transaction::get_ranges(
     ro.iterate_upper_bound = &hi;
     ro.total_order_seek = true;  // one iterator across many prefixes
     std::unique_ptr<rocksdb::Iterator> it =
-        engine_->new_range_iterator(ro, ranges.front().begin, ranges.back().end);
+        engine_->new_range_iterator(ro, engine_->families().of_range(ranges.front().begin,
+                                                                     ranges.back().end));
     bool positioned = false;
     for (std::size_t i = 0; i < ranges.size(); ++i) {
       const KeyRange& r = ranges[i];

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "storage/database.h"
+#include "tests/storage/temp_dir.h"
 
 namespace chaise::storage {
 namespace {
@@ -52,23 +53,6 @@ constexpr std::uint64_t kDefaultSeed = 20240601;
 constexpr std::size_t kChildOutputBytesMax = 64u << 20;
 constexpr std::size_t kIdSize = 28;  // 16 hex "." 2 digits "." 8 hex
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "chaise-durability-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // A parsed id (grammar in crash_child.cc).
 struct TxnId {
@@ -329,7 +313,7 @@ TEST(Durability, KilledCommitterLosesNoAcknowledgedTransactionAndShowsNoPartialO
               static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> run_ms_dist(kRunMsMin, kRunMsMax);
-  TempDir dir;
+  TempDir dir("durability");
 
   // Create the store here, so no cycle kills the child in the middle of creating it.
   {
@@ -374,7 +358,7 @@ std::string vs_template() {
 }
 
 TEST(Durability, CleanReopenKeepsCommittedVersionAndVersionstampsKeepGrowing) {
-  TempDir dir;
+  TempDir dir("durability");
   std::int64_t last_version = 0;
   std::string last_vs;
   for (int round = 0; round < 5; ++round) {

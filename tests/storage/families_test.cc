@@ -15,22 +15,11 @@
 #include "storage/families.h"
 #include "storage/subspace.h"
 #include "storage/tuple.h"
+#include "tests/storage/temp_dir.h"
 
 namespace chaise::storage {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "chaise-fam-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Keys of every shape the rule looks at: (top, x, s, ...) with top, x and s integers or strings,
 // shorter tuples, and raw bytes that are no tuple at all.
@@ -225,7 +214,7 @@ void expect_reads_as_model(Transaction& tr, const std::map<std::string, std::str
 }
 
 TEST(FamiliesStore, ReadsAcrossFamiliesAnswerAsOneKeyspace) {
-  TempDir dir;
+  TempDir dir("fam");
   const Options o = rule({1, 2, 4});
   auto db = open(dir.path(), o);
   std::map<std::string, std::string> model;
@@ -280,7 +269,7 @@ TEST(FamiliesStore, ReadsAcrossFamiliesAnswerAsOneKeyspace) {
 }
 
 TEST(FamiliesStore, ReopeningUnderAnotherRuleMovesEveryKey) {
-  TempDir dir;
+  TempDir dir("fam");
   std::map<std::string, std::string> model;
   std::mt19937 rng(112026);
   auto write = [&](Database& db, int round) {

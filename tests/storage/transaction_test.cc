@@ -16,22 +16,11 @@
 #include "storage/database.h"
 #include "storage/subspace.h"
 #include "storage/tuple.h"
+#include "tests/storage/temp_dir.h"
 
 namespace chaise::storage {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "chaise-txn-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 std::int64_t decode_le64(const std::string& s) {
   std::uint64_t v = 0;
@@ -85,7 +74,7 @@ class TransactionTest : public ::testing::Test {
     return out;
   }
 
-  TempDir dir_;
+  TempDir dir_{"txn"};
   std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
   std::unique_ptr<Database> db_;
 };
@@ -227,7 +216,7 @@ std::unique_ptr<Database> open_with_prefix_bloom(const std::string& path) {
 // what a store without filters returns, from the memtable and from tables written before
 // (reopening flushes the recovered log into a table), forward, reverse and limited.
 TEST(PrefixBloomTest, RangeReadsAnswerAsWithoutFilters) {
-  TempDir dir;
+  TempDir dir("txn");
   auto open = [&] { return open_with_prefix_bloom(dir.path()); };
   const std::vector<std::string> ids = {"a", std::string("a\0", 2), std::string("a\0b", 3),
                                         "ab", "b", "\xff", ""};
@@ -317,7 +306,7 @@ TEST(PrefixBloomTest, RangeReadsAnswerAsWithoutFilters) {
 // transaction's own sets, clears and range clears, answer as a model of the store overlaid with
 // them, and keep the transaction's snapshot while other transactions commit into the same ranges.
 TEST(PrefixBloomTest, OneTransactionsRangeReadsAcrossPrefixesAnswerAsAModel) {
-  TempDir dir;
+  TempDir dir("txn");
   auto open = [&] { return open_with_prefix_bloom(dir.path()); };
   const std::vector<std::string> ids = {"a", std::string("a\0", 2), "ab", "b", "c", "\xff"};
   auto key = [&](std::size_t id, std::int64_t n) {
