@@ -127,6 +127,9 @@ inline void set_store_options(storage::Options& o) {
   o.bloom_prefix_tuple_elements = kBloomPrefixElements;
   o.family_top = kDatabases;
   o.family_subspaces = {kRevisions, kDocs, kById, kChanges};
+  // A document's body and by_id entry are read when it exists (GET, _all_docs, include_docs); a
+  // new document's write asks its revisions only, which keep their filters on every level.
+  o.family_hit_subspaces = {kDocs, kById};
 }
 
 inline constexpr std::int64_t kDbFormat = 1;

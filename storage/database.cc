@@ -157,7 +157,9 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
     table.pin_l0_filter_and_index_blocks_in_cache = true;
     table.cache_index_and_filter_blocks_with_high_priority = true;
   }
-  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  // Ribbon filters below level 0: about 30% smaller than Bloom at the same false-positive rate,
+  // for more CPU when a compaction builds them; level 0 (every flush) keeps the cheaper Bloom.
+  table.filter_policy.reset(rocksdb::NewRibbonFilterPolicy(10, /*bloom_before_level=*/1));
   // With a prefix extractor the filters hold prefixes only: a point read is filtered by its
   // key's prefix, which for this keyspace is the key itself (by_id, counters) or one document's
   // revisions or body. Whole keys as well made the filters 1.6x larger for no read they served
@@ -176,7 +178,14 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   // step. It inserts from one thread at a time.
   cfo.memtable_factory = ordered_memtable_factory();
   e->families_ = Families(options.family_top, options.family_subspaces);
-  if (auto st = e->open_families(path, ro, cfo); !st) return st.error();
+  std::vector<rocksdb::ColumnFamilyOptions> cfos(e->families_.size(), cfo);
+  for (std::size_t f = 0; f < cfos.size(); ++f) {
+    const auto s = e->families_.subspace(f);
+    const auto& hits = options.family_hit_subspaces;
+    if (s && std::find(hits.begin(), hits.end(), *s) != hits.end())
+      cfos[f].optimize_filters_for_hits = true;
+  }
+  if (auto st = e->open_families(path, ro, cfos); !st) return st.error();
 
   std::string v;
   rocksdb::Status s = e->db_->Get(rocksdb::ReadOptions(), e->meta_cf_, kVersionKey, &v);
@@ -191,13 +200,13 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
 }
 
 Status Engine::open_families(const std::string& path, const rocksdb::Options& ro,
-                             const rocksdb::ColumnFamilyOptions& data_cfo) {
+                             const std::vector<rocksdb::ColumnFamilyOptions>& data_cfos) {
   // The meta column family holds a few keys (the store's version, the families' rule): small
   // memtables.
   rocksdb::ColumnFamilyOptions meta_cfo;
   meta_cfo.write_buffer_size = 1u << 20;
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {{"meta", meta_cfo}};
-  for (std::size_t f = 0; f < families_.size(); ++f) cfs.push_back({families_.name(f), data_cfo});
+  for (std::size_t f = 0; f < families_.size(); ++f) cfs.push_back({families_.name(f), data_cfos[f]});
   const std::size_t wanted = cfs.size();
   // RocksDB opens a store only with every column family it has: those of an earlier rule too
   // (their keys move below). A new store has none to list.
@@ -205,7 +214,7 @@ Status Engine::open_families(const std::string& path, const rocksdb::Options& ro
   if (!rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(ro), path, &names).ok()) names.clear();
   for (const std::string& n : names)
     if (std::none_of(cfs.begin(), cfs.end(), [&](const auto& d) { return d.name == n; }))
-      cfs.push_back({n, data_cfo});
+      cfs.push_back({n, data_cfos[0]});
   rocksdb::DB* raw = nullptr;
   if (!rocksdb::DB::Open(rocksdb::DBOptions(ro), path, cfs, &handles_, &raw).ok())
     return Error::io_error;
@@ -592,6 +601,16 @@ Transaction Database::create_transaction() { return Transaction(engine_.get()); 
 std::int64_t Database::committed_version() const { return engine_->committed_version(); }
 
 StoreStats Database::stats() const { return engine_->stats(); }
+
+Status Database::compact_files() { return engine_->compact_files(); }
+
+Status Engine::compact_files() {
+  rocksdb::CompactRangeOptions o;
+  o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  for (rocksdb::ColumnFamilyHandle* cf : handles_)
+    if (!db_->CompactRange(o, cf, nullptr, nullptr).ok()) return Error::io_error;
+  return {};
+}
 
 StoreStats Engine::stats() const {
   StoreStats s;

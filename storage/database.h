@@ -98,6 +98,12 @@ struct Options {
   // the busy per-database subspaces.
   std::int64_t family_top = 0;
   std::vector<std::int64_t> family_subspaces;
+  // Those of family_subspaces whose reads are nearly always of keys that exist (a document's body,
+  // its by_id entry): their last level's tables carry no filter (RocksDB's
+  // optimize_filters_for_hits). Most of a large store sits in the last level, so that is most of
+  // those filters' memory; a read of a key that is absent costs that level an index and a data
+  // block lookup instead of a filter probe. Default none.
+  std::vector<std::int64_t> family_hit_subspaces;
   // Retry backoff of on_error(): starts at initial, doubles up to max, jittered. Defaults 1 ms / 1
   // s.
   std::int64_t retry_backoff_initial_us = 1'000;
@@ -146,6 +152,9 @@ class Database {
   // Counters since open and the store's size, for metrics.
   StoreStats stats() const;
   const Options& options() const;
+  // Rewrites every table of every column family into the last level, blocking until done: the
+  // files at their smallest and the read path of a fully compacted store. Slow on a large store.
+  Status compact_files();
 
   // Test hooks.
   void set_commit_fault_hook(std::function<CommitFault()> hook);

@@ -110,6 +110,7 @@ class Engine {
   }
 
   StoreStats stats() const;
+  Status compact_files();
 
   // Queues a write transaction for the commit pipeline; req->done runs on the commit thread.
   void submit(std::unique_ptr<CommitRequest> req);
@@ -131,9 +132,10 @@ class Engine {
   std::string evaluated(std::string_view key, const PointWrite& w, const std::string& vs,
                         const WriteMap* overlay);
   void fire_watches(const WriteMap& written);
-  // Opens the store's column families (every one it has, and the rule's) into handles_.
+  // Opens the store's column families (every one it has, and the rule's) into handles_, family f
+  // with data_cfos[f] (a family of an earlier rule with data_cfos[0]).
   Status open_families(const std::string& path, const rocksdb::Options& ro,
-                       const rocksdb::ColumnFamilyOptions& data_cfo);
+                       const std::vector<rocksdb::ColumnFamilyOptions>& data_cfos);
   // Moves every key not in its rule's family there, then drops families the rule has no more.
   Status place_keys(const std::vector<rocksdb::ColumnFamilyHandle*>& stale);
 

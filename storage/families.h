@@ -39,6 +39,11 @@ class Families {
   // (inside one (top, x, s) prefix, or wholly before or after the keys that start with `top`);
   // nullopt when it may span several (a reader then merges them all).
   std::optional<std::size_t> of_range(std::string_view begin, std::string_view end) const;
+  // The subspace a family holds: s for family 1 + (index of s), nullopt for family 0.
+  std::optional<std::int64_t> subspace(std::size_t family) const {
+    if (family == 0 || family > subspaces_.size()) return std::nullopt;
+    return subspaces_[family - 1];
+  }
   // RocksDB's name of a family's column family: "default", or "subspace-<s>".
   std::string name(std::size_t family) const;
   // The rule as text, stored beside the data: a store opened with another rule moves its keys.

@@ -23,7 +23,7 @@
 #   disk  (last) the size on disk of a database of STREAM_DOCS docs; see the end of this file
 #   sync  POST /{db}, 64 connections, with 0, 1 and 3 synchronous Mango indexes (req/s); then
 #         query-after-write latency with a lazy and a synchronous index (indexes.py)
-# After each workload it prints the server's resident memory (now and peak, from /proc) when it
+# After each workload it prints the server's resident memory (now, 1 s later and peak, from /proc) when it
 # knows the server's pid: its own with --chaise, BENCH_PID=<pid> for a running server (CouchDB's
 # beam.smp). The scan workload also prints the database's size on disk (sizes.file).
 # Environment: DURATION (s, default 10), STREAM_DOCS (default 1000000), WORKLOADS ("put get bulk scan"),
@@ -53,10 +53,15 @@ if [[ "$base" == https://* ]]; then
 fi
 curl() { command curl "${curl_auth[@]}" "$@"; }
 echo "server: $base ($(curl -s "$base/" | head -c 120))"
-memory() {  # memory <after what>: the server's RSS now and its peak so far, in MiB
+memory() {  # memory <after what>: the server's RSS now, 1 s later, and its peak so far, in MiB
   [[ -n "$server_pid" && -r "/proc/$server_pid/status" ]] || return 0
-  awk -v what="$1" '/^VmRSS/ {rss=$2} /^VmHWM/ {hwm=$2}
-    END {printf "mem   after %s: RSS %.0f MiB, peak %.0f MiB\n", what, rss/1024, hwm/1024}' \
+  # "Now" is taken as the load client exits, while the server may still be answering its last
+  # requests; "1 s later" is the server at rest.
+  local now
+  now=$(awk '/^VmRSS/ {print $2}' "/proc/$server_pid/status")
+  sleep 1
+  awk -v what="$1" -v now="$now" '/^VmRSS/ {rss=$2} /^VmHWM/ {hwm=$2}
+    END {printf "mem   after %s: RSS %.0f MiB (%.0f 1 s later), peak %.0f MiB\n", what, now/1024, rss/1024, hwm/1024}' \
     "/proc/$server_pid/status"
   # Chaise's own account of the memory it holds by design (absent on CouchDB).
   curl -s "$base/_node/_local/_prometheus" 2>/dev/null | awk -v what="$1" '

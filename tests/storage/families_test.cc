@@ -215,7 +215,8 @@ void expect_reads_as_model(Transaction& tr, const std::map<std::string, std::str
 
 TEST(FamiliesStore, ReadsAcrossFamiliesAnswerAsOneKeyspace) {
   TempDir dir("fam");
-  const Options o = rule({1, 2, 4});
+  Options o = rule({1, 2, 4});
+  o.family_hit_subspaces = {2};  // reads of absent keys in its last level go without a filter
   auto db = open(dir.path(), o);
   std::map<std::string, std::string> model;
   std::mt19937 rng(27112026);
@@ -224,6 +225,9 @@ TEST(FamiliesStore, ReadsAcrossFamiliesAnswerAsOneKeyspace) {
     if (round == 20 || round == 40) {
       db.reset();
       db = open(dir.path(), o);  // what was written is in tables now
+      if (round == 40) {
+        ASSERT_TRUE(db->compact_files().ok());  // and in the last level
+      }
     }
     auto tr = db->create_transaction();
     if (pick(3) == 0) expect_reads_as_model(tr, model, rng, 10);  // no writes of its own yet
@@ -266,6 +270,53 @@ TEST(FamiliesStore, ReadsAcrossFamiliesAnswerAsOneKeyspace) {
   auto tr = db->create_transaction();
   expect_reads_as_model(tr, model, rng, 50);
   EXPECT_GT(model.size(), 200u);
+}
+
+// A family named in family_hit_subspaces keeps no filter in its last level: the same keys take
+// less memory in open tables, and every read still answers as before, absent keys included.
+TEST(FamiliesStore, AHitFamilyKeepsNoFilterInItsLastLevel) {
+  std::uint64_t readers[2] = {0, 0};
+  for (int hits = 0; hits < 2; ++hits) {
+    TempDir dir("hits");
+    Options o = rule({1, 2});
+    if (hits) o.family_hit_subspaces = {2};
+    auto db = open(dir.path(), o);
+    const auto key = [](int doc) {  // ids in key order: doc00000000, doc00000001, ...
+      std::string id = std::to_string(doc);
+      id = "doc" + std::string(8 - id.size(), '0') + id;
+      return Tuple()
+          .add(std::int64_t{1})
+          .add(std::int64_t{0})
+          .add(std::int64_t{2})
+          .add(id)
+          .add(std::int64_t{0})
+          .pack();
+    };
+    for (int batch = 0; batch < 10; ++batch) {
+      auto tr = db->create_transaction();
+      for (int doc = batch * 4000; doc < (batch + 1) * 4000; ++doc)
+        tr.set(key(2 * doc), "body" + std::to_string(doc));
+      ASSERT_TRUE(tr.commit().ok());
+    }
+    ASSERT_TRUE(db->compact_files().ok());
+    db.reset();
+    db = open(dir.path(), o);  // table readers of the compacted files only
+    auto tr = db->create_transaction();
+    for (int doc = 0; doc < 40000; doc += 97) {
+      auto present = tr.get(key(2 * doc), Snapshot::yes);
+      ASSERT_TRUE(present.ok());
+      EXPECT_EQ(*present, std::optional<std::string>("body" + std::to_string(doc)));
+      auto absent = tr.get(key(2 * doc + 1), Snapshot::yes);
+      ASSERT_TRUE(absent.ok());
+      EXPECT_EQ(*absent, std::nullopt);
+      auto range = tr.get_range(key(2 * doc + 1), key(2 * doc + 2), 0, Reverse::no, Snapshot::yes);
+      ASSERT_TRUE(range.ok());
+      EXPECT_TRUE(range->empty());
+    }
+    readers[hits] = db->stats().table_readers_bytes;
+  }
+  // 40,000 document prefixes at about 7-10 bits each: 35-50 KB of filter.
+  EXPECT_LT(readers[1] + 25'000, readers[0]) << readers[1] << " vs " << readers[0];
 }
 
 TEST(FamiliesStore, ReopeningUnderAnotherRuleMovesEveryKey) {
