@@ -2,7 +2,9 @@
 //
 // Rows come from core cursors one page (one short transaction) at a time and are written to the
 // ResponseStream as they are produced, so memory stays flat whatever the size of the answer and a
-// client that reads slowly slows its producer down. Framing follows CouchDB 3:
+// client that reads slowly slows its producer down. Pages after the first are read without filling
+// the block cache (Transaction::disable_read_cache): a stream that long is a one-pass read, and
+// would otherwise push out the blocks point reads keep warm. Framing follows CouchDB 3:
 //   {"total_rows":N,"offset":M[,"update_seq":S],"rows":[\r\n row,\r\n row \r\n]}
 //   {"results":[\n row,\n row \n],\n"last_seq":S,"pending":P}
 #include <spdlog/spdlog.h>
@@ -242,8 +244,9 @@ boost::asio::awaitable<bool> write_all_docs(const Call& call, const core::DbRef&
     append_rows(*keyed);
     if (!co_await emit(chunk)) co_return false;
   } else if (!r.empty) {
-    for (bool more = true; more;) {
+    for (bool more = true, first_page = true; more; first_page = false) {
       auto page_tr = store.create_transaction();  // one short transaction per page
+      if (!first_page) page_tr.disable_read_cache();  // a long stream reads its blocks once
       auto m = cursor.next_page(page_tr, call.ctx.stream_page_rows, rows);
       if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
       more = *m;
@@ -724,8 +727,9 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
     last_cursor.emplace(db, std::move(q));
     core::ChangesCursor& cursor = *last_cursor;
     std::int64_t counter = 0;
-    for (bool more = true; more;) {
+    for (bool more = true, first_page = true; more; first_page = false) {
       auto page_tr = store.create_transaction();
+      if (!first_page) page_tr.disable_read_cache();  // a long stream reads its blocks once
       auto m = cursor.next_page(page_tr, call.ctx.stream_page_rows, rows);
       if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
       more = *m;

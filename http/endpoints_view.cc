@@ -255,8 +255,9 @@ boost::asio::awaitable<bool> write_view(const Call& call, const core::DbRef& db,
   bool started = false;
   bool first = true;
   std::vector<std::string> rows;
-  for (bool more = true; more;) {
+  for (bool more = true, first_page = true; more; first_page = false) {
     auto page_tr = store.create_transaction();
+    if (!first_page) page_tr.disable_read_cache();  // a long stream reads its blocks once
     auto m = cursor.next_page(page_tr, call.ctx.stream_page_rows, rows);
     if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
     if (auto* e = std::get_if<core::CouchError>(&*m)) {
