@@ -156,6 +156,14 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
     table.pin_top_level_index_and_filter = true;
     table.pin_l0_filter_and_index_blocks_in_cache = true;
     table.cache_index_and_filter_blocks_with_high_priority = true;
+  } else {
+    // Beside the cache, but charged to it: the data blocks it keeps make room as the tables'
+    // index and filter blocks grow, so the two together stay within block_cache_bytes until
+    // those blocks alone outgrow it (at 10,000,000 documents, when a random read's data block
+    // is seldom cached anyway).
+    table.cache_usage_options.options_overrides.insert(
+        {rocksdb::CacheEntryRole::kBlockBasedTableReader,
+         {rocksdb::CacheEntryRoleOptions::Decision::kEnabled}});
   }
   // Ribbon filters below level 0: about 30% smaller than Bloom at the same false-positive rate,
   // for more CPU when a compaction builds them; level 0 (every flush) keeps the cheaper Bloom.
@@ -629,7 +637,12 @@ StoreStats Engine::stats() const {
   }
   if (db_->GetIntProperty(meta_cf_, "rocksdb.cur-size-all-mem-tables", &value))
     s.memtable_bytes += value;
-  s.block_cache_bytes = block_cache_->GetUsage();
+  // The cache's usage counts the table readers' charge too (above): data blocks are the rest.
+  s.block_cache_usage_bytes = block_cache_->GetUsage();
+  s.block_cache_bytes = options_.table_index_in_cache
+                            ? s.block_cache_usage_bytes
+                            : s.block_cache_usage_bytes -
+                                  std::min(s.block_cache_usage_bytes, s.table_readers_bytes);
   s.resolver_keys = stat_resolver_keys_.load(std::memory_order_relaxed);
   s.resolver_bytes = stat_resolver_bytes_.load(std::memory_order_relaxed);
   return s;

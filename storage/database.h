@@ -77,7 +77,8 @@ struct Options {
   // Estimated heap bytes of the write-conflict keys the resolver remembers; past this the window
   // shrinks early (transactions older than it get transaction_too_old and retry). Default 8 MiB.
   std::size_t resolver_bytes_max = 8u << 20;
-  // RocksDB block cache (data, index and filter blocks), bytes. Default 32 MiB.
+  // RocksDB block cache, bytes: data blocks, and the open tables' index and filter blocks (in it
+  // with table_index_in_cache, else held by the tables and charged to it). Default 32 MiB.
   std::size_t block_cache_bytes = 32u << 20;
   // All RocksDB memtables together, bytes: a flush starts as they near it (each memtable is
   // half of it; up to about 1.5x exists while one is being flushed). Default 16 MiB.
@@ -123,7 +124,10 @@ struct StoreStats {
   std::uint64_t batches = 0;    // commit batches written (one WAL write each)
   std::uint64_t disk_bytes = 0;  // SST files plus memtables
   // Memory held by design (each bounded by an Options field).
-  std::uint64_t block_cache_bytes = 0;    // in the block cache
+  std::uint64_t block_cache_bytes = 0;    // data blocks in the block cache
+  // All the block cache counts against its bound: its blocks and, unless table_index_in_cache,
+  // the charge for the table readers' memory.
+  std::uint64_t block_cache_usage_bytes = 0;
   std::uint64_t memtable_bytes = 0;       // in memtables
   std::uint64_t table_readers_bytes = 0;  // tables' index and filter blocks outside the cache
   std::uint64_t resolver_keys = 0;        // write-conflict keys remembered

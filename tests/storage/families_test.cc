@@ -319,6 +319,49 @@ TEST(FamiliesStore, AHitFamilyKeepsNoFilterInItsLastLevel) {
   EXPECT_LT(readers[1] + 25'000, readers[0]) << readers[1] << " vs " << readers[0];
 }
 
+// The tables' index and filter blocks are charged to the block cache: the data blocks it keeps
+// make room for them, so the two together stay within block_cache_bytes.
+TEST(FamiliesStore, TableReadersShareTheBlockCacheBound) {
+  TempDir dir("charge");
+  Options o = rule({1, 2});
+  o.block_cache_bytes = 1u << 20;
+  auto db = open(dir.path(), o);
+  const auto key = [](int doc) {
+    std::string id = std::to_string(doc);
+    id = std::string(8 - id.size(), '0') + id;
+    return Tuple()
+        .add(std::int64_t{1})
+        .add(std::int64_t{0})
+        .add(std::int64_t{doc % 2 + 1})
+        .add(id)
+        .pack();
+  };
+  const std::string body(100, 'b');
+  for (int batch = 0; batch < 20; ++batch) {
+    auto tr = db->create_transaction();
+    for (int doc = batch * 5000; doc < (batch + 1) * 5000; ++doc) tr.set(key(doc), body);
+    ASSERT_TRUE(tr.commit().ok());
+  }
+  ASSERT_TRUE(db->compact_files().ok());
+  db.reset();
+  db = open(dir.path(), o);
+  // Open, the tables' readers are charged before any block is read.
+  const StoreStats opened = db->stats();
+  EXPECT_GT(opened.table_readers_bytes, 100'000u);
+  EXPECT_GE(opened.block_cache_usage_bytes, opened.table_readers_bytes);
+  auto tr = db->create_transaction();
+  for (int doc = 0; doc < 100000; doc += 3) {  // every data block, through the cache
+    auto v = tr.get(key(doc), Snapshot::yes);
+    ASSERT_TRUE(v.ok());
+    ASSERT_EQ(*v, std::optional<std::string>(body));
+  }
+  const StoreStats s = db->stats();
+  // About 12 MB of data blocks read; index and filters of 100,000 keys: a few hundred KB.
+  EXPECT_LE(s.block_cache_usage_bytes, (1u << 20) + (256u << 10));
+  EXPECT_LE(s.block_cache_bytes + s.table_readers_bytes, (1u << 20) + (256u << 10))
+      << s.block_cache_bytes << " + " << s.table_readers_bytes;
+}
+
 TEST(FamiliesStore, ReopeningUnderAnotherRuleMovesEveryKey) {
   TempDir dir("fam");
   std::map<std::string, std::string> model;
