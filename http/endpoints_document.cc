@@ -575,9 +575,12 @@ Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRe
     if (!w.ok()) return storage_error_response(call.req, w.error());
     if (*w) all.push_back(std::move(**w));
   }
-  if (all.empty()) throw_couch(core::doc_not_found());
+  // Answered, not thrown: unwinding made a GET of a missing document cost 60% more server CPU
+  // than one of a present document (35-37 us against 22).
+  if (all.empty()) return couch_error_response(call.req, core::doc_not_found());
   const core::StoredBranch& winner = all.back();
-  if (winner.branch.deleted && !q.deleted) throw_couch(core::doc_deleted());
+  if (winner.branch.deleted && !q.deleted)
+    return couch_error_response(call.req, core::doc_deleted());
   core::DocReadOptions o;
   fields.apply(o);
   o.revs = q.revs;
@@ -663,7 +666,8 @@ Response get_local(const Call& call, const core::DbRef& db, const Target& t, con
   auto tr = call.store().create_transaction();
   auto r = core::get_local_json(tr, db, t.id);
   if (!r.ok()) return storage_error_response(call.req, r.error());
-  if (core::failed(*r)) throw_couch(std::get<core::CouchError>(*r));
+  // A missing checkpoint (every replication's first read) answered, not thrown.
+  if (core::failed(*r)) return couch_error_response(call.req, std::get<core::CouchError>(*r));
   std::string json = std::get<std::string>(std::move(*r));
   const std::string etag = local_etag(json);
   if (q.revs) {

@@ -214,7 +214,8 @@ Status Engine::open_families(const std::string& path, const rocksdb::Options& ro
   rocksdb::ColumnFamilyOptions meta_cfo;
   meta_cfo.write_buffer_size = 1u << 20;
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {{"meta", meta_cfo}};
-  for (std::size_t f = 0; f < families_.size(); ++f) cfs.push_back({families_.name(f), data_cfos[f]});
+  for (std::size_t f = 0; f < families_.size(); ++f)
+    cfs.push_back({families_.name(f), data_cfos[f]});
   const std::size_t wanted = cfs.size();
   // RocksDB opens a store only with every column family it has: those of an earlier rule too
   // (their keys move below). A new store has none to list.

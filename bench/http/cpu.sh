@@ -3,10 +3,12 @@
 # CPU"): the server's user and system time from /proc/<pid>/stat across one wrk run, divided by
 # the requests served.
 #
-#   bench/http/cpu.sh --chaise [put|get|bulk|up|denied]   # starts build/server/chaise
+#   bench/http/cpu.sh --chaise [put|get|missing|local|bulk|up|denied]   # starts build/server/chaise
 #   BENCH_PID=<pid> bench/http/cpu.sh http://127.0.0.1:5990 get   # a running server (CouchDB)
 #
-# put: PUT of new ~200-byte docs; get: GET of one of DOCS preloaded docs; up: GET /_up (what the
+# put: PUT of new ~200-byte docs; get: GET of one of DOCS preloaded docs; missing: GET of a
+# document that is not there (a 404); local: the same of a _local document (a replication's first
+# checkpoint read); up: GET /_up (what the
 # HTTP layer and authentication cost alone); denied: GET of a preloaded doc with a wrong
 # password (a 401); bulk: _bulk_docs of 1,000 new docs (4 connections, counted per document).
 # 64 connections for DURATION s (default 10) after 3 s of warm-up.
@@ -33,6 +35,8 @@ case "$workload" in
   put) script="$here/put_new_docs.lua" ;;
   bulk) script="$here/bulk_docs.lua"; conns=4; per_request=1000 ;;
   get) script="$here/get_doc.lua" ;;
+  missing) script="$here/get_doc.lua"; id_format='absent%08d' ;;
+  local) script="$here/get_doc.lua"; id_format='_local/absent%08d' ;;
   denied)
     script="$here/get_doc.lua"
     wrk_auth=(-H "Authorization: Basic $(printf '%s' "${BENCH_AUTH%%:*}:not-the-password" | base64 -w0)") ;;
@@ -41,7 +45,8 @@ case "$workload" in
     echo 'function request() return wrk.format("GET", "/_up") end' >"$script" ;;
   *) echo "unknown workload $workload" >&2; exit 2 ;;
 esac
-export BENCH_DB=$db BENCH_DOCS=$DOCS BENCH_ID_FORMAT='d%08d'
+export BENCH_DB=$db BENCH_DOCS=$DOCS BENCH_ID_FORMAT=$id_format
+id_format='d%08d'
 wrk "${wrk_auth[@]}" -t2 -c$conns -d3s -s "$script" "$base" >/dev/null
 cpu() { awk '{print $14 + $15, $14, $15}' "/proc/$server_pid/stat"; }
 read -r t0 u0 s0 < <(cpu)
