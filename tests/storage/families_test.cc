@@ -15,6 +15,7 @@
 #include "storage/families.h"
 #include "storage/subspace.h"
 #include "storage/tuple.h"
+#include "tests/storage/model_reads.h"
 #include "tests/storage/temp_dir.h"
 
 namespace chaise::storage {
@@ -167,11 +168,7 @@ void expect_reads_as_model(Transaction& tr, const std::map<std::string, std::str
     }
     const int limit = pick(4);
     const Reverse rev = pick(2) ? Reverse::yes : Reverse::no;
-    std::vector<KeyValue> want;
-    for (auto it = seen.lower_bound(b); it != seen.end() && it->first < e; ++it)
-      want.push_back({it->first, it->second});
-    if (rev == Reverse::yes) std::reverse(want.begin(), want.end());
-    if (limit > 0 && want.size() > static_cast<std::size_t>(limit)) want.resize(limit);
+    const std::vector<KeyValue> want = model_range(seen, b, e, limit, rev);
     auto got = tr.get_range(b, e, limit, rev, Snapshot::yes);
     ASSERT_TRUE(got.ok());
     ASSERT_EQ(*got, want) << "read " << i;
@@ -200,11 +197,7 @@ void expect_reads_as_model(Transaction& tr, const std::map<std::string, std::str
   auto got = tr.get_ranges(ranges, 0, Snapshot::yes);
   ASSERT_TRUE(got.ok());
   for (std::size_t i = 0; i < ranges.size(); ++i) {
-    std::vector<KeyValue> want;
-    for (auto it = seen.lower_bound(ranges[i].begin); it != seen.end() && it->first < ranges[i].end;
-         ++it)
-      want.push_back({it->first, it->second});
-    ASSERT_EQ((*got)[i], want);
+    ASSERT_EQ((*got)[i], model_range(seen, ranges[i].begin, ranges[i].end));
   }
   for (const auto& [k, v] : seen) {
     auto p = tr.get(k, Snapshot::yes);

@@ -16,6 +16,7 @@
 #include "storage/database.h"
 #include "storage/subspace.h"
 #include "storage/tuple.h"
+#include "tests/storage/model_reads.h"
 #include "tests/storage/temp_dir.h"
 
 namespace chaise::storage {
@@ -361,11 +362,7 @@ TEST(PrefixBloomTest, OneTransactionsRangeReadsAcrossPrefixesAnswerAsAModel) {
           if (b > e) std::swap(b, e);
           const int limit = static_cast<int>(pick(3));
           const Reverse rev = pick(2) ? Reverse::yes : Reverse::no;
-          std::vector<KeyValue> want;
-          for (auto it = seen.lower_bound(b); it != seen.end() && it->first < e; ++it)
-            want.push_back({it->first, it->second});
-          if (rev == Reverse::yes) std::reverse(want.begin(), want.end());
-          if (limit > 0 && want.size() > static_cast<std::size_t>(limit)) want.resize(limit);
+          const std::vector<KeyValue> want = model_range(seen, b, e, limit, rev);
           auto got = tr.get_range(b, e, limit, rev, Snapshot::yes);
           ASSERT_TRUE(got.ok());
           ASSERT_EQ(*got, want) << "round " << round << " op " << op;
