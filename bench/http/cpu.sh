@@ -31,6 +31,7 @@ curl "${curl_auth[@]}" -sf -X PUT "$base/$db" >/dev/null
 python3 "$here/load_docs.py" "$base" $db 0 "$DOCS" >/dev/null
 conns=64
 per_request=1
+id_format='d%08d'
 case "$workload" in
   put) script="$here/put_new_docs.lua" ;;
   bulk) script="$here/bulk_docs.lua"; conns=4; per_request=1000 ;;
@@ -46,7 +47,6 @@ case "$workload" in
   *) echo "unknown workload $workload" >&2; exit 2 ;;
 esac
 export BENCH_DB=$db BENCH_DOCS=$DOCS BENCH_ID_FORMAT=$id_format
-id_format='d%08d'
 wrk "${wrk_auth[@]}" -t2 -c$conns -d3s -s "$script" "$base" >/dev/null
 cpu() { awk '{print $14 + $15, $14, $15}' "/proc/$server_pid/stat"; }
 read -r t0 u0 s0 < <(cpu)
