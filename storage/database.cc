@@ -173,6 +173,12 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   // revisions or body. Whole keys as well made the filters 1.6x larger for no read they served
   // (2,000,000 documents: table readers 20.8 -> 13.0 MiB, GET and _bulk_docs no slower).
   table.whole_key_filtering = options.bloom_prefix_tuple_elements == 0;
+  // Index blocks with a full key every 16 entries, the others keeping only what differs from the
+  // key before (RocksDB's default is a full key in every entry). Keys here share long prefixes,
+  // so the open tables' index takes about half the memory: 12.9 -> 6.4 MiB at 3,000,000
+  // documents, leaving the rest of the block cache to data blocks (GET there 28,980 -> 33,638
+  // req/s; no slower on a small database). A seek in the index scans up to 15 entries more.
+  table.index_block_restart_interval = 16;
   rocksdb::ColumnFamilyOptions cfo(ro);
   if (options.bloom_prefix_tuple_elements > 0) {
     cfo.prefix_extractor = std::make_shared<TuplePrefix>(options.bloom_prefix_tuple_elements);
