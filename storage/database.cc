@@ -104,7 +104,7 @@ std::int64_t SteadyClock::now_us() const {
       .count();
 }
 
-ReadView::~ReadView() {
+SharedSnapshot::~SharedSnapshot() {
   if (snapshot) engine->db()->ReleaseSnapshot(snapshot);
 }
 
@@ -299,18 +299,49 @@ Engine::~Engine() {
     watches.swap(watches_);
   }
   for (auto& [k, w] : watches) w->fire(Error::transaction_cancelled);
+  latest_snapshot_.reset();
   for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
   db_.reset();
 }
 
 std::shared_ptr<ReadView> Engine::acquire_view() {
   auto view = std::make_shared<ReadView>();
-  view->engine = this;
-  // Version first, then the snapshot: the snapshot then contains every batch <= version.
+  // Version first, then the snapshot: the snapshot then contains every batch <= version (one
+  // taken for this version earlier does too).
   view->version = committed_version();
-  view->snapshot = db_->GetSnapshot();
+  {
+    std::lock_guard lock(snapshot_mu_);
+    if (latest_snapshot_version_ == view->version) view->shared = latest_snapshot_;
+  }
+  if (!view->shared) {
+    auto shared = std::make_shared<SharedSnapshot>();
+    shared->engine = this;
+    // The metadata generation on both sides of the snapshot: equal and even, the snapshot shows
+    // exactly the metadata of that generation (see Transaction::touch_metadata).
+    const std::uint64_t before = metadata_generation();
+    shared->snapshot = db_->GetSnapshot();
+    const std::uint64_t after = metadata_generation();
+    if (before == after && after % 2 == 0) shared->generation = after;
+    view->shared = shared;
+    std::shared_ptr<const SharedSnapshot> replaced;
+    {
+      std::lock_guard lock(snapshot_mu_);
+      if (view->version > latest_snapshot_version_) {
+        replaced = std::exchange(latest_snapshot_, std::move(shared));
+        latest_snapshot_version_ = view->version;
+      }
+    }
+  }
+  view->snapshot = view->shared->snapshot;
+  view->generation = view->shared->generation;
   view->acquired_us = now_us();
   return view;
+}
+
+void Engine::drop_snapshot_before(std::int64_t version) {
+  std::shared_ptr<const SharedSnapshot> dropped;
+  std::lock_guard lock(snapshot_mu_);
+  if (latest_snapshot_version_ < version) dropped = std::move(latest_snapshot_);
 }
 
 void Engine::submit(std::unique_ptr<CommitRequest> req) {
@@ -518,6 +549,7 @@ void Engine::process_batch(std::vector<std::unique_ptr<CommitRequest>>& batch) {
           outcomes[i] = Error::io_error;
     } else {
       committed_version_.store(version, std::memory_order_release);
+      drop_snapshot_before(version);
       stat_commits_.fetch_add(accepted.size(), std::memory_order_relaxed);
       stat_batches_.fetch_add(1, std::memory_order_relaxed);
       // Under watch_mu_, not via watch_count_: a registration reads the value and inserts its
@@ -644,6 +676,7 @@ StoreStats Engine::stats() const {
   }
   if (db_->GetIntProperty(meta_cf_, "rocksdb.cur-size-all-mem-tables", &value))
     s.memtable_bytes += value;
+  if (db_->GetIntProperty("rocksdb.num-snapshots", &value)) s.snapshots = value;
   // The cache's usage counts the table readers' charge too (above): data blocks are the rest.
   s.block_cache_usage_bytes = block_cache_->GetUsage();
   s.block_cache_bytes = options_.table_index_in_cache

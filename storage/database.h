@@ -132,6 +132,7 @@ struct StoreStats {
   std::uint64_t table_readers_bytes = 0;  // tables' index and filter blocks outside the cache
   std::uint64_t resolver_keys = 0;        // write-conflict keys remembered
   std::uint64_t resolver_bytes = 0;       // their estimated heap bytes
+  std::uint64_t snapshots = 0;  // RocksDB snapshots held (the read views of a version share one)
 };
 
 class Database {

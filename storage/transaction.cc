@@ -76,12 +76,9 @@ Status Transaction::check_usable() {
 Status Transaction::ensure_read_view() {
   Engine::quiet_perf_context_on_this_thread();
   if (!view_) {
-    // The metadata generation on both sides of the snapshot: equal and even, the snapshot shows
-    // exactly the metadata of that generation (see touch_metadata).
-    const std::uint64_t before = engine_->metadata_generation();
+    static_assert(kNoGeneration == SharedSnapshot::kNone);
     view_ = engine_->acquire_view();
-    const std::uint64_t after = engine_->metadata_generation();
-    snapshot_generation_ = before == after && after % 2 == 0 ? after : kNoGeneration;
+    snapshot_generation_ = view_->generation;
   }
   if (engine_->now_us() - view_->acquired_us > engine_->options().transaction_lifetime_us)
     return Error::transaction_too_old;

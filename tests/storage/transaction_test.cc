@@ -817,6 +817,38 @@ TEST_F(TransactionTest, LimitsReturnFoundationDbErrorCodes) {
   }
 }
 
+// Transactions reading the same committed version share one RocksDB snapshot, each with its own
+// lifetime; the snapshot goes when the next version is committed and no view of it is left.
+TEST_F(TransactionTest, ViewsOfOneVersionShareOneSnapshot) {
+  put("k", "1");
+  auto t1 = db_->create_transaction();
+  ASSERT_EQ(*t1.get("k"), "1");
+  clock_->advance_us(3'000'000);
+  auto t2 = db_->create_transaction();
+  ASSERT_EQ(*t2.get("k"), "1");
+  EXPECT_EQ(db_->stats().snapshots, 1u);
+  EXPECT_EQ(t1.get_read_version().value(), t2.get_read_version().value());
+
+  put("k", "2");  // a new version: views of it take their own snapshot
+  auto t3 = db_->create_transaction();
+  ASSERT_EQ(*t3.get("k"), "2");
+  ASSERT_EQ(*t1.get("k"), "1");
+  EXPECT_EQ(db_->stats().snapshots, 2u);
+
+  // t1's lifetime runs from its own start, not from the snapshot's.
+  clock_->advance_us(2'500'000);
+  EXPECT_EQ(t1.get("k").error(), Error::transaction_too_old);
+  EXPECT_TRUE(t2.get("k").ok());
+  t1.reset();
+  t2.reset();
+  EXPECT_EQ(db_->stats().snapshots, 1u);
+  t3.reset();
+  EXPECT_EQ(db_->stats().snapshots, 1u);  // the engine keeps the latest version's until...
+  put("other", "x");                      // ...a newer version is committed
+  EXPECT_EQ(db_->stats().snapshots, 0u);
+  EXPECT_EQ(read("k"), "2");
+}
+
 TEST_F(TransactionTest, TransactionTooOldViaInjectedClock) {
   put("k", "v");
   auto tr = db_->create_transaction();
