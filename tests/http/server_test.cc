@@ -621,7 +621,9 @@ TEST_F(ConfiguredServerTest, LogFileIsReopenedOnSighup) {
   std::this_thread::sleep_for(300ms);
   HttpClient{server.port()}.get("/second");
   const std::string text = wait_for_log_text(log, "GET /second 404");
-  EXPECT_NE(text.find("GET /second 404"), std::string::npos) << text;
+  // The access line: method, target, status, body bytes, milliseconds, user.
+  EXPECT_TRUE(std::regex_search(text, std::regex(R"(\[info\] GET /second 404 \d+ \d+\.\d{3}ms -\n)")))
+      << text;
   EXPECT_EQ(server.stop().exit_code, 0);
 }
 
