@@ -165,8 +165,6 @@ class DecoratedStream final : public ResponseStream {
   unsigned status_ = 0;
 };
 
-// chttpd:error_headers for a 401: WWW-Authenticate only when the client asks for it with
-// X-CouchDB-WWW-Authenticate, or when require_valid_user is on.
 // chttpd:error_headers for a 401: the WWW-Authenticate header a client asked for
 // (X-CouchDB-WWW-Authenticate) or [chttpd] WWW-Authenticate names; with require_valid_user the
 // browser's Basic prompt; otherwise a browser (accepts text/html, not application/json) asking for
