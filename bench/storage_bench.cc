@@ -23,6 +23,13 @@
 //                          Ours: Transaction::get_range (new Transaction per range). Raw: an iterator with
 //                          iterate_upper_bound, copying each key and value into a vector, which is what
 //                          get_range returns. items = keys.
+//   MemtableGet            Point reads (DB::Get) of random present keys among 40k held in one memtable
+//                          (storage/memtable.h, the engine's skip list), keys shaped like the
+//                          keyspace's: a 30-byte prefix all share, then a 16-byte random id. What a GET
+//                          of a recently written document costs in the memtable.
+//   MemtableInsert         Writes (no WAL) of batches of 100 new random keys of that shape, sorted as
+//                          a commit batch writes them, into that memtable: the commit thread's
+//                          insert. items = keys.
 // Both stores use the engine's RocksDB options (storage/database.cc), duplicated in raw_options().
 // Every benchmark works in a fresh directory under the temp dir (/tmp), removed afterwards.
 #include <benchmark/benchmark.h>
@@ -34,6 +41,7 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
@@ -46,6 +54,7 @@
 #include <vector>
 
 #include "storage/database.h"
+#include "storage/memtable.h"
 
 namespace {
 
@@ -309,6 +318,80 @@ void BM_RawScan(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(kScanKeys));
 }
 
+// The memtable store: one memtable large enough that nothing is flushed while a benchmark runs.
+// 40,000 keys of about 150 bytes: what one of the server's memtables (half of the default 16 MiB
+// write_buffer_bytes) holds when it is flushed.
+constexpr std::uint64_t kMemtableKeys = 40'000;
+constexpr std::size_t kMemtableBatchKeys = 100;
+
+std::uint64_t mix64(std::uint64_t x) {  // splitmix64's finalizer: ids in random order
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+std::string memtable_key(std::uint64_t i) {
+  char id[17];
+  std::snprintf(id, sizeof id, "%016" PRIx64, mix64(i));
+  return std::string(30, 'p') + std::string(id, 16);
+}
+
+struct MemtableStore {
+  TempDir dir;
+  std::unique_ptr<rocksdb::DB> db;
+  std::uint64_t next = 0;  // keys 0..next-1 are in it
+};
+
+std::unique_ptr<MemtableStore> open_memtable_store() {
+  auto s = std::make_unique<MemtableStore>();
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  o.allow_concurrent_memtable_write = false;  // what storage/memtable.h needs
+  o.memtable_factory = chaise::storage::ordered_memtable_factory();
+  o.write_buffer_size = 1u << 30;
+  o.disable_auto_compactions = true;
+  rocksdb::DB* raw = nullptr;
+  check(rocksdb::DB::Open(o, s->dir.path(), &raw).ok(), "rocksdb open (memtable)");
+  s->db.reset(raw);
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;
+  const std::string value = make_value(1);
+  for (; s->next < kMemtableKeys; ++s->next)
+    check(s->db->Put(wo, memtable_key(s->next), value).ok(), "memtable load");
+  return s;
+}
+
+void BM_MemtableGet(benchmark::State& state) {
+  auto store = open_memtable_store();
+  std::mt19937_64 rng(7);
+  std::string v;
+  for (auto _ : state) {
+    const std::string key = memtable_key(rng() % kMemtableKeys);
+    check(store->db->Get(rocksdb::ReadOptions(), key, &v).ok(), "memtable get");
+    benchmark::DoNotOptimize(v);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void BM_MemtableInsert(benchmark::State& state) {
+  auto store = open_memtable_store();
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;
+  const std::string value = make_value(2);
+  std::vector<std::string> keys(kMemtableBatchKeys);
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (std::string& k : keys) k = memtable_key(store->next++);
+    std::sort(keys.begin(), keys.end());  // a commit batch writes its keys in order
+    rocksdb::WriteBatch batch;
+    for (const std::string& k : keys) batch.Put(k, value);
+    state.ResumeTiming();
+    check(store->db->Write(wo, &batch).ok(), "memtable write");
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(kMemtableBatchKeys));
+}
+
 BENCHMARK(BM_Commit)->Name("Commit")->Setup(setup_ours)->Teardown(teardown_write)
     ->Threads(1)->Threads(8)->Threads(64)->UseRealTime()->MinTime(kMinTimeSeconds);
 BENCHMARK(BM_RawSyncedPut)->Name("RawSyncedPut")->Setup(setup_raw)->Teardown(teardown_write)
@@ -319,6 +402,11 @@ BENCHMARK(BM_Get)->Name("Get")->Setup(setup_read)->UseRealTime()->MinTime(kMinTi
 BENCHMARK(BM_RawGet)->Name("RawGet")->Setup(setup_read)->UseRealTime()->MinTime(kMinTimeSeconds);
 BENCHMARK(BM_Scan)->Name("Scan")->Setup(setup_read)->UseRealTime()->MinTime(kMinTimeSeconds);
 BENCHMARK(BM_RawScan)->Name("RawScan")->Setup(setup_read)->UseRealTime()->MinTime(kMinTimeSeconds);
+BENCHMARK(BM_MemtableGet)->Name("MemtableGet")->UseRealTime()->MinTime(kMinTimeSeconds);
+// A bounded count: the memtable grows by each insert (40,000 to 80,000 keys), and stays in memory
+// until the store closes.
+BENCHMARK(BM_MemtableInsert)->Name("MemtableInsert")->UseRealTime()->Iterations(400)
+    ->Repetitions(5);
 
 }  // namespace
 
