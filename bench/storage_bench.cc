@@ -23,12 +23,12 @@
 //                          Ours: Transaction::get_range (new Transaction per range). Raw: an iterator with
 //                          iterate_upper_bound, copying each key and value into a vector, which is what
 //                          get_range returns. items = keys.
-//   MemtableGet            Point reads (DB::Get) of random present keys among 40k held in one memtable
-//                          (storage/memtable.h, the engine's skip list), keys shaped like the
-//                          keyspace's: a 30-byte prefix all share, then a 16-byte random id. What a GET
-//                          of a recently written document costs in the memtable.
-//   MemtableInsert         Writes (no WAL) of batches of 100 new random keys of that shape, sorted as
-//                          a commit batch writes them, into that memtable: the commit thread's
+//   MemtableGet            Point reads (DB::Get) of random present keys among 40k held in one
+//                          memtable (storage/memtable.h, the engine's skip list), keys shaped like
+//                          the keyspace's: a 30-byte prefix all share, then a 16-byte random id.
+//                          What a GET of a recently written document costs in the memtable.
+//   MemtableInsert         Writes (no WAL) of batches of 100 new random keys of that shape, sorted
+//                          as a commit batch writes them, into that memtable: the commit thread's
 //                          insert. items = keys.
 // Both stores use the engine's RocksDB options (storage/database.cc), duplicated in raw_options().
 // Every benchmark works in a fresh directory under the temp dir (/tmp), removed afterwards.

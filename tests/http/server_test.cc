@@ -622,7 +622,8 @@ TEST_F(ConfiguredServerTest, LogFileIsReopenedOnSighup) {
   HttpClient{server.port()}.get("/second");
   const std::string text = wait_for_log_text(log, "GET /second 404");
   // The access line: method, target, status, body bytes, milliseconds, user.
-  EXPECT_TRUE(std::regex_search(text, std::regex(R"(\[info\] GET /second 404 \d+ \d+\.\d{3}ms -\n)")))
+  EXPECT_TRUE(
+      std::regex_search(text, std::regex(R"(\[info\] GET /second 404 \d+ \d+\.\d{3}ms -\n)")))
       << text;
   EXPECT_EQ(server.stop().exit_code, 0);
 }

@@ -116,6 +116,24 @@ std::unique_ptr<Database> open(const std::string& path, const Options& o) {
   return r.ok() ? std::move(*r) : nullptr;
 }
 
+// Writes value(doc) at key(doc) for every doc in [0, docs), in transactions of `per_txn`
+// documents, compacts the store into its last level and opens it again: its open tables are then
+// the compacted files alone.
+template <typename Key, typename Value>
+std::unique_ptr<Database> load_compacted(const std::string& path, const Options& o, int docs,
+                                         int per_txn, Key key, Value value) {
+  auto db = open(path, o);
+  for (int first = 0; first < docs; first += per_txn) {
+    auto tr = db->create_transaction();
+    const int end = std::min(docs, first + per_txn);
+    for (int doc = first; doc < end; ++doc) tr.set(key(doc), value(doc));
+    EXPECT_TRUE(tr.commit().ok());
+  }
+  EXPECT_TRUE(db->compact_files().ok());
+  db.reset();
+  return open(path, o);
+}
+
 std::set<std::string> column_families(const std::string& path) {
   std::vector<std::string> names;
   EXPECT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), path, &names).ok());
@@ -273,7 +291,6 @@ TEST(FamiliesStore, AHitFamilyKeepsNoFilterInItsLastLevel) {
     TempDir dir("hits");
     Options o = rule({1, 2});
     if (hits) o.family_hit_subspaces = {2};
-    auto db = open(dir.path(), o);
     const auto key = [](int doc) {  // ids in key order: doc00000000, doc00000001, ...
       std::string id = std::to_string(doc);
       id = "doc" + std::string(8 - id.size(), '0') + id;
@@ -285,15 +302,10 @@ TEST(FamiliesStore, AHitFamilyKeepsNoFilterInItsLastLevel) {
           .add(std::int64_t{0})
           .pack();
     };
-    for (int batch = 0; batch < 10; ++batch) {
-      auto tr = db->create_transaction();
-      for (int doc = batch * 4000; doc < (batch + 1) * 4000; ++doc)
-        tr.set(key(2 * doc), "body" + std::to_string(doc));
-      ASSERT_TRUE(tr.commit().ok());
-    }
-    ASSERT_TRUE(db->compact_files().ok());
-    db.reset();
-    db = open(dir.path(), o);  // table readers of the compacted files only
+    auto db = load_compacted(
+        dir.path(), o, 40000, 4000, [&](int doc) { return key(2 * doc); },
+        [](int doc) { return "body" + std::to_string(doc); });
+    ASSERT_TRUE(db);
     auto tr = db->create_transaction();
     for (int doc = 0; doc < 40000; doc += 97) {
       auto present = tr.get(key(2 * doc), Snapshot::yes);
@@ -319,7 +331,6 @@ TEST(FamiliesStore, IndexBlocksStoreSharedKeyPrefixesOnce) {
   TempDir dir("index");
   Options o = rule({1, 2});
   o.family_hit_subspaces = {2};  // no filter in the last level: the readers hold the index alone
-  auto db = open(dir.path(), o);
   const std::string database(40, 'n');  // as long as a database's prefix and a document id
   const auto key = [&](int doc) {
     std::string id = std::to_string(doc);
@@ -327,14 +338,8 @@ TEST(FamiliesStore, IndexBlocksStoreSharedKeyPrefixesOnce) {
     return Tuple().add(std::int64_t{1}).add(database).add(std::int64_t{2}).add(id).pack();
   };
   const std::string body(100, 'b');
-  for (int batch = 0; batch < 20; ++batch) {
-    auto tr = db->create_transaction();
-    for (int doc = batch * 10000; doc < (batch + 1) * 10000; ++doc) tr.set(key(doc), body);
-    ASSERT_TRUE(tr.commit().ok());
-  }
-  ASSERT_TRUE(db->compact_files().ok());
-  db.reset();
-  db = open(dir.path(), o);
+  auto db = load_compacted(dir.path(), o, 200000, 10000, key, [&](int) { return body; });
+  ASSERT_TRUE(db);
   auto tr = db->create_transaction();
   for (int doc = 0; doc < 200000; doc += 101) {
     auto v = tr.get(key(doc), Snapshot::yes);
@@ -352,7 +357,6 @@ TEST(FamiliesStore, TableReadersShareTheBlockCacheBound) {
   TempDir dir("charge");
   Options o = rule({1, 2});
   o.block_cache_bytes = 1u << 20;
-  auto db = open(dir.path(), o);
   const auto key = [](int doc) {
     std::string id = std::to_string(doc);
     id = std::string(8 - id.size(), '0') + id;
@@ -364,14 +368,8 @@ TEST(FamiliesStore, TableReadersShareTheBlockCacheBound) {
         .pack();
   };
   const std::string body(100, 'b');
-  for (int batch = 0; batch < 20; ++batch) {
-    auto tr = db->create_transaction();
-    for (int doc = batch * 5000; doc < (batch + 1) * 5000; ++doc) tr.set(key(doc), body);
-    ASSERT_TRUE(tr.commit().ok());
-  }
-  ASSERT_TRUE(db->compact_files().ok());
-  db.reset();
-  db = open(dir.path(), o);
+  auto db = load_compacted(dir.path(), o, 100000, 5000, key, [&](int) { return body; });
+  ASSERT_TRUE(db);
   // Open, the tables' readers are charged before any block is read.
   const StoreStats opened = db->stats();
   EXPECT_GT(opened.table_readers_bytes, 100'000u);
