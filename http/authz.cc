@@ -87,21 +87,28 @@ void authorize_request(const Call& call) {
   }
 }
 
-core::DbRef open_db_or_throw(const Call& call) {
+std::variant<core::DbRef, core::CouchError> open_db_or_error(const Call& call) {
   const std::string& name = call.path.at(0);
   auto tr = call.store().create_transaction();
   auto r = core::open_db_with_security(tr, name);
   if (!r.ok()) throw HttpError(core::storage_failure(r.error()));
   // CouchDB answers 404 for a missing database whatever its name; only PUT checks the name.
-  if (core::failed(*r)) throw HttpError(std::get<core::CouchError>(*r));
+  if (core::failed(*r)) return std::get<core::CouchError>(std::move(*r));
   core::OpenedDb opened = std::get<core::OpenedDb>(std::move(*r));
-  core::DbRef db = std::move(opened.db);
   call.security = std::move(opened.security);
   if (!core::is_db_member(call.user, *call.security)) {
-    throw_denied(call, call.user.name ? "You are not allowed to access this db."
-                                      : "You are not authorized to access this db.");
+    // check_is_member: 401 for an anonymous user, 403 for a named one.
+    if (!call.user.name)
+      return core::CouchError{401, "unauthorized", "You are not authorized to access this db."};
+    return core::CouchError{403, "forbidden", "You are not allowed to access this db."};
   }
-  return db;
+  return std::move(opened.db);
+}
+
+core::DbRef open_db_or_throw(const Call& call) {
+  auto r = open_db_or_error(call);
+  if (auto* e = std::get_if<core::CouchError>(&r)) throw HttpError(std::move(*e));
+  return std::get<core::DbRef>(std::move(r));
 }
 
 std::string check_kept_body(const Call& call, const core::DbRef& db, std::string_view id,

@@ -78,6 +78,13 @@ Response storage_error_response(const Request& req, storage::Error e);
 // a bad name), then 401/403 unless the user is a member (CouchDB's check_is_member). Leaves the
 // database's security object in call.security.
 core::DbRef open_db_or_throw(const Call& call);
+// The same, with the 404, 400, 401 and 403 returned instead of thrown (for answer_error); storage
+// failures are still thrown.
+std::variant<core::DbRef, core::CouchError> open_db_or_error(const Call& call);
+// The answer the router gives an error thrown by a handler (a 401's WWW-Authenticate or login
+// redirect included), for a handler that answers one without throwing: on a path that serves
+// many requests, unwinding costs more than the request (http/router.cc).
+Response answer_error(const Call& call, const core::CouchError& error);
 
 // ---- Authorization (http/authz.cc; CouchDB's chttpd_auth_request and couch_db checks) ----------
 

@@ -339,6 +339,12 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
   co_return answer;
 }
 
+Response answer_error(const Call& call, const core::CouchError& error) {
+  Response answer = couch_error_response(call.req, error);
+  add_unauthorized_headers(call.req, call.stream.secure(), call.ctx, error, answer);
+  return answer;
+}
+
 MaybeResponse Router::dispatch(Call& call) const {
   const auto& path = call.path;
   if (path.empty()) co_return welcome(call.req);

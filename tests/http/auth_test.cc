@@ -853,6 +853,68 @@ TEST_F(AuthTest, BrowserThatMustLogInIsRedirected) {
   EXPECT_EQ(r.header(field::www_authenticate), "Basic realm=\"x\"");
 }
 
+// A document read refused (anonymous on a members-only database; a named non-member) or sent to
+// a missing database is answered without throwing: as every refusal is answered, with the 401's
+// login redirect and WWW-Authenticate, byte for byte what _all_docs of that database gets.
+TEST_F(AuthTest, RefusedDocumentReadsAnswerAsOtherRefusals) {
+  start();
+  add_user("member", "pw1");
+  add_user("stranger", "pw2");
+  ASSERT_EQ(as_admin(verb::put, "/members").status, 201u);
+  ASSERT_EQ(as_admin(verb::put, "/members/doc", R"({"a":1})").status, 201u);
+  ASSERT_EQ(
+      as_admin(verb::put, "/members/_security", R"({"members":{"names":["member"]}})").status,
+      200u);
+  const std::string origin = "http://127.0.0.1:" + std::to_string(server_->port());
+  const std::vector<Headers> asks = {{},
+                                     {{"Accept", "text/html"}},
+                                     {{"X-CouchDB-WWW-Authenticate", "Cookie"}},
+                                     basic("stranger", "pw2"),
+                                     with(basic("stranger", "pw2"), "Accept", "text/html")};
+  for (const Headers& h : asks) {
+    const auto doc = call(verb::get, "/members/doc", {}, h);
+    const auto all = call(verb::get, "/members/_all_docs", {}, h);
+    EXPECT_EQ(doc.status, all.status);
+    EXPECT_EQ(doc.body, all.body);
+    EXPECT_EQ(doc.header(field::www_authenticate), all.header(field::www_authenticate));
+    EXPECT_EQ(doc.header(field::content_type), all.header(field::content_type));
+    std::string location = all.header(field::location);
+    if (const auto at = location.find("%2F_all_docs"); at != std::string::npos)
+      location.replace(at, 12, "%2Fdoc");
+    EXPECT_EQ(doc.header(field::location), location);
+  }
+  auto r = call(verb::get, "/members/doc");
+  EXPECT_EQ(r.status, 401u);
+  EXPECT_EQ(r.body,
+            R"({"error":"unauthorized","reason":"You are not authorized to access this db."})"
+            "\n");
+  r = call(verb::get, "/members/doc", {}, {{"Accept", "text/html"}});
+  EXPECT_EQ(r.status, 302u);
+  EXPECT_EQ(r.header(field::location),
+            origin + "/_utils/session.html?return=%2Fmembers%2Fdoc&reason="
+                     "You%20are%20not%20authorized%20to%20access%20this%20db.");
+  r = call(verb::get, "/members/doc", {}, {{"X-CouchDB-WWW-Authenticate", "Cookie"}});
+  EXPECT_EQ(r.status, 401u);
+  EXPECT_EQ(r.header(field::www_authenticate), "Cookie");
+  r = call(verb::get, "/members/doc", {}, basic("stranger", "pw2"));
+  EXPECT_EQ(r.status, 403u);
+  EXPECT_EQ(r.body,
+            R"({"error":"forbidden","reason":"You are not allowed to access this db."})"
+            "\n");
+  r = call(verb::head, "/members/doc");
+  EXPECT_EQ(r.status, 401u);
+  EXPECT_TRUE(r.body.empty());
+  r = call(verb::get, "/nowhere/doc");
+  EXPECT_EQ(r.status, 404u);
+  EXPECT_EQ(r.body, R"({"error":"not_found","reason":"Database does not exist."})"
+                    "\n");
+  // A write is refused as before, and the member reads.
+  EXPECT_EQ(call(verb::put, "/members/other", R"({"b":2})", kJson).status, 401u);
+  r = call(verb::get, "/members/doc", {}, basic("member", "pw1"));
+  EXPECT_EQ(r.status, 200u);
+  EXPECT_EQ(r.json()["a"], 1);
+}
+
 // password_regexp from the config applies to _users writes through the server, and a change
 // through the config API takes effect at once (answers as CouchDB 3.5.0 gives them).
 TEST_F(AuthTest, PasswordRegexpAppliesToUserDocs) {
