@@ -22,9 +22,13 @@ bool is_system_db(std::string_view name) {
 }
 
 // check_is_member / check_is_admin failures: 401 for an anonymous user, 403 for a named one.
+core::CouchError denied(const Call& call, std::string reason) {
+  if (!call.user.name) return core::CouchError{401, "unauthorized", std::move(reason)};
+  return core::CouchError{403, "forbidden", std::move(reason)};
+}
+
 [[noreturn]] void throw_denied(const Call& call, std::string reason) {
-  if (!call.user.name) throw_unauthorized(std::move(reason));
-  throw HttpError(403, "forbidden", std::move(reason));
+  throw HttpError(denied(call, std::move(reason)));
 }
 
 bool config_true(const Call& call, std::string_view section, std::string_view key, bool fallback) {
@@ -97,10 +101,8 @@ std::variant<core::DbRef, core::CouchError> open_db_or_error(const Call& call) {
   core::OpenedDb opened = std::get<core::OpenedDb>(std::move(*r));
   call.security = std::move(opened.security);
   if (!core::is_db_member(call.user, *call.security)) {
-    // check_is_member: 401 for an anonymous user, 403 for a named one.
-    if (!call.user.name)
-      return core::CouchError{401, "unauthorized", "You are not authorized to access this db."};
-    return core::CouchError{403, "forbidden", "You are not allowed to access this db."};
+    return denied(call, call.user.name ? "You are not allowed to access this db."
+                                       : "You are not authorized to access this db.");
   }
   return std::move(opened.db);
 }
@@ -131,11 +133,8 @@ std::optional<core::CouchError> check_doc_write(const Call& call, const core::Db
   if (const auto it = doc.find("_id"); it != doc.end() && it->is_string()) id = *it;
   if (id.starts_with("_local/")) return std::nullopt;
   const bool design = id.starts_with("_design/");
-  if (design && !core::is_db_admin(call.user, *call.security)) {
-    const std::string reason = "You are not a db or server admin.";
-    if (!call.user.name) return core::CouchError{401, "unauthorized", reason};
-    return core::CouchError{403, "forbidden", reason};
-  }
+  if (design && !core::is_db_admin(call.user, *call.security))
+    return denied(call, "You are not a db or server admin.");
   if (db.name == core::kReplicatorDb) {
     if (design) return std::nullopt;
     return core::prepare_replicator_doc(doc, call.user,

@@ -323,7 +323,7 @@ std::shared_ptr<ReadView> Engine::acquire_view() {
     const std::uint64_t after = metadata_generation();
     if (before == after && after % 2 == 0) shared->generation = after;
     view->shared = shared;
-    std::shared_ptr<const SharedSnapshot> replaced;
+    std::shared_ptr<const SharedSnapshot> replaced;  // released after the lock, if the last one
     {
       std::lock_guard lock(snapshot_mu_);
       if (view->version > latest_snapshot_version_) {
@@ -332,8 +332,6 @@ std::shared_ptr<ReadView> Engine::acquire_view() {
       }
     }
   }
-  view->snapshot = view->shared->snapshot;
-  view->generation = view->shared->generation;
   view->acquired_us = now_us();
   return view;
 }

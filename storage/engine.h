@@ -52,9 +52,8 @@ struct SharedSnapshot {
 struct ReadView {
   std::int64_t version = 0;
   std::shared_ptr<const SharedSnapshot> shared;
-  const rocksdb::Snapshot* snapshot = nullptr;       // shared's
-  std::uint64_t generation = SharedSnapshot::kNone;  // shared's
   std::int64_t acquired_us = 0;
+  const rocksdb::Snapshot* snapshot() const { return shared->snapshot; }
 };
 
 class WatchState final : public Watch {

@@ -78,7 +78,7 @@ Status Transaction::ensure_read_view() {
   if (!view_) {
     static_assert(kNoGeneration == SharedSnapshot::kNone);
     view_ = engine_->acquire_view();
-    snapshot_generation_ = view_->generation;
+    snapshot_generation_ = view_->shared->generation;
   }
   if (engine_->now_us() - view_->acquired_us > engine_->options().transaction_lifetime_us)
     return Error::transaction_too_old;
@@ -137,7 +137,7 @@ rocksdb::Iterator* Transaction::prefix_iterator(std::size_t family) {
   auto& it = prefix_its_[family];
   if (!it) {
     rocksdb::ReadOptions ro;
-    ro.snapshot = view_->snapshot;
+    ro.snapshot = view_->snapshot();
     ro.fill_cache = fill_cache_;
     ro.total_order_seek = false;
     ro.prefix_same_as_start = true;
@@ -149,7 +149,7 @@ rocksdb::Iterator* Transaction::prefix_iterator(std::size_t family) {
 Result<std::optional<std::string>> Transaction::read_storage(std::string_view key) {
   if (auto s = ensure_read_view(); !s) return s.error();
   rocksdb::ReadOptions ro;
-  ro.snapshot = view_->snapshot;
+  ro.snapshot = view_->snapshot();
   ro.fill_cache = fill_cache_;
   rocksdb::PinnableSlice v;
   rocksdb::Status s = engine_->db()->Get(ro, engine_->cf_of_key(key), to_slice(key), &v);
@@ -194,7 +194,7 @@ Status Transaction::read_range(std::string_view begin, std::string_view end, int
     it = prefix_iterator(*family);
   } else {
     rocksdb::ReadOptions ro;
-    ro.snapshot = view_->snapshot;
+    ro.snapshot = view_->snapshot();
     ro.fill_cache = fill_cache_;
     ro.iterate_lower_bound = &lo;
     ro.iterate_upper_bound = &hi;
@@ -360,7 +360,7 @@ Result<std::vector<std::vector<KeyValue>>> Transaction::get_ranges(
   } else {
     if (auto s = ensure_read_view(); !s) return s.error();
     rocksdb::ReadOptions ro;
-    ro.snapshot = view_->snapshot;
+    ro.snapshot = view_->snapshot();
     ro.fill_cache = fill_cache_;
     rocksdb::Slice lo = to_slice(ranges.front().begin), hi = to_slice(ranges.back().end);
     ro.iterate_lower_bound = &lo;
