@@ -192,12 +192,25 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   // step. It inserts from one thread at a time.
   cfo.memtable_factory = ordered_memtable_factory();
   e->families_ = Families(options.family_top, options.family_subspaces);
+  // The hit families' data blocks also carry a hash index of their keys beside the binary-search
+  // restarts (RocksDB's DataBlockHashIndex): a point read, as every GET makes of by_id and the
+  // body, finds its key in the block by one probe instead of a binary search and a scan.
+  // Iterators still seek by binary search, so the families read by range alone do without it.
+  // 3,000,000 documents, GET of random ones: 47 -> 43 us of server CPU per request; the open
+  // tables' memory unchanged (the index lives in the data blocks, about 3% larger).
+  rocksdb::BlockBasedTableOptions hit_table = table;
+  hit_table.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
+  hit_table.data_block_hash_table_util_ratio = 0.75;
+  const std::shared_ptr<rocksdb::TableFactory> hit_tables(
+      rocksdb::NewBlockBasedTableFactory(hit_table));
   std::vector<rocksdb::ColumnFamilyOptions> cfos(e->families_.size(), cfo);
   for (std::size_t f = 0; f < cfos.size(); ++f) {
     const auto s = e->families_.subspace(f);
     const auto& hits = options.family_hit_subspaces;
-    if (s && std::find(hits.begin(), hits.end(), *s) != hits.end())
+    if (s && std::find(hits.begin(), hits.end(), *s) != hits.end()) {
       cfos[f].optimize_filters_for_hits = true;
+      cfos[f].table_factory = hit_tables;
+    }
   }
   if (auto st = e->open_families(path, ro, cfos); !st) return st.error();
 

@@ -103,7 +103,8 @@ struct Options {
   // its by_id entry): their last level's tables carry no filter (RocksDB's
   // optimize_filters_for_hits). Most of a large store sits in the last level, so that is most of
   // those filters' memory; a read of a key that is absent costs that level an index and a data
-  // block lookup instead of a filter probe. Default none.
+  // block lookup instead of a filter probe. Their data blocks carry a hash index for point reads.
+  // Default none.
   std::vector<std::int64_t> family_hit_subspaces;
   // Retry backoff of on_error(): starts at initial, doubles up to max, jittered. Defaults 1 ms / 1
   // s.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <set>
@@ -349,6 +350,65 @@ TEST(FamiliesStore, IndexBlocksStoreSharedKeyPrefixesOnce) {
   // About 6,500 data blocks: with a full key in every index entry the open tables hold 456 KB,
   // with the shared prefixes stored once 60 KB.
   EXPECT_LT(db->stats().table_readers_bytes, 200'000u) << db->stats().table_readers_bytes;
+}
+
+// A hit family's data blocks carry a hash index of their keys (RocksDB's DataBlockHashIndex): a
+// point read finds its key in a block by one probe. Its tables are written with it, the other
+// families' without, and reads of keys present and absent (between two keys of one block, or past
+// a block's last key) answer as before.
+TEST(FamiliesStore, HitFamiliesDataBlocksCarryAHashIndex) {
+  TempDir dir("hash");
+  Options o = rule({1, 2});
+  o.family_hit_subspaces = {2};
+  const auto key = [](int doc) {
+    std::string id = std::to_string(doc);
+    id = std::string(8 - id.size(), '0') + id;
+    return Tuple()
+        .add(std::int64_t{1})
+        .add(std::int64_t{0})
+        .add(std::int64_t{doc % 3})
+        .add(id)
+        .pack();
+  };
+  auto db = load_compacted(
+      dir.path(), o, 60000, 6000, [&](int doc) { return key(2 * doc); },
+      [](int doc) { return "v" + std::to_string(doc); });
+  ASSERT_TRUE(db);
+  {
+    auto tr = db->create_transaction();
+    for (int doc = 0; doc < 60000; doc += 7) {
+      auto present = tr.get(key(2 * doc), Snapshot::yes);
+      ASSERT_TRUE(present.ok());
+      ASSERT_EQ(*present, std::optional<std::string>("v" + std::to_string(doc)));
+      auto absent = tr.get(key(2 * doc + 1), Snapshot::yes);
+      ASSERT_TRUE(absent.ok());
+      ASSERT_EQ(*absent, std::nullopt) << doc;
+    }
+  }
+  db.reset();
+  // What the store was opened with, as RocksDB wrote it down: the table options of each column
+  // family (the meta family, the default one and one per subspace), in order.
+  std::vector<std::string> families, index_types;
+  for (const auto& f : std::filesystem::directory_iterator(dir.path())) {
+    if (!f.path().filename().string().starts_with("OPTIONS-")) continue;
+    // RocksDB keeps the last two options files; each is complete and they agree: one is enough.
+    std::ifstream in(f.path());
+    for (std::string line; std::getline(in, line);) {
+      if (line.starts_with("[TableOptions/BlockBasedTable")) families.push_back(line);
+      if (const auto at = line.find("data_block_index_type="); at != std::string::npos)
+        index_types.push_back(line.substr(at + 22));
+    }
+    break;
+  }
+  ASSERT_EQ(families.size(), index_types.size());
+  int hashed = 0;
+  for (std::size_t i = 0; i < families.size(); ++i) {
+    const bool hit = families[i].find("\"subspace-2\"") != std::string::npos;
+    EXPECT_EQ(index_types[i], hit ? "kDataBlockBinaryAndHash" : "kDataBlockBinarySearch")
+        << families[i];
+    hashed += hit;
+  }
+  EXPECT_EQ(hashed, 1);
 }
 
 // The tables' index and filter blocks are charged to the block cache: the data blocks it keeps
