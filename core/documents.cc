@@ -219,8 +219,13 @@ storage::Status apply_edit(Transaction& tr, const DbRef& db, std::string_view id
   // Authentication remembers what it read from _users (http/auth.cc) the same way.
   if (db.name == kUsersDb) tr.touch_metadata();
   if (!winner.deleted) {
+    // The winner this edit wrote, live, with no attachments and one chunk of body, has no header
+    // (nor is it a delta: only a superseded leaf becomes one, and that edit rewrites by_id).
+    const bool body_only =
+        added_wins && p.atts.empty() && p.body.size() < keyspace::kBodyChunkBytes;
     std::string by_id_value;
-    storage::pack_int(&by_id_value, keyspace::kByIdFormat);
+    storage::pack_int(&by_id_value,
+                      body_only ? keyspace::kByIdBodyOnlyFormat : keyspace::kByIdFormat);
     storage::pack_int(&by_id_value, winner.leaf.pos);
     storage::pack_bytes(&by_id_value, winner.leaf.hash);
     tr.set(db.space.by_id_key(id), by_id_value);
@@ -300,36 +305,63 @@ StorageResult<std::vector<StoredBranch>> read_branches(Transaction& tr, const Db
   return out;
 }
 
-StorageResult<std::optional<RevId>> live_winner_rev(Transaction& tr, const DbRef& db,
-                                                    std::string_view id, Snapshot snapshot) {
+namespace {
+struct ByIdEntry {
+  RevId rev;
+  bool body_only = false;  // kByIdBodyOnlyFormat
+};
+
+StorageResult<std::optional<ByIdEntry>> read_by_id(Transaction& tr, const DbRef& db,
+                                                   std::string_view id, Snapshot snapshot) {
   auto named = tr.get(db.space.by_id_key(id), snapshot);
   if (!named.ok()) return named.error();
-  if (!named->has_value()) return std::optional<RevId>();
+  if (!named->has_value()) return std::optional<ByIdEntry>();
   // (format, pos, hash), read in place.
   storage::TupleReader v(**named);
-  RevId rev;
-  std::optional<std::int64_t> pos;
-  if (!v.skip() || !(pos = v.read_int()) || !v.read_bytes(&rev.hash) || !v.at_end())
+  ByIdEntry e;
+  std::optional<std::int64_t> format, pos;
+  if (!(format = v.read_int()) || !(pos = v.read_int()) || !v.read_bytes(&e.rev.hash) ||
+      !v.at_end())
     return storage::Error::io_error;
-  rev.pos = *pos;
-  return std::optional<RevId>(std::move(rev));
+  e.rev.pos = *pos;
+  e.body_only = *format == keyspace::kByIdBodyOnlyFormat;
+  return std::optional<ByIdEntry>(std::move(e));
+}
+}  // namespace
+
+StorageResult<std::optional<RevId>> live_winner_rev(Transaction& tr, const DbRef& db,
+                                                    std::string_view id, Snapshot snapshot) {
+  auto e = read_by_id(tr, db, id, snapshot);
+  if (!e.ok()) return e.error();
+  if (!*e) return std::optional<RevId>();
+  return std::optional<RevId>(std::move((*e)->rev));
 }
 
 StorageResult<std::optional<PlainDoc>> plain_doc_json(Transaction& tr, const DbRef& db,
                                                       std::string_view id) {
-  auto rev = live_winner_rev(tr, db, id, Snapshot::yes);
-  if (!rev.ok()) return rev.error();
-  if (!*rev) return std::optional<PlainDoc>();
-  auto record = read_rev(tr, db, id, **rev);
+  auto entry = read_by_id(tr, db, id, Snapshot::yes);
+  if (!entry.ok()) return entry.error();
+  if (!*entry) return std::optional<PlainDoc>();
+  const RevId& winner = (*entry)->rev;
+  // What render_branch writes for a live winner with no option and no attachment.
+  auto answer = [&](std::string_view body) {
+    PlainDoc doc;
+    doc.rev = winner;
+    doc.json = splice_doc(body, id, doc.rev.str(), {});
+    return std::optional<PlainDoc>(std::move(doc));
+  };
+  if ((*entry)->body_only) {
+    // Chunk 0 is the whole record: one read, no look for a header.
+    auto body = tr.get(db.space.body_chunk_key(id, winner.pos, winner.hash, 0), Snapshot::yes);
+    if (!body.ok()) return body.error();
+    if (*body && (*body)->size() < keyspace::kBodyChunkBytes) return answer(**body);
+  }
+  auto record = read_rev(tr, db, id, winner);
   if (!record.ok()) return record.error();
   // With attachments the answer needs the revision's path (their revpos); without a stored record
   // the full read decides.
   if (!*record || !(*record)->atts.empty() || (*record)->deleted) return std::optional<PlainDoc>();
-  PlainDoc doc;
-  doc.rev = std::move(**rev);
-  // What render_branch writes for a live winner with no option and no attachment.
-  doc.json = splice_doc((*record)->body, id, doc.rev.str(), {});
-  return std::optional<PlainDoc>(std::move(doc));
+  return answer((*record)->body);
 }
 
 namespace {

@@ -18,6 +18,8 @@
 //   (kDocs, DocId, RevPos, RevHash, Chunk) = body bytes (compact JSON, no "_" members), chunks of
 //                                            kBodyChunkBytes; Chunk = 0, 1, ...
 //   (kById, DocId)                         = (ValueFormat, RevPos, RevHash)     live documents only
+//                                          (kByIdBodyOnlyFormat: the winner's record is its body
+//                                          alone, chunk 0 and no header)
 //   (kChanges, ShardId, Incarnation, Versionstamp)
 //                                          = (SeqFormat, DocId, RevPos, RevHash, BranchCount,
 //                                          NotDeleted)
@@ -135,6 +137,10 @@ inline void set_store_options(storage::Options& o) {
 inline constexpr std::int64_t kDbFormat = 1;
 inline constexpr std::int64_t kRevFormat = 1;
 inline constexpr std::int64_t kByIdFormat = 1;
+// A by_id entry whose winner was written by that edit with no attachments and a body of one chunk:
+// a plain GET reads chunk 0 alone, without looking for a header. Readers that only skip the
+// format read it as kByIdFormat.
+inline constexpr std::int64_t kByIdBodyOnlyFormat = 2;
 inline constexpr std::int64_t kSeqFormat = 1;
 inline constexpr std::int64_t kLocalFormat = 1;
 inline constexpr std::int64_t kRevHeaderFormat = 1;

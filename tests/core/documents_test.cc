@@ -16,6 +16,7 @@
 #include "core/txid_janitor.h"
 #include "core/cursors.h"
 #include "storage/database.h"
+#include "storage/tuple.h"
 
 namespace chaise::core {
 namespace {
@@ -776,6 +777,64 @@ TEST_F(DocumentsTest, RevsDiff) {
 // Superseded bodies are kept as deltas against their successor (core/rev_delta.h): every old
 // revision reads back byte for byte, history costs a fraction of the document per edit, and
 // compaction drops it.
+// A by_id entry says when its winner's record is the body alone (kByIdBodyOnlyFormat): the edit
+// that wrote it made it win, live, with one chunk of body. A plain read then reads chunk 0 alone;
+// any other entry, one a store wrote before the format existed included, has it look for a header.
+TEST_F(DocumentsTest, ByIdSaysWhenTheWinnersRecordIsItsBodyAlone) {
+  auto format = [&](const std::string& id) -> std::int64_t {
+    auto tr = store_->create_transaction();
+    auto v = tr.get(db().space.by_id_key(id), storage::Snapshot::yes);
+    EXPECT_TRUE(v.ok() && v->has_value()) << id;
+    auto t = storage::Tuple::unpack(**v);
+    EXPECT_TRUE(t && t->get_int(0)) << id;
+    return t && t->get_int(0) ? *t->get_int(0) : -1;
+  };
+  // The plain read answers what the full read answers.
+  auto expect_plain_read = [&](const std::string& id) {
+    auto tr = store_->create_transaction();
+    auto plain = plain_doc_json(tr, db(), id);
+    ASSERT_TRUE(plain.ok() && plain->has_value()) << id;
+    EXPECT_EQ(Json::parse((*plain)->json), get_json(id)) << id;
+    EXPECT_EQ((*plain)->rev.str(), get_json(id)["_rev"]) << id;
+  };
+  const std::string r1 = put("small", std::nullopt, R"({"a":1})");
+  EXPECT_EQ(format("small"), keyspace::kByIdBodyOnlyFormat);
+  expect_plain_read("small");
+  put("small", r1, R"({"a":2})");
+  EXPECT_EQ(format("small"), keyspace::kByIdBodyOnlyFormat);
+  expect_plain_read("small");
+  EXPECT_EQ(get_json("small")["a"], 2);
+
+  put("big", std::nullopt, "{\"s\":\"" + std::string(keyspace::kBodyChunkBytes, 'x') + "\"}");
+  EXPECT_EQ(format("big"), keyspace::kByIdFormat);  // two chunks
+  expect_plain_read("big");
+
+  // An edit whose revision loses leaves the winner's record unknown to it.
+  write({replicated("c", {"2-c", "1-a"}, R"({"side":"c"})")});
+  EXPECT_EQ(format("c"), keyspace::kByIdBodyOnlyFormat);
+  write({replicated("c", {"2-b", "1-a"}, R"({"side":"b"})")});
+  EXPECT_EQ(format("c"), keyspace::kByIdFormat);
+  expect_plain_read("c");
+  EXPECT_EQ(get_json("c")["side"], "c");
+
+  // A store written before: every entry in the first format, read through the header's absence.
+  {
+    auto tr = store_->create_transaction();
+    auto v = tr.get(db().space.by_id_key("small"), storage::Snapshot::yes);
+    ASSERT_TRUE(v.ok() && v->has_value());
+    auto t = storage::Tuple::unpack(**v);
+    ASSERT_TRUE(t && t->size() == 3);
+    tr.set(db().space.by_id_key("small"), storage::Tuple()
+                                              .add(keyspace::kByIdFormat)
+                                              .add(*t->get_int(1))
+                                              .add_bytes(*t->get_bytes(2))
+                                              .pack());
+    ASSERT_TRUE(tr.commit().ok());
+  }
+  EXPECT_EQ(format("small"), keyspace::kByIdFormat);
+  expect_plain_read("small");
+}
+
 TEST_F(DocumentsTest, HistoryIsKeptAsDeltasAndReadsBackExactly) {
   auto stored_bytes = [&] {
     auto tr = store_->create_transaction();

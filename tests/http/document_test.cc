@@ -189,8 +189,14 @@ TEST_F(DocumentTest, PlainGetAnswersWhatTheFullReadAnswers) {
   replicate("conflicted", R"({"side":"b"})", 2, 'b', {'1'});
   replicate("revived", R"({"gone":true})", 2, 'd', {'1'}, true);
   replicate("revived", R"({"back":1})", 3, 'e', {'f', '1'});
-  for (const std::string path :
-       {"/db/plain", "/db/_design/dd", "/db/we%20ird%2Fid", "/db/edited", "/db/conflicted"}) {
+  // With an attachment (a header beside the body), after it is gone, and a body of two chunks.
+  const std::string att = R"("_attachments":{"a.txt":{"content_type":"text/plain","data":"aGk="}})";
+  create("/db/att", "{\"x\":1," + att + "}");
+  const std::string had = create("/db/hadatt", "{\"x\":1," + att + "}");
+  ASSERT_EQ(put("/db/hadatt", R"({"_rev":")" + had + R"(","x":2})").status, 201u);
+  create("/db/big", R"({"s":")" + std::string(300'000, 'x') + R"("})");
+  for (const std::string path : {"/db/plain", "/db/_design/dd", "/db/we%20ird%2Fid", "/db/edited",
+                                 "/db/conflicted", "/db/att", "/db/hadatt", "/db/big"}) {
     auto plain = get(path);
     auto full = get(path + "?deleted_conflicts=true");
     ASSERT_EQ(plain.status, 200u) << path << plain.body;
@@ -200,6 +206,8 @@ TEST_F(DocumentTest, PlainGetAnswersWhatTheFullReadAnswers) {
   }
   EXPECT_EQ(get("/db/edited").json()["v"], 5);
   EXPECT_EQ(get("/db/conflicted").json()["side"], "b");  // the higher hash wins
+  EXPECT_TRUE(get("/db/att").json()["_attachments"]["a.txt"]["stub"]);
+  EXPECT_FALSE(get("/db/hadatt").json().contains("_attachments"));
   auto revived = get("/db/revived");
   ASSERT_EQ(revived.status, 200u) << revived.body;
   EXPECT_EQ(revived.json()["back"], 1);
