@@ -3,7 +3,7 @@
 // Value layouts (tuples; see core/keyspace.h for the keys):
 //   revision, winner  (kRevFormat, (Incarnation, Versionstamp), BranchCount, (ParentHash...), BodySize)
 //   revision, other   (kRevFormat, null, null, (ParentHash...), BodySize)
-//   by_id             (kByIdFormat, RevPos, RevHash)
+//   by_id             (kByIdFormat or kByIdBodyOnlyFormat, RevPos, RevHash)
 //   changes           (kSeqFormat, DocId, RevPos, RevHash, BranchCount, NotDeleted, Count)
 //   local             (kLocalFormat, RevCounter, Body)
 // The winner's Sequence is the committing transaction's versionstamp, so it is written with
