@@ -135,6 +135,25 @@ std::unique_ptr<Database> load_compacted(const std::string& path, const Options&
   return open(path, o);
 }
 
+// For every step-th doc of a store load_compacted wrote at key(2 * doc): the key answers
+// value(doc), the odd key after it is absent, and (with ranges) so is the range between the two.
+template <typename Key, typename Value>
+void expect_even_keys_alone(Database& db, int docs, int step, Key key, Value value, bool ranges) {
+  auto tr = db.create_transaction();
+  for (int doc = 0; doc < docs; doc += step) {
+    auto present = tr.get(key(2 * doc), Snapshot::yes);
+    ASSERT_TRUE(present.ok());
+    ASSERT_EQ(*present, std::optional<std::string>(value(doc))) << doc;
+    auto absent = tr.get(key(2 * doc + 1), Snapshot::yes);
+    ASSERT_TRUE(absent.ok());
+    ASSERT_EQ(*absent, std::nullopt) << doc;
+    if (!ranges) continue;
+    auto range = tr.get_range(key(2 * doc + 1), key(2 * doc + 2), 0, Reverse::no, Snapshot::yes);
+    ASSERT_TRUE(range.ok());
+    ASSERT_TRUE(range->empty()) << doc;
+  }
+}
+
 std::set<std::string> column_families(const std::string& path) {
   std::vector<std::string> names;
   EXPECT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), path, &names).ok());
@@ -303,22 +322,11 @@ TEST(FamiliesStore, AHitFamilyKeepsNoFilterInItsLastLevel) {
           .add(std::int64_t{0})
           .pack();
     };
+    const auto body = [](int doc) { return "body" + std::to_string(doc); };
     auto db = load_compacted(
-        dir.path(), o, 40000, 4000, [&](int doc) { return key(2 * doc); },
-        [](int doc) { return "body" + std::to_string(doc); });
+        dir.path(), o, 40000, 4000, [&](int doc) { return key(2 * doc); }, body);
     ASSERT_TRUE(db);
-    auto tr = db->create_transaction();
-    for (int doc = 0; doc < 40000; doc += 97) {
-      auto present = tr.get(key(2 * doc), Snapshot::yes);
-      ASSERT_TRUE(present.ok());
-      EXPECT_EQ(*present, std::optional<std::string>("body" + std::to_string(doc)));
-      auto absent = tr.get(key(2 * doc + 1), Snapshot::yes);
-      ASSERT_TRUE(absent.ok());
-      EXPECT_EQ(*absent, std::nullopt);
-      auto range = tr.get_range(key(2 * doc + 1), key(2 * doc + 2), 0, Reverse::no, Snapshot::yes);
-      ASSERT_TRUE(range.ok());
-      EXPECT_TRUE(range->empty());
-    }
+    expect_even_keys_alone(*db, 40000, 97, key, body, true);
     readers[hits] = db->stats().table_readers_bytes;
   }
   // 40,000 document prefixes at about 7-10 bits each: 35-50 KB of filter.
@@ -370,21 +378,11 @@ TEST(FamiliesStore, HitFamiliesDataBlocksCarryAHashIndex) {
         .add(id)
         .pack();
   };
+  const auto value = [](int doc) { return "v" + std::to_string(doc); };
   auto db = load_compacted(
-      dir.path(), o, 60000, 6000, [&](int doc) { return key(2 * doc); },
-      [](int doc) { return "v" + std::to_string(doc); });
+      dir.path(), o, 60000, 6000, [&](int doc) { return key(2 * doc); }, value);
   ASSERT_TRUE(db);
-  {
-    auto tr = db->create_transaction();
-    for (int doc = 0; doc < 60000; doc += 7) {
-      auto present = tr.get(key(2 * doc), Snapshot::yes);
-      ASSERT_TRUE(present.ok());
-      ASSERT_EQ(*present, std::optional<std::string>("v" + std::to_string(doc)));
-      auto absent = tr.get(key(2 * doc + 1), Snapshot::yes);
-      ASSERT_TRUE(absent.ok());
-      ASSERT_EQ(*absent, std::nullopt) << doc;
-    }
-  }
+  expect_even_keys_alone(*db, 60000, 7, key, value, false);
   db.reset();
   // What the store was opened with, as RocksDB wrote it down: the table options of each column
   // family (the meta family, the default one and one per subspace), in order.
