@@ -337,33 +337,6 @@ StorageResult<std::optional<RevId>> live_winner_rev(Transaction& tr, const DbRef
   return std::optional<RevId>(std::move((*e)->rev));
 }
 
-StorageResult<std::optional<PlainDoc>> plain_doc_json(Transaction& tr, const DbRef& db,
-                                                      std::string_view id) {
-  auto entry = read_by_id(tr, db, id, Snapshot::yes);
-  if (!entry.ok()) return entry.error();
-  if (!*entry) return std::optional<PlainDoc>();
-  const RevId& winner = (*entry)->rev;
-  // What render_branch writes for a live winner with no option and no attachment.
-  auto answer = [&](std::string_view body) {
-    PlainDoc doc;
-    doc.rev = winner;
-    doc.json = splice_doc(body, id, doc.rev.str(), {});
-    return std::optional<PlainDoc>(std::move(doc));
-  };
-  if ((*entry)->body_only) {
-    // Chunk 0 is the whole record: one read, no look for a header.
-    auto body = tr.get(db.space.body_chunk_key(id, winner.pos, winner.hash, 0), Snapshot::yes);
-    if (!body.ok()) return body.error();
-    if (*body && (*body)->size() < keyspace::kBodyChunkBytes) return answer(**body);
-  }
-  auto record = read_rev(tr, db, id, winner);
-  if (!record.ok()) return record.error();
-  // With attachments the answer needs the revision's path (their revpos); without a stored record
-  // the full read decides.
-  if (!*record || !(*record)->atts.empty() || (*record)->deleted) return std::optional<PlainDoc>();
-  return answer((*record)->body);
-}
-
 namespace {
 // An edit that relies on ids_without_revisions: the read conflict its own read of the revisions
 // range would have taken.
@@ -453,9 +426,12 @@ struct StoredRecord {
   std::optional<RevId> base;
 };
 
+// `no_header`: the caller knows the record has none (by_id's kByIdBodyOnlyFormat), so a body of
+// one chunk is read alone.
 StorageResult<std::optional<StoredRecord>> read_stored_record(Transaction& tr, const DbRef& db,
                                                               std::string_view id, const RevId& rev,
-                                                              Snapshot snapshot) {
+                                                              Snapshot snapshot,
+                                                              bool no_header = false) {
   auto [b, e] = db.space.body_range(id, rev.pos, rev.hash);
   // Most records are one body chunk (Chunk 0) and no header (Chunks below 0: deleted,
   // attachments, delta): two point reads find them, cheaper than a range read. The read-conflict
@@ -463,9 +439,13 @@ StorageResult<std::optional<StoredRecord>> read_stored_record(Transaction& tr, c
   auto first = tr.get(db.space.body_chunk_key(id, rev.pos, rev.hash, 0), Snapshot::yes);
   if (!first.ok()) return first.error();
   if (*first && (*first)->size() < keyspace::kBodyChunkBytes) {
-    auto header = tr.get(db.space.body_chunk_key(id, rev.pos, rev.hash, -1), Snapshot::yes);
-    if (!header.ok()) return header.error();
-    if (!*header) {
+    bool header_absent = no_header;
+    if (!header_absent) {
+      auto header = tr.get(db.space.body_chunk_key(id, rev.pos, rev.hash, -1), Snapshot::yes);
+      if (!header.ok()) return header.error();
+      header_absent = !header->has_value();
+    }
+    if (header_absent) {
       if (snapshot == Snapshot::no) tr.add_read_conflict_range(b, e);
       StoredRecord r;
       r.rec.body = std::move(**first);
@@ -519,6 +499,27 @@ StorageResult<std::int64_t> store_superseded_as_delta(Transaction& tr, const DbR
   return static_cast<std::int64_t>(delta->size()) - static_cast<std::int64_t>(rec.body.size());
 }
 }  // namespace
+
+StorageResult<std::optional<PlainDoc>> plain_doc_json(Transaction& tr, const DbRef& db,
+                                                      std::string_view id) {
+  auto entry = read_by_id(tr, db, id, Snapshot::yes);
+  if (!entry.ok()) return entry.error();
+  if (!*entry) return std::optional<PlainDoc>();
+  const RevId& winner = (*entry)->rev;
+  // by_id's body-only format: chunk 0 is read without a look for the header.
+  auto stored = read_stored_record(tr, db, id, winner, Snapshot::yes, (*entry)->body_only);
+  if (!stored.ok()) return stored.error();
+  // With attachments the answer needs the revision's path (their revpos); without a stored record,
+  // or with a delta (never a winner's), the full read decides.
+  if (!*stored || (*stored)->base) return std::optional<PlainDoc>();
+  const RevRecord* record = &(*stored)->rec;
+  if (!record->atts.empty() || record->deleted) return std::optional<PlainDoc>();
+  PlainDoc doc;
+  doc.rev = winner;
+  // What render_branch writes for a live winner with no option and no attachment.
+  doc.json = splice_doc(record->body, id, doc.rev.str(), {});
+  return std::optional<PlainDoc>(std::move(doc));
+}
 
 StorageResult<RevStatus> rev_status(Transaction& tr, const DbRef& db, std::string_view id,
                                     const RevId& rev) {

@@ -216,6 +216,15 @@ void add_unauthorized_headers(const Request& request, bool secure, const RouterC
   response.set(beast_http::field::location, absolute_uri(request, secure, location));
 }
 
+// The answer to an error, thrown by a handler or returned to answer_error: CouchDB's error body
+// and, for a 401, chttpd's headers above.
+Response error_answer(const Request& request, bool secure, const RouterContext& ctx,
+                      const core::CouchError& error) {
+  Response answer = couch_error_response(request, error);
+  add_unauthorized_headers(request, secure, ctx, error, answer);
+  return answer;
+}
+
 }  // namespace
 
 MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream) const {
@@ -332,17 +341,14 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
     done(answer, 0);
     co_return answer;
   }
-  std::optional<Response> answer = couch_error_response(request, *error);
-  add_unauthorized_headers(request, raw_stream.secure(), context_, *error, *answer);
+  std::optional<Response> answer = error_answer(request, raw_stream.secure(), context_, *error);
   decorate(*answer);
   done(answer, 0);
   co_return answer;
 }
 
 Response answer_error(const Call& call, const core::CouchError& error) {
-  Response answer = couch_error_response(call.req, error);
-  add_unauthorized_headers(call.req, call.stream.secure(), call.ctx, error, answer);
-  return answer;
+  return error_answer(call.req, call.stream.secure(), call.ctx, error);
 }
 
 MaybeResponse Router::dispatch(Call& call) const {

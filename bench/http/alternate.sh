@@ -14,6 +14,7 @@
 # one, removed at the end; give one to keep loaded stores between invocations).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck disable=SC2034  # lib.sh's start_chaise runs the binary relative to it
 root="$(cd "$here/../.." && pwd)"
 docs="${1:?docs}"
 workload="${2:?get|put}"
@@ -45,28 +46,27 @@ cleanup_server() {
 }
 trap finish EXIT
 db=benchalt
+curl_auth=(-u "$BENCH_AUTH")
+BENCH_AUTH_HEADER="Basic $(printf '%s' "$BENCH_AUTH" | base64 -w0)"
+export BENCH_AUTH_HEADER
+wrk_auth=(-H "Authorization: $BENCH_AUTH_HEADER")
 
 run_variant() {  # run_variant <name> <binary> <config>: starts the server on its store
   datadir="$stores/$1"
   mkdir -p "$datadir"
   CHAISE_BIN="$2" CHAISE_CONFIG="$3" start_chaise
-  server_pid=$pid
 }
 
 for v in "$@"; do
   IFS=: read -r name bin cfg <<<"$v"
   [[ -d "$stores/$name/data" ]] && continue
   run_variant "$name" "$bin" "$cfg"
-  curl_auth=(-u "$BENCH_AUTH")
-  export BENCH_AUTH_HEADER="Basic $(printf '%s' "$BENCH_AUTH" | base64 -w0)"
   curl "${curl_auth[@]}" -sf -X PUT "$base/$db" >/dev/null
   python3 "$here/load_docs.py" "$base" $db 0 "$docs" >/dev/null
   sleep 20  # flushes and compactions of the load settle
   cleanup_server
 done
 
-export BENCH_AUTH_HEADER="Basic $(printf '%s' "$BENCH_AUTH" | base64 -w0)"
-wrk_auth=(-H "Authorization: $BENCH_AUTH_HEADER")
 export BENCH_DB=$db BENCH_DOCS=$docs BENCH_ID_FORMAT='d%08d'
 hz=$(getconf CLK_TCK)
 for round in $(seq "$rounds"); do
@@ -81,7 +81,7 @@ for round in $(seq "$rounds"); do
     rate=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
     p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
     rss=$(awk '/^VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$pid/status")
-    parts=$(curl -s -u "$BENCH_AUTH" "$base/_node/_local/_prometheus" |
+    parts=$(curl -s "${curl_auth[@]}" "$base/_node/_local/_prometheus" |
       awk -F'"' '/^chaise_memory_bytes/ {split($3, v, " "); printf " %s %.1f", $2, v[2] / 1048576}')
     cpu=$(python3 -c "print(round((($u1 - $u0) + ($s1 - $s0)) / $hz * 1e6 / $n, 1))")
     echo "round $round $workload $name: $rate req/s, p99 $p99, server CPU per request $cpu us, RSS $rss MiB;$parts MiB"
