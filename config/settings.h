@@ -59,7 +59,7 @@ struct ServerSettings {
   bool fsync = true;                          // [chaise] fsync
   std::size_t block_cache_bytes = 32u << 20;  // [chaise] block_cache_bytes
   std::size_t write_buffer_bytes = 16u << 20;              // [chaise] write_buffer_bytes
-  bool table_index_in_cache = false;                       // [chaise] table_index_in_cache
+  bool table_index_in_cache = true;                        // [chaise] table_index_in_cache
   std::size_t conflict_window_bytes = 8u << 20;            // [chaise] conflict_window_bytes
   std::size_t max_request_body_bytes = 64 * 1024 * 1024;   // [chttpd] max_http_request_size
   std::size_t max_document_size = 8'000'000;               // [couchdb] max_document_size

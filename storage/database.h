@@ -84,9 +84,9 @@ struct Options {
   // half of it; up to about 1.5x exists while one is being flushed). Default 16 MiB.
   std::size_t write_buffer_bytes = 16u << 20;
   // Keep the tables' index and filter blocks (partitioned) in the block cache instead of beside
-  // it: memory bounded by block_cache_bytes at any data size, for slower point reads. Default
-  // false.
-  bool table_index_in_cache = false;
+  // it: memory bounded by block_cache_bytes at any data size. Default true; false holds them all,
+  // charged to the cache, for point reads that never look them up in it.
+  bool table_index_in_cache = true;
   // Prefix bloom filters on each key's first N tuple elements (storage/tuple_prefix.h): a range
   // read whose bounds share them skips tables that hold no such key. 0 = none. Default 0; the
   // server sets the elements that name one document.

@@ -310,6 +310,7 @@ TEST(FamiliesStore, AHitFamilyKeepsNoFilterInItsLastLevel) {
   for (int hits = 0; hits < 2; ++hits) {
     TempDir dir("hits");
     Options o = rule({1, 2});
+    o.table_index_in_cache = false;  // the filters measured as what the open tables hold
     if (hits) o.family_hit_subspaces = {2};
     const auto key = [](int doc) {  // ids in key order: doc00000000, doc00000001, ...
       std::string id = std::to_string(doc);
@@ -340,6 +341,7 @@ TEST(FamiliesStore, IndexBlocksStoreSharedKeyPrefixesOnce) {
   TempDir dir("index");
   Options o = rule({1, 2});
   o.family_hit_subspaces = {2};  // no filter in the last level: the readers hold the index alone
+  o.table_index_in_cache = false;  // the index measured as what the open tables hold
   const std::string database(40, 'n');  // as long as a database's prefix and a document id
   const auto key = [&](int doc) {
     std::string id = std::to_string(doc);
@@ -409,12 +411,14 @@ TEST(FamiliesStore, HitFamiliesDataBlocksCarryAHashIndex) {
   EXPECT_EQ(hashed, 1);
 }
 
-// The tables' index and filter blocks are charged to the block cache: the data blocks it keeps
-// make room for them, so the two together stay within block_cache_bytes.
+// Held beside the cache (table_index_in_cache = false), the tables' index and filter blocks are
+// charged to it: the data blocks it keeps make room for them, so the two together stay within
+// block_cache_bytes.
 TEST(FamiliesStore, TableReadersShareTheBlockCacheBound) {
   TempDir dir("charge");
   Options o = rule({1, 2});
   o.block_cache_bytes = 1u << 20;
+  o.table_index_in_cache = false;
   const auto key = [](int doc) {
     std::string id = std::to_string(doc);
     id = std::string(8 - id.size(), '0') + id;
