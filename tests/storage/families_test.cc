@@ -341,7 +341,7 @@ TEST(FamiliesStore, IndexBlocksStoreSharedKeyPrefixesOnce) {
   TempDir dir("index");
   Options o = rule({1, 2});
   o.family_hit_subspaces = {2};  // no filter in the last level: the readers hold the index alone
-  o.table_index_in_cache = false;  // the index measured as what the open tables hold
+  o.table_index_in_cache = false;       // the index measured as what the open tables hold
   const std::string database(40, 'n');  // as long as a database's prefix and a document id
   const auto key = [&](int doc) {
     std::string id = std::to_string(doc);
