@@ -36,13 +36,9 @@ if [[ -z "$stores" ]]; then
   stores="$(mktemp -d /tmp/chaise-alternate-XXXXXX)"
   own_stores="$stores"
 fi
-finish() {
-  cleanup_server
+finish() {  # instead of lib.sh's cleanup, which would remove the store
+  if [[ -n "$pid" ]]; then stop_chaise || true; fi
   if [[ -n "$own_stores" ]]; then rm -rf "$own_stores"; fi
-}
-cleanup_server() {
-  if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  pid=""
 }
 trap finish EXIT
 db=benchalt
@@ -64,7 +60,7 @@ for v in "$@"; do
   curl "${curl_auth[@]}" -sf -X PUT "$base/$db" >/dev/null
   python3 "$here/load_docs.py" "$base" $db 0 "$docs" >/dev/null
   sleep 20  # flushes and compactions of the load settle
-  cleanup_server
+  stop_chaise
 done
 
 export BENCH_DB=$db BENCH_DOCS=$docs BENCH_ID_FORMAT='d%08d'
@@ -85,6 +81,6 @@ for round in $(seq "$rounds"); do
       awk -F'"' '/^chaise_memory_bytes/ {split($3, v, " "); printf " %s %.1f", $2, v[2] / 1048576}')
     cpu=$(python3 -c "print(round((($u1 - $u0) + ($s1 - $s0)) / $hz * 1e6 / $n, 1))")
     echo "round $round $workload $name: $rate req/s, p99 $p99, server CPU per request $cpu us, RSS $rss MiB;$parts MiB"
-    cleanup_server
+    stop_chaise
   done
 done

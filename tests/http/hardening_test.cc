@@ -35,12 +35,18 @@ class HardeningTest : public ::testing::Test {
     client_.reset();
     server_.reset();
   }
+  // A server on a store of its own, with the database "db" created.
   void start(const std::vector<std::string>& args) {
+    ++starts_;
+    reopen(args);
+    ASSERT_EQ(call(verb::put, "/db").status, 201u);
+  }
+  // The last store started, served again (with other arguments).
+  void reopen(const std::vector<std::string>& args) {
     client_.reset();
     server_.reset();
-    server_.emplace(dir_.path() / ("data" + std::to_string(++starts_)), args);
+    server_.emplace(dir_.path() / ("data" + std::to_string(starts_)), args);
     client_ = std::make_unique<HttpClient>(server_->port(), 60s);
-    ASSERT_EQ(call(verb::put, "/db").status, 201u);
   }
   // A server whose [chttpd] changes_timeout is `ms`.
   void start_with_changes_timeout(int ms) {
@@ -447,34 +453,31 @@ TEST_F(HardeningTest, TableIndexInCacheMovesIndexBlocksIntoTheCache) {
     }
     EXPECT_EQ(get("/db").json()["doc_count"], 4000);
   };
-  long long beside = -1;
-  std::filesystem::path beside_store;
-  for (const std::string setting : {"false", "true", ""}) {
-    SCOPED_TRACE("table_index_in_cache = " + setting);
+  // The server's arguments: small memtables, and the setting unless empty (the default).
+  auto config = [&](const std::string& setting) {
     const auto ini = dir_.path() / "tables.ini";
     std::ofstream(ini) << "[chaise]\nwrite_buffer_bytes = 1048576\n"
                        << (setting.empty() ? "" : "table_index_in_cache = " + setting + "\n");
-    start({"--config", ini.string()});
+    return std::vector<std::string>{"--config", ini.string()};
+  };
+  long long beside = -1;
+  for (const std::string setting : {"false", "true", ""}) {
+    SCOPED_TRACE("table_index_in_cache = " + setting);
+    start(config(setting));
     write_docs();
     expect_reads();
     const std::string text = get("/_node/_local/_prometheus").body;
     const long long readers = memory_gauge(text, "table_readers");
     if (setting == "false") {
       beside = readers;
-      beside_store = dir_.path() / ("data" + std::to_string(starts_));
       EXPECT_GT(readers, 0) << text;  // 4 MB of documents went to table files
+      reopen(config(""));  // the tables written beside the cache, read under the default
+      expect_reads();
     } else {
       EXPECT_LT(readers, beside) << text;
       EXPECT_GT(memory_gauge(text, "block_cache"), 0) << text;
     }
   }
-  client_.reset();
-  server_.reset();
-  const auto ini = dir_.path() / "tables.ini";
-  std::ofstream(ini) << "[chaise]\nwrite_buffer_bytes = 1048576\n";
-  server_.emplace(beside_store, std::vector<std::string>{"--config", ini.string()});
-  client_ = std::make_unique<HttpClient>(server_->port(), 60s);
-  expect_reads();
 }
 
 // CPU-heavy requests run on the worker pool, not on the threads that read and write connections:
