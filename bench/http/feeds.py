@@ -7,7 +7,8 @@
   feeds.py ack      BASE_URL [--feeds 200] [--writes 500] [--interval-ms 10]
       Opens N continuous feeds (since=now), then sends the writes open-loop, one PUT every
       interval whatever the answers, and measures from each PUT's acknowledgement to each
-      feed's receipt of it (a receipt before the acknowledgement counts as 0). The issue 10 shape.
+      feed's receipt of it (a receipt before the acknowledgement counts as 0), both taken as
+      the kernel's receive times of the bytes (SO_TIMESTAMPNS). The issue 10 shape.
   feeds.py idle     BASE_URL --pid PID [--feeds 10000] [--seconds 60]
       Opens N continuous feeds with a 30 s heartbeat, then samples the server's RSS and CPU time
       (from /proc/PID) over the given time.
@@ -20,8 +21,14 @@ import argparse
 import asyncio
 import json
 import os
+import queue
+import re
 import resource
+import selectors
+import socket
 import statistics
+import struct
+import threading
 import time
 import urllib.request
 
@@ -105,48 +112,163 @@ async def latency(base, feeds, writes):
     print(f"  p50 {q(0.50):.2f} ms  p99 {q(0.99):.2f} ms  max {lat[-1]:.2f} ms  undelivered {missing}")
 
 
-async def ack_latency(base, feeds, writes, interval_ms):
+# SO_TIMESTAMPNS (Linux, every architecture but a few with their own numbers): recvmsg then
+# reports when the kernel received the bytes it returns (for TCP, the last segment it read).
+SO_TIMESTAMPNS = 35
+
+
+def stamped_socket(host, port):
+    s = socket.create_connection((host, port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    return s
+
+
+def stamped_recv(s):
+    """recvmsg: (bytes, the kernel's receive time or None, the time now), both as time.time()."""
+    data, anc, _, _ = s.recvmsg(1 << 16, socket.CMSG_SPACE(16))
+    now = time.time()
+    kernel = None
+    for level, kind, value in anc:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= 16:
+            sec, ns = struct.unpack("qq", value[:16])
+            kernel = sec + ns / 1e9
+    return data, kernel, now
+
+
+class StampedWriter:
+    """One keep-alive connection that PUTs documents and notes when each answer arrived."""
+
+    def __init__(self, host, port, auth):
+        self.sock = stamped_socket(host, port)
+        self.host, self.auth = host, auth
+        self.buf = b""
+
+    def put(self, path, body):
+        data = json.dumps(body).encode()
+        auth = f"Authorization: {self.auth}\r\n" if self.auth else ""
+        self.sock.sendall(f"PUT {path} HTTP/1.1\r\nHost: {self.host}\r\n{auth}"
+                          f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+                          .encode() + data)
+        kernel = now = None
+        while True:
+            head_end = self.buf.find(b"\r\n\r\n")
+            if head_end >= 0:
+                head = self.buf[:head_end].decode("latin-1")
+                length = re.search(r"(?im)^content-length:\s*(\d+)", head)
+                if not length:
+                    raise RuntimeError("a PUT answer without Content-Length: " + head)
+                total = head_end + 4 + int(length.group(1))
+                if len(self.buf) >= total:
+                    self.buf = self.buf[total:]
+                    return int(head.split(" ", 2)[1]), kernel or now, now
+            chunk, kernel, now = stamped_recv(self.sock)
+            if not chunk:
+                raise RuntimeError("the server closed a writer's connection")
+            self.buf += chunk
+
+
+def ack_latency(base, feeds, writes, interval_ms):
+    """Open-loop PUTs, each acknowledged at the writer's socket, and the feeds' receipt of each.
+
+    Both ends are the kernel's receive times (SO_TIMESTAMPNS): when the PUT's answer reached the
+    writer's socket and when the row reached each feed's socket, so neither includes this
+    client's own time to get to the bytes (Python needs 20-30 us a row; the last of 200 feeds
+    would wait for the other 199). The time the client read each row is reported too."""
     host, port = base.split("//")[1].split(":")
+    port = int(port)
+    auth = os.environ.get("BENCH_AUTH_HEADER", "")
     fresh_db(base, "benchack")
-    seen = {}
-    conns = [await open_feed(host, int(port), "/benchack/_changes?feed=continuous&since=now&heartbeat=30000")
-             for _ in range(feeds)]
-    tasks = [asyncio.create_task(read_ids(r, seen, i)) for i, (r, _) in enumerate(conns)]
-    await asyncio.sleep(1.0)
-    loop = asyncio.get_running_loop()
+    sel = selectors.DefaultSelector()
+    conns = []
+    path = "/benchack/_changes?feed=continuous&since=now&heartbeat=30000"
+    auth_line = f"Authorization: {auth}\r\n" if auth else ""
+    for i in range(feeds):
+        s = stamped_socket(host, port)
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{auth_line}\r\n".encode())
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ, i)
+        conns.append(s)
+    arrived, read_at = {}, {}
+    stop = threading.Event()
+
+    def read_feeds():
+        # The chunked framing is not parsed: rows are whole lines, and chunk sizes are lines of
+        # their own that do not start with {"seq".
+        pending = [b""] * feeds
+        while not stop.is_set():
+            for key, _ in sel.select(0.05):
+                i = key.data
+                try:
+                    data, kernel, now = stamped_recv(key.fileobj)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    sel.unregister(key.fileobj)
+                    continue
+                lines = (pending[i] + data).split(b"\n")
+                pending[i] = lines.pop()
+                for line in lines:
+                    at = line.find(b'"id":"')
+                    if line.startswith(b'{"seq"') and at >= 0:
+                        doc_id = line[at + 6:line.index(b'"', at + 6)].decode()
+                        arrived.setdefault((i, doc_id), kernel or now)
+                        read_at.setdefault((i, doc_id), now)
+
+    reader = threading.Thread(target=read_feeds)
+    reader.start()
+    time.sleep(1.0)
     acks = {}
     failed = 0
+    lock = threading.Lock()
+    writer_pool = queue.Queue()
+    for _ in range(8):
+        writer_pool.put(StampedWriter(host, port, auth))
 
-    async def write(doc_id, n):
+    def write(n):
         nonlocal failed
-        status, _ = await loop.run_in_executor(None, http, base, "PUT", f"/benchack/{doc_id}", {"n": n})
-        if status == 201:
-            acks[doc_id] = time.perf_counter()
-        else:
-            failed += 1
+        w = writer_pool.get()
+        try:
+            status, kernel, _ = w.put(f"/benchack/w{n}", {"n": n})
+        finally:
+            writer_pool.put(w)
+        with lock:
+            if status == 201:
+                acks[f"w{n}"] = kernel
+            else:
+                failed += 1
 
-    start = time.perf_counter()
-    writers = []
-    for n in range(writes):
-        delay = start + n * interval_ms / 1000 - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        writers.append(asyncio.create_task(write(f"w{n}", n)))
-    await asyncio.gather(*writers)
-    deadline = time.perf_counter() + 10
-    while len(seen) < feeds * len(acks) and time.perf_counter() < deadline:
-        await asyncio.sleep(0.01)
-    for t in tasks:
-        t.cancel()
-    for _, w in conns:
-        w.close()
-    lat = sorted(max(0.0, (seen[(i, d)] - t) * 1000) for d, t in acks.items()
-                 for i in range(feeds) if (i, d) in seen)
-    missing = feeds * len(acks) - len(lat)
-    q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))]
+    from concurrent.futures import ThreadPoolExecutor
+    start = time.time()
+    with ThreadPoolExecutor(8) as pool:
+        futures = []
+        for n in range(writes):
+            delay = start + n * interval_ms / 1000 - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            futures.append(pool.submit(write, n))
+        for f in futures:
+            f.result()
+    deadline = time.time() + 10
+    while len(arrived) < feeds * len(acks) and time.time() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    reader.join()
+    for s in conns:
+        s.close()
+
+    def spread(seen):
+        # A row can arrive before its PUT's answer does: that counts as 0.
+        lat = sorted(max(0.0, (seen[(i, d)] - t) * 1000) for d, t in acks.items()
+                     for i in range(feeds) if (i, d) in seen)
+        q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))]
+        return len(lat), f"p50 {q(0.50):.2f} ms  p99 {q(0.99):.2f} ms  max {lat[-1]:.2f} ms"
+
+    delivered, arrival = spread(arrived)
+    _, receipt = spread(read_at)
     print(f"ack   {feeds} continuous feeds, {writes} PUTs open-loop every {interval_ms} ms: ack -> feed "
-          f"p50 {q(0.50):.2f} ms  p99 {q(0.99):.2f} ms  max {lat[-1]:.2f} ms  undelivered {missing}  "
-          f"failed writes {failed}")
+          f"{arrival}  undelivered {feeds * len(acks) - delivered}  failed writes {failed}")
+    print(f"      read by this client: {receipt}")
 
 
 def proc_sample(pid):
@@ -223,7 +345,7 @@ def main():
     if a.mode == "latency":
         asyncio.run(latency(a.base, a.feeds or 1000, a.writes or 200))
     elif a.mode == "ack":
-        asyncio.run(ack_latency(a.base, a.feeds or 200, a.writes or 500, a.interval_ms))
+        ack_latency(a.base, a.feeds or 200, a.writes or 500, a.interval_ms)
     elif a.mode == "idle":
         asyncio.run(idle(a.base, a.pid, a.feeds or 10000, a.seconds))
     else:

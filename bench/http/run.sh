@@ -19,7 +19,8 @@
 #   unique POST /{db} of docs with new emails, 64 connections: no index, a plain Mango index on
 #         email, a unique one (req/s); then 64 clients racing to claim 1,000 emails (indexes.py)
 #   feeds 200 continuous _changes feeds (since=now) and 500 PUTs sent open-loop, one per 10 ms:
-#         from each PUT's acknowledgement to each feed's receipt, p50/p99/max (feeds.py ack)
+#         from each PUT's acknowledgement to each feed's receipt, p50/p99/max, both the kernel's
+#         receive times at the client's sockets (feeds.py ack)
 #   disk  (last) the size on disk of a database of STREAM_DOCS docs; see the end of this file
 #   sync  POST /{db}, 64 connections, with 0, 1 and 3 synchronous Mango indexes (req/s); then
 #         query-after-write latency with a lazy and a synchronous index (indexes.py)
