@@ -16,6 +16,7 @@
 
 #include <rocksdb/cache.h>
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/options.h>
 #include <rocksdb/perf_level.h>
 #include <rocksdb/slice_transform.h>
@@ -105,7 +106,68 @@ std::int64_t SteadyClock::now_us() const {
 }
 
 SharedSnapshot::~SharedSnapshot() {
+  shelf_.clear();  // the iterators read at the snapshot
   if (snapshot) engine->db()->ReleaseSnapshot(snapshot);
+}
+
+std::unique_ptr<rocksdb::Iterator> SharedSnapshot::take_iterator(std::size_t family) const {
+  std::lock_guard lock(shelf_mu_);
+  for (auto it = shelf_.rbegin(); it != shelf_.rend(); ++it) {
+    if (it->first != family) continue;
+    auto found = std::move(it->second);
+    shelf_.erase(std::next(it).base());
+    return found;
+  }
+  return nullptr;
+}
+
+void SharedSnapshot::shelve_iterator(std::size_t family,
+                                     std::unique_ptr<rocksdb::Iterator> it) const {
+  if (!it || !it->status().ok()) return;
+  std::lock_guard lock(shelf_mu_);
+  if (shelf_.size() >= kShelved) return;  // `it` is dropped after the lock is
+  shelf_.emplace_back(family, std::move(it));
+}
+
+void SharedSnapshot::clear_shelf() const {
+  std::vector<std::pair<std::size_t, std::unique_ptr<rocksdb::Iterator>>> dropped;
+  {
+    std::lock_guard lock(shelf_mu_);
+    dropped.swap(shelf_);
+  }
+}
+
+std::size_t SharedSnapshot::shelved() const {
+  std::lock_guard lock(shelf_mu_);
+  return shelf_.size();
+}
+
+namespace {
+// A shelved iterator holds the memtables and tables it was made over: after a flush or a
+// compaction it would keep the flushed memtable's memory, or the replaced tables' files, until
+// its snapshot goes (the next commit). RocksDB calls these without its mutex held.
+class ShelfListener final : public rocksdb::EventListener {
+ public:
+  explicit ShelfListener(Engine* engine) : engine_(engine) {}
+  void OnFlushCompleted(rocksdb::DB*, const rocksdb::FlushJobInfo&) override {
+    engine_->clear_iterator_shelf();
+  }
+  void OnCompactionCompleted(rocksdb::DB*, const rocksdb::CompactionJobInfo&) override {
+    engine_->clear_iterator_shelf();
+  }
+
+ private:
+  Engine* engine_;
+};
+}  // namespace
+
+void Engine::clear_iterator_shelf() {
+  std::shared_ptr<const SharedSnapshot> latest;
+  {
+    std::lock_guard lock(snapshot_mu_);
+    latest = latest_snapshot_;
+  }
+  if (latest) latest->clear_shelf();
 }
 
 Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options options) {
@@ -121,6 +183,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   ro.create_missing_column_families = true;
   ro.IncreaseParallelism(2);
   ro.allow_concurrent_memtable_write = false;  // one commit thread; storage/memtable.h needs it
+  ro.listeners.push_back(std::make_shared<ShelfListener>(e.get()));
   // Memory: every memtable of both column families counts against write_buffer_bytes (a flush
   // starts as they near it); each memtable is half of it and flushes alone, so at most about
   // 1.5x is held while one flushes. Data blocks are cached in block_cache_bytes, and by default
@@ -691,6 +754,15 @@ StoreStats Engine::stats() const {
   if (db_->GetIntProperty(meta_cf_, "rocksdb.cur-size-all-mem-tables", &value))
     s.memtable_bytes += value;
   if (db_->GetIntProperty("rocksdb.num-snapshots", &value)) s.snapshots = value;
+  s.iterators_reused = stat_iterators_reused_.load(std::memory_order_relaxed);
+  {
+    std::shared_ptr<const SharedSnapshot> latest;
+    {
+      std::lock_guard lock(snapshot_mu_);
+      latest = latest_snapshot_;
+    }
+    if (latest) s.iterators_shelved = latest->shelved();
+  }
   // The cache's usage counts the table readers' charge too (above): data blocks are the rest.
   s.block_cache_usage_bytes = block_cache_->GetUsage();
   s.block_cache_bytes = options_.table_index_in_cache

@@ -134,6 +134,10 @@ struct StoreStats {
   std::uint64_t resolver_keys = 0;        // write-conflict keys remembered
   std::uint64_t resolver_bytes = 0;       // their estimated heap bytes
   std::uint64_t snapshots = 0;  // RocksDB snapshots held (the read views of a version share one)
+  // Prefix iterators a transaction took from the shelf of its version's snapshot instead of
+  // building one, and those on the latest version's shelf now.
+  std::uint64_t iterators_reused = 0;
+  std::uint64_t iterators_shelved = 0;
 };
 
 class Database {

@@ -55,13 +55,23 @@ Transaction::Transaction(Transaction&&) noexcept = default;
 Transaction& Transaction::operator=(Transaction&&) noexcept = default;
 
 Transaction::~Transaction() {
-  prefix_its_.clear();
+  shelve_prefix_iterators();
   for (auto& w : watches_) w->fire(Error::transaction_cancelled);
 }
 
-void Transaction::disable_read_cache() {
-  fill_cache_ = false;
+void Transaction::shelve_prefix_iterators() {
+  // Those made without filling the cache stay out: the shelf's are taken by transactions that
+  // fill it.
+  for (std::size_t family = 0; family < prefix_its_.size(); ++family) {
+    if (prefix_its_[family] && fill_cache_ && view_)
+      view_->shared->shelve_iterator(family, std::move(prefix_its_[family]));
+  }
   prefix_its_.clear();
+}
+
+void Transaction::disable_read_cache() {
+  shelve_prefix_iterators();
+  fill_cache_ = false;
 }
 
 void Transaction::defer(Error e) {
@@ -135,6 +145,10 @@ rocksdb::Iterator* Transaction::prefix_iterator(std::size_t family) {
   // given.
   if (prefix_its_.empty()) prefix_its_.resize(engine_->families().size());
   auto& it = prefix_its_[family];
+  if (!it && fill_cache_) {
+    it = view_->shared->take_iterator(family);
+    if (it) engine_->note_iterator_reused();
+  }
   if (!it) {
     rocksdb::ReadOptions ro;
     ro.snapshot = view_->snapshot();
@@ -578,6 +592,7 @@ void Transaction::commit_async(std::function<void(Result<CommitResult>)> done) {
     watches_.clear();
     return done(CommitResult{view_ ? view_->version : engine_->committed_version(), {}});
   }
+  shelve_prefix_iterators();  // nothing more is read
   auto req = take_commit_request();
   req->done = std::move(done);
   engine_->submit(std::move(req));
@@ -593,7 +608,7 @@ Result<CommitResult> Transaction::commit() {
 void Transaction::reset() {
   for (auto& w : watches_) w->fire(Error::transaction_cancelled);
   watches_.clear();
-  prefix_its_.clear();
+  shelve_prefix_iterators();
   view_.reset();
   writes_.reset();
   versionstamped_keys_.clear();

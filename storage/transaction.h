@@ -192,6 +192,8 @@ class Transaction {
   // The transaction's iterator in `family` for ranges within one bloom prefix (needs the read
   // view).
   rocksdb::Iterator* prefix_iterator(std::size_t family);
+  // Hands the prefix iterators to the view's shared snapshot for later transactions.
+  void shelve_prefix_iterators();
   std::unique_ptr<CommitRequest> take_commit_request();
 
   Engine* engine_ = nullptr;

@@ -389,6 +389,74 @@ TEST(PrefixBloomTest, OneTransactionsRangeReadsAcrossPrefixesAnswerAsAModel) {
   EXPECT_GT(nonempty, reads / 3);
 }
 
+// A transaction done with its prefix iterator leaves it on its snapshot's shelf; the next
+// transaction of the same version seeks it again, in any prefix, and reads exactly what a new one
+// would. A transaction of another version never gets it, and a flush or compaction empties the
+// shelf (the iterator would keep the memtable it flushed and the tables it replaced).
+TEST(PrefixBloomTest, ShelvedIteratorsServeTransactionsOfTheirVersionOnly) {
+  TempDir dir("txn");
+  auto db = open_with_prefix_bloom(dir.path());
+  const Subspace a(Tuple().add(std::int64_t{1}).add("a"));
+  const Subspace b(Tuple().add(std::int64_t{1}).add("b"));
+  auto put = [&](const std::string& k, const std::string& v) {
+    auto tr = db->create_transaction();
+    tr.set(k, v);
+    ASSERT_TRUE(tr.commit().ok());
+  };
+  auto range = [](Transaction& tr, const Subspace& s) {
+    auto [begin, end] = s.range();
+    auto got = tr.get_range(begin, end);
+    EXPECT_TRUE(got.ok());
+    std::vector<std::string> values;
+    for (const KeyValue& kv : *got) values.push_back(kv.value);
+    return values;
+  };
+  using V = std::vector<std::string>;
+  put(a.pack(Tuple().add(std::int64_t{1})), "a1");
+  put(b.pack(Tuple().add(std::int64_t{1})), "b1");
+
+  {
+    auto t1 = db->create_transaction();
+    EXPECT_EQ(range(t1, a), V{"a1"});
+  }
+  EXPECT_EQ(db->stats().iterators_shelved, 1u);
+  EXPECT_EQ(db->stats().iterators_reused, 0u);
+  auto t2 = db->create_transaction();  // the same version
+  EXPECT_EQ(range(t2, b), V{"b1"});
+  EXPECT_EQ(db->stats().iterators_reused, 1u);
+  EXPECT_EQ(db->stats().iterators_shelved, 0u);
+  EXPECT_EQ(range(t2, a), V{"a1"});
+
+  put(a.pack(Tuple().add(std::int64_t{2})), "a2");  // a new version
+  EXPECT_EQ(range(t2, a), V{"a1"});                 // t2 still reads its own
+  t2.reset();  // shelved on the old version's snapshot, which goes with it
+  auto t3 = db->create_transaction();
+  EXPECT_EQ(range(t3, a), (V{"a1", "a2"}));
+  EXPECT_EQ(db->stats().iterators_reused, 1u);
+
+  // A writing transaction shelves its iterator when it commits; its own writes were read through
+  // it before (the overlay), and the next version's transactions do not get it.
+  t3.set(b.pack(Tuple().add(std::int64_t{2})), "b2");
+  EXPECT_EQ(range(t3, b), (V{"b1", "b2"}));
+  ASSERT_TRUE(t3.commit().ok());
+  auto t4 = db->create_transaction();
+  EXPECT_EQ(range(t4, b), (V{"b1", "b2"}));
+  EXPECT_EQ(db->stats().iterators_reused, 1u);
+  t4.reset();
+  auto t5 = db->create_transaction();
+  EXPECT_EQ(range(t5, a), (V{"a1", "a2"}));
+  EXPECT_EQ(db->stats().iterators_reused, 2u);
+  t5.reset();
+  EXPECT_EQ(db->stats().iterators_shelved, 1u);
+
+  ASSERT_TRUE(db->compact_files().ok());  // flushes the memtable, then compacts
+  EXPECT_EQ(db->stats().iterators_shelved, 0u);
+  auto t6 = db->create_transaction();
+  EXPECT_EQ(range(t6, a), (V{"a1", "a2"}));
+  EXPECT_EQ(range(t6, b), (V{"b1", "b2"}));
+  EXPECT_EQ(db->stats().iterators_reused, 2u);
+}
+
 TEST_F(TransactionTest, MetadataGenerationMovesByTwoPerMetadataCommit) {
   auto gen = [&] { return db_->create_transaction().metadata_generation(); };
   const std::uint64_t g0 = gen();
