@@ -121,6 +121,11 @@ std::string Metrics::prometheus(const storage::StoreStats& store) const {
   out.append("chaise_store_conflicts_total ").append(std::to_string(store.conflicts)).append("\n");
   family(out, "chaise_store_commit_batches_total", "counter", "commit batches written (one WAL write each)");
   out.append("chaise_store_commit_batches_total ").append(std::to_string(store.batches)).append("\n");
+  family(out, "chaise_store_iterators_reused_total", "counter",
+         "range reads that sought an iterator another transaction of the same version left");
+  out.append("chaise_store_iterators_reused_total ")
+      .append(std::to_string(store.iterators_reused))
+      .append("\n");
   family(out, "chaise_store_size_bytes", "gauge", "size of the store: data files plus memtables");
   out.append("chaise_store_size_bytes ").append(std::to_string(store.disk_bytes)).append("\n");
   family(out, "chaise_memory_bytes", "gauge",

@@ -374,6 +374,30 @@ long long memory_gauge(const std::string& text, const std::string& part) {
   return at == std::string::npos ? -1 : std::stoll(text.substr(at + prefix.size()));
 }
 
+// A counter's value in the Prometheus text, or -1.
+long long counter_value(const std::string& text, const std::string& name) {
+  const std::string prefix = "\n" + name + " ";
+  const auto at = text.find(prefix);
+  return at == std::string::npos ? -1 : std::stoll(text.substr(at + prefix.size()));
+}
+
+// Reads of one committed version seek the iterator an earlier one left instead of building their
+// own (storage: SharedSnapshot's shelf), and answer the same.
+TEST_F(HardeningTest, ReadsOfOneVersionReuseIterators) {
+  ASSERT_EQ(call(verb::put, "/db/doc", R"({"n":1})").status, 201u);
+  const long long before =
+      counter_value(get("/_node/_local/_prometheus").body, "chaise_store_iterators_reused_total");
+  ASSERT_GE(before, 0);
+  for (int i = 0; i < 5; ++i) {  // each reads the document's revisions range
+    auto r = get("/db/doc?open_revs=all");
+    ASSERT_EQ(r.status, 200u);
+    EXPECT_NE(r.body.find("\"n\":1"), std::string::npos) << r.body;
+  }
+  const long long after =
+      counter_value(get("/_node/_local/_prometheus").body, "chaise_store_iterators_reused_total");
+  EXPECT_GE(after, before + 1);
+}
+
 // The conflict window's memory is bounded by [chaise] conflict_window_bytes: writes that go past it
 // shorten the window instead of growing it, concurrent writers still conflict correctly, and once
 // the writes stop the window empties (its memory is not kept until the next commit).
