@@ -6,6 +6,7 @@
 #   bench/http/scale.sh --chaise                  # starts build/server/chaise on a temporary dir
 #
 # Environment: SMALL (default 200000), LARGE (default 10000000), DURATION (s per wrk run, 20),
+# SETTLE_MAX (s to wait for the server to go quiet after each load, 300),
 # BENCH_AUTH=user:password (Basic auth on every request; with --chaise the server admin),
 # CHAISE_CONFIG=<ini> (with --chaise, read after config/default.ini).
 # Each step: PUT of new ~200-byte docs (64 connections), GET of random existing docs (64
@@ -24,8 +25,26 @@ db=benchscale
 curl "${auth[@]}" -s -X DELETE "$base/$db" >/dev/null || true
 curl "${auth[@]}" -sf -X PUT "$base/$db" >/dev/null
 
+# Waits (at most SETTLE_MAX seconds, default 300) until the server has used under 5% of a core
+# over 2 s: a database loaded as fast as this one is still compacting afterwards, which a
+# database grown over days would not be. Needs the server's pid (--chaise, or BENCH_PID).
+settle() {  # settle <docs in the database>
+  [[ -n "$server_pid" && -r "/proc/$server_pid/stat" ]] || return 0
+  local n=$1 hz waited=0 t0 t1
+  hz=$(getconf CLK_TCK)
+  while (( waited < ${SETTLE_MAX:-300} )); do
+    t0=$(awk '{print $14 + $15}' "/proc/$server_pid/stat")
+    sleep 2
+    t1=$(awk '{print $14 + $15}' "/proc/$server_pid/stat")
+    waited=$(( waited + 2 ))
+    (( (t1 - t0) * 100 < 2 * hz * 5 )) && break
+  done
+  echo "at $n docs: waited ${waited} s for the server's background work to finish"
+}
+
 measure() {  # measure <docs in the database>
   local n=$1 r mid seq t0 t1 rows
+  settle "$n"
   r=$(BENCH_DB=$db wrk "${wrk_auth[@]}" -t2 -c64 -d"${DURATION}s" -s "$here/put_new_docs.lua" "$base" | awk '/Requests\/sec/ {print $2}')
   echo "at $n docs: put  $r docs/s"
   r=$(BENCH_DB=$db BENCH_DOCS=$n BENCH_ID_FORMAT='d%08d' wrk "${wrk_auth[@]}" -t2 -c64 -d"${DURATION}s" -s "$here/get_doc.lua" "$base" | awk '/Requests\/sec/ {print $2}')
