@@ -161,13 +161,13 @@ class ShelfListener final : public rocksdb::EventListener {
 };
 }  // namespace
 
+std::shared_ptr<const SharedSnapshot> Engine::latest_snapshot() const {
+  std::lock_guard lock(snapshot_mu_);
+  return latest_snapshot_;
+}
+
 void Engine::clear_iterator_shelf() {
-  std::shared_ptr<const SharedSnapshot> latest;
-  {
-    std::lock_guard lock(snapshot_mu_);
-    latest = latest_snapshot_;
-  }
-  if (latest) latest->clear_shelf();
+  if (auto latest = latest_snapshot()) latest->clear_shelf();
 }
 
 Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options options) {
@@ -755,14 +755,7 @@ StoreStats Engine::stats() const {
     s.memtable_bytes += value;
   if (db_->GetIntProperty("rocksdb.num-snapshots", &value)) s.snapshots = value;
   s.iterators_reused = stat_iterators_reused_.load(std::memory_order_relaxed);
-  {
-    std::shared_ptr<const SharedSnapshot> latest;
-    {
-      std::lock_guard lock(snapshot_mu_);
-      latest = latest_snapshot_;
-    }
-    if (latest) s.iterators_shelved = latest->shelved();
-  }
+  if (auto latest = latest_snapshot()) s.iterators_shelved = latest->shelved();
   // The cache's usage counts the table readers' charge too (above): data blocks are the rest.
   s.block_cache_usage_bytes = block_cache_->GetUsage();
   s.block_cache_bytes = options_.table_index_in_cache

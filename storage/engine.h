@@ -198,6 +198,8 @@ class Engine {
   mutable std::mutex snapshot_mu_;
   std::shared_ptr<const SharedSnapshot> latest_snapshot_;
   std::int64_t latest_snapshot_version_ = -1;
+  // A reference to latest_snapshot_ (or null), taken under snapshot_mu_.
+  std::shared_ptr<const SharedSnapshot> latest_snapshot() const;
   // Drops latest_snapshot_ if it is older than `version` (released outside snapshot_mu_).
   void drop_snapshot_before(std::int64_t version);
   const std::uint64_t instance_id_ = next_instance_id();

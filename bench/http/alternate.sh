@@ -70,16 +70,16 @@ for round in $(seq "$rounds"); do
     IFS=: read -r name bin cfg <<<"$v"
     run_variant "$name" "$bin" "$cfg"
     wrk "${wrk_auth[@]}" -t2 -c64 -d5s -s "$script" "$base" >/dev/null
-    read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+    t0=$(cpu_ticks "$pid")
     out="$(wrk "${wrk_auth[@]}" -t2 -c64 -d"${DURATION}s" --latency -s "$script" "$base")"
-    read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+    t1=$(cpu_ticks "$pid")
     n=$(awk '/requests in/ {print $1}' <<<"$out")
     rate=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
     p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
     rss=$(awk '/^VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$pid/status")
     parts=$(curl -s "${curl_auth[@]}" "$base/_node/_local/_prometheus" |
       awk -F'"' '/^chaise_memory_bytes/ {split($3, v, " "); printf " %s %.1f", $2, v[2] / 1048576}')
-    cpu=$(python3 -c "print(round((($u1 - $u0) + ($s1 - $s0)) / $hz * 1e6 / $n, 1))")
+    cpu=$(python3 -c "print(round(($t1 - $t0) / $hz * 1e6 / $n, 1))")
     echo "round $round $workload $name: $rate req/s, p99 $p99, server CPU per request $cpu us, RSS $rss MiB;$parts MiB"
     stop_chaise
   done

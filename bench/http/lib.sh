@@ -5,6 +5,7 @@
 #                       config/default.ini), stopped and removed on exit; otherwise $1 is the URL.
 #                       Sets base, pid, datadir, server_pid (BENCH_PID for a server not started
 #                       here), curl_auth, wrk_auth and exports BENCH_AUTH_HEADER.
+#   cpu_ticks PID       the CPU time a process has used (user + system), in CLK_TCK ticks.
 # Needs `here` and `root` set by the caller.
 
 pid=""
@@ -37,6 +38,7 @@ start_chaise() {  # starts the server on $datadir/data; sets pid and base
   base="http://127.0.0.1:${line##*:}"
 }
 stop_chaise() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # cpu_ticks <pid>: user + system, in CLK_TCK
 
 bench_server() {
   if [[ "${1:-}" == "--chaise" ]]; then

@@ -33,9 +33,9 @@ settle() {  # settle <docs in the database>
   local n=$1 hz waited=0 t0 t1
   hz=$(getconf CLK_TCK)
   while (( waited < ${SETTLE_MAX:-300} )); do
-    t0=$(awk '{print $14 + $15}' "/proc/$server_pid/stat")
+    t0=$(cpu_ticks "$server_pid")
     sleep 2
-    t1=$(awk '{print $14 + $15}' "/proc/$server_pid/stat")
+    t1=$(cpu_ticks "$server_pid")
     waited=$(( waited + 2 ))
     (( (t1 - t0) * 100 < 2 * hz * 5 )) && break
   done

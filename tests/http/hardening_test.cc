@@ -367,35 +367,44 @@ TEST_F(HardeningTest, RequestBytesInFlightAreBounded) {
   EXPECT_EQ(call(verb::put, "/db/b", "{\"b\":\"" + std::string(1 << 20, 'x') + "\"}").status, 201u);
 }
 
-// The value of `chaise_memory_bytes{part="<part>"}` in the Prometheus text, or -1.
-long long memory_gauge(const std::string& text, const std::string& part) {
-  const std::string prefix = "chaise_memory_bytes{part=\"" + part + "\"} ";
-  const auto at = text.find(prefix);
-  return at == std::string::npos ? -1 : std::stoll(text.substr(at + prefix.size()));
-}
-
-// A counter's value in the Prometheus text, or -1.
-long long counter_value(const std::string& text, const std::string& name) {
+// The value of the sample `name` (with its labels) in the Prometheus text, or -1.
+long long metric_value(const std::string& text, const std::string& name) {
   const std::string prefix = "\n" + name + " ";
   const auto at = text.find(prefix);
   return at == std::string::npos ? -1 : std::stoll(text.substr(at + prefix.size()));
 }
 
+// The value of `chaise_memory_bytes{part="<part>"}` in the Prometheus text, or -1.
+long long memory_gauge(const std::string& text, const std::string& part) {
+  return metric_value(text, "chaise_memory_bytes{part=\"" + part + "\"}");
+}
+
 // Reads of one committed version seek the iterator an earlier one left instead of building their
-// own (storage: SharedSnapshot's shelf), and answer the same.
+// own (storage: SharedSnapshot's shelf), and answer the same; reads after a write see the write.
 TEST_F(HardeningTest, ReadsOfOneVersionReuseIterators) {
-  ASSERT_EQ(call(verb::put, "/db/doc", R"({"n":1})").status, 201u);
-  const long long before =
-      counter_value(get("/_node/_local/_prometheus").body, "chaise_store_iterators_reused_total");
+  const std::string reused = "chaise_store_iterators_reused_total";
+  auto put = call(verb::put, "/db/doc", R"({"n":1})");
+  ASSERT_EQ(put.status, 201u);
+  const long long before = metric_value(get("/_node/_local/_prometheus").body, reused);
   ASSERT_GE(before, 0);
-  for (int i = 0; i < 5; ++i) {  // each reads the document's revisions range
-    auto r = get("/db/doc?open_revs=all");
-    ASSERT_EQ(r.status, 200u);
-    EXPECT_NE(r.body.find("\"n\":1"), std::string::npos) << r.body;
-  }
-  const long long after =
-      counter_value(get("/_node/_local/_prometheus").body, "chaise_store_iterators_reused_total");
+  // Each reads the document's revisions range (its leaves), the later ones at the same version.
+  auto leaves = [&](const std::string& want, const std::string& gone) {
+    for (int i = 0; i < 5; ++i) {
+      auto r = get("/db/doc?open_revs=all");
+      ASSERT_EQ(r.status, 200u);
+      EXPECT_NE(r.body.find(want), std::string::npos) << r.body;
+      EXPECT_EQ(r.body.find(gone), std::string::npos) << r.body;
+    }
+  };
+  leaves(R"("n":1)", R"("n":2)");
+  const long long after = metric_value(get("/_node/_local/_prometheus").body, reused);
   EXPECT_GE(after, before + 1);
+  ASSERT_EQ(call(verb::put, "/db/doc",
+                 R"({"n":2,"_rev":")" + put.json()["rev"].get<std::string>() + "\"}")
+                .status,
+            201u);
+  leaves(R"("n":2)", R"("n":1)");
+  EXPECT_GE(metric_value(get("/_node/_local/_prometheus").body, reused), after + 1);
 }
 
 // The conflict window's memory is bounded by [chaise] conflict_window_bytes: writes that go past it
