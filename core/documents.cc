@@ -1613,6 +1613,9 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
     ++vs_user;
     return s;
   };
+  // An edit that wrote nothing (refused, or a replicated revision already stored) gives its slot
+  // back: the count of changes, and the feeds woken by it, move only with changes.
+  auto unused_slot = [&] { --vs_user; };
   // The ids that inserts of this batch name (edits without a base revision, and replicated
   // revisions: the replicator's new documents), proved absent together where they follow one
   // another in key order. Read before this round writes any document, and each id is edited at
@@ -1685,19 +1688,25 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
                              stored_of(it.replicated_doc.id));
       if (!r.ok()) return r.error();
       if (failed(*r)) {
+        unused_slot();
         results_[i] = ItemResult(std::get<CouchError>(*r));
       } else {
+        if (!std::get<bool>(*r)) unused_slot();
         results_[i] = ItemResult(UpdateResult{it.replicated_doc.id, it.replicated_doc.path.leaf});
       }
     } else {
       const Stored stored = it.update.base_rev ? Stored::unknown : stored_of(it.update.id);
       auto r = update_doc(tr, db, it.update, *limit, *maps, slot(), *hooks, stored);
       if (!r.ok()) return r.error();
+      if (failed(*r)) unused_slot();
       results_[i] = std::move(*r);
     }
   }
   if (auto st = sync_index_edits(tr, db, hooks->sync, js_); !st.ok()) return st.error();
-  if (!idem_) {  // an idempotent batch's record tells whether it committed
+  // An idempotent batch's record tells whether it committed. A round that writes nothing (every
+  // edit refused: 409 conflicts) commits nothing either, so it needs no id: a retry finds none
+  // and evaluates the round again, with the same outcome or a newer one.
+  if (!idem_ && !tr.read_only()) {
     tx_key_ = db.space.txids().pack(Tuple().add_bytes(tx_id_));
     tr.set(tx_key_, "");
   }

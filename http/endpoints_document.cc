@@ -717,7 +717,17 @@ core::DocWriteBatch::Item local_item(std::string id, std::optional<std::string> 
   return it;
 }
 
-// The text of the new revision, or throws the per-document error (409 conflict, ...).
+// A refused write (409 conflict, 403 forbidden, ...) answered as the router answers a thrown
+// error, without the throw: unwinding cost a 409 about as much server CPU as a PUT that writes.
+// A 401 is still thrown, for the login headers the router adds to it.
+std::optional<Response> refusal(const Call& call, const WriteResult& w) {
+  const auto* e = std::get_if<core::CouchError>(&w.outcome);
+  if (e == nullptr) return std::nullopt;
+  if (e->status == 401) throw_couch(*e);
+  return couch_error_response(call.req, *e);
+}
+
+// The text of the new revision, or throws the per-document error (see refusal).
 std::string written_rev(const WriteResult& w) {
   if (const auto* e = std::get_if<core::CouchError>(&w.outcome)) throw_couch(*e);
   if (!w.local_rev.empty()) return w.local_rev;
@@ -777,6 +787,7 @@ MaybeResponse put_local(Call& call, const Target& t, const DocQuery& q, Json j) 
       call, local_item(t.id, base, deleted, d.body), [&](const WriteResult& w) -> Response {
         if (call.query.get("batch") == "ok")
           return json_response(call.req, Status::accepted, Json{{"ok", true}, {"id", t.id}});
+        if (auto refused = refusal(call, w)) return std::move(*refused);
         const std::string rev = written_rev(w);
         const std::string etag = local_etag(core::splice_doc(d.body, t.id, rev, {}));
         return update_response(call, deleted ? Status::ok : Status::created, t.id, rev, etag,
@@ -982,6 +993,7 @@ MaybeResponse put_doc_write(Call& call, const core::DbRef& db, const Target& t, 
       // CouchDB writes batch=ok documents in the background and never reports their errors.
       return json_response(call.req, Status::accepted, Json{{"ok", true}, {"id", t.id}});
     }
+    if (auto refused = refusal(call, w)) return std::move(*refused);
     const std::string rev = written_rev(w);
     return update_response(call, deleted ? Status::ok : Status::created, t.id, rev, dquote(rev),
                            doc_location(call, t.id));
@@ -1003,6 +1015,7 @@ MaybeResponse delete_doc(Call& call, const core::DbRef& db, const Target& t) {
     auto base = merge_revs(qs_rev, std::optional<std::string>{}, im_rev);
     co_return co_await write_one(
         call, local_item(t.id, base, true, "{}"), [&](const WriteResult& w) -> Response {
+          if (auto refused = refusal(call, w)) return std::move(*refused);
           const std::string rev = written_rev(w);
           return update_response(call, Status::ok, t.id, rev,
                                  local_etag(core::splice_doc("{}", t.id, rev, {})));
@@ -1010,8 +1023,9 @@ MaybeResponse delete_doc(Call& call, const core::DbRef& db, const Target& t) {
   }
   auto winner = core::read_winner(tr, db, t.id, storage::Snapshot::yes);
   if (!winner.ok()) co_return storage_error_response(call.req, winner.error());
-  if (!*winner) throw_couch(core::doc_not_found());
-  if ((*winner)->branch.deleted) throw_couch(core::doc_deleted());
+  // Answered, not thrown (as refusal above).
+  if (!*winner) co_return couch_error_response(call.req, core::doc_not_found());
+  if ((*winner)->branch.deleted) co_return couch_error_response(call.req, core::doc_deleted());
   // The tombstone's body: {} (in _replicator, with the "owner" the rules give it).
   std::string tombstone_body = "{}";
   {
@@ -1030,6 +1044,7 @@ MaybeResponse delete_doc(Call& call, const core::DbRef& db, const Target& t) {
   auto base = merge_revs(qs_rev, std::optional<core::RevId>{}, im_rev);
   co_return co_await write_one(call, interactive_item(t.id, std::move(base), true, tombstone_body),
                                [&](const WriteResult& w) -> Response {
+                                 if (auto refused = refusal(call, w)) return std::move(*refused);
                                  const std::string rev = written_rev(w);
                                  return update_response(call, Status::ok, t.id, rev, dquote(rev));
                                });
@@ -1165,6 +1180,7 @@ MaybeResponse copy_doc(Call& call, const core::DbRef& db, const Target& t) {
     }
   }
   co_return co_await write_one(call, std::move(item), [&](const WriteResult& w) -> Response {
+    if (auto refused = refusal(call, w)) return std::move(*refused);
     const std::string rev = written_rev(w);
     return update_response(call, Status::created, dest.id, rev, dquote(rev),
                            doc_location(call, dest.id));

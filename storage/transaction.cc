@@ -585,9 +585,7 @@ void Transaction::commit_async(std::function<void(Result<CommitResult>)> done) {
     watches_.clear();
     return done(e);
   }
-  const bool read_only =
-      writes_.empty() && versionstamped_keys_.empty() && write_conflicts_.empty();
-  if (read_only) {
+  if (read_only()) {
     engine_->register_watches(watches_);
     watches_.clear();
     return done(CommitResult{view_ ? view_->version : engine_->committed_version(), {}});

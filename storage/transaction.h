@@ -154,6 +154,11 @@ class Transaction {
   Status on_error(Error e);
   // Drops all reads, writes and the read version; keeps the retry backoff state.
   void reset();
+  // Nothing to write (no point or range write, versionstamped key or write conflict): the commit
+  // checks nothing and completes at once, FoundationDB's read-only transaction.
+  bool read_only() const {
+    return writes_.empty() && versionstamped_keys_.empty() && write_conflicts_.empty();
+  }
 
   // Metadata that readers remember between transactions (which databases exist, their security
   // objects) is read through a generation, FoundationDB's metadataVersion in spirit: a

@@ -3,13 +3,13 @@
 # CPU"): the server's user and system time from /proc/<pid>/stat across one wrk run, divided by
 # the requests served.
 #
-#   bench/http/cpu.sh --chaise [put|get|missing|local|bulk|up|denied|anonymous]   # starts build/server/chaise
+#   bench/http/cpu.sh --chaise [put|get|missing|local|conflict|bulk|up|denied|anonymous]   # starts build/server/chaise
 #   BENCH_PID=<pid> bench/http/cpu.sh http://127.0.0.1:5990 get   # a running server (CouchDB)
 #
 # put: PUT of new ~200-byte docs; get: GET of one of DOCS preloaded docs; missing: GET of a
 # document that is not there (a 404); local: the same of a _local document (a replication's first
-# checkpoint read); up: GET /_up (what the
-# HTTP layer and authentication cost alone); denied: GET of a preloaded doc with a wrong
+# checkpoint read); conflict: PUT of a preloaded doc without its revision (a 409); up: GET /_up
+# (what the HTTP layer and authentication cost alone); denied: GET of a preloaded doc with a wrong
 # password (a 401); anonymous: the same without credentials, the database open to its members
 # only (a 401); bulk: _bulk_docs of 1,000 new docs (4 connections, counted per document).
 # 64 connections for DURATION s (default 10) after 3 s of warm-up.
@@ -39,6 +39,7 @@ case "$workload" in
   get) script="$here/get_doc.lua" ;;
   missing) script="$here/get_doc.lua"; id_format='absent%08d' ;;
   local) script="$here/get_doc.lua"; id_format='_local/absent%08d' ;;
+  conflict) script="$here/put_conflict.lua" ;;
   anonymous)  # no credentials, on a database only its members may read: a 401
     script="$here/get_doc.lua"
     curl "${curl_auth[@]}" -sf -X PUT "$base/$db/_security" -H 'Content-Type: application/json' \

@@ -257,6 +257,40 @@ TEST_F(DocumentTest, UpdateNeedsTheCurrentRevision) {
   EXPECT_EQ(get("/db/doc").json()["v"], 4);
 }
 
+// A refused write changes nothing: no commit (CouchDB answers 409 without writing), and the
+// count of changes that sequences begin with ("N-...") moves only with changes, as CouchDB's
+// update_seq does. Twenty refusals: at most one commit meanwhile, the janitor's clearing of the
+// first write's transaction id.
+TEST_F(DocumentTest, RefusedWritesCommitNothing) {
+  const std::string rev1 = create("/db/doc", R"({"v":1})");
+  auto commits = [&] {
+    const std::string text = get("/_node/_local/_prometheus").body;
+    const std::string name = "\nchaise_store_commits_total ";
+    const auto at = text.find(name);
+    return at == std::string::npos ? -1LL : std::stoll(text.substr(at + name.size()));
+  };
+  const long long before = commits();
+  ASSERT_GE(before, 0);
+  for (int i = 0; i < 10; ++i) {
+    expect_error(put("/db/doc", R"({"v":2})"), 409, "conflict", "Document update conflict.");
+    expect_error(del("/db/doc?rev=1-" + hash_of('a')), 409, "conflict",
+                 "Document update conflict.");
+  }
+  auto bulk = post("/db/_bulk_docs", R"({"docs":[{"_id":"doc","v":3},{"_id":"doc","v":4}]})");
+  ASSERT_EQ(bulk.status, 201u) << bulk.body;
+  EXPECT_EQ(bulk.json()[0]["error"], "conflict") << bulk.body;
+  // A replicated revision the database already has is no change either.
+  auto again = post("/db/_bulk_docs",
+                    R"({"new_edits":false,"docs":[{"_id":"doc","_rev":")" + rev1 + R"(","v":1}]})");
+  ASSERT_EQ(again.status, 201u) << again.body;
+  EXPECT_LE(commits(), before + 1);
+  const std::string rev2 = create("/db/other", "{}");
+  ASSERT_FALSE(rev2.empty());
+  const std::string seq = get("/db").json()["update_seq"];
+  EXPECT_EQ(seq.substr(0, 2), "2-") << seq;
+  EXPECT_EQ(get("/db/doc").json()["_rev"], rev1);
+}
+
 TEST_F(DocumentTest, RevisionSourcesMustAgree) {
   const std::string rev = create("/db/doc", R"({"v":1})");
   const std::string other = "1-" + hash_of('e');
