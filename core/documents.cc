@@ -1877,9 +1877,14 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
     tr.add(db.space.counter_key(keyspace::kChangeCount), 1);
     cache_ = Cache{cur, RevRecord{std::move(body), false, atts}};
   }
-  tx_key_ = db.space.txids().pack(Tuple().add_bytes(tx_id_));
-  tr.set(tx_key_, "");
-  return store_answers();
+  if (auto st = store_answers(); !st.ok()) return st;
+  // As DocWriteBatch: a transaction that writes nothing (every step refused, no answer to store)
+  // needs no id.
+  if (!tr.read_only()) {
+    tx_key_ = db.space.txids().pack(Tuple().add_bytes(tx_id_));
+    tr.set(tx_key_, "");
+  }
+  return {};
 }
 
 void DocWriteBatch::committed() {

@@ -264,10 +264,7 @@ TEST_F(DocumentTest, UpdateNeedsTheCurrentRevision) {
 TEST_F(DocumentTest, RefusedWritesCommitNothing) {
   const std::string rev1 = create("/db/doc", R"({"v":1})");
   auto commits = [&] {
-    const std::string text = get("/_node/_local/_prometheus").body;
-    const std::string name = "\nchaise_store_commits_total ";
-    const auto at = text.find(name);
-    return at == std::string::npos ? -1LL : std::stoll(text.substr(at + name.size()));
+    return metric_value(get("/_node/_local/_prometheus").body, "chaise_store_commits_total");
   };
   const long long before = commits();
   ASSERT_GE(before, 0);

@@ -367,13 +367,6 @@ TEST_F(HardeningTest, RequestBytesInFlightAreBounded) {
   EXPECT_EQ(call(verb::put, "/db/b", "{\"b\":\"" + std::string(1 << 20, 'x') + "\"}").status, 201u);
 }
 
-// The value of the sample `name` (with its labels) in the Prometheus text, or -1.
-long long metric_value(const std::string& text, const std::string& name) {
-  const std::string prefix = "\n" + name + " ";
-  const auto at = text.find(prefix);
-  return at == std::string::npos ? -1 : std::stoll(text.substr(at + prefix.size()));
-}
-
 // The value of `chaise_memory_bytes{part="<part>"}` in the Prometheus text, or -1.
 long long memory_gauge(const std::string& text, const std::string& part) {
   return metric_value(text, "chaise_memory_bytes{part=\"" + part + "\"}");

@@ -70,8 +70,15 @@ TEST_F(PatchTest, MergePatchAndJsonPatchEditTheLatestRevision) {
   if_match.emplace_back("If-Match", "\"" + latest + "\"");
   EXPECT_EQ(call(verb::patch, "/db/d", R"({"x":1})", if_match).status, 201u);
 
-  // Errors say what is wrong, and change nothing.
+  // Errors say what is wrong, and change nothing: no commit either (at most one meanwhile, the
+  // janitor's clearing of the writes' transaction ids).
   const std::string before = call(verb::get, "/db/d").body;
+  auto commits = [&] {
+    return metric_value(call(verb::get, "/_node/_local/_prometheus").body,
+                        "chaise_store_commits_total");
+  };
+  const long long commits_before = commits();
+  ASSERT_GE(commits_before, 0);
   auto expect_error = [&](const HttpResponse& r, unsigned status, const char* error) {
     EXPECT_EQ(r.status, status) << r.body;
     EXPECT_EQ(r.json()["error"], error) << r.body;
@@ -91,6 +98,7 @@ TEST_F(PatchTest, MergePatchAndJsonPatchEditTheLatestRevision) {
   expect_error(call(verb::patch, "/db/_local/x", R"({"a":1})", kMergePatch), 400, "bad_request");
   expect_error(call(verb::patch, "/nodb/d", R"({"a":1})", kMergePatch), 404, "not_found");
   EXPECT_EQ(call(verb::get, "/db/d").body, before);
+  EXPECT_LE(commits(), commits_before + 1);
   // A deleted document is not patched back to life.
   ASSERT_EQ(
       call(verb::delete_, "/db/d?rev=" + call(verb::get, "/db/d").json()["_rev"].get<std::string>())

@@ -416,6 +416,13 @@ inline std::string seq_order(const nlohmann::json& seq) {
   return dash == std::string::npos ? s : s.substr(dash + 1);
 }
 
+// The value of the sample `name` (with its labels) in Prometheus text, or -1 when it is absent.
+inline long long metric_value(const std::string& text, const std::string& name) {
+  const std::string prefix = "\n" + name + " ";
+  const auto at = text.find(prefix);
+  return at == std::string::npos ? -1 : std::stoll(text.substr(at + prefix.size()));
+}
+
 // Writes `text` to `path` (for ini files in tests).
 inline void write_file(const fs::path& path, std::string_view text) {
   FILE* file = std::fopen(path.c_str(), "w");
