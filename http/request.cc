@@ -70,15 +70,15 @@ Response stream_head(const Request& req) {
 std::shared_ptr<core::DocValidator> doc_validator(const Call& call) {
   if (!call.ctx.js || call.path.empty()) return nullptr;
   // validate_doc_update sees CouchDB's userCtx ({"db","name","roles"}) and the _security object
-  // open_db_or_throw read.
+  // open_db_or_throw read (shared, not copied: most writes never run a function).
   return std::make_shared<core::JsDocValidator>(
       *call.ctx.js, [db = call.path[0], name = call.user.name, roles = call.user.roles,
-                     security = call.security->raw] {
+                     security = call.security] {
         Json user = Json::object();
         user["db"] = db;
         user["name"] = name ? Json(*name) : Json(nullptr);
         user["roles"] = roles;
-        return core::JsDocValidator::Contexts{user.dump(), security.dump()};
+        return core::JsDocValidator::Contexts{user.dump(), security->raw.dump()};
       });
 }
 
