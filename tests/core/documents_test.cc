@@ -173,6 +173,34 @@ TEST(DbSpaceKeys, PerDocumentKeysAreTheDocumentedTuples) {
   }
 }
 
+// DbSpace is a handle on a layout each thread keeps per database: the prefixes are each
+// database's own however many databases a thread goes through (past the per-thread bound too),
+// on every thread, and copies keep theirs.
+TEST(DbSpaceKeys, EachDatabaseHasItsOwnPrefixesOnEveryThread) {
+  using storage::Subspace;
+  using storage::Tuple;
+  auto check = [](std::int64_t first, std::int64_t count) {
+    std::vector<std::pair<std::int64_t, keyspace::DbSpace>> kept;
+    for (std::int64_t id = first; id < first + count; ++id) {
+      const keyspace::DbSpace space(id);
+      const Subspace root(Tuple().add(keyspace::kDatabases).add(id));
+      EXPECT_EQ(space.root().key(), root.key());
+      EXPECT_EQ(space.by_id().key(), root.sub(Tuple().add(keyspace::kById)).key());
+      EXPECT_EQ(space.unique().key(), root.sub(Tuple().add(keyspace::kUnique)).key());
+      if (id % 97 == 0) kept.emplace_back(id, space);
+    }
+    for (const auto& [id, space] : kept) {
+      EXPECT_EQ(space.docs().key(), Subspace(Tuple().add(keyspace::kDatabases).add(id))
+                                        .sub(Tuple().add(keyspace::kDocs))
+                                        .key());
+    }
+  };
+  check(0, 700);
+  std::thread other([&] { check(300, 700); });
+  other.join();
+  check(650, 10);
+}
+
 // Sequence's ordering compares the versionstamp's fields; it must be the order of the stored
 // bytes: (incarnation, then to_bytes() as bytes).
 TEST(SequenceOrder, IsTheOrderOfIncarnationThenTheStampBytes) {
