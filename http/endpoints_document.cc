@@ -685,16 +685,31 @@ struct WriteResult {
   std::string local_rev;
 };
 
-// Writes one item and answers with render(its result) (see write_and_render: with an
-// Idempotency-Key the answer is rendered inside the write transaction and stored with it).
+// A refused write (409 conflict, 403 forbidden, ...) answered as the router answers a thrown
+// error, without the throw: unwinding cost a 409 about as much server CPU as a PUT that writes.
+// A 401 is still thrown, for the login headers the router adds to it.
+std::optional<Response> refusal(const Call& call, const WriteResult& w) {
+  const auto* e = std::get_if<core::CouchError>(&w.outcome);
+  if (e == nullptr) return std::nullopt;
+  if (e->status == 401) throw_couch(*e);
+  return couch_error_response(call.req, *e);
+}
+
+// Writes one item and answers with render(its result), or with its refusal (see write_and_render:
+// with an Idempotency-Key the answer is rendered inside the write transaction and stored with it).
 boost::asio::awaitable<Response> write_one(Call& call, core::DocWriteBatch::Item item,
                                            std::function<Response(const WriteResult&)> render) {
   std::vector<core::DocWriteBatch::Item> items;
   items.push_back(std::move(item));
   core::DocWriteBatch batch(call.path.at(0), std::move(items));
+  const bool batch_ok = call.query.get("batch") == "ok";  // answered 202 whatever the outcome
   co_return co_await write_and_render(call, batch, [&](const core::DocWriteBatch& b) {
     assert(b.results().size() == 1 && b.results()[0].has_value());
-    return render(WriteResult{*b.results()[0], b.local_revs()[0]});
+    WriteResult w{*b.results()[0], b.local_revs()[0]};
+    if (!batch_ok) {
+      if (auto refused = refusal(call, w)) return std::move(*refused);
+    }
+    return render(w);
   });
 }
 
@@ -717,17 +732,8 @@ core::DocWriteBatch::Item local_item(std::string id, std::optional<std::string> 
   return it;
 }
 
-// A refused write (409 conflict, 403 forbidden, ...) answered as the router answers a thrown
-// error, without the throw: unwinding cost a 409 about as much server CPU as a PUT that writes.
-// A 401 is still thrown, for the login headers the router adds to it.
-std::optional<Response> refusal(const Call& call, const WriteResult& w) {
-  const auto* e = std::get_if<core::CouchError>(&w.outcome);
-  if (e == nullptr) return std::nullopt;
-  if (e->status == 401) throw_couch(*e);
-  return couch_error_response(call.req, *e);
-}
-
-// The text of the new revision, or throws the per-document error (see refusal).
+// The text of the new revision, or throws the per-document error (a 401, or a refusal of a
+// batch=ok write that is not a PUT: see write_one).
 std::string written_rev(const WriteResult& w) {
   if (const auto* e = std::get_if<core::CouchError>(&w.outcome)) throw_couch(*e);
   if (!w.local_rev.empty()) return w.local_rev;
@@ -787,7 +793,6 @@ MaybeResponse put_local(Call& call, const Target& t, const DocQuery& q, Json j) 
       call, local_item(t.id, base, deleted, d.body), [&](const WriteResult& w) -> Response {
         if (call.query.get("batch") == "ok")
           return json_response(call.req, Status::accepted, Json{{"ok", true}, {"id", t.id}});
-        if (auto refused = refusal(call, w)) return std::move(*refused);
         const std::string rev = written_rev(w);
         const std::string etag = local_etag(core::splice_doc(d.body, t.id, rev, {}));
         return update_response(call, deleted ? Status::ok : Status::created, t.id, rev, etag,
@@ -993,7 +998,6 @@ MaybeResponse put_doc_write(Call& call, const core::DbRef& db, const Target& t, 
       // CouchDB writes batch=ok documents in the background and never reports their errors.
       return json_response(call.req, Status::accepted, Json{{"ok", true}, {"id", t.id}});
     }
-    if (auto refused = refusal(call, w)) return std::move(*refused);
     const std::string rev = written_rev(w);
     return update_response(call, deleted ? Status::ok : Status::created, t.id, rev, dquote(rev),
                            doc_location(call, t.id));
@@ -1015,7 +1019,6 @@ MaybeResponse delete_doc(Call& call, const core::DbRef& db, const Target& t) {
     auto base = merge_revs(qs_rev, std::optional<std::string>{}, im_rev);
     co_return co_await write_one(
         call, local_item(t.id, base, true, "{}"), [&](const WriteResult& w) -> Response {
-          if (auto refused = refusal(call, w)) return std::move(*refused);
           const std::string rev = written_rev(w);
           return update_response(call, Status::ok, t.id, rev,
                                  local_etag(core::splice_doc("{}", t.id, rev, {})));
@@ -1044,7 +1047,6 @@ MaybeResponse delete_doc(Call& call, const core::DbRef& db, const Target& t) {
   auto base = merge_revs(qs_rev, std::optional<core::RevId>{}, im_rev);
   co_return co_await write_one(call, interactive_item(t.id, std::move(base), true, tombstone_body),
                                [&](const WriteResult& w) -> Response {
-                                 if (auto refused = refusal(call, w)) return std::move(*refused);
                                  const std::string rev = written_rev(w);
                                  return update_response(call, Status::ok, t.id, rev, dquote(rev));
                                });
@@ -1180,7 +1182,6 @@ MaybeResponse copy_doc(Call& call, const core::DbRef& db, const Target& t) {
     }
   }
   co_return co_await write_one(call, std::move(item), [&](const WriteResult& w) -> Response {
-    if (auto refused = refusal(call, w)) return std::move(*refused);
     const std::string rev = written_rev(w);
     return update_response(call, Status::created, dest.id, rev, dquote(rev),
                            doc_location(call, dest.id));
