@@ -134,6 +134,8 @@ inline void set_store_options(storage::Options& o) {
   // A document's body and by_id entry are read when it exists (GET, _all_docs, include_docs); a
   // new document's write asks its revisions only, which keep their filters on every level.
   o.family_hit_subspaces = {kDocs, kById};
+  // Sequences only grow: the changes feed's level-0 tables move down without a rewrite.
+  o.family_ordered_subspaces = {kChanges};
 }
 
 inline constexpr std::int64_t kDbFormat = 1;

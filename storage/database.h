@@ -106,6 +106,13 @@ struct Options {
   // block lookup instead of a filter probe. Their data blocks carry a hash index for point reads.
   // Default none.
   std::vector<std::int64_t> family_hit_subspaces;
+  // Those of family_subspaces whose keys are written in increasing order (a log, such as the
+  // changes feed): their level-0 tables do not overlap the level below, so compacting them moves
+  // files without rewriting, and it runs as soon as 4 are there, which keeps ordered scans merging
+  // few tables. Every other family compacts level 0 once 8 tables are there: each compaction
+  // merges its level-0 tables with the level below, so waiting for twice as many rewrites that
+  // level half as often under writes. Default none.
+  std::vector<std::int64_t> family_ordered_subspaces;
   // Retry backoff of on_error(): starts at initial, doubles up to max, jittered. Defaults 1 ms / 1
   // s.
   std::int64_t retry_backoff_initial_us = 1'000;
@@ -138,6 +145,9 @@ struct StoreStats {
   // building one, and those on the latest version's shelf now.
   std::uint64_t iterators_reused = 0;
   std::uint64_t iterators_shelved = 0;
+  // Level-0 tables of the data families (every family but the store's own metadata): those a
+  // point read may look in one by one, waiting for a compaction.
+  std::uint64_t level0_tables = 0;
 };
 
 class Database {

@@ -6,11 +6,14 @@
 #include <rocksdb/options.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "storage/database.h"
 #include "storage/families.h"
@@ -447,6 +450,51 @@ TEST(FamiliesStore, TableReadersShareTheBlockCacheBound) {
   EXPECT_LE(s.block_cache_usage_bytes, (1u << 20) + (256u << 10));
   EXPECT_LE(s.block_cache_bytes + s.table_readers_bytes, (1u << 20) + (256u << 10))
       << s.block_cache_bytes << " + " << s.table_readers_bytes;
+}
+
+// Level 0 waits for 8 tables before it compacts into the level below, except in a family named
+// in family_ordered_subspaces, which compacts at 4: six flushes of one family leave six level-0
+// tables, or fewer than four once the ordered family's compaction is done.
+TEST(FamiliesStore, OrderedFamiliesCompactLevelZeroSooner) {
+  for (const bool ordered : {false, true}) {
+    TempDir dir(ordered ? "ordered" : "unordered");
+    Options o = rule({1, 2});
+    o.write_buffer_bytes = 1u << 20;  // a flush every half MiB of writes
+    if (ordered) o.family_ordered_subspaces = {2};
+    auto db = open(dir.path(), o);
+    ASSERT_TRUE(db);
+    const std::string body(1000, 'b');
+    int doc = 0;
+    std::uint64_t flushes = 0;
+    // Writes in order until the family has flushed six times (its level-0 tables, plus those
+    // compaction has taken away, which only the ordered family's may have).
+    for (int round = 0; round < 400 && flushes < 6; ++round) {
+      auto tr = db->create_transaction();
+      for (int i = 0; i < 100; ++i, ++doc) {
+        char id[16];
+        std::snprintf(id, sizeof id, "d%08d", doc);
+        tr.set(
+            Tuple().add(std::int64_t{1}).add(std::int64_t{0}).add(std::int64_t{2}).add(id).pack(),
+            body);
+      }
+      ASSERT_TRUE(tr.commit().ok());
+      flushes = std::max(flushes, db->stats().level0_tables);
+      if (ordered && flushes >= 4) break;
+    }
+    // Background work settles: a flush in flight lands, a compaction it starts finishes.
+    std::uint64_t tables = db->stats().level0_tables;
+    for (int i = 0; i < 100; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      tables = db->stats().level0_tables;
+      if (ordered ? tables < 4 : tables >= 6) break;
+    }
+    if (ordered) {
+      EXPECT_LT(tables, 4u);
+    } else {
+      EXPECT_GE(tables, 6u);
+      EXPECT_LT(tables, 8u);
+    }
+  }
 }
 
 TEST(FamiliesStore, ReopeningUnderAnotherRuleMovesEveryKey) {
