@@ -1,8 +1,10 @@
 // core/txid_janitor.h — deletes transaction-ID keys (RFC 000) once their transaction is known to
 // have committed.
 //
-// Every document-update transaction writes a (db, "txids", TxId) key so that a retry after
-// commit_unknown_result can tell whether its previous attempt landed. Once an attempt is
+// Every document-update transaction whose commit may end in commit_unknown_result writes a (db,
+// "txids", TxId) key so that a retry after it can tell whether its previous attempt landed (the
+// embedded engine knows every commit's outcome, so outside tests that inject the fault none is
+// written: storage::Transaction::may_commit_unknown_result). Once an attempt is
 // acknowledged nobody will ask again, so the key can go: callers hand it to committed(), and a
 // background thread clears the queued keys in one blind transaction every `interval`.
 // Keys of transactions whose process died before the janitor ran stay behind (a few bytes each).

@@ -441,6 +441,7 @@ void Engine::submit(std::unique_ptr<CommitRequest> req) {
 
 void Engine::set_fault_hook(std::function<CommitFault()> hook) {
   std::lock_guard lock(mu_);
+  fault_hook_set_.store(static_cast<bool>(hook), std::memory_order_release);
   fault_hook_ = std::move(hook);
 }
 

@@ -176,7 +176,9 @@ class Database {
   // files at their smallest and the read path of a fully compacted store. Slow on a large store.
   Status compact_files();
 
-  // Test hooks.
+  // Test hooks. Set a fault hook between transactions: one that began before it was set may get
+  // commit_unknown_result without having prepared for it (Transaction::
+  // may_commit_unknown_result).
   void set_commit_fault_hook(std::function<CommitFault()> hook);
 
  private:

@@ -150,6 +150,12 @@ class Engine {
   // moved.
   void register_watches(std::vector<std::shared_ptr<WatchState>>& watches);
   void set_fault_hook(std::function<CommitFault()> hook);
+  // Whether a commit may end in commit_unknown_result: only when a test's fault hook is set. A
+  // failed write of this engine fails its batch and every later one with io_error; a commit's
+  // outcome is otherwise always known.
+  bool may_report_unknown_results() const {
+    return fault_hook_set_.load(std::memory_order_acquire);
+  }
 
  private:
   Engine() = default;
@@ -186,6 +192,7 @@ class Engine {
   bool stopping_ = false;
   std::thread committer_;
   std::function<CommitFault()> fault_hook_;  // guarded by mu_; copied per batch
+  std::atomic<bool> fault_hook_set_{false};
   Resolver resolver_{0};
   std::int64_t last_version_ = 0;
   bool failed_ = false;  // a RocksDB write failed: every later commit fails with io_error

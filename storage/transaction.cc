@@ -52,7 +52,12 @@ bool versionstamp_offset_ok(std::string_view tmpl) {
 
 Transaction::Transaction(Engine* engine) : engine_(engine) {}
 Transaction::Transaction(Transaction&&) noexcept = default;
+
 Transaction& Transaction::operator=(Transaction&&) noexcept = default;
+
+bool Transaction::may_commit_unknown_result() const {
+  return engine_->may_report_unknown_results();
+}
 
 Transaction::~Transaction() {
   shelve_prefix_iterators();

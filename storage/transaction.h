@@ -159,6 +159,10 @@ class Transaction {
   bool read_only() const {
     return writes_.empty() && versionstamped_keys_.empty() && write_conflicts_.empty();
   }
+  // Whether this transaction's commit may end in commit_unknown_result, after which a retry must
+  // tell whether it landed (FoundationDB's 1021). The embedded engine knows every commit's
+  // outcome: true only while a test's fault hook is set (Database::set_commit_fault_hook).
+  bool may_commit_unknown_result() const;
 
   // Metadata that readers remember between transactions (which databases exist, their security
   // objects) is read through a generation, FoundationDB's metadataVersion in spirit: a

@@ -709,6 +709,8 @@ TEST_F(DocumentsTest, JanitorClearsTransactionIdsOfCommittedWrites) {
     return tr.get_range(b, e)->size();
   };
   TxIdJanitor janitor(*store_, std::chrono::hours(1));
+  // Ids are written only where a commit may end in commit_unknown_result: with a fault hook set.
+  store_->set_commit_fault_hook([] { return storage::CommitFault::none; });
   for (int i = 0; i < 3; ++i) {
     DocWriteBatch batch("db", {edit("j" + std::to_string(i), std::nullopt, "{}")});
     ASSERT_TRUE(store_->run([&](Transaction& tr) { return batch(tr); }).ok());
@@ -716,11 +718,34 @@ TEST_F(DocumentsTest, JanitorClearsTransactionIdsOfCommittedWrites) {
     janitor.committed(batch.tx_key());
     batch.committed();
   }
+  store_->set_commit_fault_hook(nullptr);
   EXPECT_EQ(txid_count(), 3u);  // each write transaction recorded its id
   janitor.flush();
   EXPECT_EQ(txid_count(), 0u);
   EXPECT_EQ(janitor.cleared(), 3u);
   EXPECT_EQ(counter(keyspace::kDocCount), 3);  // the documents themselves stay
+}
+
+// The embedded engine knows every commit's outcome (no fault hook): a write records no
+// transaction id, so there is nothing for the janitor to clear, and its documents, changes and
+// counters are all there.
+TEST_F(DocumentsTest, WritesRecordNoTransactionIdWhenEveryCommitOutcomeIsKnown) {
+  auto tr = store_->create_transaction();
+  EXPECT_FALSE(tr.may_commit_unknown_result());
+  DocWriteBatch batch("db", {edit("k1", std::nullopt, "{}"), edit("k2", std::nullopt, "{}")});
+  ASSERT_TRUE(store_->run([&](Transaction& t) { return batch(t); }).ok());
+  EXPECT_TRUE(batch.tx_key().empty());
+  batch.committed();
+  std::string rev = put("k3", std::nullopt, "{}");
+  put("k3", rev, "{\"v\":2}");
+  auto [b, e] = db().space.txids().range();
+  auto check = store_->create_transaction();
+  EXPECT_TRUE(check.get_range(b, e)->empty());
+  EXPECT_EQ(changes().size(), 3u);
+  EXPECT_EQ(counter(keyspace::kDocCount), 3);
+  store_->set_commit_fault_hook([] { return storage::CommitFault::none; });
+  EXPECT_TRUE(store_->create_transaction().may_commit_unknown_result());
+  store_->set_commit_fault_hook(nullptr);
 }
 
 TEST_F(DocumentsTest, JanitorClearsInSmallTransactions) {
