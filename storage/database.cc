@@ -200,11 +200,11 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   ro.max_write_buffer_number = 3;
   ro.min_write_buffer_number_to_merge = 1;
   ro.max_total_wal_size = std::max<std::size_t>(4 * options.write_buffer_bytes, 64u << 20);
-  // Levels sized from the memtable (RocksDB's tuning guide: level 1 about as large as level 0
-  // at its compaction trigger), with dynamic level sizes so most data sits in the last level.
+  // Levels sized from the memtable, with dynamic level sizes so most data sits in the last level.
   // Level 0 compacts at 8 tables, families written in key order at 4 (Options::
   // family_ordered_subspaces): 5% less server CPU per PUT of new documents, GET and _all_docs no
-  // slower after writes (bench/README.md, eighteenth session).
+  // slower after writes (bench/README.md, eighteenth session). Level 0 also compacts once it
+  // holds max_bytes_for_level_base, whatever its count of tables.
   ro.level0_file_num_compaction_trigger = kLevel0Trigger;
   ro.max_bytes_for_level_base = 4 * ro.write_buffer_size;
   ro.target_file_size_base = ro.write_buffer_size;
