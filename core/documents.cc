@@ -1537,15 +1537,12 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
   if (attempts_++ == 0) {
     tx_id_ = random_tx_id();
   } else if (!round_.empty() && !tx_key_.empty()) {
-    // A retry: if the previous attempt's commit may have landed, its transaction id tells.
-    auto db = open_db(tr, db_name_);
-    if (!db.ok()) return db.error();
-    if (!failed(*db)) {
-      auto seen = tr.get(std::get<DbRef>(*db).space.txids().pack(Tuple().add_bytes(tx_id_)));
-      if (!seen.ok()) return seen.error();
-      // Committed: keep that attempt's results and write nothing; tx_key_ still names its key.
-      if (seen->has_value()) return {};
-    }
+    // A retry: if the previous attempt's commit may have landed, the transaction id it wrote tells
+    // (gone with its database if that was deleted meanwhile).
+    auto seen = tr.get(tx_key_);
+    if (!seen.ok()) return seen.error();
+    // Committed: keep that attempt's results and write nothing; tx_key_ still names its key.
+    if (seen->has_value()) return {};
     tx_id_ = random_tx_id();
   }
   tx_key_.clear();
