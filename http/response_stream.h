@@ -2,11 +2,13 @@
 //
 // A handler answers either by returning a complete Response, or by calling begin() with the head of
 // a response, write()-ing the body in pieces, and finish()-ing it. Writes are buffered up to
-// kFlushBytes and sent as one HTTP chunk, so a handler may write row by row; each send waits for
-// the socket (back-pressure: a client that does not read stalls its producer instead of growing
-// server memory). A false result means the client is gone or too slow; stop producing and return.
+// kFlushBytes and sent as one HTTP chunk, so a handler may write row by row. A full chunk is sent
+// while the handler fills the next; a second full chunk waits for the first to be sent
+// (back-pressure: a client that does not read stalls its producer instead of growing server
+// memory). A false result means the client is gone or too slow (perhaps noticed one chunk late);
+// stop producing and return.
 //
-// Threading: only from the handler's coroutine (the connection's io thread).
+// Threading: only from the handler's coroutine (on the connection's io thread or a worker).
 #pragma once
 
 #include <any>
