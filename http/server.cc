@@ -247,6 +247,8 @@ class StreamWriter final : public ResponseStream {
   asio::awaitable<bool> do_begin(Response head);
   asio::awaitable<bool> do_finish();
   asio::awaitable<bool> send_chunk();
+  // On the io thread: `data` as one HTTP chunk; false if the write failed or timed out.
+  asio::awaitable<bool> write_chunk(const std::string& data);
   // A full buffer goes to the io thread to be sent while the handler produces the next one (a
   // handler on the worker pool no longer waits for its hop there, the socket and the hop back,
   // about a fifth of a _changes stream's time). One chunk at most is in flight: the next waits
@@ -769,12 +771,19 @@ asio::awaitable<bool> StreamWriter<Stream>::send_ahead() {
 }
 
 template <typename Stream>
-asio::awaitable<void> StreamWriter<Stream>::send_flight() {
+asio::awaitable<bool> StreamWriter<Stream>::write_chunk(const std::string& data) {
   error_code ec;
   session_.transport().expires_after(session_.state_.options.write_timeout);
-  co_await asio::async_write(session_.stream_, beast_http::make_chunk(asio::buffer(flight_)),
+  co_await asio::async_write(session_.stream_, beast_http::make_chunk(asio::buffer(data)),
                              asio::redirect_error(asio::use_awaitable, ec));
-  flight_ok_ = !ec;
+  co_return !ec;
+}
+
+template <typename Stream>
+asio::awaitable<void> StreamWriter<Stream>::send_flight() {
+  // (Through a local: GCC 12 miscompiles a co_await assigned straight to a member.)
+  const bool sent = co_await write_chunk(flight_);
+  flight_ok_ = sent;
   in_flight_.store(false, std::memory_order_release);
   if (flight_sent_) flight_sent_->cancel();
 }
@@ -798,12 +807,9 @@ asio::awaitable<bool> StreamWriter<Stream>::send_chunk() {
     co_return false;
   }
   if (buffer_.empty()) co_return true;
-  error_code ec;
-  session_.transport().expires_after(session_.state_.options.write_timeout);
-  co_await asio::async_write(session_.stream_, beast_http::make_chunk(asio::buffer(buffer_)),
-                             asio::redirect_error(asio::use_awaitable, ec));
+  const bool sent = co_await write_chunk(buffer_);
   buffer_.clear();
-  ok_ = !ec;
+  ok_ = sent;
   co_return ok_;
 }
 
