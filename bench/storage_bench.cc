@@ -27,6 +27,8 @@
 //                          memtable (storage/memtable.h, the engine's skip list), keys shaped like
 //                          the keyspace's: a 30-byte prefix all share, then a 16-byte random id.
 //                          What a GET of a recently written document costs in the memtable.
+//                          /0: through the skip list; /65536: through the point index (the
+//                          engine's for the by_id and body families).
 //   MemtableInsert         Writes (no WAL) of batches of 100 new random keys of that shape, sorted
 //                          as a commit batch writes them, into that memtable: the commit thread's
 //                          insert. items = keys.
@@ -343,12 +345,12 @@ struct MemtableStore {
   std::uint64_t next = 0;  // keys 0..next-1 are in it
 };
 
-std::unique_ptr<MemtableStore> open_memtable_store() {
+std::unique_ptr<MemtableStore> open_memtable_store(std::size_t index_slots = 0) {
   auto s = std::make_unique<MemtableStore>();
   rocksdb::Options o;
   o.create_if_missing = true;
   o.allow_concurrent_memtable_write = false;  // what storage/memtable.h needs
-  o.memtable_factory = chaise::storage::ordered_memtable_factory();
+  o.memtable_factory = chaise::storage::ordered_memtable_factory(index_slots);
   o.write_buffer_size = 1u << 30;
   o.disable_auto_compactions = true;
   rocksdb::DB* raw = nullptr;
@@ -363,7 +365,7 @@ std::unique_ptr<MemtableStore> open_memtable_store() {
 }
 
 void BM_MemtableGet(benchmark::State& state) {
-  auto store = open_memtable_store();
+  auto store = open_memtable_store(static_cast<std::size_t>(state.range(0)));
   std::mt19937_64 rng(7);
   std::string v;
   for (auto _ : state) {
@@ -402,7 +404,9 @@ BENCHMARK(BM_Get)->Name("Get")->Setup(setup_read)->UseRealTime()->MinTime(kMinTi
 BENCHMARK(BM_RawGet)->Name("RawGet")->Setup(setup_read)->UseRealTime()->MinTime(kMinTimeSeconds);
 BENCHMARK(BM_Scan)->Name("Scan")->Setup(setup_read)->UseRealTime()->MinTime(kMinTimeSeconds);
 BENCHMARK(BM_RawScan)->Name("RawScan")->Setup(setup_read)->UseRealTime()->MinTime(kMinTimeSeconds);
-BENCHMARK(BM_MemtableGet)->Name("MemtableGet")->UseRealTime()->MinTime(kMinTimeSeconds);
+// Without and with the point index, sized as the engine sizes it for an 8 MiB memtable.
+BENCHMARK(BM_MemtableGet)->Name("MemtableGet")->Arg(0)->Arg(65536)->UseRealTime()
+    ->MinTime(kMinTimeSeconds);
 // A bounded count: the memtable grows by each insert (40,000 to 80,000 keys), and stays in memory
 // until the store closes.
 BENCHMARK(BM_MemtableInsert)->Name("MemtableInsert")->UseRealTime()->Iterations(400)

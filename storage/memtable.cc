@@ -5,7 +5,9 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <new>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -117,9 +119,96 @@ class SlotList {
 
 thread_local SlotList iterator_slots;
 
+// A hash index of the user keys, beside the skip list, for point reads: a slot holds the node of
+// a user key's newest version (the first of that key in the list), with the top 16 bits of the
+// key's hash in the pointer's unused top bits, so most probes of other keys end without reading
+// their node. One writer (the inserting thread) and any number of readers. Its slots come from
+// the memtable's arena, on the first insert: an empty memtable holds none, a full one counts them
+// against its size (it flushes that much sooner). Once three quarters of the slots are taken it
+// indexes no new key and says so (complete() turns false): a read of a key it does not hold then
+// searches the skip list.
+class PointIndex {
+ public:
+  PointIndex(std::atomic<std::uint64_t>* slots, std::size_t count)
+      : slots_(slots), mask_(count - 1), limit_(count / 4 * 3) {
+    for (std::size_t i = 0; i < count; ++i) new (&slots_[i]) std::atomic<std::uint64_t>(0);
+  }
+
+  static std::size_t bytes(std::size_t count) {
+    return sizeof(PointIndex) + count * sizeof(std::atomic<std::uint64_t>);
+  }
+
+  bool complete() const { return complete_.load(std::memory_order_acquire); }
+
+  // The node of the newest version of k's user key; nullptr if none is indexed.
+  Node* find(const Key& k) const {
+    const std::uint64_t h = hash(k);
+    for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const std::uint64_t v = slots_[i].load(std::memory_order_acquire);
+      if (!v) return nullptr;
+      if ((v & kTagMask) == (h & kTagMask)) {
+        Node* n = node_of(v);
+        if (same_user_key(n, k)) return n;
+      }
+    }
+  }
+
+  // The inserting thread, after x is linked into the list.
+  void add(Node* x) {
+    const Key k = x->key();
+    const std::uint64_t h = hash(k);
+    const auto address = reinterpret_cast<std::uintptr_t>(x);
+    if (address & kTagMask) {  // not a canonical user-space address: leave it out
+      complete_.store(false, std::memory_order_release);
+      return;
+    }
+    const std::uint64_t packed = (h & kTagMask) | address;
+    for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const std::uint64_t v = slots_[i].load(std::memory_order_relaxed);
+      if (!v) {
+        if (used_ >= limit_) {
+          complete_.store(false, std::memory_order_release);
+          return;
+        }
+        ++used_;
+        slots_[i].store(packed, std::memory_order_release);
+        return;
+      }
+      if ((v & kTagMask) == (h & kTagMask)) {
+        Node* n = node_of(v);
+        if (same_user_key(n, k)) {
+          // Versions come in sequence order, but keep the first in the list's order regardless.
+          if (compare(k, n->key()) < 0) slots_[i].store(packed, std::memory_order_release);
+          return;
+        }
+      }
+    }
+  }
+
+ private:
+  static constexpr std::uint64_t kTagMask = 0xffffull << 48;
+
+  static std::uint64_t hash(const Key& k) {
+    return std::hash<std::string_view>{}(std::string_view(k.user, k.user_len));
+  }
+  static Node* node_of(std::uint64_t v) { return reinterpret_cast<Node*>(v & ~kTagMask); }
+  static bool same_user_key(const Node* n, const Key& k) {
+    if (n->user_len != k.user_len) return false;
+    return k.user_len == 0 || std::memcmp(n->key().user, k.user, k.user_len) == 0;
+  }
+
+  std::atomic<std::uint64_t>* slots_;
+  std::size_t mask_;
+  std::size_t limit_;
+  std::size_t used_ = 0;  // the inserting thread's
+  std::atomic<bool> complete_{true};
+};
+
 class OrderedRep final : public rocksdb::MemTableRep {
  public:
-  explicit OrderedRep(rocksdb::Allocator* allocator) : MemTableRep(allocator) {
+  // index_slots: a power of two, or 0 for no PointIndex.
+  OrderedRep(rocksdb::Allocator* allocator, std::size_t index_slots)
+      : MemTableRep(allocator), index_slots_(index_slots) {
     head_ = new (head_storage_) Node();
     head_->height = kMaxHeight;
     for (int i = 0; i < kMaxHeight; ++i) {
@@ -161,8 +250,8 @@ class OrderedRep final : public rocksdb::MemTableRep {
   void Get(const rocksdb::LookupKey& k, void* arg,
            bool (*callback)(void* arg, const char* entry)) override {
     const char* memtable_key = *reinterpret_cast<const char* const*>(&k);
-    for (Node* n = find_greater_or_equal(entry_key(memtable_key)); n && callback(arg, n->entry());
-         n = n->next(0)) {
+    const Key key = entry_key(memtable_key);
+    for (Node* n = find_for_get(key); n && callback(arg, n->entry()); n = n->next(0)) {
     }
   }
 
@@ -172,6 +261,17 @@ class OrderedRep final : public rocksdb::MemTableRep {
   Iterator* GetIterator(rocksdb::Arena* arena) override;
 
   Node* head() const { return head_; }
+
+  // What Get reads from: the first node at or after k, through the index when it has k's user
+  // key (then past that key's versions newer than k's sequence) or is complete.
+  Node* find_for_get(const Key& k) const {
+    const PointIndex* index = index_.load(std::memory_order_acquire);
+    if (!index) return find_greater_or_equal(k);
+    Node* n = index->find(k);
+    if (!n) return index->complete() ? nullptr : find_greater_or_equal(k);
+    while (n && compare(n->key(), k) < 0) n = n->next(0);
+    return n;
+  }
 
   // The first node at or after k; nullptr if none.
   Node* find_greater_or_equal(const Key& k) const { return bracket(k).second; }
@@ -282,7 +382,22 @@ class OrderedRep final : public rocksdb::MemTableRep {
     const int levels = std::max(max, height);
     for (int l = 0; l < levels; ++l) finger_[l] = l < height ? x : preds[l];
     last_ = x;
+    if (index_slots_) index_for_insert()->add(x);
     return true;
+  }
+
+  // The inserting thread's: the index, made on the first insert.
+  PointIndex* index_for_insert() {
+    PointIndex* index = index_.load(std::memory_order_relaxed);
+    if (index) return index;
+    char* raw = nullptr;
+    MemTableRep::Allocate(PointIndex::bytes(index_slots_) + alignof(PointIndex) - 1, &raw);
+    auto at = reinterpret_cast<std::uintptr_t>(raw);
+    at = (at + alignof(PointIndex) - 1) & ~static_cast<std::uintptr_t>(alignof(PointIndex) - 1);
+    auto* slots = reinterpret_cast<std::atomic<std::uint64_t>*>(at + sizeof(PointIndex));
+    index = new (reinterpret_cast<void*>(at)) PointIndex(slots, index_slots_);
+    index_.store(index, std::memory_order_release);
+    return index;
   }
 
   alignas(Node) unsigned char head_storage_[sizeof(Node) + kMaxHeight * sizeof(std::atomic<Node*>)];
@@ -292,6 +407,8 @@ class OrderedRep final : public rocksdb::MemTableRep {
   Node* finger_[kMaxHeight];
   Node* last_ = nullptr;
   std::uint64_t rng_ = 0x9e3779b97f4a7c15ull;
+  const std::size_t index_slots_;
+  std::atomic<PointIndex*> index_{nullptr};
 };
 
 class OrderedRep::Iter final : public rocksdb::MemTableRep::Iterator {
@@ -335,20 +452,25 @@ rocksdb::MemTableRep::Iterator* OrderedRep::GetIterator(rocksdb::Arena* arena) {
 
 class OrderedFactory final : public rocksdb::MemTableRepFactory {
  public:
+  explicit OrderedFactory(std::size_t index_slots) : index_slots_(index_slots) {}
   using MemTableRepFactory::CreateMemTableRep;
   rocksdb::MemTableRep* CreateMemTableRep(const rocksdb::MemTableRep::KeyComparator&,
                                           rocksdb::Allocator* allocator,
                                           const rocksdb::SliceTransform*,
                                           rocksdb::Logger*) override {
-    return new OrderedRep(allocator);
+    return new OrderedRep(allocator, index_slots_);
   }
   const char* Name() const override { return "chaise.OrderedMemTable"; }
+
+ private:
+  std::size_t index_slots_;
 };
 
 }  // namespace
 
-std::shared_ptr<rocksdb::MemTableRepFactory> ordered_memtable_factory() {
-  return std::make_shared<OrderedFactory>();
+std::shared_ptr<rocksdb::MemTableRepFactory> ordered_memtable_factory(std::size_t index_slots) {
+  return std::make_shared<OrderedFactory>(
+      index_slots ? std::bit_ceil(std::max<std::size_t>(index_slots, 16)) : 0);
 }
 
 }  // namespace chaise::storage

@@ -7,6 +7,7 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <map>
@@ -21,12 +22,15 @@ namespace {
 
 using Model = std::map<std::string, std::string>;
 
-class MemtableTest : public ::testing::Test {
+// The parameter: the point index's slots (0: none; 16: full after 12 keys, so most keys are read
+// from the skip list behind an incomplete index; 1 << 16: every key indexed).
+class MemtableTest : public ::testing::TestWithParam<std::size_t> {
  protected:
   void SetUp() override {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '-');  // a parameterized test's name has one
     dir_ = std::filesystem::temp_directory_path() /
-           ("chaise-memtable-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+           ("chaise-memtable-" + std::to_string(::getpid()) + "-" + name);
     std::filesystem::remove_all(dir_);
     open();
   }
@@ -38,7 +42,7 @@ class MemtableTest : public ::testing::Test {
     rocksdb::Options o;
     o.create_if_missing = true;
     o.allow_concurrent_memtable_write = false;
-    o.memtable_factory = chaise::storage::ordered_memtable_factory();
+    o.memtable_factory = chaise::storage::ordered_memtable_factory(GetParam());
     o.write_buffer_size = 64u << 20;  // everything stays in the memtable until a test flushes
     rocksdb::DB* raw = nullptr;
     ASSERT_TRUE(rocksdb::DB::Open(o, dir_.string(), &raw).ok());
@@ -119,7 +123,7 @@ class MemtableTest : public ::testing::Test {
   std::unique_ptr<rocksdb::DB> db_;
 };
 
-TEST_F(MemtableTest, RandomWritesReadBackInKeyOrderWithSnapshotsFlushAndReplay) {
+TEST_P(MemtableTest, RandomWritesReadBackInKeyOrderWithSnapshotsFlushAndReplay) {
   std::mt19937 rng(42);
   Model m;
   std::vector<std::pair<const rocksdb::Snapshot*, Model>> snaps;
@@ -152,7 +156,7 @@ TEST_F(MemtableTest, RandomWritesReadBackInKeyOrderWithSnapshotsFlushAndReplay) 
   expect_matches(m);
 }
 
-TEST_F(MemtableTest, AscendingDescendingAndInterleavedInserts) {
+TEST_P(MemtableTest, AscendingDescendingAndInterleavedInserts) {
   Model m;
   auto put = [&](const std::string& k) {
     ASSERT_TRUE(db_->Put(rocksdb::WriteOptions(), k, k + "!").ok());
@@ -181,7 +185,7 @@ TEST_F(MemtableTest, AscendingDescendingAndInterleavedInserts) {
 
 // Readers on other threads while one thread writes: every read sees keys in order and never loses
 // a key it saw before (run under TSan for the publication of new nodes).
-TEST_F(MemtableTest, ConcurrentReadersSeeAConsistentOrderedList) {
+TEST_P(MemtableTest, ConcurrentReadersSeeAConsistentOrderedList) {
   constexpr int kKeys = 20000;
   std::atomic<bool> done{false};
   std::atomic<int> written{0};
@@ -219,5 +223,8 @@ TEST_F(MemtableTest, ConcurrentReadersSeeAConsistentOrderedList) {
   for (auto& t : readers) t.join();
   EXPECT_EQ(failures.load(), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(PointIndex, MemtableTest, ::testing::Values(0, 16, 1 << 16),
+                         [](const auto& info) { return "slots" + std::to_string(info.param); });
 
 }  // namespace
