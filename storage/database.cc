@@ -288,6 +288,10 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
       // flushed (200,000 documents loaded by _bulk_docs), a 65,536-slot index at most 46% full.
       // GET of a recently written document: 19.6 -> 17.6 us of server CPU (bench/README.md).
       cfos[f].memtable_factory = ordered_memtable_factory(ro.write_buffer_size / 128);
+      // The index answers a read of an absent key as cheaply as the memtable's prefix bloom
+      // filter would, so the filter is left out: one cache miss less per point read (GET 4-6%
+      // less server CPU in paired windows, PUT of new documents unchanged).
+      cfos[f].memtable_prefix_bloom_size_ratio = 0;
     }
     const auto& ordered = options.family_ordered_subspaces;
     if (s && std::find(ordered.begin(), ordered.end(), *s) != ordered.end())
