@@ -220,11 +220,7 @@ class OrderedRep final : public rocksdb::MemTableRep {
   rocksdb::KeyHandle Allocate(const size_t len, char** buf) override {
     const int height = random_height();
     const std::size_t size = sizeof(Node) + height * sizeof(std::atomic<Node*>) + len;
-    char* raw = nullptr;
-    MemTableRep::Allocate(size + alignof(Node) - 1, &raw);
-    auto at = reinterpret_cast<std::uintptr_t>(raw);
-    at = (at + alignof(Node) - 1) & ~static_cast<std::uintptr_t>(alignof(Node) - 1);
-    Node* n = new (reinterpret_cast<void*>(at)) Node();
+    Node* n = new (arena_aligned(size, alignof(Node))) Node();
     n->height = static_cast<std::uint8_t>(height);
     for (int i = 0; i < height; ++i) new (&n->links()[i]) std::atomic<Node*>(nullptr);
     *buf = n->entry();
@@ -386,16 +382,23 @@ class OrderedRep final : public rocksdb::MemTableRep {
     return true;
   }
 
+  // size bytes from the memtable's arena (freed with it), aligned to align.
+  void* arena_aligned(std::size_t size, std::size_t align) {
+    char* raw = nullptr;
+    MemTableRep::Allocate(size + align - 1, &raw);
+    auto at = reinterpret_cast<std::uintptr_t>(raw);
+    at = (at + align - 1) & ~static_cast<std::uintptr_t>(align - 1);
+    return reinterpret_cast<void*>(at);
+  }
+
   // The inserting thread's: the index, made on the first insert.
   PointIndex* index_for_insert() {
     PointIndex* index = index_.load(std::memory_order_relaxed);
     if (index) return index;
-    char* raw = nullptr;
-    MemTableRep::Allocate(PointIndex::bytes(index_slots_) + alignof(PointIndex) - 1, &raw);
-    auto at = reinterpret_cast<std::uintptr_t>(raw);
-    at = (at + alignof(PointIndex) - 1) & ~static_cast<std::uintptr_t>(alignof(PointIndex) - 1);
+    char* at =
+        static_cast<char*>(arena_aligned(PointIndex::bytes(index_slots_), alignof(PointIndex)));
     auto* slots = reinterpret_cast<std::atomic<std::uint64_t>*>(at + sizeof(PointIndex));
-    index = new (reinterpret_cast<void*>(at)) PointIndex(slots, index_slots_);
+    index = new (at) PointIndex(slots, index_slots_);
     index_.store(index, std::memory_order_release);
     return index;
   }
