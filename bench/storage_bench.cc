@@ -32,6 +32,12 @@
 //   MemtableInsert         Writes (no WAL) of batches of 100 new random keys of that shape, sorted
 //                          as a commit batch writes them, into that memtable: the commit thread's
 //                          insert. items = keys.
+//   RawGetLarge            DB::Get of random present keys among 10,000,000 shaped like by_id
+//                          entries (a shared 5-byte prefix, an 8-digit id; a 20-byte random
+//                          value), in one store with a by_id family's table options and a 32 MiB
+//                          block cache, compacted: one of a GET's two point reads at 10M documents.
+//   RawMultiGetLarge/B     The same keys read B at a time with DB::MultiGet: what batching
+//                          concurrent GETs' reads would save. items = keys.
 // Both stores use the engine's RocksDB options (storage/database.cc), duplicated in raw_options().
 // Every benchmark works in a fresh directory under the temp dir (/tmp), removed afterwards.
 #include <benchmark/benchmark.h>
@@ -394,6 +400,111 @@ void BM_MemtableInsert(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(kMemtableBatchKeys));
 }
 
+// ---- d: point reads among 10,000,000 keys (loaded once, on first use, without a WAL) ----
+
+constexpr std::uint64_t kLargeKeys = 10'000'000;
+
+// A hit family's table options (storage/database.cc): partitioned index and filters in the block
+// cache (32 MiB, the default), Ribbon filters below level 0, hash-indexed data blocks, no filter on
+// the last level, LZ4.
+rocksdb::Options large_options() {
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  o.IncreaseParallelism(2);
+  o.compression = rocksdb::kLZ4Compression;
+  o.write_buffer_size = 8u << 20;
+  o.max_bytes_for_level_base = 32u << 20;
+  o.target_file_size_base = 8u << 20;
+  o.level_compaction_dynamic_level_bytes = true;
+  o.optimize_filters_for_hits = true;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(Options{}.block_cache_bytes);
+  table.cache_index_and_filter_blocks = true;
+  table.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
+  table.partition_filters = true;
+  table.metadata_block_size = 4096;
+  table.pin_top_level_index_and_filter = true;
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  table.cache_index_and_filter_blocks_with_high_priority = true;
+  table.filter_policy.reset(rocksdb::NewRibbonFilterPolicy(10, /*bloom_before_level=*/1));
+  table.index_block_restart_interval = 16;
+  table.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
+  table.data_block_hash_table_util_ratio = 0.75;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return o;
+}
+
+// Shaped like a by_id key: the tuple prefix of a database's by_id subspace, then the id.
+std::string large_key(std::uint64_t i) {
+  char buf[32];
+  const int n = std::snprintf(buf, sizeof buf,
+                              "\x15\x01\x15\x03\x02"
+                              "d%08" PRIu64,
+                              i);
+  check(n == 14, "large_key");
+  return std::string(buf, 14);
+}
+
+struct LargeStore {
+  TempDir dir;
+  std::unique_ptr<rocksdb::DB> db;
+};
+std::unique_ptr<LargeStore> g_large;
+
+void setup_large(const benchmark::State&) {
+  if (g_large) return;
+  g_large = std::make_unique<LargeStore>();
+  rocksdb::DB* raw = nullptr;
+  check(rocksdb::DB::Open(large_options(), g_large->dir.path(), &raw).ok(), "open large store");
+  g_large->db.reset(raw);
+  rocksdb::WriteOptions w;
+  w.disableWAL = true;
+  std::mt19937_64 rng(3);
+  for (std::uint64_t base = 0; base < kLargeKeys; base += kLoadBatchKeys) {
+    rocksdb::WriteBatch wb;
+    for (std::uint64_t i = base; i < base + kLoadBatchKeys; ++i) {
+      std::string v(20, '\0');
+      for (char& c : v) c = static_cast<char>(rng());
+      wb.Put(large_key(i), v);
+    }
+    check(g_large->db->Write(w, &wb).ok(), "load large store");
+  }
+  check(g_large->db->CompactRange(rocksdb::CompactRangeOptions(), nullptr, nullptr).ok(),
+        "compact large store");
+}
+
+void BM_RawGetLarge(benchmark::State& state) {
+  rocksdb::DB* db = g_large->db.get();
+  std::mt19937_64 rng(4);
+  std::string v;
+  for (auto _ : state) {
+    check(db->Get(rocksdb::ReadOptions(), large_key(rng() % kLargeKeys), &v).ok(), "Get");
+    benchmark::DoNotOptimize(v);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void BM_RawMultiGetLarge(benchmark::State& state) {
+  rocksdb::DB* db = g_large->db.get();
+  const auto batch = static_cast<std::size_t>(state.range(0));
+  std::mt19937_64 rng(5);
+  std::vector<std::string> keys(batch);
+  std::vector<rocksdb::Slice> slices(batch);
+  std::vector<rocksdb::PinnableSlice> values(batch);
+  std::vector<rocksdb::Status> statuses(batch);
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < batch; ++i) {
+      keys[i] = large_key(rng() % kLargeKeys);
+      slices[i] = keys[i];
+      values[i].Reset();
+    }
+    db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), batch, slices.data(),
+                 values.data(), statuses.data());
+    for (const rocksdb::Status& st : statuses) check(st.ok(), "MultiGet");
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(batch));
+}
+
 BENCHMARK(BM_Commit)->Name("Commit")->Setup(setup_ours)->Teardown(teardown_write)
     ->Threads(1)->Threads(8)->Threads(64)->UseRealTime()->MinTime(kMinTimeSeconds);
 BENCHMARK(BM_RawSyncedPut)->Name("RawSyncedPut")->Setup(setup_raw)->Teardown(teardown_write)
@@ -411,6 +522,18 @@ BENCHMARK(BM_MemtableGet)->Name("MemtableGet")->Arg(0)->Arg(65536)->UseRealTime(
 // until the store closes.
 BENCHMARK(BM_MemtableInsert)->Name("MemtableInsert")->UseRealTime()->Iterations(400)
     ->Repetitions(5);
+BENCHMARK(BM_RawGetLarge)
+    ->Name("RawGetLarge")
+    ->Setup(setup_large)
+    ->UseRealTime()
+    ->MinTime(kMinTimeSeconds);
+BENCHMARK(BM_RawMultiGetLarge)
+    ->Name("RawMultiGetLarge")
+    ->Arg(8)
+    ->Arg(32)
+    ->Setup(setup_large)
+    ->UseRealTime()
+    ->MinTime(kMinTimeSeconds);
 
 }  // namespace
 
@@ -420,5 +543,6 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   g_read.reset();  // closes the read stores, then removes their directories
+  g_large.reset();
   return 0;
 }
