@@ -63,6 +63,7 @@
 
 #include "storage/database.h"
 #include "storage/memtable.h"
+#include "storage/table_options.h"
 
 namespace {
 
@@ -404,9 +405,10 @@ void BM_MemtableInsert(benchmark::State& state) {
 
 constexpr std::uint64_t kLargeKeys = 10'000'000;
 
-// A hit family's table options (storage/database.cc): partitioned index and filters in the block
-// cache (32 MiB, the default), Ribbon filters below level 0, hash-indexed data blocks, no filter on
-// the last level, LZ4.
+// A hit family's table options as the engine builds them (storage/table_options.h): partitioned
+// index and filters in the block cache (32 MiB, the default), Ribbon filters below level 0,
+// hash-indexed data blocks. Its column-family options as in storage/database.cc: LZ4, level
+// sizes from an 8 MiB memtable, no filter on the last level.
 rocksdb::Options large_options() {
   rocksdb::Options o;
   o.create_if_missing = true;
@@ -417,20 +419,10 @@ rocksdb::Options large_options() {
   o.target_file_size_base = 8u << 20;
   o.level_compaction_dynamic_level_bytes = true;
   o.optimize_filters_for_hits = true;
-  rocksdb::BlockBasedTableOptions table;
-  table.block_cache = rocksdb::NewLRUCache(Options{}.block_cache_bytes);
-  table.cache_index_and_filter_blocks = true;
-  table.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
-  table.partition_filters = true;
-  table.metadata_block_size = 4096;
-  table.pin_top_level_index_and_filter = true;
-  table.pin_l0_filter_and_index_blocks_in_cache = true;
-  table.cache_index_and_filter_blocks_with_high_priority = true;
-  table.filter_policy.reset(rocksdb::NewRibbonFilterPolicy(10, /*bloom_before_level=*/1));
-  table.index_block_restart_interval = 16;
-  table.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
-  table.data_block_hash_table_util_ratio = 0.75;
-  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  const Options defaults;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(
+      chaise::storage::hit_family_table_options(chaise::storage::family_table_options(
+          defaults, rocksdb::NewLRUCache(defaults.block_cache_bytes)))));
   return o;
 }
 
