@@ -8,17 +8,8 @@ local body = '{"type":"reading","sensor":"s-0042","value":21.5,"unit":"C"}'
 local headers = { ["Content-Type"] = "application/json" }
 local auth = os.getenv("BENCH_AUTH_HEADER")
 if auth and auth ~= "" then headers["Authorization"] = auth end
--- Each wrk thread draws from its own sequence: unseeded, every thread's Lua state would repeat
--- the same ids in step, and the second request for an id would find its blocks in the cache
--- the first one just filled.
-math.randomseed(os.time())
-function setup(thread)
-  thread:set("seed", math.random(1, 2147483646))
-end
-
-function init(args)
-  math.randomseed(seed)
-end
+-- Each wrk thread its own random sequence (seeded_random.lua, beside this script).
+dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "seeded_random.lua")
 
 function request()
   return wrk.format("PUT", string.format(fmt, db, math.random(0, n - 1)), headers, body)
