@@ -188,14 +188,13 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   ro.IncreaseParallelism(2);
   ro.allow_concurrent_memtable_write = false;  // one commit thread; storage/memtable.h needs it
   ro.listeners.push_back(std::make_shared<ShelfListener>(e.get()));
-  // Memory: every memtable of both column families counts against write_buffer_bytes (a flush
+  // Memory: every memtable of every column family counts against write_buffer_bytes (a flush
   // starts as they near it); each memtable is half of it and flushes alone, so at most about
   // 1.5x is held while one flushes. Data blocks are cached in block_cache_bytes, and by default
   // (table_index_in_cache) the tables' index and filter blocks with them, so memory stays within
   // the bound at any data size; what the open tables hold beside the cache is reported as
-  // chaise_memory_bytes{part="table_readers"}.
-  ro.write_buffer_manager =
-      std::make_shared<rocksdb::WriteBufferManager>(options.write_buffer_bytes);
+  // chaise_memory_bytes{part="table_readers"}. The memtables are charged to the block cache as
+  // well (below), so the two share block_cache_bytes.
   ro.write_buffer_size = std::max<std::size_t>(options.write_buffer_bytes / 2, 1u << 20);
   ro.max_write_buffer_number = 3;
   ro.min_write_buffer_number_to_merge = 1;
@@ -213,6 +212,15 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   // (ZSTD on the last level took half the CPU of _bulk_docs, decompressing blocks on reads).
   ro.compression = rocksdb::kLZ4Compression;
   e->block_cache_ = rocksdb::NewLRUCache(options.block_cache_bytes);
+  // The memtables' memory is charged to the block cache (in 256 KiB reservations), which evicts
+  // blocks to make room: under heavy writes the cache holds fewer blocks, and the two together
+  // stay within block_cache_bytes instead of adding up. Reads while writes fill the memtables
+  // find their recent documents there anyway. bench/http/run.sh's workloads one after the other:
+  // peak RSS (during _bulk_docs) 118-121 -> 97-98 MiB, after them all 82-85 -> 52-58 MiB, at the
+  // same rates (bench/README.md, twenty-second session).
+  e->write_buffer_manager_ =
+      std::make_shared<rocksdb::WriteBufferManager>(options.write_buffer_bytes, e->block_cache_);
+  ro.write_buffer_manager = e->write_buffer_manager_;
   const rocksdb::BlockBasedTableOptions table = family_table_options(options, e->block_cache_);
   rocksdb::ColumnFamilyOptions cfo(ro);
   if (options.bloom_prefix_tuple_elements > 0) {
@@ -733,12 +741,13 @@ StoreStats Engine::stats() const {
   if (db_->GetIntProperty("rocksdb.num-snapshots", &value)) s.snapshots = value;
   s.iterators_reused = stat_iterators_reused_.load(std::memory_order_relaxed);
   if (auto latest = latest_snapshot()) s.iterators_shelved = latest->shelved();
-  // The cache's usage counts the table readers' charge too (above): data blocks are the rest.
+  // The cache's usage counts the memtables' reservations and, with the tables' index and filter
+  // blocks held beside it, the table readers' charge (both above): blocks are the rest.
   s.block_cache_usage_bytes = block_cache_->GetUsage();
-  s.block_cache_bytes = options_.table_index_in_cache
-                            ? s.block_cache_usage_bytes
-                            : s.block_cache_usage_bytes -
-                                  std::min(s.block_cache_usage_bytes, s.table_readers_bytes);
+  s.memtable_reserved_bytes = write_buffer_manager_->dummy_entries_in_cache_usage();
+  std::uint64_t charged = s.memtable_reserved_bytes;
+  if (!options_.table_index_in_cache) charged += s.table_readers_bytes;
+  s.block_cache_bytes = s.block_cache_usage_bytes - std::min(s.block_cache_usage_bytes, charged);
   s.resolver_keys = stat_resolver_keys_.load(std::memory_order_relaxed);
   s.resolver_bytes = stat_resolver_bytes_.load(std::memory_order_relaxed);
   return s;

@@ -81,7 +81,8 @@ struct Options {
   // with table_index_in_cache, else held by the tables and charged to it). Default 32 MiB.
   std::size_t block_cache_bytes = 32u << 20;
   // All RocksDB memtables together, bytes: a flush starts as they near it (each memtable is
-  // half of it; up to about 1.5x exists while one is being flushed). Default 16 MiB.
+  // half of it; up to about 1.5x exists while one is being flushed). Charged to the block cache,
+  // so memtables and cached blocks together stay within block_cache_bytes. Default 16 MiB.
   std::size_t write_buffer_bytes = 16u << 20;
   // Keep the tables' index and filter blocks (partitioned) in the block cache instead of beside
   // it: memory bounded by block_cache_bytes at any data size. Default true; false holds them all,
@@ -132,11 +133,12 @@ struct StoreStats {
   std::uint64_t batches = 0;    // commit batches written (one WAL write each)
   std::uint64_t disk_bytes = 0;  // SST files plus memtables
   // Memory held by design (each bounded by an Options field).
-  std::uint64_t block_cache_bytes = 0;    // data blocks in the block cache
-  // All the block cache counts against its bound: its blocks and, unless table_index_in_cache,
-  // the charge for the table readers' memory.
+  std::uint64_t block_cache_bytes = 0;  // blocks in the block cache
+  // All the block cache counts against its bound: its blocks, the memtables' reservations and,
+  // unless table_index_in_cache, the charge for the table readers' memory.
   std::uint64_t block_cache_usage_bytes = 0;
-  std::uint64_t memtable_bytes = 0;       // in memtables
+  std::uint64_t memtable_bytes = 0;           // in memtables
+  std::uint64_t memtable_reserved_bytes = 0;  // the cache reserved for them (256 KiB steps)
   std::uint64_t table_readers_bytes = 0;  // tables' index and filter blocks outside the cache
   std::uint64_t resolver_keys = 0;        // write-conflict keys remembered
   std::uint64_t resolver_bytes = 0;       // their estimated heap bytes

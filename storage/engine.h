@@ -10,6 +10,7 @@
 
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
+#include <rocksdb/write_buffer_manager.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -221,6 +222,7 @@ class Engine {
   std::atomic<std::size_t> stat_resolver_keys_{0};
   std::atomic<std::size_t> stat_resolver_bytes_{0};
   std::shared_ptr<rocksdb::Cache> block_cache_;
+  std::shared_ptr<rocksdb::WriteBufferManager> write_buffer_manager_;  // charged to block_cache_
 
   // Watches by key, guarded by watch_mu_.
   std::mutex watch_mu_;

@@ -446,10 +446,59 @@ TEST(FamiliesStore, TableReadersShareTheBlockCacheBound) {
     ASSERT_EQ(*v, std::optional<std::string>(body));
   }
   const StoreStats s = db->stats();
-  // About 12 MB of data blocks read; index and filters of 100,000 keys: a few hundred KB.
-  EXPECT_LE(s.block_cache_usage_bytes, (1u << 20) + (256u << 10));
+  // About 12 MB of data blocks read; index and filters of 100,000 keys: a few hundred KB. (The
+  // memtables are charged to the cache too: here their filters alone take more than 1 MiB.)
+  EXPECT_LE(s.block_cache_usage_bytes - s.memtable_reserved_bytes, (1u << 20) + (256u << 10));
   EXPECT_LE(s.block_cache_bytes + s.table_readers_bytes, (1u << 20) + (256u << 10))
       << s.block_cache_bytes << " + " << s.table_readers_bytes;
+}
+
+// The memtables are charged to the block cache: as writes fill them, the cache evicts blocks to
+// make room, so the cached blocks and the memtables together stay within block_cache_bytes.
+TEST(FamiliesStore, MemtablesShareTheBlockCacheBound) {
+  TempDir dir("memtables");
+  Options o = rule({1, 2});
+  o.block_cache_bytes = 4u << 20;
+  o.write_buffer_bytes = 2u << 20;  // memtables of 1 MiB: the writes below flush none
+  const auto key = [](int doc) {
+    std::string id = std::to_string(doc);
+    id = std::string(8 - id.size(), '0') + id;
+    return Tuple()
+        .add(std::int64_t{1})
+        .add(std::int64_t{0})
+        .add(std::int64_t{doc % 2 + 1})
+        .add(id)
+        .pack();
+  };
+  const std::string body(100, 'b');
+  auto db = load_compacted(dir.path(), o, 100000, 5000, key, [&](int) { return body; });
+  ASSERT_TRUE(db);
+  auto read_all = [&] {  // every data block, through the cache
+    auto tr = db->create_transaction();
+    for (int doc = 0; doc < 100000; doc += 3) {
+      auto v = tr.get(key(doc), Snapshot::yes);
+      ASSERT_TRUE(v.ok());
+      ASSERT_EQ(*v, std::optional<std::string>(body));
+    }
+  };
+  read_all();
+  const StoreStats full = db->stats();
+  EXPECT_GT(full.block_cache_bytes, 3u << 20);  // about 12 MB of blocks read through 4 MiB
+  // About 600 KB of new keys, into memtables of both families.
+  const std::string other(100, 'n');
+  for (int first = 100000; first < 104000; first += 1000) {
+    auto tr = db->create_transaction();
+    for (int doc = first; doc < first + 1000; ++doc) tr.set(key(doc), other);
+    ASSERT_TRUE(tr.commit().ok());
+  }
+  read_all();
+  const StoreStats s = db->stats();
+  EXPECT_GT(s.memtable_bytes, full.memtable_bytes + 400'000u);
+  EXPECT_GE(s.memtable_reserved_bytes + (256u << 10), s.memtable_bytes)
+      << s.memtable_reserved_bytes << " reserved for " << s.memtable_bytes;
+  EXPECT_LE(s.block_cache_usage_bytes, (4u << 20) + (256u << 10));
+  EXPECT_LE(s.block_cache_bytes + s.memtable_reserved_bytes, (4u << 20) + (256u << 10))
+      << s.block_cache_bytes << " + " << s.memtable_reserved_bytes;
 }
 
 // Level 0 waits for 8 tables before it compacts into the level below, except in a family named
