@@ -5,8 +5,9 @@
 // threads (callgrind: _int_free, malloc, malloc_consolidate), and with jemalloc the same binary
 // served 40% more PUTs, twice the _bulk_docs and 1.5-2x the streams (bench/README.md), at the
 // same RSS. jemalloc is configured for a small, steady footprint: two arenas, freed pages
-// returned after about a second by its background thread (the `malloc_conf` in memory.cc;
-// MALLOC_CONF in the environment overrides it).
+// returned within about a quarter of a second by its background thread, blocks of 1 MiB and more
+// as they are freed (the `malloc_conf` in memory.cc; MALLOC_CONF in the environment overrides
+// it).
 //
 // Without jemalloc (sanitizer builds), glibc's malloc keeps freed memory in up to eight arenas per
 // core and raises its mmap threshold after large blocks are freed, which left RSS at two to three
