@@ -414,6 +414,28 @@ TEST(FamiliesStore, HitFamiliesDataBlocksCarryAHashIndex) {
   EXPECT_EQ(hashed, 1);
 }
 
+// Keys of 100,000 documents split between the families of subspaces 1 and 2, and a read of every
+// data block a store of them has, through the block cache (every third document).
+std::string split_key(int doc) {
+  std::string id = std::to_string(doc);
+  id = std::string(8 - id.size(), '0') + id;
+  return Tuple()
+      .add(std::int64_t{1})
+      .add(std::int64_t{0})
+      .add(std::int64_t{doc % 2 + 1})
+      .add(id)
+      .pack();
+}
+
+void read_every_block(Database& db, const std::string& body) {
+  auto tr = db.create_transaction();
+  for (int doc = 0; doc < 100000; doc += 3) {
+    auto v = tr.get(split_key(doc), Snapshot::yes);
+    ASSERT_TRUE(v.ok());
+    ASSERT_EQ(*v, std::optional<std::string>(body));
+  }
+}
+
 // Held beside the cache (table_index_in_cache = false), the tables' index and filter blocks are
 // charged to it: the data blocks it keeps make room for them, so the two together stay within
 // block_cache_bytes.
@@ -422,29 +444,14 @@ TEST(FamiliesStore, TableReadersShareTheBlockCacheBound) {
   Options o = rule({1, 2});
   o.block_cache_bytes = 1u << 20;
   o.table_index_in_cache = false;
-  const auto key = [](int doc) {
-    std::string id = std::to_string(doc);
-    id = std::string(8 - id.size(), '0') + id;
-    return Tuple()
-        .add(std::int64_t{1})
-        .add(std::int64_t{0})
-        .add(std::int64_t{doc % 2 + 1})
-        .add(id)
-        .pack();
-  };
   const std::string body(100, 'b');
-  auto db = load_compacted(dir.path(), o, 100000, 5000, key, [&](int) { return body; });
+  auto db = load_compacted(dir.path(), o, 100000, 5000, split_key, [&](int) { return body; });
   ASSERT_TRUE(db);
   // Open, the tables' readers are charged before any block is read.
   const StoreStats opened = db->stats();
   EXPECT_GT(opened.table_readers_bytes, 100'000u);
   EXPECT_GE(opened.block_cache_usage_bytes, opened.table_readers_bytes);
-  auto tr = db->create_transaction();
-  for (int doc = 0; doc < 100000; doc += 3) {  // every data block, through the cache
-    auto v = tr.get(key(doc), Snapshot::yes);
-    ASSERT_TRUE(v.ok());
-    ASSERT_EQ(*v, std::optional<std::string>(body));
-  }
+  read_every_block(*db, body);
   const StoreStats s = db->stats();
   // About 12 MB of data blocks read; index and filters of 100,000 keys: a few hundred KB. (The
   // memtables are charged to the cache too: here their filters alone take more than 1 MiB.)
@@ -460,38 +467,20 @@ TEST(FamiliesStore, MemtablesShareTheBlockCacheBound) {
   Options o = rule({1, 2});
   o.block_cache_bytes = 4u << 20;
   o.write_buffer_bytes = 2u << 20;  // memtables of 1 MiB: the writes below flush none
-  const auto key = [](int doc) {
-    std::string id = std::to_string(doc);
-    id = std::string(8 - id.size(), '0') + id;
-    return Tuple()
-        .add(std::int64_t{1})
-        .add(std::int64_t{0})
-        .add(std::int64_t{doc % 2 + 1})
-        .add(id)
-        .pack();
-  };
   const std::string body(100, 'b');
-  auto db = load_compacted(dir.path(), o, 100000, 5000, key, [&](int) { return body; });
+  auto db = load_compacted(dir.path(), o, 100000, 5000, split_key, [&](int) { return body; });
   ASSERT_TRUE(db);
-  auto read_all = [&] {  // every data block, through the cache
-    auto tr = db->create_transaction();
-    for (int doc = 0; doc < 100000; doc += 3) {
-      auto v = tr.get(key(doc), Snapshot::yes);
-      ASSERT_TRUE(v.ok());
-      ASSERT_EQ(*v, std::optional<std::string>(body));
-    }
-  };
-  read_all();
+  read_every_block(*db, body);
   const StoreStats full = db->stats();
   EXPECT_GT(full.block_cache_bytes, 3u << 20);  // about 12 MB of blocks read through 4 MiB
   // About 600 KB of new keys, into memtables of both families.
   const std::string other(100, 'n');
   for (int first = 100000; first < 104000; first += 1000) {
     auto tr = db->create_transaction();
-    for (int doc = first; doc < first + 1000; ++doc) tr.set(key(doc), other);
+    for (int doc = first; doc < first + 1000; ++doc) tr.set(split_key(doc), other);
     ASSERT_TRUE(tr.commit().ok());
   }
-  read_all();
+  read_every_block(*db, body);
   const StoreStats s = db->stats();
   EXPECT_GT(s.memtable_bytes, full.memtable_bytes + 400'000u);
   EXPECT_GE(s.memtable_reserved_bytes + (256u << 10), s.memtable_bytes)
