@@ -126,6 +126,11 @@ std::string Metrics::prometheus(const storage::StoreStats& store) const {
   out.append("chaise_store_iterators_reused_total ")
       .append(std::to_string(store.iterators_reused))
       .append("\n");
+  family(out, "chaise_store_range_clears_total", "counter",
+         "cleared key ranges committed (each a RocksDB range tombstone)");
+  out.append("chaise_store_range_clears_total ")
+      .append(std::to_string(store.range_clears))
+      .append("\n");
   family(out, "chaise_store_size_bytes", "gauge", "size of the store: data files plus memtables");
   out.append("chaise_store_size_bytes ").append(std::to_string(store.disk_bytes)).append("\n");
   family(out, "chaise_memory_bytes", "gauge",

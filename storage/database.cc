@@ -578,6 +578,7 @@ void Engine::process_batch(std::vector<std::unique_ptr<CommitRequest>>& batch) {
   if (!accepted.empty()) {
     last_version_ = version;
     rocksdb::WriteBatch wb;
+    stat_range_clears_.fetch_add(overlay.cleared().ranges().size(), std::memory_order_relaxed);
     for (const auto& [b, e] : overlay.cleared().ranges()) {
       if (auto f = families_.of_range(b, e)) {
         wb.DeleteRange(family_cfs_[*f], b, e);
@@ -740,6 +741,7 @@ StoreStats Engine::stats() const {
     s.memtable_bytes += value;
   if (db_->GetIntProperty("rocksdb.num-snapshots", &value)) s.snapshots = value;
   s.iterators_reused = stat_iterators_reused_.load(std::memory_order_relaxed);
+  s.range_clears = stat_range_clears_.load(std::memory_order_relaxed);
   if (auto latest = latest_snapshot()) s.iterators_shelved = latest->shelved();
   // The cache's usage counts the memtables' reservations and, with the tables' index and filter
   // blocks held beside it, the table readers' charge (both above): blocks are the rest.

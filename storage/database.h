@@ -147,6 +147,9 @@ struct StoreStats {
   // building one, and those on the latest version's shelf now.
   std::uint64_t iterators_reused = 0;
   std::uint64_t iterators_shelved = 0;
+  // Cleared ranges committed, each written as a RocksDB range tombstone: every read of the
+  // memtable it lands in and every iterator over the tables it reaches then steps through it.
+  std::uint64_t range_clears = 0;
   // Level-0 tables of the data families (every family but the store's own metadata): those a
   // point read may look in one by one, waiting for a compaction.
   std::uint64_t level0_tables = 0;

@@ -963,5 +963,52 @@ TEST_F(DocumentsTest, HistoryIsKeptAsDeltasAndReadsBackExactly) {
       static_cast<std::int64_t>(bodies.back().size() + std::string(R"({"other":true})").size()));
 }
 
+// Superseding a leaf whose record is one chunk without a header: the delta's chunk 0 overwrites
+// it, and no range is cleared (each would be a RocksDB range tombstone that reads step through).
+// A record of two chunks still clears its range. Every revision reads back exactly either way.
+TEST_F(DocumentsTest, SupersededOneChunkRecordsAreOverwrittenNotCleared) {
+  auto body_at = [](int i, std::size_t pad) {
+    return Json{{"n", i}, {"payload", std::string(pad, 'p')}}.dump();
+  };
+  auto stored_bytes = [&](const std::string& id) {
+    auto tr = store_->create_transaction();
+    auto [b, e] = db().space.doc_bodies_range(id);
+    auto kvs = tr.get_range(b, e, 0, storage::Reverse::no, storage::Snapshot::yes);
+    EXPECT_TRUE(kvs.ok());
+    std::size_t n = 0;
+    for (const auto& kv : *kvs) n += kv.value.size();
+    return n;
+  };
+  auto expect_history = [&](const std::string& id, const std::vector<std::string>& revs,
+                            const std::vector<std::string>& bodies) {
+    auto tr = store_->create_transaction();
+    for (std::size_t i = 0; i < revs.size(); ++i) {
+      auto rec = read_rev(tr, db(), id, *RevId::parse(revs[i]));
+      ASSERT_TRUE(rec.ok() && rec->has_value()) << id << " " << i;
+      EXPECT_EQ((*rec)->body, bodies[i]) << id << " " << i;
+    }
+  };
+  const std::uint64_t clears = store_->stats().range_clears;
+  std::vector<std::string> bodies{body_at(0, 2000)};
+  std::vector<std::string> revs{put("small", std::nullopt, bodies.back())};
+  for (int i = 1; i <= 5; ++i) {
+    bodies.push_back(body_at(i, 2000));
+    revs.push_back(put("small", revs.back(), bodies.back()));
+  }
+  EXPECT_EQ(store_->stats().range_clears, clears);
+  // The five superseded revisions are deltas, not whole bodies.
+  EXPECT_LT(stored_bytes("small"), 2 * bodies.back().size());
+  expect_history("small", revs, bodies);
+  EXPECT_EQ(get_json("small")["n"], 5);
+
+  std::vector<std::string> big_bodies{body_at(0, keyspace::kBodyChunkBytes + 1000)};
+  std::vector<std::string> big_revs{put("big", std::nullopt, big_bodies.back())};
+  big_bodies.push_back(body_at(1, keyspace::kBodyChunkBytes + 1000));
+  big_revs.push_back(put("big", big_revs.back(), big_bodies.back()));
+  EXPECT_EQ(store_->stats().range_clears, clears + 1);  // the first record's two chunks
+  EXPECT_LT(stored_bytes("big"), big_bodies.back().size() + 1000);
+  expect_history("big", big_revs, big_bodies);
+}
+
 }  // namespace
 }  // namespace chaise::core

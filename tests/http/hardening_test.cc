@@ -400,6 +400,38 @@ TEST_F(HardeningTest, ReadsOfOneVersionReuseIterators) {
   EXPECT_GE(metric_value(get("/_node/_local/_prometheus").body, reused), after + 1);
 }
 
+// Edits of a plain document over HTTP overwrite the superseded revision's record instead of
+// clearing its range (a RocksDB range tombstone each), and every revision still reads back.
+TEST_F(HardeningTest, EditsOfAPlainDocumentClearNoRange) {
+  const std::string clears = "chaise_store_range_clears_total";
+  auto body = [](int n) {
+    return R"({"n":)" + std::to_string(n) + R"(,"text":")" + std::string(500, 't') + "\"}";
+  };
+  auto put = call(verb::put, "/db/doc", body(0));
+  ASSERT_EQ(put.status, 201u);
+  std::vector<std::string> revs{put.json()["rev"].get<std::string>()};
+  const long long before = metric_value(get("/_node/_local/_prometheus").body, clears);
+  ASSERT_GE(before, 0);
+  for (int n = 1; n <= 4; ++n) {
+    auto r = call(verb::put, "/db/doc?rev=" + revs.back(), body(n));
+    ASSERT_EQ(r.status, 201u) << r.body;
+    revs.push_back(r.json()["rev"].get<std::string>());
+  }
+  EXPECT_EQ(metric_value(get("/_node/_local/_prometheus").body, clears), before);
+  for (int n = 0; n <= 4; ++n) {
+    auto r = get("/db/doc?rev=" + revs[static_cast<std::size_t>(n)]);
+    ASSERT_EQ(r.status, 200u) << r.body;
+    EXPECT_EQ(r.json()["n"], n);
+    EXPECT_EQ(r.json()["text"], std::string(500, 't'));
+  }
+  // A deletion clears nothing either (its tombstone is a new revision); the database's deletion
+  // is one cleared range.
+  ASSERT_EQ(call(verb::delete_, "/db/doc?rev=" + revs.back()).status, 200u);
+  EXPECT_EQ(metric_value(get("/_node/_local/_prometheus").body, clears), before);
+  ASSERT_EQ(call(verb::delete_, "/db").status, 200u);
+  EXPECT_GE(metric_value(get("/_node/_local/_prometheus").body, clears), before + 1);
+}
+
 // The conflict window's memory is bounded by [chaise] conflict_window_bytes: writes that go past it
 // shorten the window instead of growing it, concurrent writers still conflict correctly, and once
 // the writes stop the window empties (its memory is not kept until the next commit).
