@@ -108,6 +108,11 @@ std::string changes_key(const DbRef& db, std::int64_t shard, const Sequence& s) 
   return db.space.changes().pack(Tuple().add(shard).add(s.incarnation).add(s.versionstamp));
 }
 
+// Whether write_rev gives a record a header (Chunks below 0).
+bool record_has_header(bool deleted, const std::vector<AttInfo>& atts, const RevId* delta_base) {
+  return deleted || !atts.empty() || delta_base != nullptr;
+}
+
 // A revision's record: body chunks at Chunk >= 0; when the revision is deleted or has
 // attachments, a header (kRevHeaderFormat, Deleted, AttList) split over Chunk -k..-1 (key order is
 // byte order, so the pieces concatenate back in order).
@@ -122,7 +127,7 @@ void write_rev(Transaction& tr, const DbRef& db, std::string_view id, const RevI
     tr.set(db.space.body_chunk_key(id, rev.pos, rev.hash, chunk++), body.substr(off, n));
     off += n;
   } while (off < body.size());
-  if (!deleted && atts.empty() && !delta_base) return;
+  if (!record_has_header(deleted, atts, delta_base)) return;
   Tuple h;
   h.add(delta_base ? keyspace::kRevHeaderDeltaFormat : keyspace::kRevHeaderFormat)
       .add(deleted)
@@ -499,7 +504,8 @@ StorageResult<std::int64_t> store_superseded_as_delta(Transaction& tr, const DbR
   // which reads of its memtable re-sort after every commit that adds one and the tables keep
   // until compacted: a second edit of 200,000 documents by _bulk_docs took 55-58 us of server
   // CPU per edit with a clear per edit, 42 us without (bench/README.md, twenty-third session).
-  if (!rec.atts.empty() || rec.deleted || rec.body.size() >= keyspace::kBodyChunkBytes) {
+  if (record_has_header(rec.deleted, rec.atts, nullptr) ||
+      rec.body.size() >= keyspace::kBodyChunkBytes) {
     auto [b, e] = db.space.body_range(id, old_leaf.leaf.pos, old_leaf.leaf.hash);
     tr.clear_range(b, e);
   }

@@ -250,10 +250,6 @@ class DbSpace {
     storage::pack_bytes(&k, hash);
     return k;
   }
-  // [begin, end) of every body chunk of one document, all its revisions.
-  std::pair<std::string, std::string> doc_bodies_range(std::string_view doc_id) const {
-    return range_of(with_string(l_->docs, doc_id));
-  }
   // [begin, end) of one revision's body chunks.
   std::pair<std::string, std::string> body_range(std::string_view doc_id, std::int64_t pos,
                                                  std::string_view hash) const {

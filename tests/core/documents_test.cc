@@ -114,6 +114,29 @@ class DocumentsTest : public ::testing::Test {
     return failed(r) ? Json() : Json::parse(std::get<std::string>(r));
   }
 
+  // Bytes (keys and values) the docs subspace holds: every document's, or one document's.
+  std::size_t stored_bytes(const std::optional<std::string>& id = std::nullopt) {
+    auto tr = store_->create_transaction();
+    auto [b, e] =
+        id ? db().space.docs().range(storage::Tuple().add(*id)) : db().space.docs().range();
+    auto kvs = tr.get_range(b, e, 0, storage::Reverse::no, storage::Snapshot::yes);
+    EXPECT_TRUE(kvs.ok());
+    std::size_t n = 0;
+    for (const auto& kv : *kvs) n += kv.key.size() + kv.value.size();
+    return n;
+  }
+
+  // Every revs[i] of `id` reads back (read_rev) as bodies[i], exactly.
+  void expect_history(const std::string& id, const std::vector<std::string>& revs,
+                      const std::vector<std::string>& bodies) {
+    auto tr = store_->create_transaction();
+    for (std::size_t i = 0; i < revs.size(); ++i) {
+      auto rec = read_rev(tr, db(), id, *RevId::parse(revs[i]));
+      ASSERT_TRUE(rec.ok() && rec->has_value()) << id << " " << i;
+      EXPECT_EQ((*rec)->body, bodies[i]) << id << " " << i;
+    }
+  }
+
   std::int64_t counter(std::string_view name) {
     auto tr = store_->create_transaction();
     return *read_counter(tr, db(), name);
@@ -889,15 +912,6 @@ TEST_F(DocumentsTest, ByIdSaysWhenTheWinnersRecordIsItsBodyAlone) {
 }
 
 TEST_F(DocumentsTest, HistoryIsKeptAsDeltasAndReadsBackExactly) {
-  auto stored_bytes = [&] {
-    auto tr = store_->create_transaction();
-    auto [b, e] = db().space.docs().range();
-    auto kvs = tr.get_range(b, e, 0, storage::Reverse::no, storage::Snapshot::yes);
-    EXPECT_TRUE(kvs.ok());
-    std::size_t n = 0;
-    for (const auto& kv : *kvs) n += kv.key.size() + kv.value.size();
-    return n;
-  };
   std::string payload;
   for (int i = 0; payload.size() < 4000; ++i) payload += "word" + std::to_string(i % 10) + " ";
   payload.resize(4000);
@@ -920,14 +934,7 @@ TEST_F(DocumentsTest, HistoryIsKeptAsDeltasAndReadsBackExactly) {
   std::printf("history of a %zu-byte document: %.0f stored bytes per edit\n", bodies[0].size(),
               per_edit);
   EXPECT_LT(per_edit, bodies[0].size() / 10.0);
-  {
-    auto tr = store_->create_transaction();
-    for (int i = 0; i <= kEdits; ++i) {
-      auto rec = read_rev(tr, db(), "h", *RevId::parse(revs[i]));
-      ASSERT_TRUE(rec.ok() && rec->has_value()) << i;
-      EXPECT_EQ((*rec)->body, bodies[i]) << i;
-    }
-  }
+  expect_history("h", revs, bodies);
   // A conflict branching off an old revision: both branches and the old bodies still read.
   write({replicated("h", {"11-conflict", revs[9], revs[8]}, R"({"other":true})")});
   revs.push_back(put("h", revs.back(), body_at(kEdits + 1)));
@@ -969,24 +976,6 @@ TEST_F(DocumentsTest, HistoryIsKeptAsDeltasAndReadsBackExactly) {
 TEST_F(DocumentsTest, SupersededOneChunkRecordsAreOverwrittenNotCleared) {
   auto body_at = [](int i, std::size_t pad) {
     return Json{{"n", i}, {"payload", std::string(pad, 'p')}}.dump();
-  };
-  auto stored_bytes = [&](const std::string& id) {
-    auto tr = store_->create_transaction();
-    auto [b, e] = db().space.doc_bodies_range(id);
-    auto kvs = tr.get_range(b, e, 0, storage::Reverse::no, storage::Snapshot::yes);
-    EXPECT_TRUE(kvs.ok());
-    std::size_t n = 0;
-    for (const auto& kv : *kvs) n += kv.value.size();
-    return n;
-  };
-  auto expect_history = [&](const std::string& id, const std::vector<std::string>& revs,
-                            const std::vector<std::string>& bodies) {
-    auto tr = store_->create_transaction();
-    for (std::size_t i = 0; i < revs.size(); ++i) {
-      auto rec = read_rev(tr, db(), id, *RevId::parse(revs[i]));
-      ASSERT_TRUE(rec.ok() && rec->has_value()) << id << " " << i;
-      EXPECT_EQ((*rec)->body, bodies[i]) << id << " " << i;
-    }
   };
   const std::uint64_t clears = store_->stats().range_clears;
   std::vector<std::string> bodies{body_at(0, 2000)};
