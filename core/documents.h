@@ -25,8 +25,6 @@
 #include "core/idempotency.h"
 #include "core/rev.h"
 #include "core/shards.h"
-#include "core/sync_index.h"
-#include "core/unique_index.h"
 
 namespace chaise::core {
 
@@ -121,18 +119,32 @@ struct SeqSlot {
   std::int64_t count = 0;
 };
 
-// What every document edit of a transaction maintains besides the document: unique indexes
-// (core/unique_index.h) and synchronous indexes (core/sync_index.h), read with conflict once per
-// transaction. A design document edit may change both lists.
-struct WriteHooks {
-  UniqueIndexes unique;
-  SyncIndexes sync;
+// What every document edit of a transaction maintains besides the document (the unique and
+// synchronous indexes of core/index/write_hooks.h). The write path calls it for each edit, before
+// the edit is written; it sees only the edited document's winner, never the storage layout.
+class EditHooks {
+ public:
+  virtual ~EditHooks() = default;
+  // Whether a change of document `id`'s winner matters (check() and winner_changed()).
+  virtual bool watches_winner(std::string_view id) const = 0;
+  // Whether every edit's new winner, rendered as a view's map function sees it, is wanted.
+  virtual bool wants_rendered() const = 0;
+  // An interactive edit changes the winner's body to `body` (nullptr: deleted): the error that
+  // refuses it, if any.
+  virtual StorageResult<std::optional<CouchError>> check(Transaction& tr, const DbRef& db,
+                                                         std::string_view id,
+                                                         const std::string* body) = 0;
+  // The winner's body becomes `body` (nullptr: deleted). `record_violations`: a replicated edit,
+  // which is never refused.
+  virtual storage::Status winner_changed(Transaction& tr, const DbRef& db, std::string_view id,
+                                         const std::string* body, bool record_violations) = 0;
+  // The edited document's new winner as views see it (nullopt: deleted), in edit order.
+  virtual void rendered(std::string id, std::optional<std::string> doc) = 0;
 };
-StorageResult<WriteHooks> read_write_hooks(Transaction& tr, const DbRef& db);
 
 // `maps` are the database's shard maps read with read_shard_maps(..., Snapshot::no) in `tr`;
-// `hooks` from read_write_hooks() in `tr`. An interactive edit that would violate a unique
-// index is refused. The caller runs sync_index_edits() once the transaction's edits are done.
+// `hooks` read in `tr` (core/index/write_hooks.h). An interactive edit that
+// the hooks refuse is refused. The caller finishes the hooks once the transaction's edits are done.
 // `stored` may say that `tr` already knows no revision of the id is stored (ids_without_revisions,
 // before this transaction wrote any revision of it): an edit without a base revision (or a
 // replicated one) then reads nothing and takes the read conflict the read would have taken.
@@ -140,7 +152,7 @@ enum class Stored { unknown, none };
 StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db,
                                                 const DocUpdate& u, int revs_limit,
                                                 const std::vector<ShardMap>& maps, SeqSlot slot,
-                                                WriteHooks& hooks, Stored stored = Stored::unknown);
+                                                EditHooks& hooks, Stored stored = Stored::unknown);
 // Which of `sorted_ids` (ascending, distinct) have no revision stored, as `tr` sees them (a
 // snapshot read; the caller takes each id's read conflict when it relies on the answer). It
 // reads the revisions subspace in key order from an id on: the first stored key found there
@@ -154,7 +166,7 @@ StorageResult<std::vector<bool>> ids_without_revisions(Transaction& tr, const Db
 // by a unique index: a violation is recorded.
 StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, const ReplicatedDoc& d,
                                            int revs_limit, const std::vector<ShardMap>& maps,
-                                           SeqSlot slot, WriteHooks& hooks,
+                                           SeqSlot slot, EditHooks& hooks,
                                            Stored stored = Stored::unknown);
 
 // ---- Reading documents as CouchDB returns them ----
@@ -275,144 +287,35 @@ class DocValidator {
   virtual std::optional<CouchError> validate(std::string_view new_doc, std::string_view old_doc) = 0;
 };
 
-// ---- DocWriteBatch: the body of one _bulk_docs / PUT / DELETE transaction ----
-// Usage: add docs, then run `batch(tr)` as a transaction body (retries included) until
-// `has_more()` is false; `results()` then holds one entry per added document, in order.
-// Idempotent: every attempt writes this attempt's transaction id; an attempt after a
-// commit_unknown_result first checks whether the previous one committed and, if it did, keeps its
-// results and writes nothing. A document id that appears twice is written in a later transaction.
-class DocWriteBatch {
- public:
-  // Per transaction (round): documents, and body bytes (a single larger document still goes alone).
-  static constexpr std::size_t kDocsPerTransactionMax = 10'000;
-  static constexpr std::size_t kBodyBytesPerTransactionMax = 4'000'000;
+// ---- Edit primitives: core/batch/ composes them into transactions ----
 
-  struct Item {
-    bool local = false;
-    bool replicated = false;
-    DocUpdate update;  // interactive (and _local: base_rev text in local_rev)
-    ReplicatedDoc replicated_doc;
-    std::optional<std::string> local_rev;
-  };
-  using ItemResult = Outcome<UpdateResult>;  // for _local docs rev = {0, "N"} is carried as text
-
-  DocWriteBatch(std::string db_name, std::vector<Item> items);
-  // Every non-design document edit then passes `v` first (CouchDB's order: an edit that would
-  // conflict is not validated, it conflicts).
-  void set_validator(std::shared_ptr<DocValidator> v) { validator_ = std::move(v); }
-
-  // POST /{db}/_index of a unique index: every attempt registers `def` (not ready) before the
-  // edits, so the design document that declares it is accepted (core/unique_index.h).
-  void register_unique(UniqueIndexDef def);
-  // The engine synchronous JavaScript indexes run their map functions in (core/sync_index.h).
-  void set_js(js::Engine* js) { js_ = js; }
-
-  // Idempotency (core/idempotency.h). Every attempt first reads the record of `r` in its own
-  // transaction: one with the same fingerprint means nothing is written and replayed() holds its
-  // response; one for another request sets idem_mismatch(). Otherwise the round is written, then
-  // `render(*this)` (results() complete) gives the response, stored in the same transaction and
-  // kept in rendered(). The response and the writes commit together, so the batch must be one
-  // round: call only when fits_one_round().
-  using Render = std::function<StoredResponse(const DocWriteBatch&)>;
-  void set_idempotency(IdemRequest r, Render render);
-  // Whether every item goes in the first transaction (no more than the per-transaction limits,
-  // each id once).
-  bool fits_one_round() const;
-  const std::optional<StoredResponse>& replayed() const { return replayed_; }
-  const std::optional<StoredResponse>& rendered() const { return rendered_; }
-  bool idem_mismatch() const { return idem_mismatch_; }
-
-  // The transaction body. Fails the transaction only with storage errors.
-  storage::Status operator()(Transaction& tr);
-  // Call after a transaction committed (or definitely failed) to move to the next round.
-  void committed();
-  bool has_more() const {
-    return next_round_ < items_.size() && !db_missing_ && !replayed_ && !idem_mismatch_;
-  }
-  bool db_missing() const { return db_missing_; }
-  const std::vector<std::optional<ItemResult>>& results() const { return results_; }
-  // _local results carry their text rev here (same index); empty for others.
-  const std::vector<std::string>& local_revs() const { return local_revs_; }
-  // The transaction-ID key the last attempt wrote (empty if it wrote none); once that attempt is
-  // committed, hand it to a TxIdJanitor.
-  const std::string& tx_key() const { return tx_key_; }
-
- private:
-  std::string db_name_;
-  std::vector<Item> items_;
-  std::vector<std::optional<ItemResult>> results_;
-  std::vector<std::string> local_revs_;
-  std::vector<std::size_t> round_;  // indexes handled by the current round
-  std::size_t next_round_ = 0;      // items before this index are finished
-  std::vector<bool> done_;
-  std::string tx_id_;
-  std::string tx_key_;
-  int attempts_ = 0;
-  bool db_missing_ = false;
-  std::shared_ptr<DocValidator> validator_;
-  std::optional<UniqueIndexDef> register_unique_;
-  js::Engine* js_ = nullptr;
-  std::optional<IdemRequest> idem_;
-  Render render_;
-  std::optional<StoredResponse> replayed_;
-  std::optional<StoredResponse> rendered_;
-  bool idem_mismatch_ = false;
-  bool idem_expired_ = false;  // this attempt found an expired record of the key
+// One edit of a document, whatever the path that produced it.
+struct EditPlan {
+  std::vector<AttInfo> atts;                        // of the added revision
+  const std::vector<AttUpload>* uploads = nullptr;  // bytes to write with it
+  std::optional<StoredBranch> old_winner;           // before the edit (nullopt: new document)
+  std::optional<StoredBranch> removed;              // the leaf the new revision replaces
+  std::optional<StoredBranch> best_other;           // the best remaining existing branch
+  Branch added;
+  std::string_view body;
+  std::int64_t branch_count = 1;  // after the edit
 };
 
-// ---- DocStepBatch: server-side updates of one document, many per transaction ----
-// The group commit behind PATCH (hot documents, seed 001): each step is a function of the
-// current body; the steps apply in order, each to what the one before left, and every accepted
-// step is a revision of its own, child of the one before. One transaction writes the last of
-// them, with the others as its ancestors (their bodies are not kept, as after compaction), so
-// _changes shows the last revision of each group. A step never conflicts with the other steps.
-struct DocStep {
-  // The new body (compact JSON object without "_" members) from the current one and its
-  // revision, or the error that refuses this step (the next step then sees the same body).
-  std::function<Outcome<std::string>(const std::string& body, const RevId& rev)> apply;
-  // If-Match: refused with 409 unless the current revision is this one.
-  std::optional<RevId> expected;
-  // validate_doc_update for this step's writer (may be null; design documents are not validated).
-  std::shared_ptr<DocValidator> validator;
-  // An Idempotency-Key: `render(outcome)` is stored under it in the same transaction.
-  std::optional<IdemRequest> idem;
-  std::function<StoredResponse(const Outcome<RevId>&)> render;
-};
+// Writes the plan: revisions, body, changes, by_id, counters.
+storage::Status apply_edit(Transaction& tr, const DbRef& db, std::string_view id, const EditPlan& p,
+                           const std::vector<ShardMap>& maps, SeqSlot slot);
 
-class DocStepBatch {
- public:
-  static constexpr std::size_t kStepsPerTransactionMax = 1000;
+// The hooks of edit `p`, before apply_edit writes it: the error that refuses an interactive edit,
+// else what the hooks keep (a replicated edit is never refused; a unique index records a
+// violation instead).
+StorageResult<std::optional<CouchError>> edit_hooks(Transaction& tr, const DbRef& db,
+                                                    EditHooks& hooks, std::string_view id,
+                                                    const EditPlan& p, bool interactive);
 
-  // The revision written last and its record, which the next batch of the same document may
-  // start from without reading the body again (it still reads, and conflicts on, the winner).
-  struct Cache {
-    RevId rev;
-    RevRecord record;
-  };
-
-  // `js`: the engine synchronous JavaScript indexes run in (core/sync_index.h).
-  DocStepBatch(std::string db_name, std::string id, std::vector<DocStep> steps,
-               std::optional<Cache> cache = std::nullopt, js::Engine* js = nullptr);
-  // The transaction body (retries included; idempotent under commit_unknown_result like
-  // DocWriteBatch). Fails the transaction only with storage errors.
-  storage::Status operator()(Transaction& tr);
-  bool db_missing() const { return db_missing_; }
-  // One per step: its new revision or its error (404 when the document is missing or deleted).
-  const std::vector<Outcome<RevId>>& results() const { return results_; }
-  const std::string& tx_key() const { return tx_key_; }
-  std::optional<Cache> take_cache() { return std::move(cache_); }
-
- private:
-  js::Engine* js_ = nullptr;
-  std::string db_name_;
-  std::string id_;
-  std::vector<DocStep> steps_;
-  std::optional<Cache> cache_;
-  std::vector<Outcome<RevId>> results_;
-  std::string tx_id_;
-  std::string tx_key_;
-  int attempts_ = 0;
-  bool db_missing_ = false;
-};
+// The hash of an interactive edit: CouchDB's own (couch_rev.h), so that the same edit gets the
+// same rev on Chaise and on CouchDB; Chaise's deterministic hash (rev.h) where CouchDB has none.
+// `body_term`, when not empty, is `body` as couch_rev_hash reads it (DocUpdate::body_term).
+std::string new_rev_hash(bool deleted, const std::optional<RevId>& parent, std::string_view body,
+                         std::string_view body_term, const std::vector<AttInfo>& atts);
 
 }  // namespace chaise::core

@@ -15,6 +15,7 @@
 #include "core/databases.h"
 #include "core/db_cache.h"
 #include "core/digest.h"
+#include "core/doc_batches.h"
 #include "core/documents.h"
 #include "core/json_text.h"
 #include "http/workers.h"

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/attachments.h"
+#include "core/doc_batches.h"
 #include "core/documents.h"
 #include "core/json_text.h"
 #include "core/keyspace.h"

@@ -27,6 +27,7 @@
 #include "config/config.h"
 #include "core/databases.h"
 #include "core/doc_json.h"
+#include "core/doc_batches.h"
 #include "core/documents.h"
 #include "core/json_text.h"
 #include "core/replicator_docs.h"

@@ -23,6 +23,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/doc_batches.h"
 #include "core/documents.h"
 #include "core/json_text.h"
 #include "core/replicator_docs.h"

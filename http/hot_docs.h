@@ -20,6 +20,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/doc_batches.h"
 #include "core/documents.h"
 #include "storage/database.h"
 

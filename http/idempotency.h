@@ -23,6 +23,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/doc_batches.h"
 #include "core/documents.h"
 #include "core/idempotency.h"
 #include "http/request.h"

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/databases.h"
+#include "core/doc_batches.h"
 #include "core/documents.h"
 #include "core/error.h"
 #include "core/json_text.h"

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/changes_notifier.h"
+#include "core/doc_batches.h"
 #include "core/documents.h"
 #include "core/keyspace.h"
 #include "core/txid_janitor.h"

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <filesystem>
 
+#include "core/doc_batches.h"
 #include "core/documents.h"
 #include "core/keyspace.h"
 #include "storage/database.h"

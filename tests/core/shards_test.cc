@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/doc_batches.h"
 #include "core/documents.h"
 #include "core/shards.h"
 #include "core/cursors.h"
