@@ -10,9 +10,9 @@
 #include <string_view>
 #include <variant>
 
-#include "core/couch_rev.h"
-#include "core/doc_json.h"
-#include "core/json_text.h"
+#include "core/rev/couch_rev.h"
+#include "core/docs/doc_json.h"
+#include "core/util/json_text.h"
 
 using chaise::core::JsonNumbers;
 using nlohmann::ordered_json;

@@ -6,8 +6,8 @@
 #include <string_view>
 #include <variant>
 
-#include "core/json_patch.h"
-#include "core/json_text.h"
+#include "core/docs/json_patch.h"
+#include "core/util/json_text.h"
 
 using nlohmann::ordered_json;
 

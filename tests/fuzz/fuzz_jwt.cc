@@ -10,7 +10,7 @@
 #include <string_view>
 #include <variant>
 
-#include "http/jwt.h"
+#include "http/auth/jwt.h"
 
 namespace {
 

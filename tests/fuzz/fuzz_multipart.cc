@@ -17,9 +17,9 @@
 #include <utility>
 #include <vector>
 
-#include "http/multipart.h"
-#include "http/multipart_reader.h"
-#include "http/request_parse.h"
+#include "http/transport/multipart.h"
+#include "http/transport/multipart_reader.h"
+#include "http/transport/request_parse.h"
 
 namespace {
 

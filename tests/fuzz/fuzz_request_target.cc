@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "http/request_parse.h"
+#include "http/transport/request_parse.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view target(reinterpret_cast<const char*>(data), size);

@@ -1,4 +1,4 @@
-// libFuzzer target: revision body deltas (core/rev_delta.h). The input is two JSON texts
+// libFuzzer target: revision body deltas (core/rev/rev_delta.h). The input is two JSON texts
 // separated by a NUL byte. Every delta make_body_delta returns must rebuild its target exactly;
 // applying the second text as a delta to the first (a corrupt stored delta) must fail cleanly.
 #include <cstdint>
@@ -6,8 +6,8 @@
 #include <string_view>
 #include <variant>
 
-#include "core/json_text.h"
-#include "core/rev_delta.h"
+#include "core/util/json_text.h"
+#include "core/rev/rev_delta.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using Json = nlohmann::ordered_json;

@@ -5,8 +5,8 @@
 #include <string_view>
 #include <variant>
 
-#include "core/json_text.h"
-#include "core/selector.h"
+#include "core/util/json_text.h"
+#include "core/query/selector.h"
 
 using nlohmann::ordered_json;
 

@@ -5,7 +5,7 @@
 //
 // Expected answers come from CouchDB 3.5 (chttpd_db:db_attachment_req, couch_att:to_json,
 // couch_doc:doc_to_multi_part_stream), checked side by side against a CouchDB 3.5.0.
-#include "core/attachments.h"
+#include "core/docs/attachments.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "http/multipart.h"
+#include "http/transport/multipart.h"
 #include "tests/http/feed_client.h"
 #include "tests/http/test_server.h"
 

@@ -253,7 +253,7 @@ TEST_F(AuthTest, NewDatabasesAreAdminOnlyAndSecurityGrantsMembers) {
   ASSERT_EQ(as_admin(verb::put, "/db/_security", "{}").status, 200u);
   EXPECT_EQ(call(verb::get, "/db/doc").status, 200u);
   EXPECT_EQ(as_admin(verb::get, "/db/_security").body, "{}\n");
-  // Remembered databases and security objects (core/db_cache.h) change with the next request:
+  // Remembered databases and security objects (core/db/db_cache.h) change with the next request:
   // access taken away, and a database deleted and created again under the same name.
   for (int i = 0; i < 3; ++i) EXPECT_EQ(call(verb::get, "/db/doc", {}, bob).status, 200u);
   ASSERT_EQ(as_admin(verb::put, "/db/_security", R"({"members":{"names":["carol"]}})").status, 200u);

@@ -1,5 +1,5 @@
-// Integration tests of the server- and database-level endpoints (http/endpoints_server.cc,
-// http/endpoints_database.cc) against the real chaise binary: /_all_dbs, /_dbs_info, /_uuids,
+// Integration tests of the server- and database-level endpoints (http/api/server_misc.cc,
+// http/api/database.cc) against the real chaise binary: /_all_dbs, /_dbs_info, /_uuids,
 // PUT/GET/HEAD/DELETE/POST /{db}, _bulk_docs, _revs_diff, _missing_revs, _revs_limit,
 // _ensure_full_commit, _compact, _view_cleanup, and CouchDB's exact answers to bad requests.
 //

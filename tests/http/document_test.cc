@@ -1,4 +1,4 @@
-// Integration tests of the document endpoints (http/endpoints_document.cc) against the real
+// Integration tests of the document endpoints (http/api/document.cc) against the real
 // chaise binary: /{db}/{docid}, /{db}/_design/{name}, /{db}/_local/{name} with GET/HEAD, PUT,
 // DELETE, COPY, their query parameters and headers, and CouchDB's exact error answers.
 //

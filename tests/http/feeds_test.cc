@@ -325,7 +325,7 @@ TEST_F(FeedsTest, ShardedChangesFeedEndpoints) {
   EXPECT_EQ(client_->request(verb::put, "/db/_changes/_meta", R"({"shards":"4"})", json).status, 400);
 }
 
-// A stream's next chunk is sent while the handler produces the one after (http/server.cc
+// A stream's next chunk is sent while the handler produces the one after (http/transport/server.cc
 // StreamWriter::send_ahead): the chunks must still arrive whole and in order, and a client that
 // leaves while one is in flight must cost the server nothing but that response.
 TEST_F(FeedsTest, StreamsArriveWholeInOrderAndMayBeLeftMidway) {

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/attachments.h"
+#include "core/docs/attachments.h"
 #include "tests/http/feed_client.h"
 #include "tests/http/test_server.h"
 

@@ -1,6 +1,6 @@
 // response_head() must write exactly the bytes Beast's serializer writes before a string body:
 // clients parse them.
-#include "http/response_head.h"
+#include "http/transport/response_head.h"
 
 #include <gtest/gtest.h>
 

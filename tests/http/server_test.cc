@@ -21,9 +21,9 @@
 #include <sstream>
 #include <thread>
 
-#include "http/request_parse.h"
-#include "http/response_stream.h"
-#include "http/router.h"
+#include "http/transport/request_parse.h"
+#include "http/transport/response_stream.h"
+#include "http/api/router.h"
 #include "tests/http/test_server.h"
 
 namespace chaise::test {

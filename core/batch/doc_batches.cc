@@ -1,0 +1,500 @@
+#include "core/batch/doc_batches.h"
+
+#include <algorithm>
+#include <random>
+#include <unordered_set>
+
+#include "core/util/json_text.h"
+#include "core/index/write_hooks.h"
+
+namespace chaise::core {
+
+using storage::Snapshot;
+using storage::Tuple;
+
+namespace {
+std::string random_tx_id() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  std::string id(16, '\0');
+  for (int i = 0; i < 2; ++i) {
+    std::uint64_t x = rng();
+    for (int j = 0; j < 8; ++j, x >>= 8) id[i * 8 + j] = static_cast<char>(x & 0xff);
+  }
+  return id;
+}
+
+const std::string& item_id(const DocWriteBatch::Item& it) {
+  return it.replicated ? it.replicated_doc.id : it.update.id;
+}
+}  // namespace
+
+DocWriteBatch::DocWriteBatch(std::string db_name, std::vector<Item> items)
+    : db_name_(std::move(db_name)),
+      items_(std::move(items)),
+      results_(items_.size()),
+      local_revs_(items_.size()),
+      done_(items_.size(), false) {}
+
+namespace {
+
+// The document as CouchDB's couch_doc:to_json_obj(Doc, [revs]) shows it to validate_doc_update:
+// "_id", "_rev", "_revisions" (replicated edits), "_deleted", every attachment as a stub, then
+// the body. Stubs carried over are complete (couch_db merges them with the revision replaced
+// before validating); new uploads show what CouchDB knows of them then: no digest yet, and the
+// revpos the client sent (0 when none).
+std::string vdu_doc_json(std::string_view id, const std::optional<RevId>& rev,
+                         const Branch* path, bool deleted, std::string_view body,
+                         const std::vector<AttInfo>& atts) {
+  std::string out = "{\"_id\":" + json_string(id);
+  if (rev) out += ",\"_rev\":" + json_string(rev->str());
+  if (path) {
+    out += ",\"_revisions\":{\"start\":" + std::to_string(path->leaf.pos) + ",\"ids\":[";
+    for (std::size_t i = 0; i < path->length(); ++i) {
+      if (i) out += ',';
+      out += json_string(path->rev_at(i).hash_str());
+    }
+    out += "]}";
+  }
+  if (deleted) out += ",\"_deleted\":true";
+  if (!atts.empty()) {
+    out += ",\"_attachments\":{";
+    for (std::size_t i = 0; i < atts.size(); ++i) {
+      const AttInfo& a = atts[i];
+      if (i) out += ',';
+      out += json_string(a.name) + ":{\"content_type\":" + json_string(a.content_type) +
+             ",\"revpos\":" + std::to_string(a.revpos);
+      if (!a.md5.empty()) out += ",\"digest\":" + json_string(att_digest_str(a.md5));
+      out += ",\"length\":" + std::to_string(a.length) + ",\"stub\":true}";
+    }
+    out += "}";
+  }
+  if (body.size() > 2) {
+    out += ',';
+    out.append(body.substr(1));
+  } else {
+    out += '}';
+  }
+  return out;
+}
+
+// The attachments of an edit as validate_doc_update sees them: stubs from the revision replaced
+// (a stub that names nothing there is left out: the write fails with missing_stub after), new
+// uploads as sent.
+std::vector<AttInfo> edit_atts(const std::vector<AttUpload>& uploads,
+                               const std::vector<AttInfo>& replaced) {
+  std::vector<AttInfo> out;
+  for (const AttUpload& u : uploads) {
+    if (u.stub) {
+      auto it = std::find_if(replaced.begin(), replaced.end(),
+                             [&](const AttInfo& a) { return a.name == u.name; });
+      if (it != replaced.end()) out.push_back(*it);
+      continue;
+    }
+    AttInfo a = u.info;
+    a.name = u.name;
+    a.md5.clear();  // computed as the revision is written
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+// Runs `v` on one edit, with the revision it replaces as the old document: for an interactive
+// edit the leaf it names (none named: a new or deleted document, validated against null); for a
+// replicated one the nearest leaf on its path. An edit that will conflict is passed through.
+StorageResult<std::optional<CouchError>> validate_item(Transaction& tr, const DbRef& db,
+                                                       const DocWriteBatch::Item& it,
+                                                       DocValidator& v) {
+  const std::string& id = it.replicated ? it.replicated_doc.id : it.update.id;
+  if (id.starts_with("_design/")) return std::optional<CouchError>();
+  auto branches = read_branches(tr, db, id, storage::Snapshot::yes);
+  if (!branches.ok()) return branches.error();
+  std::optional<RevId> old_rev;
+  if (!it.replicated) {
+    if (it.update.base_rev) {
+      for (const StoredBranch& b : *branches)
+        if (b.branch.leaf == *it.update.base_rev) old_rev = b.branch.leaf;
+      if (!old_rev) return std::optional<CouchError>();  // conflicts
+    } else if (!branches->empty() && !branches->back().branch.deleted) {
+      return std::optional<CouchError>();  // conflicts
+    }
+  } else {
+    const Branch& path = it.replicated_doc.path;
+    std::size_t best = path.length();
+    for (const StoredBranch& b : *branches)
+      for (std::size_t i = 0; i < path.length() && i < best; ++i)
+        if (path.rev_at(i) == b.branch.leaf) {
+          best = i;
+          old_rev = b.branch.leaf;
+        }
+  }
+  std::string old_json = "null";
+  std::vector<AttInfo> old_atts;
+  if (old_rev) {
+    auto rec = read_rev(tr, db, id, *old_rev);
+    if (!rec.ok()) return rec.error();
+    if (*rec) {
+      old_atts = (*rec)->atts;
+      old_json = vdu_doc_json(id, old_rev, nullptr, (*rec)->deleted, (*rec)->body, old_atts);
+    }
+  }
+  const DocUpdate& u = it.update;
+  const ReplicatedDoc& d = it.replicated_doc;
+  const std::string new_json =
+      it.replicated ? vdu_doc_json(id, d.path.leaf, &d.path, d.path.deleted, d.body,
+                                   edit_atts(d.atts, old_atts))
+                    : vdu_doc_json(id, u.base_rev, nullptr, u.deleted, u.body,
+                                   edit_atts(u.atts, old_atts));
+  return v.validate(new_json, old_json);
+}
+
+}  // namespace
+
+storage::Status DocWriteBatch::operator()(Transaction& tr) {
+  if (attempts_++ == 0) {
+    tx_id_ = random_tx_id();
+  } else if (!round_.empty() && !tx_key_.empty()) {
+    // A retry: if the previous attempt's commit may have landed, the transaction id it wrote tells
+    // (gone with its database if that was deleted meanwhile).
+    auto seen = tr.get(tx_key_);
+    if (!seen.ok()) return seen.error();
+    // Committed: keep that attempt's results and write nothing; tx_key_ still names its key.
+    if (seen->has_value()) return {};
+    tx_id_ = random_tx_id();
+  }
+  tx_key_.clear();
+  auto dbr = open_db(tr, db_name_);
+  if (!dbr.ok()) return dbr.error();
+  if (failed(*dbr)) {
+    db_missing_ = true;
+    return {};
+  }
+  const DbRef& db = std::get<DbRef>(*dbr);
+  const std::int64_t now_ms = idem_ ? idem_now_ms() : 0;
+  if (idem_) {
+    auto found = idem_lookup(tr, db, *idem_, now_ms, storage::Snapshot::no);
+    if (!found.ok()) return found.error();
+    idem_expired_ = found->expired;
+    if (found->state == IdemState::replay) {
+      // A retry after commit_unknown_result whose previous attempt landed finds the answer that
+      // attempt stored (the record does what the transaction id does for other batches).
+      if (attempts_ > 1 && rendered_ && found->response == *rendered_) return {};
+      rendered_.reset();
+      replayed_ = std::move(found->response);
+      return {};
+    }
+    rendered_.reset();
+    if (found->state == IdemState::mismatch) {
+      idem_mismatch_ = true;
+      return {};
+    }
+  }
+  auto limit = revs_limit(tr, db);
+  if (!limit.ok()) return limit.error();
+  // The current shard map, in the read-conflict set: a concurrent reshard fails this attempt.
+  auto maps = read_shard_maps(tr, db, storage::Snapshot::no);
+  if (!maps.ok()) return maps.error();
+
+  // Unique and synchronous indexes, with the unique one this batch registers (POST /_index).
+  auto hooks = read_write_hooks(tr, db);
+  if (!hooks.ok()) return hooks.error();
+  if (register_unique_) hooks->register_unique(tr, db, *register_unique_);
+
+  bool validate = false;
+  if (validator_) {
+    auto any = validator_->begin(tr, db);
+    if (!any.ok()) return any.error();
+    validate = *any;
+  }
+
+  // This round: the first not-yet-done occurrence of each id; later ones wait for a later round.
+  round_.clear();
+  std::unordered_set<std::string_view> seen_ids;  // views into items_, which outlives the round
+  std::uint16_t vs_user = 0;
+  // The N of this round's "N-..." sequences continues the database's count of changes. A snapshot
+  // read, so writers never conflict on it; concurrent rounds may show the same N (see
+  // core/db/sequence.h).
+  auto seq_base = read_counter(tr, db, keyspace::kChangeCount);
+  if (!seq_base.ok()) return seq_base.error();
+  const std::int64_t count_base = *seq_base;
+  auto slot = [&] {
+    SeqSlot s{vs_user, count_base + vs_user + 1};
+    ++vs_user;
+    return s;
+  };
+  // An edit that wrote nothing (refused, or a replicated revision already stored) gives its slot
+  // back: the count of changes, and the feeds woken by it, move only with changes.
+  auto unused_slot = [&] { --vs_user; };
+  // The ids that inserts of this batch name (edits without a base revision, and replicated
+  // revisions: the replicator's new documents), proved absent together where they follow one
+  // another in key order. Read before this round writes any document, and each id is edited at
+  // most once in a round.
+  std::vector<std::string_view> insert_ids;
+  for (std::size_t i = 0; i < items_.size(); ++i) {
+    const Item& it = items_[i];
+    if (done_[i] || it.local) continue;
+    if (it.replicated)
+      insert_ids.push_back(it.replicated_doc.id);
+    else if (!it.update.base_rev)
+      insert_ids.push_back(it.update.id);
+  }
+  std::sort(insert_ids.begin(), insert_ids.end());
+  insert_ids.erase(std::unique(insert_ids.begin(), insert_ids.end()), insert_ids.end());
+  std::vector<bool> insert_none;
+  if (insert_ids.size() > 1) {
+    auto none = ids_without_revisions(tr, db, insert_ids);
+    if (!none.ok()) return none.error();
+    insert_none = std::move(*none);
+  }
+  auto stored_of = [&](std::string_view id) {
+    if (insert_none.empty()) return Stored::unknown;
+    auto at = std::lower_bound(insert_ids.begin(), insert_ids.end(), id);
+    return at != insert_ids.end() && *at == id && insert_none[at - insert_ids.begin()]
+               ? Stored::none
+               : Stored::unknown;
+  };
+  std::size_t round_bytes = 0;
+  for (std::size_t i = 0; i < items_.size(); ++i) {
+    if (done_[i]) continue;
+    const std::string& id = item_id(items_[i]);
+    // A round is one transaction: keep it well inside FoundationDB's 10 MB and the 2-byte
+    // per-transaction versionstamp order; what does not fit waits for the next round.
+    std::size_t item_bytes = items_[i].replicated ? items_[i].replicated_doc.body.size()
+                                                  : items_[i].update.body.size();
+    for (const AttUpload& a : items_[i].replicated ? items_[i].replicated_doc.atts
+                                                   : items_[i].update.atts)
+      item_bytes += a.stored.size();
+    if (!round_.empty() && (round_.size() >= kDocsPerTransactionMax ||
+                            round_bytes + item_bytes > kBodyBytesPerTransactionMax))
+      break;
+    // A second edit of one id waits for a later round, so that edits of one document apply in
+    // request order, each against the tree the previous one left (couch_db_updater
+    // merge_rev_trees): one against another leaf succeeds, one against a consumed leaf conflicts.
+    if (seen_ids.count(id)) continue;
+    seen_ids.insert(id);
+    round_.push_back(i);
+    round_bytes += item_bytes;
+    Item& it = items_[i];
+    if (validate && !it.local) {
+      auto verdict = validate_item(tr, db, it, *validator_);
+      if (!verdict.ok()) return verdict.error();
+      if (*verdict) {
+        results_[i] = ItemResult(std::move(**verdict));
+        continue;
+      }
+    }
+    if (it.local) {
+      auto r = put_local(tr, db, it.update.id, it.local_rev, it.update.deleted, it.update.body);
+      if (!r.ok()) return r.error();
+      if (failed(*r)) {
+        results_[i] = ItemResult(std::get<CouchError>(*r));
+      } else {
+        local_revs_[i] = std::get<std::string>(*r);
+        results_[i] = ItemResult(UpdateResult{it.update.id, RevId{0, {}}});
+      }
+    } else if (it.replicated) {
+      auto r = replicate_doc(tr, db, it.replicated_doc, *limit, *maps, slot(), *hooks,
+                             stored_of(it.replicated_doc.id));
+      if (!r.ok()) return r.error();
+      if (failed(*r)) {
+        unused_slot();
+        results_[i] = ItemResult(std::get<CouchError>(*r));
+      } else {
+        if (!std::get<bool>(*r)) unused_slot();
+        results_[i] = ItemResult(UpdateResult{it.replicated_doc.id, it.replicated_doc.path.leaf});
+      }
+    } else {
+      const Stored stored = it.update.base_rev ? Stored::unknown : stored_of(it.update.id);
+      auto r = update_doc(tr, db, it.update, *limit, *maps, slot(), *hooks, stored);
+      if (!r.ok()) return r.error();
+      if (failed(*r)) unused_slot();
+      results_[i] = std::move(*r);
+    }
+  }
+  if (auto st = hooks->finish(tr, db, js_); !st.ok()) return st.error();
+  // An idempotent batch's record tells whether it committed. A round that writes nothing (every
+  // edit refused: 409 conflicts) commits nothing either, so it needs no id: a retry finds none
+  // and evaluates the round again, with the same outcome or a newer one. Nor does a round whose
+  // commit cannot end in commit_unknown_result (the embedded engine's, outside tests): its id
+  // would be two of a new document's six memtable entries (written, then cleared by the
+  // janitor), a seventh of a write's memtable bytes, for a retry that never comes.
+  if (!idem_ && !tr.read_only() && tr.may_commit_unknown_result()) {
+    tx_key_ = db.space.txids().pack(Tuple().add_bytes(tx_id_));
+    tr.set(tx_key_, "");
+  }
+  if (vs_user > 0) {
+    tr.add(db.space.meta_key(keyspace::kUpdateCounter), 1);  // wakes waiting feeds
+    tr.add(db.space.counter_key(keyspace::kChangeCount), vs_user);
+  }
+  if (idem_) {
+    rendered_ = render_(*this);
+    auto stored = idem_store(tr, db, *idem_, now_ms, *rendered_, idem_expired_);
+    if (!stored.ok()) return stored.error();
+  }
+  return {};
+}
+
+void DocWriteBatch::register_unique(UniqueIndexDef def) { register_unique_ = std::move(def); }
+
+void DocWriteBatch::set_idempotency(IdemRequest r, Render render) {
+  idem_ = std::move(r);
+  render_ = std::move(render);
+}
+
+bool DocWriteBatch::fits_one_round() const {
+  if (items_.size() > kDocsPerTransactionMax) return false;
+  std::unordered_set<std::string_view> ids;
+  std::size_t bytes = 0;
+  for (const Item& it : items_) {
+    if (!ids.insert(item_id(it)).second) return false;
+    bytes += it.replicated ? it.replicated_doc.body.size() : it.update.body.size();
+    for (const AttUpload& a : it.replicated ? it.replicated_doc.atts : it.update.atts)
+      bytes += a.stored.size();
+  }
+  return items_.size() <= 1 || bytes <= kBodyBytesPerTransactionMax;
+}
+
+DocStepBatch::DocStepBatch(std::string db_name, std::string id, std::vector<DocStep> steps,
+                           std::optional<Cache> cache, js::Engine* js)
+    : js_(js),
+      db_name_(std::move(db_name)),
+      id_(std::move(id)),
+      steps_(std::move(steps)),
+      cache_(std::move(cache)),
+      results_(steps_.size(), Outcome<RevId>(CouchError{})) {}
+
+storage::Status DocStepBatch::operator()(Transaction& tr) {
+  if (attempts_++ > 0 && !tx_key_.empty()) {
+    // A retry: if the previous attempt's commit may have landed, its transaction id tells.
+    auto seen = tr.get(tx_key_);
+    if (!seen.ok()) return seen.error();
+    if (seen->has_value()) return {};  // committed: keep its results
+  }
+  tx_id_ = random_tx_id();
+  tx_key_.clear();
+  auto dbr = open_db(tr, db_name_);
+  if (!dbr.ok()) return dbr.error();
+  if (failed(*dbr)) {
+    db_missing_ = true;
+    return {};
+  }
+  const DbRef& db = std::get<DbRef>(*dbr);
+  const std::int64_t now_ms = idem_now_ms();
+  // Whatever happens, each step with a key stores its answer with this transaction.
+  auto store_answers = [&]() -> storage::Status {
+    for (std::size_t i = 0; i < steps_.size(); ++i) {
+      const DocStep& step = steps_[i];
+      if (!step.idem || !step.render) continue;
+      auto found = idem_lookup(tr, db, *step.idem, now_ms, storage::Snapshot::no);
+      if (!found.ok()) return found.error();
+      auto stored =
+          idem_store(tr, db, *step.idem, now_ms, step.render(results_[i]), found->expired);
+      if (!stored.ok()) return stored.error();
+    }
+    return {};
+  };
+  auto winner = read_winner(tr, db, id_, Snapshot::no);
+  if (!winner.ok()) return winner.error();
+  if (!*winner || (*winner)->branch.deleted) {
+    for (auto& r : results_) r = *winner ? doc_deleted() : doc_not_found();
+    return store_answers();
+  }
+  const StoredBranch& w = **winner;
+  auto hooks = read_write_hooks(tr, db);
+  if (!hooks.ok()) return hooks.error();
+  if (!cache_ || !(cache_->rev == w.branch.leaf)) {
+    auto rec = read_rev(tr, db, id_, w.branch.leaf);
+    if (!rec.ok()) return rec.error();
+    if (!*rec) return storage::Error::io_error;  // a leaf's body is always stored
+    cache_ = Cache{w.branch.leaf, std::move(**rec)};
+  }
+  const std::vector<AttInfo>& atts = cache_->record.atts;
+  RevId cur = w.branch.leaf;
+  std::string body = cache_->record.body;
+  std::vector<std::string> chain;  // hashes of the new revisions, oldest first
+  for (std::size_t i = 0; i < steps_.size(); ++i) {
+    DocStep& step = steps_[i];
+    if (step.expected && !(*step.expected == cur)) {
+      results_[i] = conflict();
+      continue;
+    }
+    Outcome<std::string> next = step.apply(body, cur);
+    if (auto* e = std::get_if<CouchError>(&next)) {
+      results_[i] = std::move(*e);
+      continue;
+    }
+    std::string& next_body = std::get<std::string>(next);
+    if (step.validator && !id_.starts_with("_design/")) {
+      auto any = step.validator->begin(tr, db);
+      if (!any.ok()) return any.error();
+      if (*any) {
+        if (auto e =
+                step.validator->validate(vdu_doc_json(id_, cur, nullptr, false, next_body, atts),
+                                         vdu_doc_json(id_, cur, nullptr, false, body, atts))) {
+          results_[i] = std::move(*e);
+          continue;
+        }
+      }
+    }
+    auto refused = hooks->check(tr, db, id_, &next_body);
+    if (!refused.ok()) return refused.error();
+    if (*refused) {
+      results_[i] = std::move(**refused);
+      continue;
+    }
+    const RevId rev{cur.pos + 1, new_rev_hash(false, cur, next_body, {}, atts)};
+    chain.push_back(rev.hash);
+    results_[i] = rev;
+    cur = rev;
+    body = std::move(next_body);
+  }
+  if (!chain.empty()) {
+    auto limit = revs_limit(tr, db);
+    if (!limit.ok()) return limit.error();
+    auto maps = read_shard_maps(tr, db, storage::Snapshot::no);
+    if (!maps.ok()) return maps.error();
+    auto count_base = read_counter(tr, db, keyspace::kChangeCount);  // a snapshot read
+    if (!count_base.ok()) return count_base.error();
+    EditPlan plan;
+    plan.old_winner = w;
+    plan.removed = w;
+    plan.body = body;
+    plan.atts = atts;
+    plan.added.leaf = cur;
+    plan.added.ancestors.reserve(chain.size() + w.branch.ancestors.size());
+    for (std::size_t k = chain.size() - 1; k-- > 0;) plan.added.ancestors.push_back(chain[k]);
+    plan.added.ancestors.push_back(w.branch.leaf.hash);
+    plan.added.ancestors.insert(plan.added.ancestors.end(), w.branch.ancestors.begin(),
+                                w.branch.ancestors.end());
+    stem(plan.added, *limit);
+    plan.branch_count = w.branch_count;
+    // Each step was checked against the unique indexes; the last one's body is what is written.
+    auto hooked = edit_hooks(tr, db, *hooks, id_, plan, false);
+    if (!hooked.ok()) return hooked.error();
+    if (auto st = apply_edit(tr, db, id_, plan, *maps, SeqSlot{0, *count_base + 1}); !st.ok())
+      return st.error();
+    if (auto st = hooks->finish(tr, db, js_); !st.ok()) return st.error();
+    tr.add(db.space.meta_key(keyspace::kUpdateCounter), 1);  // wakes waiting feeds
+    tr.add(db.space.counter_key(keyspace::kChangeCount), 1);
+    cache_ = Cache{cur, RevRecord{std::move(body), false, atts}};
+  }
+  if (auto st = store_answers(); !st.ok()) return st;
+  // As DocWriteBatch: a transaction that writes nothing (every step refused, no answer to store),
+  // or whose commit's outcome is always known, needs no id.
+  if (!tr.read_only() && tr.may_commit_unknown_result()) {
+    tx_key_ = db.space.txids().pack(Tuple().add_bytes(tx_id_));
+    tr.set(tx_key_, "");
+  }
+  return {};
+}
+
+void DocWriteBatch::committed() {
+  for (std::size_t i : round_) done_[i] = true;
+  round_.clear();
+  attempts_ = 0;
+  while (next_round_ < items_.size() && done_[next_round_]) ++next_round_;
+  for (std::size_t i = next_round_; i < items_.size(); ++i)
+    if (!done_[i]) return;
+  next_round_ = items_.size();
+}
+
+}  // namespace chaise::core

@@ -1,0 +1,166 @@
+// core/batch/doc_batches.h — the transactions that write documents: DocWriteBatch (one _bulk_docs, PUT
+// or DELETE, idempotent under commit_unknown_result via the transaction-ID subspace of RFC 000)
+// and DocStepBatch (the group commit of server-side updates of one document).
+//
+// Each is a transaction body built from the write path's primitives (core/docs/documents.h) and the
+// hooks every edit runs (core/index/write_hooks.h); the caller runs it, retries included, and commits.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/docs/documents.h"
+#include "core/db/idempotency.h"
+#include "core/index/unique_index.h"
+
+namespace chaise::core {
+
+namespace js {
+class Engine;
+}
+
+// ---- DocWriteBatch: the body of one _bulk_docs / PUT / DELETE transaction ----
+// Usage: add docs, then run `batch(tr)` as a transaction body (retries included) until
+// `has_more()` is false; `results()` then holds one entry per added document, in order.
+// Idempotent: every attempt writes this attempt's transaction id; an attempt after a
+// commit_unknown_result first checks whether the previous one committed and, if it did, keeps its
+// results and writes nothing. A document id that appears twice is written in a later transaction.
+class DocWriteBatch {
+ public:
+  // Per transaction (round): documents, and body bytes (a single larger document still goes alone).
+  static constexpr std::size_t kDocsPerTransactionMax = 10'000;
+  static constexpr std::size_t kBodyBytesPerTransactionMax = 4'000'000;
+
+  struct Item {
+    bool local = false;
+    bool replicated = false;
+    DocUpdate update;  // interactive (and _local: base_rev text in local_rev)
+    ReplicatedDoc replicated_doc;
+    std::optional<std::string> local_rev;
+  };
+  using ItemResult = Outcome<UpdateResult>;  // for _local docs rev = {0, "N"} is carried as text
+
+  DocWriteBatch(std::string db_name, std::vector<Item> items);
+  // Every non-design document edit then passes `v` first (CouchDB's order: an edit that would
+  // conflict is not validated, it conflicts).
+  void set_validator(std::shared_ptr<DocValidator> v) { validator_ = std::move(v); }
+
+  // POST /{db}/_index of a unique index: every attempt registers `def` (not ready) before the
+  // edits, so the design document that declares it is accepted (core/index/write_hooks.h).
+  void register_unique(UniqueIndexDef def);
+  // The engine synchronous JavaScript indexes run their map functions in (core/index/sync_index.h).
+  void set_js(js::Engine* js) { js_ = js; }
+
+  // Idempotency (core/db/idempotency.h). Every attempt first reads the record of `r` in its own
+  // transaction: one with the same fingerprint means nothing is written and replayed() holds its
+  // response; one for another request sets idem_mismatch(). Otherwise the round is written, then
+  // `render(*this)` (results() complete) gives the response, stored in the same transaction and
+  // kept in rendered(). The response and the writes commit together, so the batch must be one
+  // round: call only when fits_one_round().
+  using Render = std::function<StoredResponse(const DocWriteBatch&)>;
+  void set_idempotency(IdemRequest r, Render render);
+  // Whether every item goes in the first transaction (no more than the per-transaction limits,
+  // each id once).
+  bool fits_one_round() const;
+  const std::optional<StoredResponse>& replayed() const { return replayed_; }
+  const std::optional<StoredResponse>& rendered() const { return rendered_; }
+  bool idem_mismatch() const { return idem_mismatch_; }
+
+  // The transaction body. Fails the transaction only with storage errors.
+  storage::Status operator()(Transaction& tr);
+  // Call after a transaction committed (or definitely failed) to move to the next round.
+  void committed();
+  bool has_more() const {
+    return next_round_ < items_.size() && !db_missing_ && !replayed_ && !idem_mismatch_;
+  }
+  bool db_missing() const { return db_missing_; }
+  const std::vector<std::optional<ItemResult>>& results() const { return results_; }
+  // _local results carry their text rev here (same index); empty for others.
+  const std::vector<std::string>& local_revs() const { return local_revs_; }
+  // The transaction-ID key the last attempt wrote (empty if it wrote none); once that attempt is
+  // committed, hand it to a TxIdJanitor.
+  const std::string& tx_key() const { return tx_key_; }
+
+ private:
+  std::string db_name_;
+  std::vector<Item> items_;
+  std::vector<std::optional<ItemResult>> results_;
+  std::vector<std::string> local_revs_;
+  std::vector<std::size_t> round_;  // indexes handled by the current round
+  std::size_t next_round_ = 0;      // items before this index are finished
+  std::vector<bool> done_;
+  std::string tx_id_;
+  std::string tx_key_;
+  int attempts_ = 0;
+  bool db_missing_ = false;
+  std::shared_ptr<DocValidator> validator_;
+  std::optional<UniqueIndexDef> register_unique_;
+  js::Engine* js_ = nullptr;
+  std::optional<IdemRequest> idem_;
+  Render render_;
+  std::optional<StoredResponse> replayed_;
+  std::optional<StoredResponse> rendered_;
+  bool idem_mismatch_ = false;
+  bool idem_expired_ = false;  // this attempt found an expired record of the key
+};
+
+// ---- DocStepBatch: server-side updates of one document, many per transaction ----
+// The group commit behind PATCH (hot documents, seed 001): each step is a function of the
+// current body; the steps apply in order, each to what the one before left, and every accepted
+// step is a revision of its own, child of the one before. One transaction writes the last of
+// them, with the others as its ancestors (their bodies are not kept, as after compaction), so
+// _changes shows the last revision of each group. A step never conflicts with the other steps.
+struct DocStep {
+  // The new body (compact JSON object without "_" members) from the current one and its
+  // revision, or the error that refuses this step (the next step then sees the same body).
+  std::function<Outcome<std::string>(const std::string& body, const RevId& rev)> apply;
+  // If-Match: refused with 409 unless the current revision is this one.
+  std::optional<RevId> expected;
+  // validate_doc_update for this step's writer (may be null; design documents are not validated).
+  std::shared_ptr<DocValidator> validator;
+  // An Idempotency-Key: `render(outcome)` is stored under it in the same transaction.
+  std::optional<IdemRequest> idem;
+  std::function<StoredResponse(const Outcome<RevId>&)> render;
+};
+
+class DocStepBatch {
+ public:
+  static constexpr std::size_t kStepsPerTransactionMax = 1000;
+
+  // The revision written last and its record, which the next batch of the same document may
+  // start from without reading the body again (it still reads, and conflicts on, the winner).
+  struct Cache {
+    RevId rev;
+    RevRecord record;
+  };
+
+  // `js`: the engine synchronous JavaScript indexes run in (core/index/sync_index.h).
+  DocStepBatch(std::string db_name, std::string id, std::vector<DocStep> steps,
+               std::optional<Cache> cache = std::nullopt, js::Engine* js = nullptr);
+  // The transaction body (retries included; idempotent under commit_unknown_result like
+  // DocWriteBatch). Fails the transaction only with storage errors.
+  storage::Status operator()(Transaction& tr);
+  bool db_missing() const { return db_missing_; }
+  // One per step: its new revision or its error (404 when the document is missing or deleted).
+  const std::vector<Outcome<RevId>>& results() const { return results_; }
+  const std::string& tx_key() const { return tx_key_; }
+  std::optional<Cache> take_cache() { return std::move(cache_); }
+
+ private:
+  js::Engine* js_ = nullptr;
+  std::string db_name_;
+  std::string id_;
+  std::vector<DocStep> steps_;
+  std::optional<Cache> cache_;
+  std::vector<Outcome<RevId>> results_;
+  std::string tx_id_;
+  std::string tx_key_;
+  int attempts_ = 0;
+  bool db_missing_ = false;
+};
+
+}  // namespace chaise::core

@@ -1,0 +1,88 @@
+// core/db/databases.h — the database registry and dbinfo (RFC 002).
+//
+// Every function here is a transaction body piece: it reads and writes through the Transaction it
+// is given and never commits. Run it inside storage::Database::run (tests, tools) or the async
+// runner in http/ (requests). Storage errors come back as storage::Error so the runner can retry
+// them; CouchDB-level outcomes (404, 412, ...) come back as CouchError values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/util/error.h"
+#include "core/db/keyspace.h"
+#include "core/rev/rev.h"
+#include "core/db/sequence.h"
+#include "storage/transaction.h"
+
+namespace chaise::core {
+
+using storage::Transaction;
+
+inline constexpr std::size_t kDbNameLengthMax = 238;
+inline constexpr int kRevsLimitMax = 4000;  // RFC 003: ancestors must fit one 100 KB value
+
+// An open database, as of the transaction that opened it.
+struct DbRef {
+  std::string name;
+  std::int64_t id = 0;
+  bool partitioned = false;
+  std::int64_t created_us = 0;
+  keyspace::DbSpace space{0};
+};
+
+struct DbInfo {
+  std::string name;
+  std::int64_t doc_count = 0;
+  std::int64_t doc_del_count = 0;
+  Sequence update_seq;
+  std::int64_t sizes_external = 0;
+  std::int64_t sizes_active = 0;
+  bool partitioned = false;
+};
+
+// CouchDB's rule: ^[a-z][a-z0-9_$()+/-]*$, at most 238 characters; plus the system databases
+// _users, _replicator and _global_changes.
+bool valid_db_name(std::string_view name);
+
+// A storage failure or a value.
+template <typename T>
+using StorageResult = storage::Result<T>;
+
+// 412 file_exists if present, 400 illegal_database_name if the name is bad.
+StorageResult<Outcome<DbRef>> create_db(Transaction& tr, std::string_view name, bool partitioned,
+                                        std::int64_t now_us);
+// Clears every key of the database (one clear_range). 404 if absent.
+StorageResult<Outcome<bool>> delete_db(Transaction& tr, std::string_view name);
+// 404 not_found "Database does not exist." if absent. The read conflicts with a concurrent delete.
+// With `remembered`, a database that core/db/db_cache.h remembers for this snapshot is not read again
+// (its name key still goes into the read-conflict set).
+StorageResult<Outcome<DbRef>> open_db(Transaction& tr, std::string_view name,
+                                      bool remembered = true);
+
+struct AllDbsQuery {
+  std::optional<std::string> start_key;
+  std::optional<std::string> end_key;
+  bool inclusive_end = true;
+  bool descending = false;
+  std::int64_t limit = -1;  // -1 = no limit
+  std::int64_t skip = 0;
+};
+StorageResult<std::vector<std::string>> list_dbs(Transaction& tr, const AllDbsQuery& q);
+
+StorageResult<DbInfo> db_info(Transaction& tr, const DbRef& db);
+// The newest sequence of the database ("0" when it has no changes).
+StorageResult<Sequence> update_seq(Transaction& tr, const DbRef& db);
+StorageResult<int> revs_limit(Transaction& tr, const DbRef& db);
+void set_revs_limit(Transaction& tr, const DbRef& db, int limit);
+// The security object's JSON text as stored (nullopt: never set). Not a snapshot read: a request
+// checked against it conflicts with a concurrent change.
+StorageResult<std::optional<std::string>> read_security_json(Transaction& tr, const DbRef& db);
+void set_security_json(Transaction& tr, const DbRef& db, std::string_view json);
+// A counter's value (0 when never written). Snapshot read: counters only ever move by atomic add.
+StorageResult<std::int64_t> read_counter(Transaction& tr, const DbRef& db, std::string_view name);
+
+}  // namespace chaise::core

@@ -1,0 +1,91 @@
+// core/rev/couch_rev.h — CouchDB 3.x's own revision hash, reproduced byte for byte.
+//
+// CouchDB (couch_db:new_revid/1) names a new revision
+//   md5(term_to_binary([Deleted, OldStart, OldRev, Body, Atts2], [{minor_version, 1}]))
+// where Body is the document as jiffy decodes it. couch_rev_hash() rebuilds that Erlang term
+// from the JSON text and encodes it in Erlang's external term format, so the same edit made on
+// Chaise and on a CouchDB 3.x node yields the same rev id. The byte layout and the jiffy and
+// Erlang rules it follows are written at the top of couch_rev.cc.
+//
+// Contract: pure functions, thread-safe (no shared state), no I/O; nothing throws except
+// std::bad_alloc.
+#pragma once
+
+#include <cstddef>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/rev/rev.h"
+
+namespace chaise::core {
+
+// Arrays and objects nested inside a body that couch_rev_hash() reads: it bounds the recursion
+// of its JSON reader. CouchDB has no such limit; a deeper body gets no CouchDB hash here.
+inline constexpr std::size_t kCouchRevNestingMax = 1000;
+
+// One attachment as it enters CouchDB's hash: {Name, Type, Md5}.
+struct CouchAttSig {
+  std::string name;          // the attachment name (UTF-8)
+  std::string content_type;  // CouchDB's default is "application/octet-stream"
+  // The 16 raw bytes of the digest CouchDB stores ("digest": "md5-<base64>"). Note CouchDB's is
+  // the MD5 of the bytes it writes to disk: for a compressible content type (text/*,
+  // application/json, ... in [attachments] compressible_types) that is the gzip stream, not the
+  // data the client sent.
+  std::string md5;
+};
+
+// CouchDB's revision hash (16 raw MD5 bytes) of an interactive edit.
+//   deleted: the new revision is a tombstone (_deleted: true, or a DELETE).
+//   parent:  the revision being edited; nullopt for a new document. Its hash enters as raw bytes
+//            (RevId keeps a 32-hex-digit hash as 16 decoded bytes, as CouchDB does). When a
+//            client re-creates a deleted document (no rev given), CouchDB hashes the edit as a
+//            child of the deleted winner (couch_db_updater:merge_rev_tree): pass that leaf.
+//   body_json: the body as JSON text, an object, without the special members CouchDB's
+//            transfer_fields removes (_id, _rev, _attachments, ...) — e.g. ParsedDoc::body. It is
+//            read with jiffy's rules: keys keep their received order; a key repeated in one
+//            object keeps only its last value, at the position of its last occurrence (jiffy's
+//            dedupe_keys); an integer literal is an exact integer; a literal with '.', 'e' or
+//            'E' is a double.
+//   atts:    the attachments in document order (CouchDB hashes them in reverse; done here).
+// Returns an empty string when there is no such hash:
+// - body_json is not a JSON object jiffy accepts, or has a float out of double range (1e400):
+//   CouchDB answers 400 bad_request;
+// - an integer Erlang rounds to infinity as a double (magnitude 2^1024 - 2^970 or more):
+//   CouchDB answers 500 (badarith).
+//   Bad numbers in a value that a repeated key drops do no harm, in CouchDB as here;
+// - an attachment's md5 is empty: CouchDB then makes a random rev;
+// - body_json nests deeper than kCouchRevNestingMax.
+// The caller then answers like CouchDB or falls back to compute_rev_hash().
+std::string couch_rev_hash(bool deleted, const std::optional<RevId>& parent,
+                           std::string_view body_json, const std::vector<CouchAttSig>& atts);
+
+// The body part of couch_rev_hash's input built from parsed values instead of from text, member
+// by member, so that a write hashes its body without reading it again (parse_doc builds it next
+// to ParsedDoc::body). For a body whose text is the compact JSON of the same members
+// (dump_json), couch_rev_hash_of_term(d, p, term, atts) == couch_rev_hash(d, p, text, atts).
+class CouchBodyTerm {
+ public:
+  // Adds `key: value` after the members added before. Keys must be distinct, as in an object
+  // (nlohmann's objects are).
+  void member(std::string_view key, const nlohmann::ordered_json& value);
+  // The term of the object so far; empty when it has none (a number CouchDB fails on, nesting
+  // deeper than kCouchRevNestingMax, a binary value that is not number text): the caller then
+  // hashes the text, which answers the same for those cases.
+  std::string finish() const;
+
+ private:
+  std::string members_;  // the members' tuples, without the list header
+  std::size_t count_ = 0;
+  bool failed_ = false;
+};
+
+// couch_rev_hash() with the body given as CouchBodyTerm::finish()'s term. Empty `body_term`:
+// no hash (as couch_rev_hash for a body without one).
+std::string couch_rev_hash_of_term(bool deleted, const std::optional<RevId>& parent,
+                                   std::string_view body_term,
+                                   const std::vector<CouchAttSig>& atts);
+
+}  // namespace chaise::core

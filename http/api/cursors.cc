@@ -1,0 +1,889 @@
+// Streamed cursors (the built-in indexes): /{db}/_all_docs, /_design_docs, /_local_docs, /_all_docs/queries, /_changes.
+//
+// Rows come from core cursors one page (one short transaction) at a time and are written to the
+// ResponseStream as they are produced, so memory stays flat whatever the size of the answer and a
+// client that reads slowly slows its producer down. Pages after the first are read without filling
+// the block cache (Transaction::disable_read_cache): a stream that long is a one-pass read, and
+// would otherwise push out the blocks point reads keep warm. Framing follows CouchDB 3:
+//   {"total_rows":N,"offset":M[,"update_seq":S],"rows":[\r\n row,\r\n row \r\n]}
+//   {"results":[\n row,\n row \n],\n"last_seq":S,"pending":P}
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <charconv>
+#include <chrono>
+#include <limits>
+
+#include "core/db/changes_notifier.h"
+#include "core/index/cursors.h"
+#include "core/index/filters.h"
+#include "core/db/shards.h"
+#include "http/api/etag.h"
+#include "http/api/js_request.h"
+#include "http/api/metrics.h"
+#include "http/api/request.h"
+#include "http/api/router.h"
+#include "http/api/txn.h"
+
+namespace chaise::http {
+
+namespace {
+
+using core::AllDocsKind;
+using core::AllDocsQuery;
+
+// An integer as Erlang's list_to_integer reads it (optional sign, digits, nothing else); values
+// beyond 64 bits saturate, since CouchDB's bignums compare past every limit. nullopt otherwise.
+std::optional<std::int64_t> integer_param_saturating(std::string_view text) {
+  std::string_view digits = text;
+  if (!digits.empty() && (digits.front() == '-' || digits.front() == '+')) digits.remove_prefix(1);
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos)
+    return std::nullopt;
+  std::int64_t v = 0;
+  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (ec == std::errc::result_out_of_range) v = std::numeric_limits<std::int64_t>::max();
+  return text.front() == '-' ? -v : v;
+}
+
+// Parameters from the query string and, for POST, the JSON body (body values win).
+class Params {
+ public:
+  Params(const Query& query, const Json* body) : query_(query), body_(body) {}
+
+  std::optional<Json> json(std::string_view key) const {
+    if (body_ && body_->contains(key)) return (*body_)[std::string(key)];
+    return query_.get_json(key);
+  }
+  bool boolean(std::string_view key, bool fallback) const {
+    if (body_ && body_->contains(key)) {
+      const Json& v = (*body_)[std::string(key)];
+      if (!v.is_boolean()) throw_query_parse_error("Invalid boolean parameter: " + v.dump());
+      return v.get<bool>();
+    }
+    return query_.get_bool(key, fallback);
+  }
+  // CouchDB's parse_pos_int: a non-negative integer.
+  std::optional<std::int64_t> non_negative(std::string_view key) const {
+    std::optional<std::int64_t> v;
+    if (body_ && body_->contains(key)) {
+      const Json& j = (*body_)[std::string(key)];
+      if (!j.is_number_integer())
+        throw_query_parse_error("Invalid value for positive integer: " + j.dump());
+      v = j.get<std::int64_t>();
+    } else if (auto s = query_.get(key)) {
+      try {
+        v = query_.get_int(key);
+      } catch (const HttpError&) {
+        throw_query_parse_error("Invalid value for positive integer: \"" + *s + "\"");
+      }
+    }
+    if (v && *v < 0)
+      throw_query_parse_error("Invalid value for positive integer: \"" + std::to_string(*v) + "\"");
+    return v;
+  }
+  std::optional<std::string> string(std::string_view key) const {
+    if (body_ && body_->contains(key)) {
+      const Json& j = (*body_)[std::string(key)];
+      return j.is_string() ? j.get<std::string>() : j.dump();
+    }
+    return query_.get(key);
+  }
+
+ private:
+  const Query& query_;
+  const Json* body_;
+};
+
+// Doc ids are strings. _all_docs compares keys in raw (Erlang term) order, not with the view
+// collation: every other JSON value, arrays and objects included, sorts before every string
+// (CouchDB 3.5: startkey={} selects every document, endkey={} none).
+enum class Side { below_all, at };
+struct Bound {
+  Side side = Side::at;
+  std::string key;
+};
+Bound to_bound(const Json& j) {
+  if (j.is_string()) return {Side::at, j.get<std::string>()};
+  return {Side::below_all, {}};
+}
+
+struct AllDocsRequest {
+  AllDocsQuery q;
+  std::optional<std::vector<core::AllDocsKey>> keys;
+  bool update_seq = false;
+  bool empty = false;  // bounds that select nothing
+  // ... because of the start bound: every document comes before it, so offset is total_rows.
+  bool empty_before_start = false;
+};
+
+AllDocsRequest parse_all_docs(const Params& p, AllDocsKind kind) {
+  AllDocsRequest r;
+  r.q.kind = kind;
+  r.q.descending = p.boolean("descending", false);
+  r.q.inclusive_end = p.boolean("inclusive_end", true);
+  r.q.include_docs = p.boolean("include_docs", false);
+  r.q.conflicts = p.boolean("conflicts", false);
+  r.q.attachments = p.boolean("attachments", false);
+  r.q.att_encoding_info = p.boolean("att_encoding_info", false);
+  r.update_seq = p.boolean("update_seq", false);
+  if (auto l = p.non_negative("limit")) r.q.limit = *l;
+  if (auto s = p.non_negative("skip")) r.q.skip = *s;
+  if (auto keys = p.json("keys")) {
+    if (!keys->is_array()) throw_bad_request("`keys` parameter must be an array.");
+    // couch_mrview_util:validate_args (checked against CouchDB 3.5).
+    for (std::string_view bound : {"key", "startkey", "start_key", "endkey", "end_key"})
+      if (p.json(bound))
+        throw_query_parse_error("`keys` is incompatible with `key`, `start_key` and `end_key`");
+    r.keys.emplace();
+    for (const Json& k : *keys) {
+      if (k.is_string()) {
+        r.keys->push_back({k.get<std::string>(), true});
+      } else {
+        r.keys->push_back({k.dump(), false});
+      }
+    }
+    return r;
+  }
+  std::optional<Json> start = p.json("key");
+  std::optional<Json> end = start;
+  if (!start) {
+    start = p.json("startkey");
+    if (!start) start = p.json("start_key");
+    end = p.json("endkey");
+    if (!end) end = p.json("end_key");
+  }
+  // A bound below every id is no bound at the low end (an ascending start, a descending end) and
+  // selects nothing at the high end.
+  auto apply = [&](const std::optional<Json>& j, bool is_start) {
+    if (!j) return;
+    Bound b = to_bound(*j);
+    std::optional<std::string>& slot = is_start ? r.q.start_key : r.q.end_key;
+    const bool lower_side = is_start != r.q.descending;  // this bound limits the low end
+    if (b.side == Side::at) {
+      slot = b.key;
+    } else if (!lower_side) {
+      r.empty = true;  // e.g. ascending end key below every id
+      r.empty_before_start = r.empty_before_start || is_start;
+    }
+  };
+  apply(start, true);
+  apply(end, false);
+  return r;
+}
+
+// /{db}/_partition/{p}/_all_docs: the id range is narrowed to the partition's ("p:" up to
+// "p:\ufff0", as couch_partition:start_key/end_key); `keys` are looked up as given (CouchDB
+// 3.5 does not filter them either).
+void clamp_to_partition(AllDocsRequest& r, const std::optional<std::string>& partition) {
+  if (!partition || r.keys) return;
+  const std::string lo = *partition + ":";
+  const std::string hi = *partition + ":\xef\xbf\xb0";
+  std::optional<std::string>& low = r.q.descending ? r.q.end_key : r.q.start_key;
+  std::optional<std::string>& high = r.q.descending ? r.q.start_key : r.q.end_key;
+  if (!low || *low < lo) low = lo;
+  if (!high || *high > hi) {
+    high = hi;
+    r.q.inclusive_end = true;
+  }
+}
+
+// `offset` < 0: null (CouchDB's answer for _local_docs and for any `keys` query).
+std::string all_docs_head(std::int64_t total, std::int64_t offset, const std::string* seq) {
+  std::string head = "{\"total_rows\":";
+  head += total < 0 ? "null" : std::to_string(total);
+  head += ",\"offset\":";
+  head += offset < 0 ? "null" : std::to_string(offset);
+  if (seq) head += ",\"update_seq\":" + core::json_string(*seq);
+  return head + ",\"rows\":[\r\n";
+}
+
+// Writes one all_docs result object (head, rows, tail) through `emit`, page by page.
+template <typename Emit>
+boost::asio::awaitable<bool> write_all_docs(const Call& call, const core::DbRef& db,
+                                           const AllDocsRequest& r, Emit&& emit) {
+  storage::Database& store = call.store();
+  auto tr = store.create_transaction();
+  core::AllDocsCursor cursor(db, r.q);
+  auto total = cursor.total_rows(tr);
+  if (!total.ok()) throw HttpError(core::storage_failure(total.error()));
+  std::int64_t offset = -1;
+  if (*total >= 0 && !r.keys) {
+    auto o = cursor.offset(tr);
+    if (!o.ok()) throw HttpError(core::storage_failure(o.error()));
+    offset = r.empty_before_start ? *total : *o;
+  }
+  std::optional<std::string> seq;
+  if (r.update_seq) {
+    auto s = core::update_seq(tr, db);
+    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+    seq = s->str();
+  }
+  const std::string head = all_docs_head(*total, offset, seq ? &*seq : nullptr);
+  if (!co_await emit(head)) co_return false;
+  bool first = true;
+  std::string chunk;
+  auto append_rows = [&](std::vector<std::string>& rows) {
+    chunk.clear();
+    for (std::string& row : rows) {
+      if (!first) chunk += ",\r\n";
+      first = false;
+      chunk += row;
+    }
+    rows.clear();
+  };
+  std::vector<std::string> rows;
+  if (r.keys) {
+    auto keyed = core::all_docs_keys(tr, db, *r.keys, r.q);
+    if (!keyed.ok()) throw HttpError(core::storage_failure(keyed.error()));
+    append_rows(*keyed);
+    if (!co_await emit(chunk)) co_return false;
+  } else if (!r.empty) {
+    for (bool more = true, first_page = true; more; first_page = false) {
+      auto page_tr = store.create_transaction();  // one short transaction per page
+      if (!first_page) page_tr.disable_read_cache();  // a long stream reads its blocks once
+      auto m = cursor.next_page(page_tr, call.ctx.stream_page_rows, rows);
+      if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
+      more = *m;
+      append_rows(rows);
+      if (!chunk.empty() && !co_await emit(chunk)) co_return false;
+    }
+  }
+  co_return co_await emit("\r\n]}");
+}
+
+MaybeResponse all_docs(Call& call, AllDocsKind kind) {
+  require_method(call, "GET,HEAD,POST");
+  const core::DbRef db = open_db_or_throw(call);
+  std::optional<Json> body;
+  if (call.is(beast_http::verb::post)) body = parse_json_object_body(call.req);
+  const Params params(call.query, body ? &*body : nullptr);
+  AllDocsRequest r = parse_all_docs(params, kind);
+  clamp_to_partition(r, call.partition);
+  if (call.is(beast_http::verb::head)) co_return raw_json_response(call.req, Status::ok, "");
+
+  if (!co_await call.stream.begin(stream_head(call.req))) co_return std::nullopt;
+  auto emit = [&](std::string_view s) { return call.stream.write(s); };
+  if (!co_await write_all_docs(call, db, r, emit)) co_return std::nullopt;
+  co_await call.stream.write("\n");
+  co_await call.stream.finish();
+  co_return std::nullopt;
+}
+
+// POST /{db}/_all_docs/queries (and _design_docs/_local_docs): {"queries":[{...},...]}.
+MaybeResponse all_docs_queries(Call& call, AllDocsKind kind) {
+  require_method(call, "POST");
+  const core::DbRef db = open_db_or_throw(call);
+  const Json body = parse_json_object_body(call.req);
+  if (!body.contains("queries") || !body["queries"].is_array())
+    throw_bad_request("`queries` member must be a array.");
+  std::vector<AllDocsRequest> requests;
+  const Query no_query;
+  for (const Json& q : body["queries"]) {
+    if (!q.is_object()) throw_bad_request("Each query must be a JSON object.");
+    // couch_mrview_http:parse_param reads a one-element `keys` of a query here as `key`: a
+    // range, so its answer has an offset and no not_found or deleted rows.
+    const auto keys = q.find("keys");
+    if (keys != q.end() && keys->is_array() && keys->size() == 1 && !q.contains("key") &&
+        !q.contains("startkey") && !q.contains("start_key") && !q.contains("endkey") &&
+        !q.contains("end_key")) {
+      Json single = q;
+      single.erase("keys");
+      single["key"] = (*keys)[0];
+      requests.push_back(parse_all_docs(Params(no_query, &single), kind));
+      clamp_to_partition(requests.back(), call.partition);
+      continue;
+    }
+    requests.push_back(parse_all_docs(Params(no_query, &q), kind));
+    clamp_to_partition(requests.back(), call.partition);
+  }
+  if (!co_await call.stream.begin(stream_head(call.req))) co_return std::nullopt;
+  if (!co_await call.stream.write("{\"results\":[\n")) co_return std::nullopt;
+  auto emit = [&](std::string_view s) { return call.stream.write(s); };
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (i > 0 && !co_await call.stream.write(",\n")) co_return std::nullopt;
+    if (!co_await write_all_docs(call, db, requests[i], emit)) co_return std::nullopt;
+  }
+  co_await call.stream.write("\n]}\n");
+  co_await call.stream.finish();
+  co_return std::nullopt;
+}
+
+// ---- _changes ----
+
+enum class Feed { normal, longpoll, continuous, eventsource };
+
+struct ChangesRequest {
+  core::ChangesQuery q;
+  Feed feed = Feed::normal;
+  std::optional<std::int64_t> heartbeat_ms;  // live feeds: send a newline this often
+  std::int64_t timeout_ms = 60'000;          // live feeds without heartbeat: give up after this
+};
+
+// fabric_view_changes accepts a sequence in double quotes too; that is how the JSON "id:" of an
+// eventsource event comes back in Last-Event-ID.
+std::string_view unquote_seq(std::string_view seq) {
+  if (seq.starts_with('"')) seq.remove_prefix(1);
+  if (seq.ends_with('"')) seq.remove_suffix(1);
+  return seq;
+}
+
+// mochiweb_util:unquote, which couch_changes applies to each part of a filter or view name:
+// %XX decoded, '+' is a space, anything else (a malformed escape too) kept.
+std::string unquote_name_part(std::string_view s) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out.push_back(' ');
+    } else if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+// "ddoc/name" as couch_changes:configure_filter splits it (string:tokens: empty parts dropped).
+std::vector<std::string> name_parts(std::string_view name) {
+  std::vector<std::string> parts;
+  while (!name.empty()) {
+    const std::size_t slash = name.find('/');
+    const std::string_view part = name.substr(0, slash);
+    if (!part.empty()) parts.push_back(unquote_name_part(part));
+    if (slash == std::string_view::npos) break;
+    name.remove_prefix(slash + 1);
+  }
+  return parts;
+}
+
+// Opens _design/<ddoc> and follows `section`.`member` in it, with CouchDB's answers
+// (couch_changes:open_ddoc and couch_util:get_nested_json_value): 404 "missing" or "deleted" for
+// the document, 404 "missing json key: <key>", or 404 "json_mismatch" when `section` is not an
+// object.
+void require_ddoc_member(storage::Transaction& tr, const core::DbRef& db, const std::string& ddoc,
+                         const std::string& section, const std::string& member) {
+  auto doc = core::get_doc_json(tr, db, "_design/" + ddoc, core::DocReadOptions{});
+  if (!doc.ok()) throw HttpError(core::storage_failure(doc.error()));
+  if (auto* e = std::get_if<core::CouchError>(&*doc)) throw HttpError(*e);
+  const Json body = Json::parse(std::get<std::string>(*doc));
+  const auto s = body.find(section);
+  if (s == body.end()) throw HttpError(404, "not_found", "missing json key: " + section);
+  if (!s->is_object()) throw HttpError(404, "not_found", "json_mismatch");
+  if (!s->contains(member)) throw HttpError(404, "not_found", "missing json key: " + member);
+}
+
+// A JavaScript filter on the feed, compiled before the feed starts (a compilation error is the
+// answer then; an error while the feed runs cuts the response off, as CouchDB's does).
+void set_js_filter(const Call& call, storage::Transaction& tr, const core::DbRef& db,
+                   const std::vector<std::string>& parts, core::JsChangesFilter::Kind kind,
+                   core::ChangesQuery& q) {
+  core::js::Engine& engine = js_engine(call);
+  auto f = std::make_shared<core::JsChangesFilter>(
+      engine, load_design_doc(tr, db, parts[0]), kind, parts[1],
+      kind == core::JsChangesFilter::Kind::filter ? js_request_object(call, std::nullopt).dump()
+                                                  : std::string("{}"));
+  if (auto e = f->check()) throw HttpError(*e);
+  q.doc_filter = std::move(f);
+}
+
+// couch_changes:configure_filter: the built-in filters, then "ddoc/name" (an empty name or one
+// of only slashes means no filter). JavaScript filters run in-process (core/index/filters.h).
+void configure_filter(const Call& call, const std::string& filter, const Params& p, const core::DbRef& db,
+                      storage::Transaction& tr, core::ChangesQuery& q) {
+  if (filter == "_doc_ids") {
+    std::optional<Json> ids = p.json("doc_ids");
+    if (!ids || !ids->is_array())
+      throw_bad_request("`doc_ids` filter parameter is not a list of doc ids.");
+    q.doc_ids.emplace();
+    for (const Json& id : *ids) {
+      if (!id.is_string())
+        throw_bad_request("`doc_ids` filter parameter is not a list of doc ids.");
+      q.doc_ids->push_back(id.get<std::string>());
+    }
+  } else if (filter == "_design") {
+    q.design_only = true;
+  } else if (filter == "_selector") {
+    std::optional<Json> sel = p.json("selector");
+    if (!sel) throw_bad_request("Selector must be specified in POST payload");
+    auto parsed = core::Selector::parse(*sel);
+    if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(*e);
+    q.selector = std::get<core::Selector>(std::move(parsed));
+  } else if (filter == "_view") {
+    const std::string view = p.string("view").value_or("");
+    if (view.empty()) throw_bad_request("`view` filter parameter is not provided.");
+    const auto parts = name_parts(view);
+    // One part, or more than two, is a 500 (case_clause) in CouchDB 3.5.
+    if (parts.size() != 2) throw_bad_request("`view` must be of the form `designname/viewname`");
+    require_ddoc_member(tr, db, parts[0], "views", parts[1]);
+    set_js_filter(call, tr, db, parts, core::JsChangesFilter::Kind::view, q);
+  } else if (filter.starts_with('_')) {
+    throw_bad_request("unknown builtin filter name");
+  } else if (!filter.empty()) {
+    const auto parts = name_parts(filter);
+    if (parts.empty()) return;
+    if (parts.size() != 2)
+      throw_bad_request("`filter` must be of the form `designname/filtername`");
+    require_ddoc_member(tr, db, parts[0], "filters", parts[1]);
+    set_js_filter(call, tr, db, parts, core::JsChangesFilter::Kind::filter, q);
+  }
+}
+
+ChangesRequest parse_changes(const Call& call, const Json* body, const core::DbRef& db,
+                             storage::Transaction& tr) {
+  const Params p(call.query, body);
+  ChangesRequest r;
+  core::ChangesQuery& q = r.q;
+  const std::string feed = p.string("feed").value_or("normal");
+  if (feed == "normal") {
+    r.feed = Feed::normal;
+  } else if (feed == "longpoll") {
+    r.feed = Feed::longpoll;
+  } else if (feed == "continuous" || feed == "live") {
+    r.feed = Feed::continuous;
+  } else if (feed == "eventsource") {
+    r.feed = Feed::eventsource;
+  } else {
+    throw_bad_request("Supported `feed` types: normal, continuous, live, longpoll, eventsource");
+  }
+  // couch_changes:get_changes_timeout: both are capped by [chttpd] changes_timeout.
+  const std::int64_t max_ms = call.ctx.changes_timeout_ms;
+  r.timeout_ms = max_ms;
+  if (auto t = p.string("timeout")) {
+    // CouchDB answers 500 badarg for what is not an integer ("1e3", "1.5"); Chaise says 400.
+    auto v = integer_param_saturating(*t);
+    if (!v || *v < 0) throw_bad_request("Invalid timeout value: " + *t);
+    r.timeout_ms = std::min(*v, max_ms);
+  }
+  if (auto h = p.string("heartbeat")) {
+    if (*h == "true") {
+      r.heartbeat_ms = max_ms;
+    } else {
+      auto v = integer_param_saturating(*h);
+      if (!v)
+        throw_bad_request(
+            "Invalid heartbeat value. Expecting a positive integer value (in milliseconds).");
+      if (*v <= 0)
+        throw_bad_request("The heartbeat value should be a positive integer (in milliseconds).");
+      r.heartbeat_ms = std::min(*v, max_ms);
+    }
+  }
+  std::optional<std::string> since = p.string("since");
+  // A browser's EventSource reconnects with the id of the last event it got (chttpd_db
+  // parse_changes_query: it overrides `since`).
+  if (const auto last_event_id = call.req["Last-Event-ID"];
+      r.feed == Feed::eventsource && !last_event_id.empty())
+    since = std::string(last_event_id);
+  if (since) {
+    if (*since == "now") {
+      auto s = core::update_seq(tr, db);
+      if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+      q.since = *s;
+    } else {
+      auto s = core::Sequence::parse(unquote_seq(*since));
+      if (!s) throw_bad_request("Malformed sequence supplied in 'since' parameter.");
+      q.since = *s;
+    }
+  }
+  q.descending = p.boolean("descending", false);
+  if (auto l = p.non_negative("limit")) q.limit = *l;
+  const std::string style = p.string("style").value_or("main_only");
+  if (style != "main_only" && style != "all_docs")
+    throw_bad_request("Invalid `style` parameter value: " + style);
+  q.all_docs_style = style == "all_docs";
+  q.include_docs = p.boolean("include_docs", false);
+  q.conflicts = p.boolean("conflicts", false);
+  q.attachments = p.boolean("attachments", false);
+  q.att_encoding_info = p.boolean("att_encoding_info", false);
+  if (auto si = p.string("seq_interval")) {
+    std::int64_t n = 0;
+    try {
+      n = std::stoll(*si);
+    } catch (const std::exception&) {
+      n = 0;
+    }
+    if (n <= 0) throw_bad_request("invalid_seq_interval");
+    q.seq_interval = n;
+  }
+  if (auto filter = p.string("filter")) configure_filter(call, *filter, p, db, tr, q);
+  return r;
+}
+
+// The "seq" of a serialized change row ({"seq":<seq>, ...}) as JSON: a quoted sequence or null.
+// (Sequences are hex digits: no escapes inside the quotes.)
+std::string_view row_seq_json(std::string_view row) {
+  constexpr std::string_view kPrefix = "{\"seq\":";
+  if (!row.starts_with(kPrefix)) return "null";
+  row.remove_prefix(kPrefix.size());
+  if (!row.starts_with('"')) return "null";
+  return row.substr(0, row.find('"', 1) + 1);
+}
+
+// Frames rows of one feed type.
+class FeedWriter {
+ public:
+  FeedWriter(ResponseStream& stream, Feed feed) : stream_(stream), feed_(feed) {}
+
+  boost::asio::awaitable<bool> open() {
+    if (feed_ == Feed::normal || feed_ == Feed::longpoll) co_return co_await stream_.write("{\"results\":[\n");
+    co_return true;
+  }
+  boost::asio::awaitable<bool> rows(std::vector<std::string>& rows) {
+    chunk_.clear();
+    for (std::string& row : rows) {
+      switch (feed_) {
+        case Feed::normal:
+        case Feed::longpoll:
+          if (!first_) chunk_ += ",\n";
+          chunk_ += row;
+          break;
+        case Feed::continuous:
+          chunk_ += row;
+          chunk_ += "\n";
+          break;
+        case Feed::eventsource:
+          // The id is the seq as JSON, as CouchDB writes it: "id: \"<seq>\"" or "id: null".
+          chunk_ += "data: ";
+          chunk_ += row;
+          chunk_ += "\nid: ";
+          chunk_ += row_seq_json(row);
+          chunk_ += "\n\n";
+          break;
+      }
+      first_ = false;
+    }
+    rows.clear();
+    if (chunk_.empty()) co_return true;
+    sent_ = true;
+    rows_since_wait_ = true;
+    if (!co_await stream_.write(chunk_)) co_return false;
+    // Live feeds deliver each batch as soon as it exists.
+    if (feed_ != Feed::normal) co_return co_await stream_.flush();
+    co_return true;
+  }
+  // The feed is about to wait for changes. CouchDB (chttpd_db changes_callback
+  // waiting_for_updates) sends an eventsource feed that has sent nothing yet a lone newline.
+  // Returns whether to send that newline (newline()) first.
+  bool waiting() {
+    rows_since_wait_ = false;
+    if (feed_ != Feed::eventsource || sent_) return false;
+    sent_ = true;
+    return true;
+  }
+  boost::asio::awaitable<bool> newline() {
+    // (A named view, not a literal in the co_await expression: GCC 12 miscompiles that.)
+    const std::string_view text = "\n";
+    if (!co_await stream_.write(text)) co_return false;
+    co_return co_await stream_.flush();
+  }
+  boost::asio::awaitable<bool> heartbeat() {
+    // (Kept out of the co_await expression: GCC 12 miscompiles a conditional there.)
+    std::string_view beat = "\n";
+    if (feed_ == Feed::eventsource) beat = "event: heartbeat\ndata: \n\n";
+    sent_ = true;
+    if (!co_await stream_.write(beat)) co_return false;
+    co_return co_await stream_.flush();
+  }
+  // `topology_changed`: a shard feed reached the end of a replaced shard (RFC 004); the consumer
+  // reads GET /{db}/_changes/_meta?since=<last_seq> and moves to the new shards.
+  boost::asio::awaitable<bool> close(const core::Sequence& last_seq, std::int64_t pending,
+                                     bool topology_changed) {
+    std::string tail_fields = "\"last_seq\":" + core::json_string(last_seq.str()) +
+                              ",\"pending\":" + std::to_string(pending);
+    if (topology_changed) tail_fields += ",\"topology_changed\":true";
+    tail_fields += "}\n";
+    switch (feed_) {
+      case Feed::normal:
+      case Feed::longpoll:
+        if (!co_await stream_.write("\n],\n" + tail_fields)) co_return false;
+        break;
+      case Feed::continuous:
+        if (!co_await stream_.write("{" + tail_fields)) co_return false;
+        break;
+      case Feed::eventsource:
+        // CouchDB sends no last_seq event: the stream just ends, with a newline when rows came
+        // since the feed last waited (a feed that timed out ends right after what it sent).
+        if (topology_changed && !co_await stream_.write("event: topology_changed\ndata: {" + tail_fields + "\n"))
+          co_return false;
+        if (!topology_changed && rows_since_wait_) {
+          const std::string_view text = "\n";  // (named: see newline())
+          if (!co_await stream_.write(text)) co_return false;
+        }
+        break;
+    }
+    co_return co_await stream_.finish();
+  }
+
+ private:
+  ResponseStream& stream_;
+  Feed feed_;
+  bool first_ = true;
+  bool sent_ = false;             // anything written after the head
+  bool rows_since_wait_ = false;  // rows written since the last waiting()
+  std::string chunk_;
+};
+
+// What a live feed waits on between reads: a wake-up from the notifier, its heartbeat/timeout
+// timer, or the client going away. Shared with callbacks that may outlive one wait.
+struct FeedWait {
+  explicit FeedWait(boost::asio::any_io_executor ex) : timer(ex) {}
+  boost::asio::steady_timer timer;
+  bool woken = false;
+  bool closed = false;
+};
+
+// The ETag of a normal feed (CouchDB sends one, and answers If-None-Match with 304). CouchDB
+// derives it from the database info alone; Chaise's covers what decides the answer: the database,
+// its update_seq, the request (query string and body), and for one shard's feed the shard maps
+// (a reshard can set topology_changed without a new change).
+std::string changes_etag(const Call& call, const core::DbRef& db, storage::Transaction& tr,
+                         const std::vector<core::ShardMap>* maps) {
+  auto seq = core::update_seq(tr, db);
+  if (!seq.ok()) throw HttpError(core::storage_failure(seq.error()));
+  EtagBuilder etag;
+  etag.add(db.name).add(seq->str()).add(call.req.target()).add(call.req.body());
+  if (maps) {
+    etag.add(std::to_string(maps->size()));
+    for (const core::ShardMap& m : *maps) etag.add(m.start.str()).add(m.tombstone ? "t" : "f");
+  }
+  return etag.str();
+}
+
+MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
+  require_method(call, "GET,HEAD,POST");
+  const core::DbRef db = open_db_or_throw(call);
+  std::optional<Json> body;
+  if (call.is(beast_http::verb::post)) body = parse_json_object_body(call.req);
+  storage::Database& store = call.store();
+  ChangesRequest r;
+  std::optional<std::string> etag;
+  {
+    auto tr = store.create_transaction();
+    r = parse_changes(call, body ? &*body : nullptr, db, tr);
+    std::optional<std::vector<core::ShardMap>> maps;
+    if (shard) {
+      auto m = core::read_shard_maps(tr, db, storage::Snapshot::yes);
+      if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
+      auto ids = core::all_shards(*m);
+      if (std::find(ids.begin(), ids.end(), *shard) == ids.end())
+        throw HttpError(404, "not_found", "No such changes shard: " + std::to_string(*shard));
+      r.q.shard = shard;
+      maps = std::move(*m);
+    }
+    if (r.feed == Feed::normal) etag = changes_etag(call, db, tr, maps ? &*maps : nullptr);
+  }
+  if (etag && if_none_match_has(call.req, *etag)) co_return not_modified_response(call.req, *etag);
+  const std::optional<FeedGauge> feed_gauge =
+      r.feed == Feed::normal ? std::nullopt : std::make_optional<FeedGauge>(call.ctx.metrics);
+  if (call.is(beast_http::verb::head)) {
+    // (Not named like `head` below: GCC 12 gives same-named locals of a coroutine one frame slot.)
+    Response answer = raw_json_response(call.req, Status::ok, "");
+    if (etag) answer.set(beast_http::field::etag, *etag);
+    co_return answer;
+  }
+  const bool live = r.feed != Feed::normal;
+  if (live && !call.ctx.notifier) throw_bad_request("live feeds are not enabled");
+
+  Response head = stream_head(call.req);
+  if (etag) head.set(beast_http::field::etag, *etag);
+  if (r.feed == Feed::eventsource) {
+    head.set(beast_http::field::content_type, "text/event-stream");
+    head.set(beast_http::field::cache_control, "no-cache");
+  }
+  FeedWriter out(call.stream, r.feed);
+  // The head goes out with the first rows (or when the feed first waits or ends), so that a filter
+  // that fails on the first page still gets its error answer, as in CouchDB.
+  bool started = false;
+
+  auto executor = co_await boost::asio::this_coro::executor;
+  auto wait = std::make_shared<FeedWait>(executor);
+  if (live) {
+    call.stream.watch_peer([wait] {
+      wait->closed = true;
+      wait->timer.cancel();
+    });
+  }
+  core::Sequence since = r.q.since;
+  std::int64_t emitted = 0;
+  std::optional<core::ChangesCursor> last_cursor;
+  std::vector<std::string> rows;
+  for (;;) {
+    core::ChangesQuery q = r.q;
+    q.since = since;
+    if (r.q.limit >= 0) q.limit = r.q.limit - emitted;
+    q.rows_sent_before = emitted;
+    last_cursor.emplace(db, std::move(q));
+    core::ChangesCursor& cursor = *last_cursor;
+    std::int64_t counter = 0;
+    for (bool more = true, first_page = true; more; first_page = false) {
+      auto page_tr = store.create_transaction();
+      if (!first_page) page_tr.disable_read_cache();  // a long stream reads its blocks once
+      auto m = cursor.next_page(page_tr, call.ctx.stream_page_rows, rows);
+      if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
+      more = *m;
+      if (live) {
+        // Read with the page, in its snapshot: the notifier wakes us for anything after it.
+        auto c = core::read_update_counter(page_tr, db);
+        if (!c.ok()) throw HttpError(core::storage_failure(c.error()));
+        counter = *c;
+      }
+      if (!started && r.q.doc_filter && r.q.doc_filter->failed())
+        throw HttpError(*r.q.doc_filter->failed());
+      if (!started) {
+        started = true;
+        if (!co_await call.stream.begin(std::move(head))) co_return std::nullopt;
+        if (!co_await out.open()) co_return std::nullopt;
+      }
+      if (!co_await out.rows(rows)) co_return std::nullopt;
+      if (r.q.doc_filter && r.q.doc_filter->failed()) {
+        const core::CouchError& e = *r.q.doc_filter->failed();
+        spdlog::warn("_changes of {}: the filter failed, response cut off: {}: {}", db.name,
+                     e.error, e.reason);
+        co_return std::nullopt;  // the response ends without its last chunk
+      }
+    }
+    if (!r.q.descending) since = cursor.last_seq();
+    emitted += cursor.emitted();
+    if (!live || (r.q.limit >= 0 && emitted >= r.q.limit) || r.q.descending) break;
+    if (cursor.topology_changed()) break;  // a replaced shard never gets new changes
+    if (r.feed == Feed::longpoll && emitted > 0) break;
+
+    // Nothing (more) to send: wait for the database to change.
+    bool newline_sent = true;
+    if (out.waiting()) newline_sent = co_await out.newline();
+    if (!newline_sent) co_return std::nullopt;
+    wait->woken = false;
+    auto waiter = call.ctx.notifier->wait(db, counter, [wait, executor] {
+      boost::asio::post(executor, [wait] {
+        wait->woken = true;
+        wait->timer.cancel();
+      });
+    });
+    bool timed_out = false;
+    const auto started = std::chrono::steady_clock::now();
+    for (;;) {
+      const auto interval = std::chrono::milliseconds(r.heartbeat_ms.value_or(r.timeout_ms));
+      wait->timer.expires_after(interval);
+      if (!wait->woken && !wait->closed) {
+        boost::system::error_code ec;
+        co_await wait->timer.async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ec));
+      }
+      if (wait->closed) co_return std::nullopt;  // the client left: free the feed now
+      if (wait->woken) break;
+      if (r.heartbeat_ms) {
+        if (!co_await out.heartbeat()) co_return std::nullopt;
+        continue;
+      }
+      if (std::chrono::steady_clock::now() - started >= std::chrono::milliseconds(r.timeout_ms)) {
+        timed_out = true;
+        break;
+      }
+    }
+    if (timed_out) break;
+  }
+  auto last_tr = store.create_transaction();
+  auto pending = last_cursor->pending(last_tr);
+  if (!pending.ok()) throw HttpError(core::storage_failure(pending.error()));
+  const core::Sequence last_seq = r.q.descending ? last_cursor->last_seq() : since;
+  co_await out.close(last_seq, *pending, last_cursor->topology_changed());
+  co_return std::nullopt;
+}
+
+Json shard_ids_json(const std::vector<std::int64_t>& ids) {
+  Json a = Json::array();
+  for (std::int64_t id : ids) a.push_back(id);
+  return a;
+}
+
+// GET /{db}/_changes/_meta?since=S: the shard topology in force at S and every later one.
+// PUT /{db}/_changes/_meta {"shards": N}: reshard from this sequence on (earlier entries stay).
+MaybeResponse changes_meta(Call& call) {
+  require_method(call, "GET,HEAD,PUT");
+  const core::DbRef db = open_db_or_throw(call);
+  if (call.is(beast_http::verb::put)) {
+    require_db_admin(call);  // resharding changes every feed consumer's topology
+    const Json body = parse_json_object_body(call.req);
+    if (!body.contains("shards") || !body["shards"].is_number_integer())
+      throw_bad_request("`shards` must be an integer");
+    const std::int64_t n = body["shards"].get<std::int64_t>();
+    std::optional<core::Outcome<std::vector<std::int64_t>>> result;
+    storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+      auto r = core::reshard(tr, db, static_cast<int>(std::clamp<std::int64_t>(n, -1, 1'000'000)));
+      if (!r.ok()) return r.error();
+      result = std::move(*r);
+      return {};
+    });
+    if (!s.ok()) co_return storage_error_response(call.req, s.error());
+    if (auto* e = std::get_if<core::CouchError>(&*result)) throw HttpError(*e);
+    co_return json_response(call.req, Status::ok,
+                            Json{{"ok", true},
+                                 {"shards", shard_ids_json(std::get<std::vector<std::int64_t>>(*result))}});
+  }
+  auto tr = call.store().create_transaction();
+  core::Sequence since;
+  if (auto v = call.query.get("since")) {
+    if (*v == "now") {
+      auto u = core::update_seq(tr, db);
+      if (!u.ok()) throw HttpError(core::storage_failure(u.error()));
+      since = *u;
+    } else {
+      auto parsed = core::Sequence::parse(*v);
+      if (!parsed) throw_bad_request("Malformed sequence supplied in 'since' parameter.");
+      since = *parsed;
+    }
+  }
+  auto maps = core::read_shard_maps(tr, db, storage::Snapshot::yes);
+  if (!maps.ok()) throw HttpError(core::storage_failure(maps.error()));
+  const core::ShardMap& in_force = core::map_for(*maps, since);
+  Json topology = Json::array();
+  bool started = false;
+  for (const core::ShardMap& m : *maps) {
+    started = started || &m == &in_force;
+    if (!started) continue;
+    topology.push_back({{"start_seq", m.start.str()},
+                        {"hash", m.scheme},
+                        {"shards", shard_ids_json(m.shards)},
+                        {"tombstone", m.tombstone}});
+  }
+  co_return json_response(call.req, Status::ok,
+                          Json{{"since", since.str()},
+                               {"shards", shard_ids_json(in_force.shards)},
+                               {"topology", std::move(topology)}});
+}
+
+}  // namespace
+
+MaybeResponse handle_cursors(Call& call) {
+  const std::string& view = call.path.at(1);
+  const AllDocsKind kind = view == "_design_docs"  ? AllDocsKind::design_docs
+                           : view == "_local_docs" ? AllDocsKind::local_docs
+                                                   : AllDocsKind::all_docs;
+  if (view == "_changes") {
+    if (call.path.size() == 2) co_return co_await changes(call, std::nullopt);
+    if (call.path.size() != 3) throw HttpError(404, "not_found", "missing");
+    if (call.path[2] == "_meta") co_return co_await changes_meta(call);
+    std::int64_t shard = -1;
+    const std::string& text = call.path[2];
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), shard);
+    if (ec != std::errc() || p != text.data() + text.size() || shard < 0)
+      throw HttpError(404, "not_found", "No such changes shard: " + text);
+    co_return co_await changes(call, shard);
+  }
+  if (call.path.size() == 2) co_return co_await all_docs(call, kind);
+  if (call.path.size() == 3 && call.path[2] == "queries") co_return co_await all_docs_queries(call, kind);
+  throw HttpError(404, "not_found", "missing");
+}
+
+}  // namespace chaise::http

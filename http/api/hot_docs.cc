@@ -1,0 +1,172 @@
+#include "http/api/hot_docs.h"
+
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <chrono>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "core/db/txid_janitor.h"
+#include "http/api/txn.h"
+
+namespace chaise::http {
+
+using Result = storage::Result<core::Outcome<core::RevId>>;
+
+struct HotDocs::Waiter {
+  core::DocStep step;
+  std::mutex mu;
+  Result result{storage::Error::io_error};  // guarded by mu until done
+  bool done = false;                        // guarded by mu
+  std::function<void()> resume;             // guarded by mu: set while the caller waits
+
+  void finish(Result r) {
+    std::function<void()> go;
+    {
+      std::lock_guard lock(mu);
+      result = std::move(r);
+      done = true;
+      go = std::move(resume);
+    }
+    if (go) go();
+  }
+};
+
+struct HotDocs::Queue {
+  std::deque<std::shared_ptr<Waiter>> pending;  // guarded by HotDocs::mu_
+  bool leading = false;                         // guarded by HotDocs::mu_
+};
+
+namespace {
+
+// Resumes the awaiting coroutine on its own executor once `w` is done (at once if it already is).
+template <typename W, typename Token>
+auto async_wait_done(std::shared_ptr<W> w, Token&& token) {
+  return boost::asio::async_initiate<Token, void()>(
+      [w](auto handler) {
+        auto executor = boost::asio::get_associated_executor(handler);
+        auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+        std::function<void()> resume = [shared, executor] {
+          boost::asio::post(executor, [shared]() mutable { (*shared)(); });
+        };
+        std::unique_lock lock(w->mu);
+        if (w->done) {
+          lock.unlock();
+          resume();
+        } else {
+          w->resume = std::move(resume);
+        }
+      },
+      token);
+}
+
+}  // namespace
+
+boost::asio::awaitable<Result> HotDocs::update(storage::Database& store, core::TxIdJanitor* janitor,
+                                               std::string db_name, std::string id,
+                                               core::DocStep step) {
+  auto w = std::make_shared<Waiter>();
+  w->step = std::move(step);
+  std::string key = db_name;
+  key += '\0';
+  key += id;
+  std::shared_ptr<Queue> q;
+  bool start = false;
+  {
+    std::lock_guard lock(mu_);
+    auto& slot = queues_[key];
+    if (!slot) slot = std::make_shared<Queue>();
+    q = slot;
+    q->pending.push_back(w);
+    if (!q->leading) q->leading = start = true;
+  }
+  if (start) {
+    boost::asio::co_spawn(
+        co_await boost::asio::this_coro::executor,
+        lead(store, janitor, std::move(db_name), std::move(id), std::move(key), q),
+        boost::asio::detached);
+  }
+  co_await async_wait_done(w, boost::asio::use_awaitable);
+  std::lock_guard lock(w->mu);
+  co_return std::move(w->result);
+}
+
+boost::asio::awaitable<void> HotDocs::lead(storage::Database& store, core::TxIdJanitor* janitor,
+                                           std::string db_name, std::string id, std::string key,
+                                           std::shared_ptr<Queue> q) {
+  // Keeps the HotDocs alive while groups are in flight.
+  auto self = shared_from_this();
+  std::optional<core::DocStepBatch::Cache> cache;
+  std::size_t last_group = 0;
+  boost::asio::steady_timer linger(co_await boost::asio::this_coro::executor);
+  for (;;) {
+    // The callers of the group just answered send their next update within a round trip.
+    // Starting the next group before they are back splits them over two commits (each caller
+    // then waits for two), so wait for them a little: until as many are queued as the last group
+    // had, at most kLingerPolls * kLingerPoll.
+    for (int i = 0; i < kLingerPolls && last_group > 1; ++i) {
+      {
+        std::lock_guard lock(mu_);
+        if (q->pending.size() >= last_group) break;
+      }
+      linger.expires_after(kLingerPoll);
+      co_await linger.async_wait(boost::asio::use_awaitable);
+    }
+    std::vector<std::shared_ptr<Waiter>> group;
+    {
+      std::lock_guard lock(mu_);
+      if (q->pending.empty()) {
+        q->leading = false;
+        if (auto it = queues_.find(key); it != queues_.end() && it->second == q) queues_.erase(it);
+        co_return;
+      }
+      while (!q->pending.empty() && group.size() < core::DocStepBatch::kStepsPerTransactionMax) {
+        group.push_back(std::move(q->pending.front()));
+        q->pending.pop_front();
+      }
+    }
+    last_group = group.size();
+    std::vector<core::DocStep> steps;
+    steps.reserve(group.size());
+    for (const auto& w : group) steps.push_back(std::move(w->step));
+    core::DocStepBatch batch(db_name, id, std::move(steps), std::move(cache), js_);
+    storage::Status s =
+        co_await run_txn(store, [&](storage::Transaction& tr) { return batch(tr); });
+    cache.reset();
+    if (s.ok()) {
+      if (janitor != nullptr && !batch.tx_key().empty()) janitor->committed(batch.tx_key());
+      cache = batch.take_cache();
+      std::lock_guard lock(mu_);
+      updates_ += group.size();
+      ++groups_;
+    }
+    for (std::size_t i = 0; i < group.size(); ++i) {
+      if (!s.ok()) {
+        group[i]->finish(Result(s.error()));
+      } else if (batch.db_missing()) {
+        group[i]->finish(Result(core::Outcome<core::RevId>(core::db_not_found())));
+      } else {
+        group[i]->finish(Result(batch.results()[i]));
+      }
+    }
+  }
+}
+
+std::size_t HotDocs::updates() const {
+  std::lock_guard lock(mu_);
+  return updates_;
+}
+
+std::size_t HotDocs::groups() const {
+  std::lock_guard lock(mu_);
+  return groups_;
+}
+
+}  // namespace chaise::http

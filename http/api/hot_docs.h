@@ -1,0 +1,66 @@
+// http/api/hot_docs.h — the per-document group commit behind PATCH (hot documents, seed 001).
+//
+// Updates of one document queue in this process. One leader coroutine per document with queued
+// updates takes everything queued (up to DocStepBatch::kStepsPerTransactionMax), applies it in
+// order to the latest revision inside one transaction (core::DocStepBatch, which keeps the last
+// body in memory for the next group) and commits; while it commits, new updates queue for the
+// next group. Every caller resumes with its own revision only after the commit holding it is
+// durable. So concurrent updates of one document never conflict with each other, and their rate
+// is bounded by how many fit in a group rather than by one commit per update.
+//
+// Thread-safe; callers may come from any executor. The leader runs on the executor of the caller
+// that found no leader.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "core/batch/doc_batches.h"
+#include "core/docs/documents.h"
+#include "storage/database.h"
+
+namespace chaise::core {
+class TxIdJanitor;
+}
+
+namespace chaise::http {
+
+class HotDocs : public std::enable_shared_from_this<HotDocs> {
+ public:
+  // `js`: the engine synchronous JavaScript indexes run in (core/index/sync_index.h); may be null.
+  explicit HotDocs(core::js::Engine* js = nullptr) : js_(js) {}
+
+  // Runs `step` on document `id` of database `db_name` in the next group; resumes with its
+  // outcome (404 for a missing database) once that group committed, or with the storage error
+  // that ended it. `janitor` (may be null) gets the group's transaction id once committed.
+  boost::asio::awaitable<storage::Result<core::Outcome<core::RevId>>> update(
+      storage::Database& store, core::TxIdJanitor* janitor, std::string db_name, std::string id,
+      core::DocStep step);
+
+  // Updates committed so far, and the groups (transactions) they took.
+  std::size_t updates() const;
+  std::size_t groups() const;
+
+ private:
+  struct Waiter;
+  struct Queue;
+  boost::asio::awaitable<void> lead(storage::Database& store, core::TxIdJanitor* janitor,
+                                    std::string db_name, std::string id, std::string key,
+                                    std::shared_ptr<Queue> q);
+
+  static constexpr int kLingerPolls = 12;
+  static constexpr std::chrono::microseconds kLingerPoll{25};
+
+  core::js::Engine* js_ = nullptr;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<Queue>> queues_;  // guarded by mu_
+  std::size_t updates_ = 0;                                         // guarded by mu_
+  std::size_t groups_ = 0;                                          // guarded by mu_
+};
+
+}  // namespace chaise::http

@@ -1,0 +1,152 @@
+#include "http/api/js_request.h"
+
+#include <random>
+
+#include "core/index/cursors.h"
+#include "core/docs/documents.h"
+
+namespace chaise::http {
+
+namespace {
+
+std::string random_uuid() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(32, '0');
+  for (char& c : out) c = kHex[rng() & 15];
+  return out;
+}
+
+// application/x-www-form-urlencoded: "a=1&b=x+y" -> {"a":"1","b":"x y"}.
+Json form_fields(std::string_view body) {
+  Json out = Json::object();
+  Query q = Query::parse("/?" + std::string(body));
+  for (const auto& [k, v] : q.params()) {
+    std::string value = v;
+    for (char& c : value)
+      if (c == '+') c = ' ';
+    out[k] = value;
+  }
+  return out;
+}
+
+Json cookies(const Request& req) {
+  Json out = Json::object();
+  auto it = req.find(beast_http::field::cookie);
+  if (it == req.end()) return out;
+  std::string_view rest = it->value();
+  while (!rest.empty()) {
+    std::size_t semi = rest.find(';');
+    std::string_view item = rest.substr(0, semi);
+    rest = semi == std::string_view::npos ? std::string_view{} : rest.substr(semi + 1);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0) continue;
+    out[std::string(item.substr(0, eq))] = std::string(item.substr(eq + 1));
+  }
+  return out;
+}
+
+}  // namespace
+
+Json js_request_object(const Call& call, const std::optional<std::string>& doc_id) {
+  Json req = Json::object();
+  const std::string db = call.path.empty() ? std::string() : call.path[0];
+  req["info"] = Json{{"db_name", db}};
+  req["id"] = doc_id ? Json(*doc_id) : Json(nullptr);
+  req["uuid"] = random_uuid();
+  req["method"] = std::string(call.req.method_string());
+  req["requested_path"] = call.path;
+  req["path"] = call.path;
+  const std::string target(call.req.target());
+  req["raw_path"] = target;
+  Json query = Json::object();
+  for (const auto& [k, v] : call.query.params())
+    if (!query.contains(k)) query[k] = v;
+  req["query"] = query;
+  Json headers = Json::object();
+  for (const auto& h : call.req) headers[std::string(h.name_string())] = std::string(h.value());
+  req["headers"] = headers;
+  const std::string& body = call.req.body();
+  req["body"] = body.empty() ? std::string("undefined") : body;
+  req["peer"] = call.stream.peer_address();
+  auto ct = call.req.find(beast_http::field::content_type);
+  const bool form = ct != call.req.end() &&
+                    ct->value().starts_with("application/x-www-form-urlencoded");
+  req["form"] = form ? form_fields(body) : Json::object();
+  req["cookie"] = cookies(call.req);
+  Json user = Json::object();
+  user["db"] = db;
+  user["name"] = call.user.name ? Json(*call.user.name) : Json(nullptr);
+  user["roles"] = call.user.roles;
+  req["userCtx"] = user;
+  req["secObj"] = call.security->raw;
+  return req;
+}
+
+std::vector<std::pair<std::string, Json>> read_design_doc_bodies(const Call& call,
+                                                                 const core::DbRef& db) {
+  auto tr = call.store().create_transaction();
+  core::AllDocsQuery q;
+  q.kind = core::AllDocsKind::design_docs;
+  q.include_docs = true;
+  core::AllDocsCursor cursor(db, q);
+  std::vector<std::string> rows;
+  for (bool more = true; more;) {
+    auto m = cursor.next_page(tr, 1000, rows);
+    if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
+    more = *m;
+    if (rows.size() > 10'000) throw HttpError(500, "unknown_error", "too many design documents");
+  }
+  std::vector<std::pair<std::string, Json>> out;
+  for (const std::string& row : rows) {
+    Json r = Json::parse(row, nullptr, false);
+    if (!r.is_object() || !r.contains("doc") || !r["doc"].is_object()) continue;
+    out.emplace_back(r["id"].get<std::string>(), std::move(r["doc"]));
+  }
+  return out;
+}
+
+core::js::DesignDoc load_design_doc(storage::Transaction& tr, const core::DbRef& db,
+                                    const std::string& name) {
+  const std::string id = "_design/" + name;
+  auto doc = core::get_doc_json(tr, db, id, core::DocReadOptions{});
+  if (!doc.ok()) throw HttpError(core::storage_failure(doc.error()));
+  if (auto* e = std::get_if<core::CouchError>(&*doc)) throw HttpError(*e);
+  const std::string& json = std::get<std::string>(*doc);
+  auto parsed = Json::parse(json, nullptr, false);
+  const std::string rev = parsed.is_object() ? parsed.value("_rev", "") : "";
+  return core::js::DesignDoc{std::to_string(db.id) + '\0' + id + '\0' + rev, json};
+}
+
+std::optional<core::CouchError> check_design_functions(const Call& call, std::string_view id,
+                                                       const Json& doc) {
+  if (!call.ctx.js || !id.starts_with("_design/") || !doc.is_object()) return std::nullopt;
+  if (doc.value("_deleted", false) == true) return std::nullopt;
+  const auto lang = doc.find("language");
+  if (lang != doc.end() && !(lang->is_string() && *lang == "javascript")) return std::nullopt;
+  const auto views = doc.find("views");
+  if (views == doc.end() || !views->is_object()) return std::nullopt;
+  for (auto it = views->begin(); it != views->end(); ++it) {
+    if (it.key() == "lib" || !it.value().is_object()) continue;
+    for (const char* part : {"map", "reduce"}) {
+      const auto f = it.value().find(part);
+      if (f == it.value().end() || !f->is_string()) continue;
+      const std::string& source = f->get_ref<const std::string&>();
+      if (std::string_view(part) == "reduce" && source.starts_with("_")) continue;
+      auto r = call.ctx.js->compiles(source);
+      if (auto* e = std::get_if<core::js::JsError>(&r))
+        return core::CouchError{400, "compilation_error",
+                                std::string("Compilation of the ") + part + " function in the '" +
+                                    it.key() + "' view failed: " + e->reason};
+    }
+  }
+  return std::nullopt;
+}
+
+core::js::Engine& js_engine(const Call& call) {
+  if (!call.ctx.js) throw HttpError(500, "unknown_error", "no JavaScript engine in this server");
+  return *call.ctx.js;
+}
+
+}  // namespace chaise::http

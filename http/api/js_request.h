@@ -1,0 +1,48 @@
+// http/api/js_request.h — the request object design-document functions receive (filters, update
+// handlers), shaped like CouchDB's chttpd_external:json_req_obj.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <boost/asio/awaitable.hpp>
+
+#include "core/js/js.h"
+#include "core/index/view_index.h"
+#include "http/api/request.h"
+
+namespace chaise::http {
+
+// {"info":{"db_name":..},"id":..,"uuid":..,"method":..,"requested_path":[..],"path":[..],
+//  "raw_path":..,"query":{..},"headers":{..},"body":..,"peer":..,"form":{..},"cookie":{..},
+//  "userCtx":{"db","name","roles"},"secObj":{..}}. `body` is the request body text, "undefined"
+// when there is none (as CouchDB sends it); `form` the decoded body of a form POST.
+Json js_request_object(const Call& call, const std::optional<std::string>& doc_id);
+
+// The design document `_design/<name>` of the opened database as the JS engine wants it (its key
+// names the database and the revision, so a new revision compiles afresh). 404 as CouchDB.
+// Every design document of `db` as (id, body), read in one transaction; 500 unknown_error
+// past 10,000 of them (a bound on what one request holds in memory).
+std::vector<std::pair<std::string, Json>> read_design_doc_bodies(const Call& call,
+                                                                 const core::DbRef& db);
+
+core::js::DesignDoc load_design_doc(storage::Transaction& tr, const core::DbRef& db,
+                                    const std::string& name);
+
+// CouchDB compiles a JavaScript design document's view functions when it is written
+// (couch_mrview:validate): 400 compilation_error "Compilation of the map function in the 'v'
+// view failed: <reason>" (reduce likewise; built-in reduces are not compiled). Other functions
+// (validate_doc_update, filters, updates) compile when first used, as in CouchDB. nullopt for
+// other documents, deletions, other languages, or a server without an engine.
+std::optional<core::CouchError> check_design_functions(const Call& call, std::string_view id,
+                                                       const Json& doc);
+
+// Brings a view index (JavaScript or Mango) up to date with the database, one bounded build
+// step per transaction (http/api/view.cc). Throws the step's CouchError.
+boost::asio::awaitable<void> build_index(const Call& call, const core::DbRef& db,
+                                         const core::ViewGroup& g);
+
+// The engine, or 500 when the server runs without one (router unit tests).
+core::js::Engine& js_engine(const Call& call);
+
+}  // namespace chaise::http

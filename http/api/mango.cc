@@ -1,0 +1,767 @@
+// Mango: POST /{db}/_find, POST /{db}/_explain, GET|POST /{db}/_index,
+// DELETE /{db}/_index/{ddoc}/json/{name} (CouchDB 3: mango_httpd).
+//
+// Indexes are "json" indexes kept as language "query" design documents, built like views with
+// their map in C++ (core/index/mango_index.h). A query uses the usable index with the most fields (or
+// the one named by use_index), scanning only the first field's range the selector allows, and
+// checks every document against the whole selector; without one it scans _all_docs. Text
+// indexes need a search service CouchDB 3.5 does not ship either: refused with CouchDB's error.
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "core/docs/attachments.h"
+#include "core/index/cursors.h"
+#include "core/docs/design_doc.h"
+#include "core/util/digest.h"
+#include "core/index/mango_index.h"
+#include "core/index/unique_index.h"
+#include "core/index/view_index.h"
+#include "http/api/idempotency.h"
+#include "http/api/js_request.h"
+#include "http/api/request.h"
+#include "http/api/router.h"
+#include "http/api/txn.h"
+
+namespace chaise::http {
+
+namespace {
+
+using core::md5_hex;
+using core::OrderedJson;
+
+struct DesignDocs {
+  std::vector<core::MangoIndex> indexes;
+  std::map<std::string, OrderedJson> bodies;  // id -> body (with _id, _rev)
+};
+
+DesignDocs read_design_docs(const Call& call, const core::DbRef& db) {
+  DesignDocs out;
+  for (auto& [id, doc] : read_design_doc_bodies(call, db)) {
+    for (auto& idx : core::mango_indexes(id, doc, db.partitioned))
+      out.indexes.push_back(std::move(idx));
+    out.bodies[id] = std::move(doc);
+  }
+  return out;
+}
+
+OrderedJson index_json(const core::MangoIndex& idx) {
+  OrderedJson j = OrderedJson::object();
+  j["ddoc"] = idx.ddoc;
+  j["name"] = idx.name;
+  j["type"] = "json";
+  j["partitioned"] = idx.partitioned;
+  j["def"] = idx.def;
+  return j;
+}
+
+// The registered unique index of a design document's view, if any.
+const core::UniqueIndexDef* find_unique(const core::UniqueIndexes& list, std::string_view ddoc,
+                                        std::string_view name) {
+  for (const auto& d : list)
+    if (d.ddoc == ddoc && d.name == name) return &d;
+  return nullptr;
+}
+
+core::UniqueIndexes read_unique(const Call& call, const core::DbRef& db) {
+  auto tr = call.store().create_transaction();
+  auto r = core::read_unique_indexes(tr, db);
+  if (!r.ok()) throw HttpError(core::storage_failure(r.error()));
+  return **r;
+}
+
+// Unique indexes being built by this server (one builder per index).
+std::mutex g_building_mu;
+std::set<std::string> g_building;  // guarded by g_building_mu
+
+OrderedJson all_docs_index_json() {
+  return OrderedJson::parse(
+      R"({"ddoc":null,"name":"_all_docs","type":"special","def":{"fields":[{"_id":"asc"}]}})");
+}
+
+Response ordered_response(const Request& req, Status status, const OrderedJson& body) {
+  return raw_json_response(req, status, body.dump() + "\n");
+}
+
+// Writes an index design document (`doc` with its "_rev" when it exists), or deletes it, as the
+// caller (design documents need a db admin), and answers with `answer()` once it is written
+// (write_and_render: stored with the write under an Idempotency-Key); throws the document's
+// CouchError.
+core::DocWriteBatch index_ddoc_batch(const Call& call, const core::DbRef& db,
+                                     const std::string& ddoc, const OrderedJson& doc,
+                                     bool deleted) {
+  Json as_json = Json::parse(doc.dump());
+  if (auto err = check_doc_write(call, db, as_json)) throw HttpError(*err);
+  if (!deleted)
+    if (auto e = core::validate_design_doc(ddoc, as_json, core::Partitioned{db.partitioned}))
+      throw HttpError(*e);
+  core::DocUpdate u;
+  u.id = ddoc;
+  if (doc.contains("_rev")) u.base_rev = core::RevId::parse(doc["_rev"].get<std::string>());
+  u.deleted = deleted;
+  OrderedJson stored = OrderedJson::object();
+  if (!deleted)
+    for (auto it = doc.begin(); it != doc.end(); ++it)
+      if (!it.key().starts_with("_")) stored[it.key()] = it.value();
+  u.body = stored.dump();
+  std::vector<core::DocWriteBatch::Item> items(1);
+  items[0].update = std::move(u);
+  return core::DocWriteBatch(db.name, std::move(items));
+}
+
+boost::asio::awaitable<Response> write_index_ddoc(const Call& call, const core::DbRef& db,
+                                                  const std::string& ddoc, const OrderedJson& doc,
+                                                  bool deleted, std::function<Response()> answer) {
+  core::DocWriteBatch batch = index_ddoc_batch(call, db, ddoc, doc, deleted);
+  co_return co_await write_and_render(call, batch, [&](const core::DocWriteBatch& b) {
+    if (auto* e = std::get_if<core::CouchError>(&*b.results().at(0))) throw HttpError(*e);
+    return answer();
+  });
+}
+
+// ---- _index ----------------------------------------------------------------------------------------
+
+bool ddoc_sync_option(const OrderedJson& ddoc) {
+  auto o = ddoc.find("options");
+  return o != ddoc.end() && o->is_object() && o->value("sync_index", false) == true;
+}
+
+// Builds a synchronous index's design document's views until they have caught up: from then on
+// every write maintains them (core/index/sync_index.h).
+boost::asio::awaitable<void> build_sync(const Call& call, const core::DbRef& db,
+                                        const std::string& ddoc) {
+  DesignDocs now = read_design_docs(call, db);
+  auto it = now.bodies.find(ddoc);
+  if (it == now.bodies.end()) co_return;
+  auto g = core::ViewGroup::from_design_doc(ddoc, it->second.dump(), "", db.partitioned);
+  if (auto* vg = std::get_if<core::ViewGroup>(&g); vg && vg->sync)
+    co_await build_index(call, db, *vg);
+}
+
+// POST /_index of a unique index (core/index/unique_index.h): registers it with its design document
+// `doc` (written when `write_ddoc`, else only registered), builds its table over the live
+// documents, then answers "created"; when documents already share a key, the view goes again and
+// the answer is 409 with them. The final answer is stored with the final write under an
+// Idempotency-Key (a retry of an interrupted build builds again).
+boost::asio::awaitable<Response> build_unique(const Call& call, const core::DbRef& db,
+                                              const OrderedJson& doc, const std::string& name,
+                                              const OrderedJson& map, bool write_ddoc) {
+  const std::string ddoc = doc["_id"].get<std::string>();
+  core::UniqueIndexDef def{core::unique_index_id(ddoc, name, map), ddoc, name, map, false};
+  {
+    std::lock_guard lock(g_building_mu);
+    if (!g_building.insert(def.id).second)
+      throw HttpError(409, "conflict", "Index " + name + " is being built");
+  }
+  struct Leave {
+    std::string id;
+    ~Leave() {
+      std::lock_guard lock(g_building_mu);
+      g_building.erase(id);
+    }
+  } leave{def.id};
+
+  if (write_ddoc) {
+    core::DocWriteBatch batch = index_ddoc_batch(call, db, ddoc, doc, false);
+    batch.register_unique(def);
+    storage::Status s = co_await run_doc_batch(call, batch);
+    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+    if (batch.db_missing()) throw HttpError(core::db_not_found());
+    if (auto* e = std::get_if<core::CouchError>(&*batch.results().at(0))) throw HttpError(*e);
+  } else {
+    storage::Status s =
+        co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+          auto cur = core::read_unique_indexes(tr, db);
+          if (!cur.ok()) return cur.error();
+          core::UniqueIndexes list = **cur;
+          std::erase_if(list, [&](const auto& d) { return d.ddoc == ddoc && d.name == name; });
+          list.push_back(def);
+          core::write_unique_indexes(tr, db, list);
+          return {};
+        });
+    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+  }
+
+  std::string cursor;
+  std::vector<core::UniqueDuplicate> dups;
+  for (bool done = false; !done;) {
+    const std::string start = cursor;
+    const std::vector<core::UniqueDuplicate> before = dups;
+    storage::Status s =
+        co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+          cursor = start;
+          dups = before;
+          auto r = core::unique_build_step(tr, db, def, cursor, dups);
+          if (!r.ok()) return r.error();
+          done = *r;
+          return {};
+        });
+    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+  }
+
+  if (!dups.empty()) {
+    OrderedJson ids = OrderedJson::array();
+    OrderedJson found = OrderedJson::array();
+    std::string list;
+    for (const auto& d : dups) {
+      found.push_back(OrderedJson{{"key", d.key}, {"ids", d.ids}});
+      for (const auto& id : d.ids) {
+        ids.push_back(id);
+        list += (list.empty() ? "" : ", ") + id;
+      }
+    }
+    OrderedJson out = OrderedJson::object();
+    out["error"] = "conflict";
+    out["reason"] = "unique constraint " + name + " violated by " + list;
+    out["duplicates"] = found;
+    auto answer = [&] { return ordered_response(call.req, Status::conflict, out); };
+    // The view goes again, and its constraint with it (unique_write of the design document).
+    DesignDocs now = read_design_docs(call, db);
+    auto it = now.bodies.find(ddoc);
+    if (it != now.bodies.end() && it->second.contains("views") &&
+        it->second["views"].contains(name)) {
+      OrderedJson without = it->second;
+      without["views"].erase(name);
+      co_return co_await write_index_ddoc(call, db, ddoc, without, without["views"].empty(),
+                                          answer);
+    }
+    storage::Status s =
+        co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+          auto r = core::unique_finish(tr, db, def.id, false);
+          return r.ok() ? storage::Status{} : storage::Status(r.error());
+        });
+    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+    co_return answer();
+  }
+
+  OrderedJson out = OrderedJson::object();
+  out["result"] = "created";
+  out["id"] = ddoc;
+  out["name"] = name;
+  Response created = ordered_response(call.req, Status::ok, out);
+  bool kept = false;
+  storage::Status s =
+      co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+        auto r = core::unique_finish(tr, db, def.id, true);
+        if (!r.ok()) return r.error();
+        kept = *r;
+        if (kept && call.idem) {
+          const std::int64_t now = core::idem_now_ms();
+          auto found = core::idem_lookup(tr, db, call.idem->request(), now, storage::Snapshot::no);
+          if (!found.ok()) return found.error();
+          auto stored = core::idem_store(tr, db, call.idem->request(), now,
+                                         stored_response(created), found->expired);
+          if (!stored.ok()) return stored.error();
+        }
+        return {};
+      });
+  if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+  if (!kept)
+    throw HttpError(409, "conflict", "Index " + name + " was changed while it was being built");
+  co_return created;
+}
+
+MaybeResponse create_index(Call& call, const core::DbRef& db) {
+  const Json raw = parse_json_object_body(call.req);
+  OrderedJson body = OrderedJson::parse(raw.dump());
+  if (!body.contains("index")) throw HttpError(400, "missing_required_key", "Missing required key: index");
+  const std::string type = body.value("type", "json");
+  if (type == "text" || type == "nouveau")
+    throw HttpError(400, "invalid_index", "Invalid index type: " + type +
+                                              " (text indexes need a search service, which Chaise does not have)");
+  if (type != "json") throw HttpError(400, "invalid_index", "Invalid index type: " + type);
+  const OrderedJson& index = body["index"];
+  if (!index.is_object() || !index.contains("fields"))
+    throw HttpError(400, "missing_required_key", "Missing required key: fields");
+  auto fields = core::parse_mango_fields(index["fields"], "index");
+  if (auto* e = std::get_if<core::CouchError>(&fields)) throw HttpError(*e);
+  if (std::get<std::vector<core::MangoField>>(fields).empty())
+    throw HttpError(400, "invalid_index", "Index fields must not be empty");
+  for (const auto& f : std::get<std::vector<core::MangoField>>(fields))
+    if (f.descending != std::get<std::vector<core::MangoField>>(fields)[0].descending)
+      throw HttpError(400, "unsupported_mixed_sort",
+                      "Sorts currently only support a single direction for all fields.");
+  OrderedJson map = OrderedJson::object();
+  OrderedJson field_map = OrderedJson::object();
+  for (const auto& f : std::get<std::vector<core::MangoField>>(fields))
+    field_map[f.name] = f.descending ? "desc" : "asc";
+  map["fields"] = field_map;
+  OrderedJson partial = OrderedJson::object();
+  if (index.contains("partial_filter_selector")) {
+    auto sel = core::Selector::parse(index["partial_filter_selector"]);
+    if (auto* e = std::get_if<core::CouchError>(&sel)) throw HttpError(*e);
+    partial = core::normalize_selector(index["partial_filter_selector"]);
+  }
+  map["partial_filter_selector"] = partial;
+  // mango_opts:validate_partitioned/1: true or false; absent means the database's default.
+  std::optional<bool> partitioned;
+  if (body.contains("partitioned")) {
+    if (!body["partitioned"].is_boolean())
+      throw HttpError(
+          400, "bad_request",
+          "Invalid value for partitioned: " + body["partitioned"].dump() + " (true or false)");
+    partitioned = body["partitioned"].get<bool>();
+  }
+  // Chaise's unique indexes (core/index/unique_index.h).
+  bool unique = false;
+  if (body.contains("unique")) {
+    if (!body["unique"].is_boolean())
+      throw HttpError(400, "bad_request",
+                      "Invalid value for unique: " + body["unique"].dump() + " (true or false)");
+    unique = body["unique"].get<bool>();
+  }
+  // Chaise's synchronous indexes (core/index/sync_index.h): an option of the design document.
+  bool sync = false;
+  if (body.contains("sync_index")) {
+    if (!body["sync_index"].is_boolean())
+      throw HttpError(
+          400, "bad_request",
+          "Invalid value for sync_index: " + body["sync_index"].dump() + " (true or false)");
+    sync = body["sync_index"].get<bool>();
+  }
+  // Default names: a digest of the definition (and of the name for the design document, so
+  // that two names for one definition are two indexes, as in CouchDB).
+  const std::string hash =
+      md5_hex(map.dump() + (unique ? "\nunique" : "") + (sync ? "\nsync_index" : ""));
+  const std::string name = body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : hash;
+  std::string ddoc = body.contains("ddoc") && body["ddoc"].is_string()
+                         ? body["ddoc"].get<std::string>()
+                         : md5_hex(map.dump() + '\0' + name);
+  if (!ddoc.starts_with("_design/")) ddoc = "_design/" + ddoc;
+
+  DesignDocs existing = read_design_docs(call, db);
+  OrderedJson doc = OrderedJson::object();
+  if (auto it = existing.bodies.find(ddoc); it != existing.bodies.end()) {
+    doc = it->second;
+    if (doc.value("language", "") != "query")
+      throw HttpError(400, "invalid_index", "Design document " + ddoc + " is not a Mango index design document");
+    // mango_idx:set_ddoc_partitioned/2: an existing design document keeps its option, and an
+    // index asking for another one (or for none when it has one) is refused.
+    if (core::ddoc_partitioned_option(doc) != partitioned)
+      throw HttpError(
+          400, "invalid_partitioned_option",
+          "Requested partitioned option does not match existing value on design document " + ddoc);
+    if (doc.contains("views") && doc["views"].contains(name) &&
+        doc["views"][name].contains("map") && doc["views"][name]["map"] == map &&
+        core::view_declared_unique(doc["views"][name]) == unique &&
+        (!sync || ddoc_sync_option(doc))) {
+      if (ddoc_sync_option(doc)) co_await build_sync(call, db, ddoc);
+      if (unique) {
+        // Declared: exists once its constraint is registered and built; else finish the build
+        // (one stopped by a restart, or a design document that arrived by replication).
+        const core::UniqueIndexes list = read_unique(call, db);
+        const core::UniqueIndexDef* d = find_unique(list, ddoc, name);
+        if (!d || !d->ready || d->map != map)
+          co_return co_await build_unique(call, db, doc, name, map, false);
+      }
+      OrderedJson out = OrderedJson::object();
+      out["result"] = "exists";
+      out["id"] = ddoc;
+      out["name"] = name;
+      co_return ordered_response(call.req, Status::ok, out);
+    }
+  }
+  doc["_id"] = ddoc;
+  doc["language"] = "query";
+  if (!doc.contains("views") || !doc["views"].is_object()) doc["views"] = OrderedJson::object();
+  OrderedJson view = OrderedJson::object();
+  view["map"] = map;
+  view["reduce"] = "_count";
+  view["options"] = OrderedJson{{"def", OrderedJson{{"fields", index["fields"]}}}};
+  if (unique) view["options"]["unique"] = true;
+  doc["views"][name] = view;
+  if (partitioned && !doc.contains("_rev")) {
+    if (!doc.contains("options") || !doc["options"].is_object())
+      doc["options"] = OrderedJson::object();
+    doc["options"]["partitioned"] = *partitioned;
+  }
+
+  if (sync) {
+    if (!doc.contains("options") || !doc["options"].is_object())
+      doc["options"] = OrderedJson::object();
+    doc["options"]["sync_index"] = true;
+  }
+
+  // (Not a conditional expression: GCC 12 miscompiles co_await inside one.)
+  Response answer;
+  if (unique) {
+    answer = co_await build_unique(call, db, doc, name, map, true);
+  } else {
+    answer = co_await write_index_ddoc(call, db, ddoc, doc, false, [&] {
+      OrderedJson out = OrderedJson::object();
+      out["result"] = "created";
+      out["id"] = ddoc;
+      out["name"] = name;
+      return ordered_response(call.req, Status::ok, out);
+    });
+  }
+  // A synchronous index is built before the answer, so that writes after it maintain it.
+  if (ddoc_sync_option(doc) && answer.result() == Status::ok) co_await build_sync(call, db, ddoc);
+  co_return answer;
+}
+
+MaybeResponse delete_index(Call& call, const core::DbRef& db, std::string ddoc, const std::string& name) {
+  if (!ddoc.starts_with("_design/")) ddoc = "_design/" + ddoc;
+  DesignDocs existing = read_design_docs(call, db);
+  auto it = existing.bodies.find(ddoc);
+  if (it == existing.bodies.end() || !it->second.contains("views") ||
+      !it->second["views"].contains(name) || it->second.value("language", "") != "query")
+    throw HttpError(404, "not_found", "Index not found");
+  OrderedJson doc = it->second;
+  doc["views"].erase(name);
+  co_return co_await write_index_ddoc(call, db, ddoc, doc, doc["views"].empty(), [&] {
+    return json_response(call.req, Status::ok, Json{{"ok", true}});
+  });
+}
+
+MaybeResponse list_indexes(Call& call, const core::DbRef& db) {
+  DesignDocs d = read_design_docs(call, db);
+  OrderedJson list = OrderedJson::array();
+  list.push_back(all_docs_index_json());
+  const core::UniqueIndexes unique = read_unique(call, db);
+  auto tr = call.store().create_transaction();
+  for (const auto& idx : d.indexes) {
+    OrderedJson j = index_json(idx);
+    if (const core::UniqueIndexDef* u = find_unique(unique, idx.ddoc, idx.name)) {
+      j["unique"] = true;
+      if (!u->ready) {
+        std::lock_guard lock(g_building_mu);
+        j["build"] = g_building.count(u->id) ? "running" : "interrupted";
+      }
+      auto v = core::unique_violations(tr, db, u->id, core::kUniqueDuplicatesMax);
+      if (!v.ok()) throw HttpError(core::storage_failure(v.error()));
+      j["violations"] = *v;
+    }
+    list.push_back(std::move(j));
+  }
+  OrderedJson out = OrderedJson::object();
+  out["total_rows"] = list.size();
+  out["indexes"] = list;
+  co_return ordered_response(call.req, Status::ok, out);
+}
+
+// ---- _find -----------------------------------------------------------------------------------------
+
+struct FindRequest {
+  OrderedJson selector;
+  std::optional<core::Selector> matcher;
+  std::int64_t limit = 25;
+  std::int64_t skip = 0;
+  std::optional<std::vector<std::string>> fields;
+  std::vector<core::MangoField> sort;
+  std::optional<std::vector<std::string>> use_index;  // [ddoc] or [ddoc, name]
+  bool execution_stats = false;
+  bool conflicts = false;
+  bool update = true;
+};
+
+std::int64_t non_negative(const OrderedJson& v, const char* name) {
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
+    throw HttpError(400, "invalid_argument", std::string("Invalid value for ") + name + ": " + v.dump());
+  return v.get<std::int64_t>();
+}
+
+FindRequest parse_find(const OrderedJson& body) {
+  FindRequest r;
+  if (!body.contains("selector")) throw HttpError(400, "missing_required_key", "Missing required key: selector");
+  r.selector = body["selector"];
+  auto sel = core::Selector::parse(r.selector);
+  if (auto* e = std::get_if<core::CouchError>(&sel)) throw HttpError(*e);
+  r.matcher = std::get<core::Selector>(std::move(sel));
+  if (body.contains("limit")) r.limit = non_negative(body["limit"], "limit");
+  if (body.contains("skip")) r.skip = non_negative(body["skip"], "skip");
+  if (body.contains("fields")) {
+    if (!body["fields"].is_array()) throw HttpError(400, "invalid_argument", "fields must be a list of strings");
+    r.fields.emplace();
+    for (const auto& f : body["fields"]) {
+      if (!f.is_string()) throw HttpError(400, "invalid_argument", "fields must be a list of strings");
+      r.fields->push_back(f.get<std::string>());
+    }
+  }
+  if (body.contains("sort")) {
+    auto s = core::parse_mango_fields(body["sort"], "sort");
+    if (auto* e = std::get_if<core::CouchError>(&s)) throw HttpError(*e);
+    r.sort = std::get<std::vector<core::MangoField>>(std::move(s));
+    for (const auto& f : r.sort)
+      if (f.descending != r.sort[0].descending)
+        throw HttpError(400, "unsupported_mixed_sort", "Sorts currently only support a single direction for all fields.");
+  }
+  if (body.contains("use_index")) {
+    const OrderedJson& u = body["use_index"];
+    std::vector<std::string> parts;
+    if (u.is_string()) {
+      parts.push_back(u.get<std::string>());
+    } else if (u.is_array()) {
+      for (const auto& p : u)
+        if (p.is_string()) parts.push_back(p.get<std::string>());
+    }
+    if (!parts.empty()) {
+      if (!parts[0].starts_with("_design/")) parts[0] = "_design/" + parts[0];
+      r.use_index = std::move(parts);
+    }
+  }
+  if (body.contains("bookmark") && body["bookmark"].is_string() && body["bookmark"] != "nil") {
+    auto decoded = core::base64_decode(body["bookmark"].get<std::string>());
+    OrderedJson b = decoded ? OrderedJson::parse(*decoded, nullptr, false) : OrderedJson();
+    if (!b.is_object() || !b.contains("seen") || !b["seen"].is_number_integer())
+      throw HttpError(400, "invalid_bookmark", "Invalid bookmark value: " + body["bookmark"].dump());
+    r.skip += b["seen"].get<std::int64_t>();
+  }
+  r.execution_stats = body.value("execution_stats", false) == true;
+  r.conflicts = body.value("conflicts", false) == true;
+  if (body.contains("update") && body["update"] == false) r.update = false;
+  return r;
+}
+
+OrderedJson project(const OrderedJson& doc, const std::optional<std::vector<std::string>>& fields) {
+  if (!fields) return doc;
+  OrderedJson out = OrderedJson::object();
+  for (const std::string& f : *fields) {
+    auto path = core::parse_field_path(f);
+    if (!path) continue;
+    const OrderedJson* v = core::field_value(doc, *path);
+    if (!v) continue;
+    OrderedJson* cur = &out;
+    for (std::size_t i = 0; i + 1 < path->size(); ++i) {
+      if (!cur->contains((*path)[i]) || !(*cur)[(*path)[i]].is_object()) (*cur)[(*path)[i]] = OrderedJson::object();
+      cur = &(*cur)[(*path)[i]];
+    }
+    (*cur)[path->back()] = *v;
+  }
+  return out;
+}
+
+struct Plan {
+  std::optional<core::MangoIndex> index;  // nullopt: _all_docs
+  std::optional<std::string> warning;
+};
+
+// `partition_query`: a /{db}/_partition/{p}/_find, which only partitioned indexes can answer
+// (and a global query only global ones: mango_idx:filter_partition_indexes/2).
+Plan choose(const FindRequest& r, const std::vector<core::MangoIndex>& indexes, bool db_partitioned,
+            bool partition_query) {
+  Plan p;
+  const core::MangoIndex* best = nullptr;
+  bool asked_unusable = false;
+  for (const auto& idx : indexes) {
+    if (idx.partitioned != partition_query || !core::mango_index_usable(idx, r.selector, r.sort)) {
+      if (r.use_index && idx.ddoc == (*r.use_index)[0]) asked_unusable = true;
+      continue;
+    }
+    if (r.use_index) {
+      if (idx.ddoc != (*r.use_index)[0]) continue;
+      if (r.use_index->size() > 1 && idx.name != (*r.use_index)[1]) continue;
+    }
+    if (!best || idx.fields.size() > best->fields.size()) best = &idx;
+  }
+  if (!best && r.use_index) {
+    // The named index cannot answer: CouchDB falls back to another and says so.
+    std::string named = (*r.use_index)[0] + (r.use_index->size() > 1 ? ", " + (*r.use_index)[1] : "");
+    FindRequest any = r;
+    any.use_index.reset();
+    p = choose(any, indexes, db_partitioned, partition_query);
+    (void)asked_unusable;
+    p.warning = named + " was not used because it does not contain a valid index for this query.";
+    return p;
+  }
+  if (best) {
+    p.index = *best;
+    return p;
+  }
+  bool id_sort = true;
+  for (const auto& f : r.sort) id_sort = id_sort && f.name == "_id";
+  if (!id_sort) {  // mango_idx:mango_sort_error/2
+    const char* which = !db_partitioned ? "" : partition_query ? " partitioned" : " global";
+    throw HttpError(400, "no_usable_index",
+                    std::string("No") + which +
+                        " index exists for this sort, try indexing by the sort fields.");
+  }
+  p.warning = "No matching index found, create an index to optimize query time.";
+  return p;
+}
+
+MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
+  require_method(call, "POST");
+  const Json raw = parse_json_object_body(call.req);
+  const OrderedJson body = OrderedJson::parse(raw.dump());
+  const FindRequest r = parse_find(body);
+  DesignDocs d = read_design_docs(call, db);
+  const Plan plan = choose(r, d.indexes, db.partitioned, call.partition.has_value());
+  const bool descending = !r.sort.empty() && r.sort[0].descending;
+
+  if (explain) {
+    OrderedJson out = OrderedJson::object();
+    out["dbname"] = db.name;
+    out["index"] = plan.index ? index_json(*plan.index) : all_docs_index_json();
+    out["partitioned"] = db.partitioned;
+    out["selector"] = r.selector;
+    OrderedJson opts = OrderedJson::object();
+    if (call.partition) opts["partition"] = *call.partition;
+    opts["use_index"] = r.use_index ? OrderedJson(*r.use_index) : OrderedJson::array();
+    opts["bookmark"] = "nil";
+    opts["limit"] = r.limit;
+    opts["skip"] = r.skip;
+    opts["sort"] = body.contains("sort") ? body["sort"] : OrderedJson::object();
+    opts["fields"] = r.fields ? OrderedJson(*r.fields) : OrderedJson("all_fields");
+    opts["conflicts"] = r.conflicts;
+    out["opts"] = opts;
+    out["limit"] = r.limit;
+    out["skip"] = r.skip;
+    out["fields"] = r.fields ? OrderedJson(*r.fields) : OrderedJson("all_fields");
+    if (plan.index) {
+      auto range = core::mango_range(*plan.index, r.selector);
+      OrderedJson mr = OrderedJson::object();
+      mr["include_docs"] = true;
+      mr["view_type"] = "map";
+      mr["reduce"] = false;
+      mr["start_key"] = range.start ? *range.start : OrderedJson::array();
+      mr["end_key"] = range.end ? *range.end : OrderedJson::array({"<MAX>"});
+      mr["direction"] = descending ? "rev" : "fwd";
+      mr["stable"] = false;
+      mr["update"] = r.update ? "true" : "false";
+      mr["conflicts"] = r.conflicts ? "true" : "undefined";
+      out["mrargs"] = mr;
+    }
+    out["covering"] = false;
+    co_return ordered_response(call.req, Status::ok, out);
+  }
+
+  const auto started = std::chrono::steady_clock::now();
+  std::int64_t keys_examined = 0, docs_examined = 0;
+  std::int64_t matched = 0;  // matches seen, skipped ones included
+  std::vector<OrderedJson> results;
+  auto consider = [&](OrderedJson& doc) {
+    ++docs_examined;
+    if (!doc.is_object()) return;
+    const std::string id = doc.value("_id", "");
+    if (id.starts_with("_design/")) return;
+    if (call.partition && !id.starts_with(*call.partition + ":")) return;
+    // In _users, others' documents are matched and answered as their public fields only; in
+    // _replicator, others' jobs as their readers see them (no credentials, a made-up rev).
+    const ReadRule rule = read_rule(call, db, id);
+    if (rule.public_fields && !core::strip_non_public_fields(doc, *rule.public_fields)) return;
+    if (rule.replication_reader) {
+      core::DocReadOptions o;
+      rule.apply(o);
+      o.conflicts = r.conflicts;
+      auto tr = call.store().create_transaction();
+      auto shown = value_or_throw(core::get_doc_json(tr, db, id, o));
+      if (core::failed(shown)) return;
+      doc = OrderedJson::parse(std::get<std::string>(shown), nullptr, false);
+    }
+    if (!r.matcher->matches(doc)) return;
+    ++matched;
+    if (matched <= r.skip) return;
+    results.push_back(project(doc, r.fields));
+  };
+  std::vector<std::string> rows;
+  if (plan.index) {
+    auto tr0 = call.store().create_transaction();
+    core::js::DesignDoc dd = load_design_doc(tr0, db, plan.index->ddoc.substr(8));
+    auto g = core::ViewGroup::from_design_doc(plan.index->ddoc, dd.json, dd.key, db.partitioned);
+    if (auto* e = std::get_if<core::CouchError>(&g)) throw HttpError(*e);
+    auto group = std::make_shared<const core::ViewGroup>(std::get<core::ViewGroup>(std::move(g)));
+    if (r.update) co_await build_index(call, db, *group);
+    auto view = group->index_of(plan.index->name);
+    if (!view) throw HttpError(404, "not_found", "missing_named_view");
+    core::ViewQuery q;
+    q.view = *view;
+    if (group->partitioned) q.partition = call.partition.value_or("");
+    q.include_docs = true;
+    q.conflicts = r.conflicts;
+    q.reduce = false;
+    q.descending = descending;
+    auto range = core::mango_range(*plan.index, r.selector);
+    if (descending) {
+      q.start_key = range.end;
+      q.end_key = range.start;
+    } else {
+      q.start_key = range.start;
+      q.end_key = range.end;
+    }
+    core::ViewCursor cursor(db, group, q, call.ctx.js);
+    for (bool more = true; more && static_cast<std::int64_t>(results.size()) < r.limit;) {
+      auto tr = call.store().create_transaction();
+      auto m = cursor.next_page(tr, 500, rows);
+      if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
+      if (auto* e = std::get_if<core::CouchError>(&*m)) throw HttpError(*e);
+      more = std::get<bool>(*m);
+      for (const std::string& row : rows) {
+        ++keys_examined;
+        if (static_cast<std::int64_t>(results.size()) >= r.limit) break;
+        OrderedJson j = OrderedJson::parse(row, nullptr, false);
+        if (j.is_object() && j.contains("doc")) consider(j["doc"]);
+      }
+      rows.clear();
+    }
+  } else {
+    core::AllDocsQuery q;
+    q.include_docs = true;
+    q.conflicts = r.conflicts;
+    q.descending = descending;
+    if (call.partition) {  // the partition's ids only, as CouchDB's partitioned _all_docs scan
+      std::string lo = *call.partition + ":", hi = *call.partition + ":\xef\xbf\xb0";
+      if (descending) std::swap(lo, hi);
+      q.start_key = lo;
+      q.end_key = hi;
+    }
+    core::AllDocsCursor cursor(db, q);
+    for (bool more = true; more && static_cast<std::int64_t>(results.size()) < r.limit;) {
+      auto tr = call.store().create_transaction();
+      auto m = cursor.next_page(tr, 500, rows);
+      if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
+      more = *m;
+      for (const std::string& row : rows) {
+        ++keys_examined;
+        if (static_cast<std::int64_t>(results.size()) >= r.limit) break;
+        OrderedJson j = OrderedJson::parse(row, nullptr, false);
+        if (j.is_object() && j.contains("doc")) consider(j["doc"]);
+      }
+      rows.clear();
+    }
+  }
+  OrderedJson out = OrderedJson::object();
+  out["docs"] = results;
+  OrderedJson mark = OrderedJson{{"seen", matched}};
+  out["bookmark"] = results.empty() ? std::string("nil") : core::base64_encode(mark.dump());
+  if (plan.warning) out["warning"] = *plan.warning;
+  if (r.execution_stats) {
+    OrderedJson st = OrderedJson::object();
+    st["total_keys_examined"] = keys_examined;
+    st["total_docs_examined"] = docs_examined;
+    st["total_quorum_docs_examined"] = 0;
+    st["results_returned"] = results.size();
+    st["execution_time_ms"] =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+    out["execution_stats"] = st;
+  }
+  co_return ordered_response(call.req, Status::ok, out);
+}
+
+}  // namespace
+
+MaybeResponse handle_mango(Call& call, const core::DbRef& db) {
+  const std::string& op = call.path.at(1);
+  if (op == "_find" && call.path.size() == 2) co_return co_await find(call, db, false);
+  if (op == "_explain" && call.path.size() == 2) co_return co_await find(call, db, true);
+  if (op == "_index") {
+    if (call.path.size() == 2) {
+      if (call.is(beast_http::verb::post)) co_return co_await create_index(call, db);
+      require_method(call, "GET,HEAD,POST");
+      co_return co_await list_indexes(call, db);
+    }
+    if (call.path.size() == 5 && call.path[3] == "json") {
+      require_method(call, "DELETE");
+      co_return co_await delete_index(call, db, call.path[2], call.path[4]);
+    }
+    if (call.path.size() == 6 && call.path[2] == "_design" && call.path[4] == "json") {
+      require_method(call, "DELETE");
+      co_return co_await delete_index(call, db, "_design/" + call.path[3], call.path[5]);
+    }
+  }
+  throw HttpError(404, "not_found", "missing");
+}
+
+}  // namespace chaise::http

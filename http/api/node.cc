@@ -1,0 +1,169 @@
+// /_node/{node}/...: the config API as CouchDB 3.5's chttpd_node.erl answers it. Server admins
+// only (authorize_request). Chaise is one node, named as a CouchDB without a distribution name
+// calls itself: nonode@nohost; "_local" means it too.
+#include <spdlog/spdlog.h>
+
+#include <array>
+
+#include "config/config.h"
+#include "config/settings.h"
+#include "core/security/security.h"
+#include "http/api/request.h"
+#include "http/api/metrics.h"
+
+namespace chaise::http {
+
+namespace {
+
+constexpr std::string_view kNodeName = "nonode@nohost";
+
+// couch_util:check_config_blacklist: sections that hold code, never changed over HTTP.
+constexpr std::array<std::string_view, 9> kBlacklisted = {
+    "daemons",        "external",      "httpd_design_handlers", "httpd_db_handlers",
+    "httpd_global_handlers", "native_query_servers", "os_daemons", "query_servers",
+    "feature_flags"};
+
+void check_blacklist(std::string_view section) {
+  for (std::string_view s : kBlacklisted) {
+    if (s == section) {
+      throw HttpError(403, "forbidden", "Config section blacklisted for modification over HTTP API.");
+    }
+  }
+}
+
+config::Config& config_or_throw(const Call& call) {
+  if (call.ctx.config == nullptr) throw HttpError(404, "not_found", "missing");
+  return *call.ctx.config;
+}
+
+// Values that take effect at once where CouchDB's do: the log level. (Auth settings and admins
+// are re-read by the authenticator on its next request.)
+void apply_live(std::string_view section, std::string_view key, const std::optional<std::string>& value) {
+  if (section == "log" && key == "level") {
+    const std::string level = value.value_or("info");
+    if (level == "warning" || level == "notice") {
+      spdlog::set_level(spdlog::level::warn);
+    } else if (level == "none") {
+      spdlog::set_level(spdlog::level::off);
+    } else {
+      spdlog::set_level(spdlog::level::from_str(level));
+    }
+  }
+}
+
+Response config_request(Call& call) {
+  config::Config& config = config_or_throw(call);
+  const auto& path = call.path;  // _node, node, _config, ...
+  const bool persist = call.req["X-Couch-Persist"] != "false";
+  if (path.size() == 3) {
+    if (!is_get(call)) throw_method_not_allowed("GET");
+    Json all = Json::object();
+    for (const auto& [section, keys] : *config.snapshot()) {
+      Json s = Json::object();
+      for (const auto& [k, v] : keys) s[k] = v;
+      all[section] = std::move(s);
+    }
+    return json_response(call.req, Status::ok, all);
+  }
+  if (path.size() == 4 && path[3] == "_reload") {
+    if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
+    // Chaise keeps no unpersisted values apart from command-line flags, which stay in force.
+    return json_response(call.req, Status::ok, Json{{"ok", true}});
+  }
+  const std::string& section = path[3];
+  if (path.size() == 4) {
+    if (!is_get(call)) throw_method_not_allowed("GET");
+    Json out = Json::object();
+    const auto snapshot = config.snapshot();
+    if (const auto s = snapshot->find(section); s != snapshot->end()) {
+      for (const auto& [k, v] : s->second) out[k] = v;
+    }
+    return json_response(call.req, Status::ok, out);
+  }
+  if (path.size() > 5) throw HttpError(404, "not_found", "missing");
+  const std::string& key = path[4];
+  if (is_get(call)) {
+    const auto value = config.get(section, key);
+    if (!value) throw HttpError(404, "not_found", "unknown_config_value");
+    return json_response(call.req, Status::ok, Json(*value));
+  }
+  if (call.is(beast_http::verb::put)) {
+    check_blacklist(section);
+    const Json body = parse_json_body(call.req, false);
+    if (!body.is_string()) throw_bad_request("a JSON string expected");
+    std::string value = body.get<std::string>();
+    const auto first = value.find_first_not_of(" \t\r\n");
+    const auto last = value.find_last_not_of(" \t\r\n");
+    value = first == std::string::npos ? std::string() : value.substr(first, last - first + 1);
+    if (auto problem = config::validate(section, key, value)) throw_bad_request(*problem);
+    if (section == "admins" && !core::parse_admin_hash(value)) {
+      // couch_password_hasher: an admin's plain password never reaches the file.
+      const auto snapshot = config.snapshot();
+      const std::string prf = config::get_auth(*snapshot, "pbkdf2_prf", "sha256");
+      const std::int64_t iterations =
+          std::max<std::int64_t>(1, config::get_int(*snapshot, "chttpd_auth", "iterations", 600000));
+      value = core::format_admin_hash(core::hash_password(value, prf, iterations));
+    }
+    std::optional<std::string> old;
+    try {
+      old = config.set(section, key, value, persist);
+    } catch (const config::ConfigError& e) {
+      throw HttpError(500, "unknown_error", e.what());
+    }
+    apply_live(section, key, value);
+    return json_response(call.req, Status::ok, Json(old.value_or("")));
+  }
+  if (call.is(beast_http::verb::delete_)) {
+    check_blacklist(section);
+    std::optional<std::string> old;
+    try {
+      old = config.remove(section, key, persist);
+    } catch (const config::ConfigError& e) {
+      throw HttpError(500, "unknown_error", e.what());
+    }
+    if (!old) throw HttpError(404, "not_found", "unknown_config_value");
+    apply_live(section, key, std::nullopt);
+    return json_response(call.req, Status::ok, Json(*old));
+  }
+  throw_method_not_allowed("GET,PUT,DELETE");
+}
+
+}  // namespace
+
+Response handle_node(Call& call) {
+  const auto& path = call.path;
+  if (path.size() == 1) throw_bad_request("Incomplete path to _node request");
+  if (path[1] != "_local" && path[1] != kNodeName) throw HttpError(404, "not_found", "missing");
+  if (path.size() == 2) {
+    if (!is_get(call)) throw_method_not_allowed("GET");
+    return json_response(call.req, Status::ok, Json{{"name", kNodeName}});
+  }
+  if (path[2] == "_config") return config_request(call);
+  if (path[2] == "_stats" || path[2] == "_prometheus") {
+    if (!is_get(call)) throw_method_not_allowed("GET");
+    if (call.ctx.metrics == nullptr) throw HttpError(404, "not_found", "missing");
+    const storage::StoreStats store = call.store().stats();
+    if (path[2] == "_prometheus") {
+      if (path.size() != 3) throw HttpError(404, "not_found", "missing");
+      Response r = json_response(call.req, Status::ok, Json::object());
+      r.set(beast_http::field::content_type, "text/plain; version=2.0");
+      r.body() = call.ctx.metrics->prometheus(store);
+      r.prepare_payload();
+      if (call.is(beast_http::verb::head)) r.body().clear();
+      return r;
+    }
+    // /_stats/a/b/...: the part of the tree the path names (null when there is none), as CouchDB.
+    Json node = call.ctx.metrics->stats(store);
+    for (std::size_t i = 3; i < path.size(); ++i) {
+      if (!node.is_object() || !node.contains(path[i])) {
+        node = nullptr;
+        break;
+      }
+      node = Json(node[path[i]]);
+    }
+    return json_response(call.req, Status::ok, node);
+  }
+  throw HttpError(404, "not_found", "missing");
+}
+
+}  // namespace chaise::http

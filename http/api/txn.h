@@ -1,0 +1,73 @@
+// http/api/txn.h — running storage transactions from a request coroutine without blocking its io
+// thread.
+//
+// async_commit hands the transaction to the commit pipeline and suspends the coroutine; the commit
+// thread's callback posts the result back to the coroutine's executor (the connection's io thread).
+// run_txn is Database::run for coroutines: the body runs on the io thread (reads are quick snapshot
+// reads), the commit is awaited, and retryable errors back off on an asio timer, not in a sleeping
+// thread.
+//
+// Shutdown order: the storage::Database must be destroyed while the io_context still exists (it
+// drains pending commits, whose callbacks post into it); see server/main.cc.
+#pragma once
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <memory>
+#include <type_traits>
+
+#include "storage/database.h"
+
+namespace chaise::http {
+
+// Resumes with the commit's result.
+template <typename CompletionToken>
+auto async_commit(storage::Transaction& tr, CompletionToken&& token) {
+  using Sig = void(storage::Result<storage::CommitResult>);
+  return boost::asio::async_initiate<CompletionToken, Sig>(
+      [&tr](auto handler) {
+        auto executor = boost::asio::get_associated_executor(handler);
+        // std::function needs a copyable callable; the handler is move-only.
+        auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+        tr.commit_async([shared, executor](storage::Result<storage::CommitResult> r) {
+          boost::asio::post(executor, [shared, r = std::move(r)]() mutable {
+            (*shared)(std::move(r));
+          });
+        });
+      },
+      token);
+}
+
+// Runs `body(tr) -> storage::Status` and commits, retrying retryable errors up to the store's
+// run_attempts_max. `after_commit()` (optional) runs after each successful commit of an attempt.
+// Returns the first non-retryable error, or success.
+template <typename Body>
+boost::asio::awaitable<storage::Status> run_txn(storage::Database& store, Body&& body) {
+  storage::Transaction tr = store.create_transaction();
+  storage::Error last = storage::Error::success;
+  for (int attempt = 0; attempt < store.options().run_attempts_max; ++attempt) {
+    storage::Status s = body(tr);
+    storage::Error e = s.error();
+    if (e == storage::Error::success) {
+      auto c = co_await async_commit(tr, boost::asio::use_awaitable);
+      if (c.ok()) co_return storage::Status{};
+      e = c.error();
+    }
+    last = e;
+    auto delay = tr.prepare_retry(e);
+    if (!delay.ok()) co_return storage::Status(e);
+    if (delay->count() > 0) {
+      boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor, *delay);
+      co_await timer.async_wait(boost::asio::use_awaitable);
+    }
+  }
+  co_return storage::Status(last);
+}
+
+}  // namespace chaise::http

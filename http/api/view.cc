@@ -1,0 +1,604 @@
+// Design documents at work: /{db}/_design/{ddoc}/_view/{view} (GET, POST, POST .../queries),
+// /{db}/_design/{ddoc}/_info, /{db}/_design/{ddoc}/_update/{name}[/{docid}], and
+// POST /{db}/_view_cleanup.
+//
+// A view query first brings the index up to date (update=true, the default) in bounded build
+// steps, each its own transaction, then streams rows page by page like _all_docs. Parameters and
+// their errors follow couch_mrview_http:parse_param and couch_mrview_util:validate_args.
+#include <boost/asio/awaitable.hpp>
+#include <limits>
+
+#include "core/docs/attachments.h"
+#include "core/query/collation.h"
+#include "core/index/cursors.h"
+#include "core/index/filters.h"
+#include "core/security/replicator_docs.h"
+#include "core/index/view_index.h"
+#include "http/api/hot_docs.h"
+#include "http/api/idempotency.h"
+#include "http/api/js_request.h"
+#include "http/api/request.h"
+#include "http/transport/response_stream.h"
+#include "http/api/router.h"
+#include "http/api/txn.h"
+
+namespace chaise::http {
+
+namespace {
+
+using core::OrderedJson;
+
+[[noreturn]] void query_error(const std::string& reason) {
+  throw HttpError(400, "query_parse_error", reason);
+}
+
+enum class UpdateMode { yes, no, lazy };
+
+struct ViewRequest {
+  core::ViewQuery q;
+  UpdateMode update = UpdateMode::yes;
+  bool update_seq = false;
+};
+
+// One parameter's value: from a JSON body (already decoded) or the query string (text).
+struct Param {
+  std::optional<OrderedJson> json;  // body value
+  std::optional<std::string> text;  // query-string value
+};
+
+bool parse_bool(const Param& p, const std::string& name) {
+  if (p.json) {
+    if (!p.json->is_boolean()) query_error("Invalid boolean parameter: " + p.json->dump());
+    return p.json->get<bool>();
+  }
+  if (*p.text == "true") return true;
+  if (*p.text == "false") return false;
+  (void)name;
+  query_error("Invalid boolean parameter: \"" + *p.text + "\"");
+}
+
+std::int64_t parse_pos_int(const Param& p) {
+  if (p.json) {
+    if (!p.json->is_number_integer() || p.json->get<std::int64_t>() < 0)
+      query_error("Invalid value for positive integer: \"" + p.json->dump() + "\"");
+    return p.json->get<std::int64_t>();
+  }
+  const std::string& s = *p.text;
+  std::int64_t v = 0;
+  bool ok = !s.empty() && s.size() <= 18;
+  for (char c : s) ok = ok && c >= '0' && c <= '9';
+  if (ok) v = std::stoll(s);
+  if (!ok) query_error("Invalid value for positive integer: \"" + s + "\"");
+  return v;
+}
+
+OrderedJson parse_json_param(const Param& p) {
+  if (p.json) return *p.json;
+  return parse_json_or_throw(*p.text);
+}
+
+std::string parse_string(const Param& p) {
+  if (p.json) return p.json->is_string() ? p.json->get<std::string>() : p.json->dump();
+  return *p.text;
+}
+
+// couch_mrview_http:parse_params + couch_mrview_util:validate_args for one view.
+ViewRequest parse_view_params(const std::vector<std::pair<std::string, Param>>& params,
+                              const core::ViewDef& view) {
+  ViewRequest r;
+  core::ViewQuery& q = r.q;
+  std::optional<bool> reduce, group, conflicts;
+  std::optional<std::int64_t> group_level, limit;
+  bool include_docs = false;
+  std::optional<std::vector<OrderedJson>> keys;
+  for (const auto& [key, p] : params) {
+    if (key == "reduce") {
+      reduce = parse_bool(p, key);
+    } else if (key == "key") {
+      q.start_key = q.end_key = parse_json_param(p);
+    } else if (key == "keys") {
+      OrderedJson v = parse_json_param(p);
+      if (!v.is_array()) query_error("`keys` must be an array of strings.");
+      if (v.size() == 1) {
+        q.start_key = q.end_key = v[0];
+      } else {
+        keys = std::vector<OrderedJson>(v.begin(), v.end());
+      }
+    } else if (key == "startkey" || key == "start_key") {
+      q.start_key = parse_json_param(p);
+    } else if (key == "endkey" || key == "end_key") {
+      q.end_key = parse_json_param(p);
+    } else if (key == "startkey_docid" || key == "start_key_doc_id") {
+      q.start_docid = parse_string(p);
+    } else if (key == "endkey_docid" || key == "end_key_doc_id") {
+      q.end_docid = parse_string(p);
+    } else if (key == "limit") {
+      limit = parse_pos_int(p);
+    } else if (key == "skip") {
+      q.skip = parse_pos_int(p);
+    } else if (key == "stale") {
+      const std::string v = parse_string(p);
+      if (v == "ok") {
+        r.update = UpdateMode::no;
+      } else if (v == "update_after") {
+        r.update = UpdateMode::lazy;
+      } else {
+        query_error("Invalid value for `stale`.");
+      }
+    } else if (key == "stable") {
+      const std::string v = parse_string(p);
+      if (v != "true" && v != "false") query_error("Invalid value for `stable`.");
+    } else if (key == "update") {
+      const std::string v = parse_string(p);
+      if (v == "true") {
+        r.update = UpdateMode::yes;
+      } else if (v == "false") {
+        r.update = UpdateMode::no;
+      } else if (v == "lazy") {
+        r.update = UpdateMode::lazy;
+      } else {
+        query_error("Invalid value for `update`.");
+      }
+    } else if (key == "descending") {
+      q.descending = parse_bool(p, key);
+    } else if (key == "group") {
+      group = parse_bool(p, key);
+    } else if (key == "group_level") {
+      group_level = parse_pos_int(p);
+    } else if (key == "inclusive_end") {
+      q.inclusive_end = parse_bool(p, key);
+    } else if (key == "include_docs") {
+      include_docs = parse_bool(p, key);
+    } else if (key == "update_seq") {
+      r.update_seq = parse_bool(p, key);
+    } else if (key == "conflicts") {
+      conflicts = parse_bool(p, key);
+    } else if (key == "attachments") {
+      q.attachments = parse_bool(p, key);
+    } else if (key == "att_encoding_info") {
+      q.att_encoding_info = parse_bool(p, key);
+    } else if (key == "sorted") {
+      parse_bool(p, key);
+    }
+  }
+  const bool reduce_view = view.reduce.has_value() && reduce.value_or(true);
+  if (reduce && *reduce && !view.reduce) query_error("Reduce is invalid for map-only views.");
+  // determine_group_level
+  std::optional<std::size_t> level;  // nullopt: 0
+  if (group && !*group && group_level && *group_level > 0)
+    query_error("Can't specify group=false and group_level>0 at the same time");
+  bool exact = false;
+  if (group_level) {
+    level = static_cast<std::size_t>(*group_level);
+  } else if (group && *group) {
+    exact = true;
+  }
+  if (reduce_view && !exact && keys)
+    query_error("Multi-key fetches for reduce views must use `group=true`");
+  if (keys && (q.start_key || q.end_key))
+    query_error("`keys` is incompatible with `key`, `start_key` and `end_key`");
+  if (!reduce_view && (exact || (level && *level > 0)))
+    query_error("Invalid use of grouping on a map view.");
+  if (reduce_view && include_docs) query_error("`include_docs` is invalid for reduce");
+  if (reduce_view && conflicts) query_error("`conflicts` is invalid for reduce views.");
+  q.keys = std::move(keys);
+  q.reduce = reduce.value_or(true);
+  q.include_docs = include_docs;
+  q.conflicts = conflicts.value_or(false);
+  if (exact) {
+    q.group_level = std::numeric_limits<std::size_t>::max();
+  } else if (level && *level > 0) {
+    q.group_level = *level;
+  }
+  q.limit = limit.value_or(-1);
+  // A range that cannot hold a row (couch_mrview_util:check_range).
+  if (!q.keys && q.start_key && q.end_key) {
+    const int c = core::collate(core::collation_key(*q.start_key), core::collation_key(*q.end_key));
+    if (!q.descending && c > 0)
+      query_error("No rows can match your key range, reverse your start_key and end_key or set descending=true");
+    if (q.descending && c < 0)
+      query_error("No rows can match your key range, reverse your start_key and end_key or set descending=false");
+  }
+  return r;
+}
+
+std::vector<std::pair<std::string, Param>> collect_params(const Call& call, const Json* body) {
+  std::vector<std::pair<std::string, Param>> out;
+  for (const auto& [k, v] : call.query.params()) out.push_back({k, Param{std::nullopt, v}});
+  if (body) {
+    for (auto it = body->begin(); it != body->end(); ++it) {
+      if (it.key() == "queries") continue;
+      OrderedJson v = OrderedJson::parse(it.value().dump());
+      out.push_back({it.key(), Param{std::move(v), std::nullopt}});
+    }
+  }
+  return out;
+}
+
+// Two queries that build one index at once both map the same batch; the index sequence's
+// conflicting read lets one commit and retries the other, which then finds the work done.
+
+std::shared_ptr<const core::ViewGroup> load_group(const Call& call, const core::DbRef& db,
+                                                  const std::string& ddoc) {
+  auto tr = call.store().create_transaction();
+  core::js::DesignDoc d = load_design_doc(tr, db, ddoc);
+  auto g = core::ViewGroup::from_design_doc("_design/" + ddoc, d.json, d.key, db.partitioned);
+  if (auto* e = std::get_if<core::CouchError>(&g)) throw HttpError(*e);
+  return std::make_shared<const core::ViewGroup>(std::get<core::ViewGroup>(std::move(g)));
+}
+
+// Writes one view result object (head, rows, tail) through `emit`, page by page.
+template <typename Emit>
+boost::asio::awaitable<bool> write_view(const Call& call, const core::DbRef& db,
+                                        std::shared_ptr<const core::ViewGroup> g,
+                                        const ViewRequest& r, Emit&& emit) {
+  storage::Database& store = call.store();
+  core::ViewCursor cursor(db, g, r.q, call.ctx.js);
+  std::string head = "{";
+  {
+    auto tr = store.create_transaction();
+    if (!cursor.reducing()) {
+      auto total = core::view_row_count(tr, db, *g, r.q.view, r.q.partition);
+      if (!total.ok()) throw HttpError(core::storage_failure(total.error()));
+      auto off = cursor.offset(tr);
+      if (!off.ok()) throw HttpError(core::storage_failure(off.error()));
+      head += "\"total_rows\":" + std::to_string(*total) + ",\"offset\":" +
+              std::to_string(std::min(*off, *total)) + ",";
+    }
+    if (r.update_seq) {
+      auto s = core::view_index_seq(tr, db, *g, storage::Snapshot::yes);
+      if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+      head += "\"update_seq\":" + core::json_string(s->str()) + ",";
+    }
+  }
+  head += "\"rows\":[\r\n";
+  bool started = false;
+  bool first = true;
+  std::vector<std::string> rows;
+  for (bool more = true, first_page = true; more; first_page = false) {
+    auto page_tr = store.create_transaction();
+    if (!first_page) page_tr.disable_read_cache();  // a long stream reads its blocks once
+    auto m = cursor.next_page(page_tr, call.ctx.stream_page_rows, rows);
+    if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
+    if (auto* e = std::get_if<core::CouchError>(&*m)) {
+      if (!started) throw HttpError(*e);
+      co_return false;  // cut off mid-stream
+    }
+    more = std::get<bool>(*m);
+    std::string chunk;
+    if (!started) {
+      started = true;
+      chunk = head;
+    }
+    for (std::string& row : rows) {
+      if (!first) chunk += ",\r\n";
+      first = false;
+      chunk += row;
+    }
+    rows.clear();
+    if (!chunk.empty() && !co_await emit(chunk)) co_return false;
+  }
+  if (!started && !co_await emit(head)) co_return false;
+  co_return co_await emit("\r\n]}");
+}
+
+MaybeResponse view(Call& call, const core::DbRef& db, const std::string& ddoc,
+                   const std::string& name, bool queries) {
+  require_method(call, queries ? "POST" : "GET,HEAD,POST");
+  std::optional<Json> body;
+  if (call.is(beast_http::verb::post)) body = parse_json_object_body(call.req);
+  auto g = load_group(call, db, ddoc);
+  auto index = g->index_of(name);
+  if (!index) throw HttpError(404, "not_found", "missing_named_view");
+  if (g->language != "javascript")
+    throw HttpError(400, "bad_request", "views in language `" + g->language + "` are not supported");
+  // couch_mrview_util:validate_args, checked against CouchDB 3.5.
+  if (g->partitioned && !call.partition)
+    query_error("`partition` parameter is mandatory for queries to this view.");
+  if (!g->partitioned && call.partition)
+    query_error("`partition` parameter is not supported in this design doc");
+
+  std::vector<ViewRequest> requests;
+  if (queries) {
+    if (!body || !body->contains("queries") || !(*body)["queries"].is_array())
+      throw_bad_request("`queries` member must be a array.");
+    for (const Json& one : (*body)["queries"]) {
+      if (!one.is_object()) throw_bad_request("Each query must be a JSON object.");
+      std::vector<std::pair<std::string, Param>> params;
+      for (auto it = one.begin(); it != one.end(); ++it)
+        params.push_back({it.key(), Param{OrderedJson::parse(it.value().dump()), std::nullopt}});
+      requests.push_back(parse_view_params(params, g->views[*index]));
+      requests.back().q.view = *index;
+      requests.back().q.partition = call.partition.value_or("");
+    }
+  } else {
+    requests.push_back(parse_view_params(collect_params(call, body ? &*body : nullptr), g->views[*index]));
+    requests.back().q.view = *index;
+    requests.back().q.partition = call.partition.value_or("");
+  }
+  bool build_now = false, build_after = false;
+  for (const ViewRequest& r : requests) {
+    build_now = build_now || r.update == UpdateMode::yes;
+    build_after = build_after || r.update == UpdateMode::lazy;
+  }
+  if (build_now) co_await build_index(call, db, *g);
+  if (call.is(beast_http::verb::head)) co_return raw_json_response(call.req, Status::ok, "");
+
+  // The head goes out with the first bytes of the body, so that an error on the first page is
+  // still a proper error answer.
+  bool begun = false;
+  auto emit = [&](std::string_view s) -> boost::asio::awaitable<bool> {
+    if (!begun) {
+      begun = true;
+      if (!co_await call.stream.begin(stream_head(call.req))) co_return false;
+    }
+    co_return co_await call.stream.write(s);
+  };
+  if (queries) {
+    if (!co_await emit("{\"results\":[\r\n")) co_return std::nullopt;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      if (i && !co_await emit(",\r\n")) co_return std::nullopt;
+      if (!co_await write_view(call, db, g, requests[i], emit)) co_return std::nullopt;
+    }
+    if (!co_await emit("\r\n]}")) co_return std::nullopt;
+  } else if (!co_await write_view(call, db, g, requests[0], emit)) {
+    co_return std::nullopt;
+  }
+  co_await call.stream.write("\n");
+  co_await call.stream.finish();
+  if (build_after && !build_now) co_await build_index(call, db, *g);
+  co_return std::nullopt;
+}
+
+MaybeResponse design_info(Call& call, const core::DbRef& db, const std::string& ddoc) {
+  require_method(call, "GET,HEAD");
+  auto g = load_group(call, db, ddoc);
+  auto tr = call.store().create_transaction();
+  auto seq = core::view_index_seq(tr, db, *g, storage::Snapshot::yes);
+  if (!seq.ok()) throw HttpError(core::storage_failure(seq.error()));
+  Json info = Json::object();
+  info["name"] = ddoc;
+  Json vi = Json::object();
+  vi["signature"] = g->signature;
+  vi["language"] = g->language;
+  vi["sizes"] = Json{{"file", 0}, {"external", 0}, {"active", 0}};
+  vi["update_seq"] = seq->str();
+  vi["purge_seq"] = 0;
+  vi["updater_running"] = false;
+  vi["compact_running"] = false;
+  vi["waiting_clients"] = 0;
+  vi["waiting_commit"] = false;
+  info["view_index"] = vi;
+  co_return json_response(call.req, Status::ok, info);
+}
+
+// The status of an update handler's answer: its "code", else `fallback`.
+int update_status(const Json& resp, int fallback) {
+  return resp.contains("code") && resp["code"].is_number_integer() ? resp["code"].get<int>()
+                                                                   : fallback;
+}
+
+// An update handler that saves an existing document under its own id goes through the
+// document's group commit (http/api/hot_docs.h), as PATCH does: the handler runs again inside the
+// group's transaction on the latest revision, so concurrent updates never conflict with each
+// other. Its first run (`first`, on `current`) only tells whether that applies: nullopt when the
+// request takes the ordinary path (no document or a new one, a deletion, another id, a document
+// with attachments, a design document, _users, _replicator). `resp` and `answered_doc` receive
+// the run that was saved; `render(status, rev)` answers.
+boost::asio::awaitable<std::optional<Response>> hot_update(
+    Call& call, const core::DbRef& db, core::js::Engine& engine, const core::js::DesignDoc& d,
+    const std::string& name, const std::optional<std::string>& doc_id, const std::string& current,
+    std::string req_text, const core::js::UpdateAnswer& first, Json& resp,
+    std::string& answered_doc,
+    const std::function<Response(int, const std::optional<std::string>&)>& render) {
+  if (!doc_id || current == "null" || doc_id->starts_with("_design/") ||
+      db.name == core::kUsersDb || db.name == core::kReplicatorDb)
+    co_return std::nullopt;
+  const Json existing = Json::parse(current, nullptr, false);
+  if (!existing.is_object() || existing.contains("_attachments")) co_return std::nullopt;
+  const Json saved = Json::parse(first.doc_json, nullptr, false);
+  if (!saved.is_object() || !saved.contains("_id") || saved["_id"] != *doc_id ||
+      saved.value("_deleted", false) == true)
+    co_return std::nullopt;
+  const std::size_t max_size = call.ctx.max_document_size;
+  core::DocStep step;
+  step.validator = doc_validator(call);
+  step.apply = [&, req_text = std::move(req_text)](
+                   const std::string& body, const core::RevId& rev) -> core::Outcome<std::string> {
+    auto r = engine.update(d, name, core::splice_doc(body, *doc_id, rev.str(), {}), req_text);
+    if (auto* e = std::get_if<core::js::JsError>(&r)) return core::js_error(*e);
+    const core::js::UpdateAnswer& a = std::get<core::js::UpdateAnswer>(r);
+    Json doc = Json::parse(a.doc_json, nullptr, false);
+    // On the newer revision the handler chose not to save this document as it did at first.
+    if (!doc.is_object() || !doc.contains("_id") || doc["_id"] != *doc_id ||
+        doc.value("_deleted", false) == true)
+      return core::conflict();
+    Json body_out = Json::object();
+    for (auto it = doc.begin(); it != doc.end(); ++it)
+      if (!it.key().starts_with("_")) body_out[it.key()] = it.value();
+    std::string out = body_out.dump();
+    if (out.size() > max_size) return core::CouchError{413, "document_too_large", *doc_id};
+    resp = Json::parse(a.response_json, nullptr, false);
+    if (!resp.is_object()) resp = Json::object();
+    answered_doc = a.doc_json;
+    return out;
+  };
+  const auto answer = [&](const core::Outcome<core::RevId>& o) -> Response {
+    if (const auto* e = std::get_if<core::CouchError>(&o))
+      return couch_error_response(call.req, *e);
+    return render(update_status(resp, 201), std::get<core::RevId>(o).str());
+  };
+  if (call.idem) {
+    co_await call.idem->finish(call);
+    step.idem = call.idem->request();
+    step.render = [&](const core::Outcome<core::RevId>& o) { return stored_response(answer(o)); };
+  }
+  auto outcome = co_await call.ctx.hot_docs->update(call.store(), call.ctx.janitor, db.name,
+                                                    *doc_id, std::move(step));
+  if (!outcome.ok()) co_return storage_error_response(call.req, outcome.error());
+  if (const auto* e = std::get_if<core::CouchError>(&*outcome)) throw HttpError(*e);
+  co_return answer(*outcome);
+}
+
+// couch_mrview_show:handle_doc_update_req: the handler's [doc, response]; the doc (if any) is
+// saved as an interactive edit, the response says the status, headers and body.
+MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::string& ddoc,
+                             const std::string& name, const std::optional<std::string>& doc_id) {
+  if (call.is(beast_http::verb::get))
+    throw HttpError(405, "method_not_allowed", "Update functions do not allow GET");
+  core::js::Engine& engine = js_engine(call);
+  core::js::DesignDoc d;
+  std::string current = "null";
+  {
+    auto tr = call.store().create_transaction();
+    d = load_design_doc(tr, db, ddoc);
+    if (doc_id) {
+      auto doc = core::get_doc_json(tr, db, *doc_id, core::DocReadOptions{});
+      if (!doc.ok()) throw HttpError(core::storage_failure(doc.error()));
+      if (auto* s = std::get_if<std::string>(&*doc)) current = *s;
+    }
+  }
+  {
+    Json parsed = Json::parse(d.json, nullptr, false);
+    if (!parsed.contains("updates") || !parsed["updates"].is_object() ||
+        !parsed["updates"].contains(name))
+      throw HttpError(404, "not_found", "missing function updates." + name + " on design doc _design/" + ddoc);
+  }
+  Json req = js_request_object(call, doc_id);
+  auto r = engine.update(d, name, current, req.dump());
+  if (auto* e = std::get_if<core::js::JsError>(&r)) throw HttpError(core::js_error(*e));
+  const core::js::UpdateAnswer& a = std::get<core::js::UpdateAnswer>(r);
+  Json resp = Json::parse(a.response_json, nullptr, false);
+  if (!resp.is_object()) resp = Json::object();
+  int code = resp.contains("code") && resp["code"].is_number_integer() ? resp["code"].get<int>() : 200;
+  std::string answered_doc = a.doc_json;  // the handler's document (its latest run's)
+  // The answer, from the handler's response and the revision it saved (if any).
+  auto render = [&](int status_code, const std::optional<std::string>& new_rev) -> Response {
+    Response out{static_cast<Status>(status_code), call.req.version()};
+    out.set(beast_http::field::server, kServerHeader);
+    out.set(beast_http::field::date, http_date_now());
+    std::string content_type = "text/html; charset=utf-8";
+    std::string body_text;
+    if (resp.contains("json")) {
+      body_text = resp["json"].dump();
+      content_type = "application/json";
+    } else if (resp.contains("base64") && resp["base64"].is_string()) {
+      auto decoded = core::base64_decode(resp["base64"].get<std::string>());
+      if (!decoded)
+        throw HttpError(500, "render_error", "invalid base64 in the update handler's response");
+      body_text = std::move(*decoded);
+      content_type = "application/binary";
+    } else if (resp.contains("body")) {
+      body_text = resp["body"].is_string() ? resp["body"].get<std::string>() : resp["body"].dump();
+    }
+    if (resp.contains("headers") && resp["headers"].is_object()) {
+      for (auto it = resp["headers"].begin(); it != resp["headers"].end(); ++it) {
+        if (!it.value().is_string()) continue;
+        if (it.key() == "Content-Type" || it.key() == "content-type")
+          content_type = it.value().get<std::string>();
+        else
+          out.set(it.key(), it.value().get<std::string>());
+      }
+    }
+    out.set(beast_http::field::content_type, content_type);
+    if (new_rev) out.set("X-Couch-Update-NewRev", *new_rev);
+    if (doc_id || new_rev) {
+      Json doc = Json::parse(answered_doc, nullptr, false);
+      if (doc.is_object() && doc.contains("_id"))
+        out.set("X-Couch-Id", doc["_id"].get<std::string>());
+    }
+    out.body() = std::move(body_text);
+    out.keep_alive(call.req.keep_alive());
+    out.prepare_payload();
+    return out;
+  };
+  if (auto hot = co_await hot_update(call, db, engine, d, name, doc_id, current, req.dump(), a,
+                                     resp, answered_doc, render))
+    co_return std::move(*hot);
+  if (!a.doc_json.empty() && a.doc_json != "null") {
+    Json doc = Json::parse(a.doc_json, nullptr, false);
+    if (!doc.is_object()) throw HttpError(500, "render_error", "the update handler's document is not an object");
+    if (!doc.contains("_id") || !doc["_id"].is_string())
+      throw HttpError(500, "render_error", "Document id must be a string");
+    // Saved like a PUT of the document (couch_mrview_show: couch_db:update_doc as the user).
+    const std::string id = doc["_id"].get<std::string>();
+    if (auto err = check_doc_write(call, db, doc)) throw HttpError(*err);
+    core::DocUpdate u;
+    u.id = id;
+    if (doc.contains("_rev") && doc["_rev"].is_string()) {
+      auto rev = core::RevId::parse(doc["_rev"].get<std::string>());
+      if (!rev) throw HttpError(400, "bad_request", "Invalid rev format");
+      u.base_rev = *rev;
+    }
+    u.deleted = doc.value("_deleted", false) == true;
+    Json body = Json::object();
+    for (auto it = doc.begin(); it != doc.end(); ++it)
+      if (!it.key().starts_with("_")) body[it.key()] = it.value();
+    u.body = body.dump();
+    std::vector<core::DocWriteBatch::Item> items(1);
+    items[0].update = std::move(u);
+    core::DocWriteBatch batch(db.name, std::move(items));
+    co_return co_await write_and_render(call, batch, [&](const core::DocWriteBatch& b) {
+      const auto& result = *b.results().at(0);
+      if (auto* e = std::get_if<core::CouchError>(&result)) throw HttpError(*e);
+      return render(resp.contains("code") ? code : 201,
+                    std::get<core::UpdateResult>(result).rev.str());
+    });
+  }
+  co_return render(code, std::nullopt);
+}
+
+}  // namespace
+
+boost::asio::awaitable<void> build_index(const Call& call, const core::DbRef& db,
+                                         const core::ViewGroup& g) {
+  core::js::Engine& engine = js_engine(call);
+  for (;;) {
+    std::optional<core::Outcome<bool>> step;
+    storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+      auto r = core::update_step(tr, db, g, engine);
+      if (!r.ok()) return r.error();
+      step = std::move(*r);
+      return {};
+    });
+    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+    if (auto* e = std::get_if<core::CouchError>(&*step)) throw HttpError(*e);
+    if (std::get<bool>(*step)) break;
+  }
+}
+
+MaybeResponse handle_design_action(Call& call, const core::DbRef& db, const std::string& ddoc,
+                                   const std::vector<std::string>& rest) {
+  const std::string& action = rest.at(0);
+  if (action == "_view" && rest.size() == 2) co_return co_await view(call, db, ddoc, rest[1], false);
+  if (action == "_view" && rest.size() == 3 && rest[2] == "queries")
+    co_return co_await view(call, db, ddoc, rest[1], true);
+  if (action == "_info" && rest.size() == 1) co_return co_await design_info(call, db, ddoc);
+  if (action == "_update" && (rest.size() == 2 || rest.size() == 3)) {
+    std::optional<std::string> id;
+    if (rest.size() == 3) id = rest[2];
+    co_return co_await update_handler(call, db, ddoc, rest[1], id);
+  }
+  throw HttpError(501, "not_implemented", "this feature is not yet implemented");
+}
+
+MaybeResponse view_cleanup(Call& call, const core::DbRef& db) {
+  if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
+  std::vector<std::string> keep;
+  for (const auto& [id, doc] : read_design_doc_bodies(call, db)) {
+    auto g = core::ViewGroup::from_design_doc(id, doc.dump(), "", db.partitioned);
+    if (auto* vg = std::get_if<core::ViewGroup>(&g)) keep.push_back(vg->signature);
+  }
+  for (bool done = false; !done;) {
+    storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+      auto r = core::cleanup_step(tr, db, keep);
+      if (!r.ok()) return r.error();
+      done = *r;
+      return {};
+    });
+    if (!s.ok()) co_return storage_error_response(call.req, s.error());
+  }
+  co_return json_response(call.req, Status::accepted, Json{{"ok", true}});
+}
+
+}  // namespace chaise::http
