@@ -109,7 +109,7 @@ class DocWriteBatch {
 };
 
 // ---- DocStepBatch: server-side updates of one document, many per transaction ----
-// The group commit behind PATCH (hot documents, seed 001): each step is a function of the
+// The group commit behind PATCH (hot documents): each step is a function of the
 // current body; the steps apply in order, each to what the one before left, and every accepted
 // step is a revision of its own, child of the one before. One transaction writes the last of
 // them, with the others as its ancestors (their bodies are not kept, as after compaction), so

@@ -1,4 +1,4 @@
-// core/db/idempotency.h — writes made idempotent by a client-supplied key (seed 001's "command id";
+// core/db/idempotency.h — writes made idempotent by a client-supplied key (a command id:
 // the IETF httpapi draft's Idempotency-Key header).
 //
 // The first execution of a write stores its response in the write's own transaction, under

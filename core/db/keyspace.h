@@ -1,4 +1,6 @@
-// core/db/keyspace.h — every key Chaise writes, in one place (DESIGN.md "core/: the keyspace").
+// core/db/keyspace.h — every key Chaise writes, in one place (DESIGN.md "core/: the keyspace"):
+// the subspaces, the names under them and the value formats. Rooms that own a key build it from
+// the names here.
 //
 // All keys are tuples (storage/tuple.h). Subspace names are small integers, not strings: they are
 // repeated in every key, and the RFC names live here as constants instead.
@@ -32,7 +34,8 @@
 //                                            null), chunks of kBodyChunkBytes
 //   (kMeta, Name)                          = revs_limit (tuple int), security (JSON),
 //                                            update_counter (little-endian int64, atomic add) ...
-//   (kConfig, "changes_shards", StartSeq)  = shard map (the sharded-changes issue)
+//   (kConfig, kChangesShards, StartSeq)    = the shard map in force from StartSeq (core/db/shards.h)
+//   (kConfig, kNextShardId)                = the next shard id to allocate (core/db/shards.h)
 //   (kAtts, Address, Chunk)                = attachment bytes as stored (core/docs/attachments.h)
 //   (kAttRefs, Address)                    = little-endian int64: revision bodies naming Address
 //   (kViews, Sig, kViewSeq)                = the Sequence (its text) the index has caught up to
@@ -52,7 +55,9 @@
 //   (kUnique, IndexId, kUniqueViolations, DocId)
 //                                          = {"key":..,"conflicts_with":..}: a replicated edit
 //                                            took a key another document held
-//   (kMeta, "unique_indexes")              = JSON list of the unique indexes (core/index/unique_index.h)
+//   (kMeta, kUniqueIndexes)                = JSON list of the unique indexes (core/index/unique_index.h)
+//   (kMeta, kSyncIndexes)                  = JSON list of the synchronous indexes, each ready or
+//                                            not (core/index/sync_index.h)
 //   Sig is the design document's view signature (core/index/view_index.h); View its view's number.
 // A revision's body chunks are Chunk >= 0; its header (deleted flag, attachment list; see
 // core/docs/documents.cc) is stored in the same range at Chunk < 0, so one range read returns both.
@@ -167,10 +172,16 @@ inline constexpr std::string_view kSecurity = "security";
 // Bumped (atomic add, so writers never conflict on it) by every transaction that changes a
 // document; the changes notifier watches it to wake waiting feeds.
 inline constexpr std::string_view kUpdateCounter = "update_counter";
+inline constexpr std::string_view kUniqueIndexes = "unique_indexes";
+inline constexpr std::string_view kSyncIndexes = "sync_indexes";
+
+// Config names (kConfig).
+inline constexpr std::string_view kChangesShards = "changes_shards";
+inline constexpr std::string_view kNextShardId = "next_shard_id";
 
 // Body chunks stay under FoundationDB's 100,000-byte value limit.
 inline constexpr std::size_t kBodyChunkBytes = 90'000;
-// The one shard every database has until the sharded-changes issue adds resharding.
+// The shard of a database's changes until it is resharded (core/db/shards.h).
 inline constexpr std::int64_t kDefaultShard = 0;
 // Incarnation of every database created here (RFC 000: bumped when a database moves clusters).
 inline constexpr std::int64_t kIncarnation = 0;

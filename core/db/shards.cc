@@ -14,14 +14,12 @@ using storage::Versionstamp;
 
 namespace {
 
-constexpr std::string_view kChangesShards = "changes_shards";
-constexpr std::string_view kNextShardId = "next_shard_id";
 
 storage::Subspace maps_space(const DbRef& db) {
-  return db.space.root().sub(Tuple().add(keyspace::kConfig).add(kChangesShards));
+  return db.space.root().sub(Tuple().add(keyspace::kConfig).add(keyspace::kChangesShards));
 }
 std::string next_id_key(const DbRef& db) {
-  return db.space.root().pack(Tuple().add(keyspace::kConfig).add(kNextShardId));
+  return db.space.root().pack(Tuple().add(keyspace::kConfig).add(keyspace::kNextShardId));
 }
 
 std::string map_value(const ShardMap& m) {

@@ -491,8 +491,8 @@ StorageResult<std::int64_t> store_superseded_as_delta(Transaction& tr, const DbR
   // attachments) is its chunk 0 alone, which the delta's chunk 0 overwrites: nothing is left to
   // clear. Other records clear their range first. A cleared range is a RocksDB range tombstone,
   // which reads of its memtable re-sort after every commit that adds one and the tables keep
-  // until compacted: a second edit of 200,000 documents by _bulk_docs took 55-58 us of server
-  // CPU per edit with a clear per edit, 42 us without (bench/README.md, twenty-third session).
+  // until compacted: with a clear per edit, edits cost about a third more server CPU
+  // (bench/README.md).
   if (record_has_header(rec.deleted, rec.atts, nullptr) ||
       rec.body.size() >= keyspace::kBodyChunkBytes) {
     auto [b, e] = db.space.body_range(id, old_leaf.leaf.pos, old_leaf.leaf.hash);

@@ -13,7 +13,6 @@ namespace chaise::core {
 
 namespace {
 
-constexpr std::string_view kRegistry = "sync_indexes";
 
 std::vector<SyncIndexDef> parse_registry(std::string_view raw) {
   std::vector<SyncIndexDef> out;
@@ -73,7 +72,7 @@ bool SyncIndexes::any_ready() const {
 StorageResult<std::vector<SyncIndexDef>> read_sync_indexes(Transaction& tr, const DbRef& db) {
   // Every write transaction reads the registry: remembered between transactions (core/db/db_cache.h;
   // write_sync_indexes marks its transaction), with the read conflict taken all the same.
-  const std::string key = db.space.meta_key(kRegistry);
+  const std::string key = db.space.meta_key(keyspace::kSyncIndexes);
   auto r = remembered_read<std::vector<SyncIndexDef>>(
       tr, "sync_registry\0" + std::to_string(db.id),
       [&](Transaction& t) -> StorageResult<std::vector<SyncIndexDef>> {
@@ -90,13 +89,13 @@ StorageResult<std::vector<SyncIndexDef>> read_sync_indexes(Transaction& tr, cons
 void write_sync_indexes(Transaction& tr, const DbRef& db, const std::vector<SyncIndexDef>& list) {
   tr.touch_metadata();  // read_sync_indexes remembers the registry
   if (list.empty()) {
-    tr.clear(db.space.meta_key(kRegistry));
+    tr.clear(db.space.meta_key(keyspace::kSyncIndexes));
     return;
   }
   OrderedJson j = OrderedJson::array();
   for (const auto& d : list)
     j.push_back(OrderedJson{{"ddoc", d.ddoc}, {"sig", d.sig}, {"ready", d.ready}});
-  tr.set(db.space.meta_key(kRegistry), j.dump());
+  tr.set(db.space.meta_key(keyspace::kSyncIndexes), j.dump());
 }
 
 void sync_design_doc(Transaction& tr, const DbRef& db, SyncIndexes& s, std::string_view id,

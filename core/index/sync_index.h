@@ -1,12 +1,12 @@
-// core/index/sync_index.h — synchronous indexes (seed 001: "低延迟的视图更新 …
-// 实现大部分情况下的即时可见").
+// core/index/sync_index.h — synchronous indexes: views visible as soon as the write that
+// changes them is acknowledged.
 //
 // A design document with "options": {"sync_index": true} (JavaScript views or Mango json
 // indexes; POST /{db}/_index takes "sync_index": true) has its index updated inside the write
 // transaction of every document edit, so a query right after a write's 201 sees it and finds
 // nothing to build. Default stays CouchDB's lazy indexing (built from _changes at query time).
 //
-// The registry (kMeta, "sync_indexes") lists such design documents by view signature, each
+// The registry (kMeta, kSyncIndexes) lists such design documents by view signature, each
 // "ready" or not. Every write transaction reads it with conflict (one point read). A design
 // document edit updates it in the same transaction (a new or changed signature starts not
 // ready; a deleted document or one without the option leaves it). The index is built as any

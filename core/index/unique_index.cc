@@ -15,7 +15,6 @@ namespace {
 using storage::Snapshot;
 using storage::Tuple;
 
-constexpr std::string_view kRegistry = "unique_indexes";
 
 storage::Subspace keys_of(const DbRef& db, const std::string& index_id) {
   return db.space.unique_index(index_id).sub(Tuple().add(keyspace::kUniqueKeys));
@@ -119,7 +118,7 @@ StorageResult<std::shared_ptr<const UniqueIndexes>> read_unique_indexes(Transact
                                                                         const DbRef& db) {
   // Every write transaction reads the registry: remembered between transactions (core/db/db_cache.h;
   // write_unique_indexes marks its transaction), with the read conflict taken all the same.
-  const std::string key = db.space.meta_key(kRegistry);
+  const std::string key = db.space.meta_key(keyspace::kUniqueIndexes);
   auto r = remembered_read<UniqueIndexes>(
       tr, "unique_registry\0" + std::to_string(db.id),
       [&](Transaction& t) -> StorageResult<UniqueIndexes> {
@@ -136,14 +135,14 @@ StorageResult<std::shared_ptr<const UniqueIndexes>> read_unique_indexes(Transact
 void write_unique_indexes(Transaction& tr, const DbRef& db, const UniqueIndexes& list) {
   tr.touch_metadata();  // read_unique_indexes remembers the registry
   if (list.empty()) {
-    tr.clear(db.space.meta_key(kRegistry));
+    tr.clear(db.space.meta_key(keyspace::kUniqueIndexes));
     return;
   }
   OrderedJson j = OrderedJson::array();
   for (const auto& d : list)
     j.push_back(OrderedJson{
         {"id", d.id}, {"ddoc", d.ddoc}, {"name", d.name}, {"map", d.map}, {"ready", d.ready}});
-  tr.set(db.space.meta_key(kRegistry), j.dump());
+  tr.set(db.space.meta_key(keyspace::kUniqueIndexes), j.dump());
 }
 
 StorageResult<std::optional<CouchError>> unique_check(Transaction& tr, const DbRef& db,

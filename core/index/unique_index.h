@@ -1,5 +1,5 @@
-// core/index/unique_index.h — unique Mango indexes (seed 001: "用起来就类似数据库的 unique
-// 索引一样简单").
+// core/index/unique_index.h — unique Mango indexes: a constraint as simple to use as a
+// relational database's unique index.
 //
 // A Mango json index created with "unique": true (POST /{db}/_index) is also a constraint: no
 // two live documents may have the same index key ([v1, v2, ...] of its fields, compared as

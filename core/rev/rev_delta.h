@@ -1,10 +1,11 @@
-// core/rev/rev_delta.h — superseded revision bodies stored as deltas (seed 001, "写入放大").
+// core/rev/rev_delta.h — superseded revision bodies stored as deltas, so that
+// keeping history does not multiply the bytes written.
 //
 // When an edit supersedes a leaf, the leaf's body is rewritten as a delta against the new
 // revision's body, so that keeping history (CouchDB keeps superseded bodies until compaction)
 // costs about what the edit changed instead of a whole copy of the document.
 //
-// The delta format is seed 001's, a JSON object applied to a JSON object (or array):
+// A delta is a JSON object applied to a JSON object (or array):
 //   "u": {key: value}   the member is set to value (added when missing);
 //   "p": {key: delta}   the member is patched by a nested delta (an object or array);
 //   "r": {key: true}    the member is removed;

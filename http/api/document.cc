@@ -1,11 +1,9 @@
 // http/api/document.cc — /{db}/{docid}, /{db}/_design/{name} and /{db}/_local/{name}:
-// CouchDB's chttpd_db:db_doc_req (GET/HEAD, PUT, DELETE, COPY, POST) and, until attachments
-// exist, CouchDB's answers for attachment paths whose attachment is missing.
+// CouchDB's chttpd_db:db_doc_req (GET/HEAD, PUT, DELETE, COPY, POST), documents with their
+// attachments as JSON or multipart both ways. Attachment paths are http/api/attachments.cc's.
 //
 // Behaviour follows apache/couchdb src/chttpd/src/chttpd_db.erl (db_doc_req, couch_doc_from_req,
-// extract_header_rev, parse_doc_query, send_doc, send_docs_multipart) and couch_doc.erl. Where
-// Chaise cannot do what CouchDB does (attachments, multipart uploads) it answers 501
-// not_implemented rather than dropping data.
+// extract_header_rev, parse_doc_query, send_doc, send_docs_multipart) and couch_doc.erl.
 //
 // Every read is one snapshot transaction; every write is one DocWriteBatch run by run_doc_batch,
 // so the io thread never waits for a commit.

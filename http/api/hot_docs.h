@@ -1,4 +1,4 @@
-// http/api/hot_docs.h — the per-document group commit behind PATCH (hot documents, seed 001).
+// http/api/hot_docs.h — the per-document group commit behind PATCH (hot documents).
 //
 // Updates of one document queue in this process. One leader coroutine per document with queued
 // updates takes everything queued (up to DocStepBatch::kStepsPerTransactionMax), applies it in

@@ -1,4 +1,4 @@
-// http/api/idempotency.h — the Idempotency-Key header (IETF httpapi draft; seed 001's "command id") on
+// http/api/idempotency.h — the Idempotency-Key header (IETF httpapi draft) on
 // every document write: PUT/POST/DELETE/COPY of documents and attachments, _bulk_docs, _update
 // handlers and _index (_purge is not served).
 //

@@ -1,4 +1,4 @@
-// PATCH /{db}/{docid}: server-side updates of a document (hot documents, seed 001). The body is a
+// PATCH /{db}/{docid}: server-side updates of a document (hot documents). The body is a
 // JSON Merge Patch (Content-Type application/merge-patch+json, or application/json) or a JSON
 // Patch with Chaise's "increment" operation (application/json-patch+json); see core/docs/json_patch.h.
 //

@@ -1,4 +1,4 @@
-// Idempotency-Key on every document write (issue 11, seed 001's "command id"): a retry gets the
+// Idempotency-Key on every document write (a command id): a retry gets the
 // first execution's answer and writes nothing, across a lost answer, a restart and load; another
 // request under the same key gets 422; keys expire. Each test starts the real binary.
 #include <gtest/gtest.h>
