@@ -41,7 +41,6 @@
 // Both stores use the engine's RocksDB options (storage/database.cc), duplicated in raw_options().
 // Every benchmark works in a fresh directory under the temp dir (/tmp), removed afterwards.
 #include <benchmark/benchmark.h>
-
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
@@ -164,7 +163,8 @@ struct WriteStore {
   std::unique_ptr<Database> ours;
   std::unique_ptr<rocksdb::DB> raw;
 };
-std::unique_ptr<WriteStore> g_write;  // written only by Setup/Teardown, before/after the threads run
+std::unique_ptr<WriteStore>
+    g_write;  // written only by Setup/Teardown, before/after the threads run
 
 void setup_ours(const benchmark::State&) {
   g_write = std::make_unique<WriteStore>();
@@ -497,22 +497,50 @@ void BM_RawMultiGetLarge(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(batch));
 }
 
-BENCHMARK(BM_Commit)->Name("Commit")->Setup(setup_ours)->Teardown(teardown_write)
-    ->Threads(1)->Threads(8)->Threads(64)->UseRealTime()->MinTime(kMinTimeSeconds);
-BENCHMARK(BM_RawSyncedPut)->Name("RawSyncedPut")->Setup(setup_raw)->Teardown(teardown_write)
-    ->Threads(1)->Threads(8)->Threads(64)->UseRealTime()->MinTime(kMinTimeSeconds);
-BENCHMARK(BM_RawSyncedBatch)->Name("RawSyncedBatch")->Setup(setup_raw)->Teardown(teardown_write)
-    ->Arg(1)->Arg(8)->Arg(64)->UseRealTime()->MinTime(kMinTimeSeconds);
+BENCHMARK(BM_Commit)
+    ->Name("Commit")
+    ->Setup(setup_ours)
+    ->Teardown(teardown_write)
+    ->Threads(1)
+    ->Threads(8)
+    ->Threads(64)
+    ->UseRealTime()
+    ->MinTime(kMinTimeSeconds);
+BENCHMARK(BM_RawSyncedPut)
+    ->Name("RawSyncedPut")
+    ->Setup(setup_raw)
+    ->Teardown(teardown_write)
+    ->Threads(1)
+    ->Threads(8)
+    ->Threads(64)
+    ->UseRealTime()
+    ->MinTime(kMinTimeSeconds);
+BENCHMARK(BM_RawSyncedBatch)
+    ->Name("RawSyncedBatch")
+    ->Setup(setup_raw)
+    ->Teardown(teardown_write)
+    ->Arg(1)
+    ->Arg(8)
+    ->Arg(64)
+    ->UseRealTime()
+    ->MinTime(kMinTimeSeconds);
 BENCHMARK(BM_Get)->Name("Get")->Setup(setup_read)->UseRealTime()->MinTime(kMinTimeSeconds);
 BENCHMARK(BM_RawGet)->Name("RawGet")->Setup(setup_read)->UseRealTime()->MinTime(kMinTimeSeconds);
 BENCHMARK(BM_Scan)->Name("Scan")->Setup(setup_read)->UseRealTime()->MinTime(kMinTimeSeconds);
 BENCHMARK(BM_RawScan)->Name("RawScan")->Setup(setup_read)->UseRealTime()->MinTime(kMinTimeSeconds);
 // Without and with the point index, sized as the engine sizes it for an 8 MiB memtable.
-BENCHMARK(BM_MemtableGet)->Name("MemtableGet")->Arg(0)->Arg(65536)->UseRealTime()
+BENCHMARK(BM_MemtableGet)
+    ->Name("MemtableGet")
+    ->Arg(0)
+    ->Arg(65536)
+    ->UseRealTime()
     ->MinTime(kMinTimeSeconds);
 // A bounded count: the memtable grows by each insert (40,000 to 80,000 keys), and stays in memory
 // until the store closes.
-BENCHMARK(BM_MemtableInsert)->Name("MemtableInsert")->UseRealTime()->Iterations(400)
+BENCHMARK(BM_MemtableInsert)
+    ->Name("MemtableInsert")
+    ->UseRealTime()
+    ->Iterations(400)
     ->Repetitions(5);
 BENCHMARK(BM_RawGetLarge)
     ->Name("RawGetLarge")

@@ -51,7 +51,8 @@ std::vector<std::string_view> split_lines(std::string_view text) {
 std::optional<std::string_view> section_header(std::string_view line) {
   if (line.size() < 3 || line.front() != '[') return std::nullopt;
   const auto close = line.find(']');
-  if (close == std::string_view::npos || close != line.size() - 1 || close == 1) return std::nullopt;
+  if (close == std::string_view::npos || close != line.size() - 1 || close == 1)
+    return std::nullopt;
   return line.substr(1, close - 1);
 }
 

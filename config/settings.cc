@@ -295,8 +295,9 @@ ServerSettings server_settings(const Sections& values, std::vector<std::string>&
   s.conflict_window_bytes =
       static_cast<std::size_t>(get_int(values, "chaise", "conflict_window_bytes",
                                        static_cast<std::int64_t>(s.conflict_window_bytes)));
-  s.max_request_body_bytes = static_cast<std::size_t>(get_int(
-      values, "chttpd", "max_http_request_size", static_cast<std::int64_t>(s.max_request_body_bytes)));
+  s.max_request_body_bytes =
+      static_cast<std::size_t>(get_int(values, "chttpd", "max_http_request_size",
+                                       static_cast<std::int64_t>(s.max_request_body_bytes)));
   s.max_document_size = static_cast<std::size_t>(get_int(
       values, "couchdb", "max_document_size", static_cast<std::int64_t>(s.max_document_size)));
   const std::string att = get_string(values, "couchdb", "max_attachment_size");

@@ -42,13 +42,13 @@
 #include "config/settings.h"
 #include "core/db/changes_notifier.h"
 #include "core/db/databases.h"
-#include "core/js/js.h"
 #include "core/db/keyspace.h"
-#include "core/security/security.h"
 #include "core/db/txid_janitor.h"
-#include "http/auth/auth.h"
+#include "core/js/js.h"
+#include "core/security/security.h"
 #include "http/api/metrics.h"
 #include "http/api/router.h"
+#include "http/auth/auth.h"
 #include "http/transport/server.h"
 #include "http/transport/workers.h"
 #include "server/log_sink.h"
@@ -69,10 +69,13 @@ struct UsageError : std::runtime_error {
 void print_usage(std::ostream& out) {
   out << "usage: chaise [-c|--config PATH]... [--port N] [--bind ADDR] [--data-dir DIR]\n"
          "              [--io-threads N] [--admin-party] [--create-admin] [--help] [--version]\n"
-         "Config files are read in order, later ones overriding earlier ones; changes made through\n"
-         "the config API (and hashed admin passwords) are written to the last one. Options override\n"
+         "Config files are read in order, later ones overriding earlier ones; changes made "
+         "through\n"
+         "the config API (and hashed admin passwords) are written to the last one. Options "
+         "override\n"
          "the files.\n"
-         "--admin-party   no admin configured: every request is a server admin (local development)\n"
+         "--admin-party   no admin configured: every request is a server admin (local "
+         "development)\n"
          "--create-admin  no admin configured: create 'admin' with a random password, print it\n"
          "                once and store its hash in the last config file\n";
 }
@@ -124,8 +127,8 @@ std::optional<Command> parse_command_line(int argc, char** argv) {
       inline_value = std::string(arg.substr(eq + 1));
       arg = arg.substr(0, eq);
     }
-    const auto flag = std::find_if(kFlags.begin(), kFlags.end(),
-                                   [&](const Flag& f) { return f.name == arg; });
+    const auto flag =
+        std::find_if(kFlags.begin(), kFlags.end(), [&](const Flag& f) { return f.name == arg; });
     if (flag == kFlags.end()) throw UsageError("unknown option '" + std::string(argv[i]) + "'");
     if (!inline_value) {
       if (i + 1 >= argc) throw UsageError(std::string(arg) + " needs a value");
@@ -157,7 +160,6 @@ std::optional<Command> parse_command_line(int argc, char** argv) {
 bool is_server_uuid(std::string_view text) {
   return text.size() == 32 && text.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
-
 
 void fsync_path(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -228,7 +230,8 @@ void notify_systemd(std::string_view state) {
 // CouchDB's [log] level names, mapped onto spdlog's.
 spdlog::level::level_enum log_level(const std::string& level) {
   if (level == "warning" || level == "warn" || level == "notice") return spdlog::level::warn;
-  if (level == "alert" || level == "emergency" || level == "critical") return spdlog::level::critical;
+  if (level == "alert" || level == "emergency" || level == "critical")
+    return spdlog::level::critical;
   if (level == "none" || level == "off") return spdlog::level::off;
   return spdlog::level::from_str(level);
 }
@@ -341,7 +344,8 @@ bool prepare_admins(chaise::config::Config& config, const Command& command) {
   };
   const auto values = config.snapshot();
   const std::string prf = config_ns::get_auth(*values, "pbkdf2_prf", "sha256");
-  const std::int64_t iterations = std::atoll(config_ns::get_auth(*values, "iterations", "600000").c_str());
+  const std::int64_t iterations =
+      std::atoll(config_ns::get_auth(*values, "iterations", "600000").c_str());
   const char* env_user = std::getenv("COUCHDB_USER");
   const char* env_password = std::getenv("COUCHDB_PASSWORD");
   if (env_user != nullptr && *env_user != '\0' && env_password != nullptr) {
@@ -351,7 +355,8 @@ bool prepare_admins(chaise::config::Config& config, const Command& command) {
     const auto parsed = existing ? chaise::core::parse_admin_hash(*existing) : std::nullopt;
     if (!parsed || !chaise::core::verify_password(*parsed, env_password)) {
       config.set("admins", env_user,
-                 chaise::core::format_admin_hash(chaise::core::hash_password(env_password, prf, iterations)),
+                 chaise::core::format_admin_hash(
+                     chaise::core::hash_password(env_password, prf, iterations)),
                  /*persist=*/false);
     }
   }
@@ -369,7 +374,8 @@ bool prepare_admins(chaise::config::Config& config, const Command& command) {
   if (have_admin) return true;
   if (command.create_admin) {
     const std::string password = chaise::core::random_hex32().substr(0, 20);
-    persist("admin", chaise::core::format_admin_hash(chaise::core::hash_password(password, prf, iterations)));
+    persist("admin", chaise::core::format_admin_hash(
+                         chaise::core::hash_password(password, prf, iterations)));
     std::printf("chaise created the server admin 'admin' with password %s (stored hashed in %s)\n",
                 password.c_str(), config.writable_file().string().c_str());
     std::fflush(stdout);
@@ -413,7 +419,8 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   store_options.resolver_bytes_max = config.conflict_window_bytes;
   store_options.table_index_in_cache = config.table_index_in_cache;
   chaise::core::keyspace::set_store_options(store_options);
-  auto opened = chaise::storage::Database::open((config.data_dir / "store").string(), store_options);
+  auto opened =
+      chaise::storage::Database::open((config.data_dir / "store").string(), store_options);
   if (!opened.ok()) {
     spdlog::critical("cannot open the store in {}: {}", (config.data_dir / "store").string(),
                      chaise::storage::error_name(opened.error()));
@@ -426,12 +433,12 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   auto notifier = std::make_unique<chaise::core::ChangesNotifier>(*store);
   chaise::http::Authenticator authenticator{config_store, *store, command.admin_party};
 
-  chaise::core::js::Engine js_engine{chaise::core::js::EngineOptions{
-      .contexts = config.js_contexts,
-      .timeout = std::chrono::milliseconds(config.js_timeout_ms),
-      .heap_bytes = std::size_t{config.js_heap_mb} << 20,
-      .jit = config.js_jit,
-      .reduce_limit = config.js_reduce_limit}};
+  chaise::core::js::Engine js_engine{
+      chaise::core::js::EngineOptions{.contexts = config.js_contexts,
+                                      .timeout = std::chrono::milliseconds(config.js_timeout_ms),
+                                      .heap_bytes = std::size_t{config.js_heap_mb} << 20,
+                                      .jit = config.js_jit,
+                                      .reduce_limit = config.js_reduce_limit}};
 
   // Declared before the server; stopped after it and destroyed after the store (see the end).
   auto workers = std::make_unique<chaise::http::WorkerPool>(config.worker_threads);
@@ -450,7 +457,8 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   context.auth = &authenticator;
   chaise::http::Metrics metrics;
   context.metrics = &metrics;
-  context.access_log = chaise::config::get_bool(*config_store.snapshot(), "log", "access_log", true);
+  context.access_log =
+      chaise::config::get_bool(*config_store.snapshot(), "log", "access_log", true);
   chaise::http::Router router{std::move(context)};
   chaise::http::ServerOptions options = server_options(config);
   options.stream_body = chaise::http::streams_request_body;
@@ -482,10 +490,12 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
     int received = -1;
     if (watchdog) {
       const auto total = watchdog->count();
-      timespec wait{static_cast<time_t>(total / 1'000'000), static_cast<long>((total % 1'000'000) * 1000)};
+      timespec wait{static_cast<time_t>(total / 1'000'000),
+                    static_cast<long>((total % 1'000'000) * 1000)};
       received = sigtimedwait(&signals, nullptr, &wait);
       if (received < 0 && errno == EAGAIN) {
-        bool healthy = server.probe(std::chrono::duration_cast<std::chrono::milliseconds>(*watchdog));
+        bool healthy =
+            server.probe(std::chrono::duration_cast<std::chrono::milliseconds>(*watchdog));
         if (healthy) {
           auto tr = store->create_transaction();
           healthy = tr.get("\xff/chaise/watchdog", chaise::storage::Snapshot::yes).ok();
@@ -549,9 +559,10 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   const auto values = config->snapshot();
-  const std::string log_file = chaise::config::get_string(*values, "log", "writer", "stderr") == "file"
-                                   ? chaise::config::get_string(*values, "log", "file", "./chaise.log")
-                                   : std::string();
+  const std::string log_file =
+      chaise::config::get_string(*values, "log", "writer", "stderr") == "file"
+          ? chaise::config::get_string(*values, "log", "file", "./chaise.log")
+          : std::string();
   try {
     setup_logging(settings.log_level, log_file);
   } catch (const spdlog::spdlog_ex& e) {

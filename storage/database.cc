@@ -342,7 +342,8 @@ std::unique_ptr<rocksdb::Iterator> Engine::new_range_iterator(const rocksdb::Rea
                                                               std::optional<std::size_t> family) {
   if (family) return std::unique_ptr<rocksdb::Iterator>(db_->NewIterator(ro, family_cfs_[*family]));
   std::vector<std::unique_ptr<rocksdb::Iterator>> children;
-  for (rocksdb::ColumnFamilyHandle* cf : family_cfs_) children.emplace_back(db_->NewIterator(ro, cf));
+  for (rocksdb::ColumnFamilyHandle* cf : family_cfs_)
+    children.emplace_back(db_->NewIterator(ro, cf));
   return std::make_unique<MergingIterator>(std::move(children));
 }
 
@@ -645,8 +646,8 @@ void Engine::fire_watches(const WriteMap& written) {
     };
     if (watches_.size() <= written.points().size()) {
       for (auto it = watches_.begin(); it != watches_.end();) {
-        const bool touched = written.points().contains(it->first) ||
-                             written.cleared().find(it->first) != nullptr;
+        const bool touched =
+            written.points().contains(it->first) || written.cleared().find(it->first) != nullptr;
         it = touched ? check(it) : std::next(it);
       }
     } else {

@@ -128,9 +128,9 @@ class Engine;
 
 // What the store has done since it was opened, and how big it is.
 struct StoreStats {
-  std::uint64_t commits = 0;    // transactions committed
-  std::uint64_t conflicts = 0;  // transactions refused with not_committed
-  std::uint64_t batches = 0;    // commit batches written (one WAL write each)
+  std::uint64_t commits = 0;     // transactions committed
+  std::uint64_t conflicts = 0;   // transactions refused with not_committed
+  std::uint64_t batches = 0;     // commit batches written (one WAL write each)
   std::uint64_t disk_bytes = 0;  // SST files plus memtables
   // Memory held by design (each bounded by an Options field).
   std::uint64_t block_cache_bytes = 0;  // blocks in the block cache
@@ -139,9 +139,9 @@ struct StoreStats {
   std::uint64_t block_cache_usage_bytes = 0;
   std::uint64_t memtable_bytes = 0;           // in memtables
   std::uint64_t memtable_reserved_bytes = 0;  // the cache reserved for them (256 KiB steps)
-  std::uint64_t table_readers_bytes = 0;  // tables' index and filter blocks outside the cache
-  std::uint64_t resolver_keys = 0;        // write-conflict keys remembered
-  std::uint64_t resolver_bytes = 0;       // their estimated heap bytes
+  std::uint64_t table_readers_bytes = 0;      // tables' index and filter blocks outside the cache
+  std::uint64_t resolver_keys = 0;            // write-conflict keys remembered
+  std::uint64_t resolver_bytes = 0;           // their estimated heap bytes
   std::uint64_t snapshots = 0;  // RocksDB snapshots held (the read views of a version share one)
   // Prefix iterators a transaction took from the shelf of its version's snapshot instead of
   // building one, and those on the latest version's shelf now.

@@ -48,8 +48,7 @@ std::size_t Families::of_key(std::string_view key) const {
   return third ? of_element(*third) : 0;
 }
 
-std::optional<std::size_t> Families::of_range(std::string_view begin,
-                                              std::string_view end) const {
+std::optional<std::size_t> Families::of_range(std::string_view begin, std::string_view end) const {
   if (subspaces_.empty()) return 0;
   // Wholly before or after the keys that start with `top`: none of them is in a subspace's family.
   if (end <= top_begin_ || begin >= top_end_) return 0;
@@ -58,8 +57,8 @@ std::optional<std::size_t> Families::of_range(std::string_view begin,
   // Every key of [begin, end) starts with begin's three elements when end <= them + 0xff (a key
   // that does not start with them sorts before them, or at or after them + 0xff), and every such
   // key has those three elements as its own first three: one family.
-  const std::string_view prefix = begin.substr(0, static_cast<std::size_t>(
-                                                      third->data() + third->size() - begin.data()));
+  const std::string_view prefix =
+      begin.substr(0, static_cast<std::size_t>(third->data() + third->size() - begin.data()));
   if (!at_most_prefix_then_ff(end, prefix)) return std::nullopt;
   return of_element(*third);
 }

@@ -56,10 +56,10 @@ class Families {
   std::size_t of_element(std::string_view third) const;
 
   std::int64_t top_ = 0;
-  std::vector<std::int64_t> subspaces_;     // sorted, distinct
-  std::vector<std::string> packed_;         // each subspace packed as a one-element tuple
-  std::string top_begin_;                   // pack((top)): the first key that starts with it
-  std::string top_end_;                     // strinc(top_begin_)
+  std::vector<std::int64_t> subspaces_;  // sorted, distinct
+  std::vector<std::string> packed_;      // each subspace packed as a one-element tuple
+  std::string top_begin_;                // pack((top)): the first key that starts with it
+  std::string top_end_;                  // strinc(top_begin_)
 };
 
 }  // namespace chaise::storage

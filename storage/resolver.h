@@ -77,7 +77,7 @@ class Resolver {
   std::size_t bytes_max_;
   std::size_t bytes_ = 0;
   std::size_t keys_ = 0;
-  std::deque<Run> runs_;  // oldest first, contiguous version spans
+  std::deque<Run> runs_;                            // oldest first, contiguous version spans
   std::int64_t version_ = 0, version_time_us_ = 0;  // of the batch being committed
   struct RangeWrite {
     std::string begin, end;

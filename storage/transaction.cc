@@ -385,9 +385,8 @@ Result<std::vector<std::vector<KeyValue>>> Transaction::get_ranges(
     ro.iterate_lower_bound = &lo;
     ro.iterate_upper_bound = &hi;
     ro.total_order_seek = true;  // one iterator across many prefixes
-    std::unique_ptr<rocksdb::Iterator> it =
-        engine_->new_range_iterator(ro, engine_->families().of_range(ranges.front().begin,
-                                                                     ranges.back().end));
+    std::unique_ptr<rocksdb::Iterator> it = engine_->new_range_iterator(
+        ro, engine_->families().of_range(ranges.front().begin, ranges.back().end));
     bool positioned = false;
     for (std::size_t i = 0; i < ranges.size(); ++i) {
       const KeyRange& r = ranges[i];

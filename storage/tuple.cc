@@ -663,7 +663,9 @@ std::optional<Tuple> Tuple::unpack(std::string_view bytes) {
 void pack_string(std::string* out, std::string_view s) {
   Encoder(out).string_element(kStringCode, s);
 }
-void pack_bytes(std::string* out, std::string_view b) { Encoder(out).string_element(kBytesCode, b); }
+void pack_bytes(std::string* out, std::string_view b) {
+  Encoder(out).string_element(kBytesCode, b);
+}
 void pack_int(std::string* out, std::int64_t v) { Encoder(out).int_element(v); }
 void pack_bool(std::string* out, bool v) { Encoder(out).bool_element(v); }
 void pack_null(std::string* out) { put(out, kNullCode); }

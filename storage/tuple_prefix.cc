@@ -26,8 +26,8 @@ std::optional<std::size_t> tuple_prefix_length(std::string_view key, std::size_t
         }
         break;
       }
-    } else if (const int n = static_cast<int>(code) - kIntZero; n >= -kSmallIntBytesMax &&
-                                                                 n <= kSmallIntBytesMax) {
+    } else if (const int n = static_cast<int>(code) - kIntZero;
+               n >= -kSmallIntBytesMax && n <= kSmallIntBytesMax) {
       const auto len = static_cast<std::size_t>(n < 0 ? -n : n);
       if (key.size() - pos < len) return std::nullopt;
       pos += len;

@@ -4,8 +4,8 @@
 #include <random>
 #include <unordered_set>
 
-#include "core/util/json_text.h"
 #include "core/index/write_hooks.h"
+#include "core/util/json_text.h"
 
 namespace chaise::core {
 
@@ -42,9 +42,8 @@ namespace {
 // the body. Stubs carried over are complete (couch_db merges them with the revision replaced
 // before validating); new uploads show what CouchDB knows of them then: no digest yet, and the
 // revpos the client sent (0 when none).
-std::string vdu_doc_json(std::string_view id, const std::optional<RevId>& rev,
-                         const Branch* path, bool deleted, std::string_view body,
-                         const std::vector<AttInfo>& atts) {
+std::string vdu_doc_json(std::string_view id, const std::optional<RevId>& rev, const Branch* path,
+                         bool deleted, std::string_view body, const std::vector<AttInfo>& atts) {
   std::string out = "{\"_id\":" + json_string(id);
   if (rev) out += ",\"_rev\":" + json_string(rev->str());
   if (path) {
@@ -140,10 +139,10 @@ StorageResult<std::optional<CouchError>> validate_item(Transaction& tr, const Db
   const DocUpdate& u = it.update;
   const ReplicatedDoc& d = it.replicated_doc;
   const std::string new_json =
-      it.replicated ? vdu_doc_json(id, d.path.leaf, &d.path, d.path.deleted, d.body,
-                                   edit_atts(d.atts, old_atts))
-                    : vdu_doc_json(id, u.base_rev, nullptr, u.deleted, u.body,
-                                   edit_atts(u.atts, old_atts));
+      it.replicated
+          ? vdu_doc_json(id, d.path.leaf, &d.path, d.path.deleted, d.body,
+                         edit_atts(d.atts, old_atts))
+          : vdu_doc_json(id, u.base_rev, nullptr, u.deleted, u.body, edit_atts(u.atts, old_atts));
   return v.validate(new_json, old_json);
 }
 
@@ -258,10 +257,10 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
     const std::string& id = item_id(items_[i]);
     // A round is one transaction: keep it well inside FoundationDB's 10 MB and the 2-byte
     // per-transaction versionstamp order; what does not fit waits for the next round.
-    std::size_t item_bytes = items_[i].replicated ? items_[i].replicated_doc.body.size()
-                                                  : items_[i].update.body.size();
-    for (const AttUpload& a : items_[i].replicated ? items_[i].replicated_doc.atts
-                                                   : items_[i].update.atts)
+    std::size_t item_bytes =
+        items_[i].replicated ? items_[i].replicated_doc.body.size() : items_[i].update.body.size();
+    for (const AttUpload& a :
+         items_[i].replicated ? items_[i].replicated_doc.atts : items_[i].update.atts)
       item_bytes += a.stored.size();
     if (!round_.empty() && (round_.size() >= kDocsPerTransactionMax ||
                             round_bytes + item_bytes > kBodyBytesPerTransactionMax))

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "core/docs/documents.h"
 #include "core/db/idempotency.h"
+#include "core/docs/documents.h"
 #include "core/index/unique_index.h"
 
 namespace chaise::core {

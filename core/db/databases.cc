@@ -1,8 +1,9 @@
 #include "core/db/databases.h"
-#include "core/db/db_cache.h"
-#include "core/db/shards.h"
 
 #include <algorithm>
+
+#include "core/db/db_cache.h"
+#include "core/db/shards.h"
 
 namespace chaise::core {
 
@@ -107,9 +108,11 @@ StorageResult<std::vector<std::string>> list_dbs(Transaction& tr, const AllDbsQu
   }
   std::vector<std::string> out;
   if (begin >= end) return out;
-  const int limit = q.limit < 0 ? 0 : static_cast<int>(std::min<std::int64_t>(q.limit + q.skip, 1 << 30));
+  const int limit =
+      q.limit < 0 ? 0 : static_cast<int>(std::min<std::int64_t>(q.limit + q.skip, 1 << 30));
   if (q.limit == 0) return out;
-  auto kvs = tr.get_range(begin, end, limit, q.descending ? Reverse::yes : Reverse::no, Snapshot::yes);
+  auto kvs =
+      tr.get_range(begin, end, limit, q.descending ? Reverse::yes : Reverse::no, Snapshot::yes);
   if (!kvs.ok()) return kvs.error();
   std::int64_t skipped = 0;
   for (const KeyValue& kv : *kvs) {
@@ -165,7 +168,8 @@ StorageResult<int> revs_limit(Transaction& tr, const DbRef& db) {
 
 void set_revs_limit(Transaction& tr, const DbRef& db, int limit) {
   tr.touch_metadata();  // core/db/db_cache.h: revs_limit is remembered
-  tr.set(db.space.meta_key(keyspace::kRevsLimit), Tuple().add(static_cast<std::int64_t>(limit)).pack());
+  tr.set(db.space.meta_key(keyspace::kRevsLimit),
+         Tuple().add(static_cast<std::int64_t>(limit)).pack());
 }
 
 StorageResult<std::optional<std::string>> read_security_json(Transaction& tr, const DbRef& db) {

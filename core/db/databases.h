@@ -12,10 +12,10 @@
 #include <string_view>
 #include <vector>
 
-#include "core/util/error.h"
 #include "core/db/keyspace.h"
-#include "core/rev/rev.h"
 #include "core/db/sequence.h"
+#include "core/rev/rev.h"
+#include "core/util/error.h"
 #include "storage/transaction.h"
 
 namespace chaise::core {

@@ -88,8 +88,8 @@ std::optional<DbRef> remembered_db(Transaction& tr, std::string_view name) {
 
 StorageResult<Outcome<OpenedDb>> open_db_with_security(Transaction& tr, std::string_view name) {
   // A 404 is remembered too: creating the database moves the generation.
-  auto r = remembered_read<Outcome<OpenedDb>>(
-      tr, db_key(name), [&](Transaction& t) { return read_opened(t, name); });
+  auto r = remembered_read<Outcome<OpenedDb>>(tr, db_key(name),
+                                              [&](Transaction& t) { return read_opened(t, name); });
   if (!r.ok()) return r.error();
   return **r;
 }

@@ -55,7 +55,8 @@ template <typename V, typename Load>
 StorageResult<std::shared_ptr<const V>> remembered_read(Transaction& tr, const std::string& key,
                                                         Load&& load) {
   detail::Remembering how;
-  if (auto hit = detail::find_remembered(tr, key, how)) return std::static_pointer_cast<const V>(hit);
+  if (auto hit = detail::find_remembered(tr, key, how))
+    return std::static_pointer_cast<const V>(hit);
   StorageResult<V> loaded = load(tr);
   if (!loaded.ok()) return loaded.error();
   auto value = std::make_shared<const V>(std::move(*loaded));

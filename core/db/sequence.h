@@ -27,7 +27,7 @@ struct Sequence {
   std::int64_t count = 0;              // N of the text form; not part of identity or order
 
   bool is_zero() const;
-  std::string str() const;  // "0" for zero
+  std::string str() const;                  // "0" for zero
   void append_str(std::string& out) const;  // out += str()
   // Accepts "0", the 26-hex form (either case) with or without an "N-" prefix; nullopt
   // otherwise. ("now" is the caller's business.)

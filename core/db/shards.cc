@@ -1,9 +1,9 @@
 #include "core/db/shards.h"
 
-#include "core/db/db_cache.h"
-
 #include <algorithm>
 #include <cassert>
+
+#include "core/db/db_cache.h"
 
 namespace chaise::core {
 
@@ -13,7 +13,6 @@ using storage::Tuple;
 using storage::Versionstamp;
 
 namespace {
-
 
 storage::Subspace maps_space(const DbRef& db) {
   return db.space.root().sub(Tuple().add(keyspace::kConfig).add(keyspace::kChangesShards));

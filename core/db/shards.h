@@ -30,11 +30,11 @@ inline constexpr int kVirtualNodes = 64;
 inline constexpr int kShardsMax = 64;
 
 struct ShardMap {
-  Sequence start;                   // the map routes changes with sequence > start
+  Sequence start;  // the map routes changes with sequence > start
   std::string scheme{kHashScheme};
   std::vector<std::int64_t> shards;
-  bool tombstone = false;           // replaced by a later map
-  std::string key;                  // its storage key
+  bool tombstone = false;  // replaced by a later map
+  std::string key;         // its storage key
 };
 
 // All maps of the database in start order (at least one). Snapshot::no puts the *current* (last)

@@ -250,12 +250,11 @@ std::optional<std::vector<AttInfo>> decode_atts(std::string_view bytes) {
   return out;
 }
 
-
 std::string att_member_json(const AttInfo& a, AttOutput out, bool encoding_info,
                             std::string_view data) {
   std::string j = json_string(a.name) + ":{\"content_type\":" + json_string(a.content_type) +
-                  ",\"revpos\":" + std::to_string(a.revpos) + ",\"digest\":" +
-                  json_string(att_digest_str(a.md5));
+                  ",\"revpos\":" + std::to_string(a.revpos) +
+                  ",\"digest\":" + json_string(att_digest_str(a.md5));
   switch (out) {
     case AttOutput::stub:
       j += ",\"length\":" + std::to_string(a.length) + ",\"stub\":true";
@@ -326,7 +325,8 @@ std::variant<std::vector<AttUpload>, CouchError> parse_attachments_json(
     } else if (flag("follows")) {
       u.follows = true;
       auto len = props.find("length");
-      if (len != props.end() && len->is_number_integer()) u.follows_length = len->get<std::int64_t>();
+      if (len != props.end() && len->is_number_integer())
+        u.follows_length = len->get<std::int64_t>();
       if (auto enc = props.find("encoding"); enc != props.end() && enc->is_string()) {
         u.follows_encoding = enc->get<std::string>();
         if (u.follows_encoding != "gzip" && u.follows_encoding != "identity")
@@ -392,8 +392,8 @@ StorageResult<std::string> read_att_stored(Transaction& tr, const DbRef& db, con
     const std::int64_t size = static_cast<std::int64_t>(kv.value.size());
     const std::int64_t from = std::max<std::int64_t>(0, offset - pos);
     const std::int64_t to = std::min<std::int64_t>(size, offset + len - pos);
-    if (to > from) out.append(kv.value, static_cast<std::size_t>(from),
-                              static_cast<std::size_t>(to - from));
+    if (to > from)
+      out.append(kv.value, static_cast<std::size_t>(from), static_cast<std::size_t>(to - from));
     pos += size;
   }
   if (static_cast<std::int64_t>(out.size()) != len) return storage::Error::io_error;

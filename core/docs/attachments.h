@@ -25,8 +25,8 @@
 #include <variant>
 #include <vector>
 
-#include "core/util/base64.h"
 #include "core/db/databases.h"
+#include "core/util/base64.h"
 #include "core/util/error.h"
 #include "storage/transaction.h"
 
@@ -37,11 +37,11 @@ struct AttInfo {
   std::string name;
   std::string content_type;
   std::int64_t revpos = 0;
-  std::string md5;            // 16 raw bytes, MD5 of the stored (encoded) bytes, as CouchDB
-  std::int64_t length = 0;    // identity (decoded) length
-  std::string encoding;       // "" = identity, or "gzip"
+  std::string md5;                  // 16 raw bytes, MD5 of the stored (encoded) bytes, as CouchDB
+  std::int64_t length = 0;          // identity (decoded) length
+  std::string encoding;             // "" = identity, or "gzip"
   std::int64_t encoded_length = 0;  // stored length (== length when identity)
-  std::string address;        // 32 raw bytes, SHA-256 of the stored bytes
+  std::string address;              // 32 raw bytes, SHA-256 of the stored bytes
 
   bool operator==(const AttInfo&) const = default;
 };
@@ -142,7 +142,7 @@ struct AttUpload {
   // length the JSON announced (-1 if none).
   bool follows = false;
   std::int64_t follows_length = -1;
-  std::string follows_encoding;           // "gzip" when the part holds encoded bytes
+  std::string follows_encoding;  // "gzip" when the part holds encoded bytes
   std::int64_t follows_encoded_length = -1;
 };
 

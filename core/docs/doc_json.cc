@@ -165,7 +165,8 @@ std::optional<CouchError> validate_docid(std::string_view id) {
     return CouchError{400, "illegal_docid", "Document id must be valid UTF-8"};
   }
   if (id[0] == '_' && !id.starts_with("_design/") && !id.starts_with("_local/")) {
-    return CouchError{400, "illegal_docid", "Only reserved document ids may start with underscore."};
+    return CouchError{400, "illegal_docid",
+                      "Only reserved document ids may start with underscore."};
   }
   return std::nullopt;
 }

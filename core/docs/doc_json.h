@@ -14,11 +14,10 @@
 #include <vector>
 
 #include "core/docs/design_doc.h"  // design documents are also checked on write (validate_design_doc)
-#include "core/util/error.h"
 #include "core/rev/rev.h"
+#include "core/util/error.h"
 
 namespace chaise::core {
-
 
 // A document body taken apart (CouchDB couch_doc:transfer_fields).
 struct ParsedDoc {

@@ -16,10 +16,10 @@
 #include <unordered_set>
 
 #include "core/rev/couch_rev.h"
-#include "core/util/json_text.h"
-#include "core/security/replicator_docs.h"
 #include "core/rev/rev_delta.h"
+#include "core/security/replicator_docs.h"
 #include "core/security/security.h"
+#include "core/util/json_text.h"
 
 namespace chaise::core {
 
@@ -131,14 +131,15 @@ void write_rev(Transaction& tr, const DbRef& db, std::string_view id, const RevI
       .add_bytes(encode_atts(atts));
   if (delta_base) h.add(delta_base->pos).add_bytes(delta_base->hash);
   const std::string header = h.pack();
-  const std::size_t pieces = (header.size() + keyspace::kBodyChunkBytes - 1) / keyspace::kBodyChunkBytes;
+  const std::size_t pieces =
+      (header.size() + keyspace::kBodyChunkBytes - 1) / keyspace::kBodyChunkBytes;
   for (std::size_t i = 0; i < pieces; ++i) {
     const auto k = -static_cast<std::int64_t>(pieces - i);
-    tr.set(db.space.body_chunk_key(id, rev.pos, rev.hash, k),
-           std::string_view(header).substr(i * keyspace::kBodyChunkBytes, keyspace::kBodyChunkBytes));
+    tr.set(
+        db.space.body_chunk_key(id, rev.pos, rev.hash, k),
+        std::string_view(header).substr(i * keyspace::kBodyChunkBytes, keyspace::kBodyChunkBytes));
   }
 }
-
 
 StorageResult<std::int64_t> store_superseded_as_delta(Transaction& tr, const DbRef& db,
                                                       std::string_view id, const Branch& old_leaf,
@@ -167,8 +168,8 @@ storage::Status apply_edit(Transaction& tr, const DbRef& db, std::string_view id
   } else {
     tr.set(added_key, loser_value(p.added, body_size));
     tr.set_versionstamped_value(
-        p.best_other->key, winner_value_template(p.best_other->branch, p.branch_count,
-                                                 p.best_other->body_size, slot));
+        p.best_other->key,
+        winner_value_template(p.best_other->branch, p.branch_count, p.best_other->body_size, slot));
   }
   write_rev(tr, db, id, p.added.leaf, p.body, p.added.deleted, p.atts);
   if (p.uploads) {
@@ -239,8 +240,8 @@ storage::Status apply_edit(Transaction& tr, const DbRef& db, std::string_view id
   if (ext_delta) tr.add(db.space.counter_key(keyspace::kSizeExternal), ext_delta);
   if (active_delta) tr.add(db.space.counter_key(keyspace::kSizeActive), active_delta);
   // GET /{db}/_partition/{p} reads the same counters per partition.
-  if (const auto colon = id.find(':'); db.partitioned && colon != std::string_view::npos &&
-                                       !id.starts_with("_design/")) {
+  if (const auto colon = id.find(':');
+      db.partitioned && colon != std::string_view::npos && !id.starts_with("_design/")) {
     const std::string_view part = id.substr(0, colon);
     if (dc) tr.add(db.space.partition_counter_key(part, keyspace::kDocCount), dc);
     if (ddc) tr.add(db.space.partition_counter_key(part, keyspace::kDocDelCount), ddc);
@@ -799,7 +800,6 @@ StorageResult<std::optional<CouchError>> edit_hooks(Transaction& tr, const DbRef
   return R();
 }
 
-
 StorageResult<std::vector<bool>> ids_without_revisions(
     Transaction& tr, const DbRef& db, const std::vector<std::string_view>& sorted_ids) {
   const std::size_t n = sorted_ids.size();
@@ -901,8 +901,7 @@ StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db
     plan.atts = std::get<std::vector<AttInfo>>(std::move(*atts));
     plan.uploads = &u.atts;
   }
-  plan.added.leaf =
-      RevId{new_pos, new_rev_hash(u.deleted, parent, u.body, u.body_term, plan.atts)};
+  plan.added.leaf = RevId{new_pos, new_rev_hash(u.deleted, parent, u.body, u.body_term, plan.atts)};
   plan.added.deleted = u.deleted;
   if (target) {
     plan.added.ancestors.reserve(target->branch.ancestors.size() + 1);
@@ -914,7 +913,7 @@ StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db
   if (winner && target && winner->key != target->key) {
     plan.best_other = winner;  // extending or deleting a losing branch
   } else if (prev) {
-    plan.best_other = prev;    // deleting the winner: the next in line may take over
+    plan.best_other = prev;  // deleting the winner: the next in line may take over
   }
   plan.branch_count = winner ? winner->branch_count : 1;
   auto refused = edit_hooks(tr, db, hooks, u.id, plan, true);
@@ -1023,8 +1022,9 @@ StorageResult<std::string> revs_info_member(Transaction& tr, const DbRef& db, st
     } else {
       auto st = rev_status(tr, db, id, r);  // not the bodies: up to revs_limit ancestors
       if (!st.ok()) return st.error();
-      status = *st == RevStatus::missing ? "missing" : *st == RevStatus::deleted ? "deleted"
-                                                                                 : "available";
+      status = *st == RevStatus::missing   ? "missing"
+               : *st == RevStatus::deleted ? "deleted"
+                                           : "available";
     }
     if (i) ri.push_back(',');
     ri += "{\"rev\":" + json_string(r.str()) + ",\"status\":\"" + status + "\"}";
@@ -1103,7 +1103,8 @@ StorageResult<std::string> render_branch(Transaction& tr, const DbRef& db, std::
       std::optional<RevId> parent;
       if (!shown.ancestors.empty()) parent = RevId{shown.leaf.pos - 1, shown.ancestors.front()};
       static const std::vector<AttInfo> kNoAtts;
-      shown.leaf.hash = new_rev_hash(shown.deleted, parent, body, {}, *rec ? (*rec)->atts : kNoAtts);
+      shown.leaf.hash =
+          new_rev_hash(shown.deleted, parent, body, {}, *rec ? (*rec)->atts : kNoAtts);
     }
   }
   std::string json = splice_doc(body, id, shown.leaf.str(), {});
@@ -1194,7 +1195,8 @@ StorageResult<std::vector<std::string>> winners_json(
   // contiguous run. Bounded: what the read does not reach is read document by document.
   std::vector<std::string> prefixes;  // (id, pos, hash) packed: the keys of a winner's chunks
   prefixes.reserve(docs.size());
-  for (const auto& [id, rev] : docs) prefixes.push_back(db.space.body_prefix(id, rev.pos, rev.hash));
+  for (const auto& [id, rev] : docs)
+    prefixes.push_back(db.space.body_prefix(id, rev.pos, rev.hash));
   const std::string begin = db.space.docs().range(Tuple().add(docs.front().first)).first;
   const std::string end = db.space.docs().range(Tuple().add(docs.back().first)).second;
   const int limit = static_cast<int>(docs.size() * 4 + 64);
@@ -1311,8 +1313,9 @@ OpenRevsSelection select_open_revs(const std::vector<StoredBranch>& all,
       if (!any) out.missing.push_back(rev);
     }
   }
-  std::sort(out.found.begin(), out.found.end(),
-            [](const StoredBranch* a, const StoredBranch* b) { return a->branch.leaf < b->branch.leaf; });
+  std::sort(out.found.begin(), out.found.end(), [](const StoredBranch* a, const StoredBranch* b) {
+    return a->branch.leaf < b->branch.leaf;
+  });
   out.found.erase(std::unique(out.found.begin(), out.found.end()), out.found.end());
   std::sort(out.missing.begin(), out.missing.end());
   out.missing.erase(std::unique(out.missing.begin(), out.missing.end()), out.missing.end());

@@ -18,12 +18,12 @@
 #include <string_view>
 #include <vector>
 
-#include "core/docs/attachments.h"
 #include "core/db/databases.h"
-#include "core/docs/doc_json.h"
 #include "core/db/idempotency.h"
-#include "core/rev/rev.h"
 #include "core/db/shards.h"
+#include "core/docs/attachments.h"
+#include "core/docs/doc_json.h"
+#include "core/rev/rev.h"
 
 namespace chaise::core {
 
@@ -76,16 +76,15 @@ struct RevRecord {
 enum class RevStatus { missing, available, deleted };
 StorageResult<RevStatus> rev_status(Transaction& tr, const DbRef& db, std::string_view id,
                                     const RevId& rev);
-StorageResult<std::optional<RevRecord>> read_rev(Transaction& tr, const DbRef& db,
-                                                 std::string_view id, const RevId& rev,
-                                                 storage::Snapshot snapshot = storage::Snapshot::yes);
+StorageResult<std::optional<RevRecord>> read_rev(
+    Transaction& tr, const DbRef& db, std::string_view id, const RevId& rev,
+    storage::Snapshot snapshot = storage::Snapshot::yes);
 // read_rev of several revisions (snapshot reads), answers in the order asked. One storage
 // iterator walks their bodies in key order, so rows whose documents lie near one another (a page
 // of _changes after a bulk load) cost a step each instead of a seek; a long body or a delta is
 // read by read_rev itself.
 StorageResult<std::vector<std::optional<RevRecord>>> read_revs(
     Transaction& tr, const DbRef& db, const std::vector<std::pair<std::string, RevId>>& revs);
-
 
 // An interactive edit (new_edits=true).
 struct DocUpdate {
@@ -159,8 +158,8 @@ StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db
 // sequential uuids, a client's counter) take one read per batch. It stops once reads prove
 // fewer than about eight ids each (random ids among many stored documents), leaving the rest
 // false: their edits read their own ranges.
-StorageResult<std::vector<bool>> ids_without_revisions(Transaction& tr, const DbRef& db,
-                                                       const std::vector<std::string_view>& sorted_ids);
+StorageResult<std::vector<bool>> ids_without_revisions(
+    Transaction& tr, const DbRef& db, const std::vector<std::string_view>& sorted_ids);
 // Returns whether anything was written (false: the revision was already present). Never refused
 // by a unique index: a violation is recorded.
 StorageResult<Outcome<bool>> replicate_doc(Transaction& tr, const DbRef& db, const ReplicatedDoc& d,
@@ -211,9 +210,9 @@ StorageResult<Outcome<std::vector<std::string>>> get_open_revs_json(
     const std::optional<std::vector<RevId>>& revs, bool latest, const DocReadOptions& o);
 // What branch_doc_json tells about the attachments it rendered.
 struct RenderedAtts {
-  bool any = false;               // the revision has attachments
-  std::vector<AttInfo> follows;   // rendered as "follows" (att_follows), in document order: their
-                                  // bytes go in the parts after the document in a multipart answer
+  bool any = false;              // the revision has attachments
+  std::vector<AttInfo> follows;  // rendered as "follows" (att_follows), in document order: their
+                                 // bytes go in the parts after the document in a multipart answer
 };
 // Serializes a stored branch as a document (tombstones as {"_id","_rev","_deleted":true}); ""
 // when o.public_fields hides the whole body.
@@ -283,7 +282,8 @@ class DocValidator {
   virtual StorageResult<bool> begin(Transaction& tr, const DbRef& db) = 0;
   // `new_doc` and `old_doc` as CouchDB hands them to validate_doc_update (old_doc "null" when the
   // edit replaces nothing). nullopt: accepted; else the answer for this document.
-  virtual std::optional<CouchError> validate(std::string_view new_doc, std::string_view old_doc) = 0;
+  virtual std::optional<CouchError> validate(std::string_view new_doc,
+                                             std::string_view old_doc) = 0;
 };
 
 // ---- Edit primitives: core/batch/ composes them into transactions ----

@@ -44,8 +44,8 @@ class DdocCache {
  private:
   std::mutex mu_;
   std::list<std::string> order_;
-  std::unordered_map<std::string,
-                     std::pair<std::shared_ptr<const js::DesignDoc>, std::list<std::string>::iterator>>
+  std::unordered_map<std::string, std::pair<std::shared_ptr<const js::DesignDoc>,
+                                            std::list<std::string>::iterator>>
       map_;
 };
 
@@ -147,9 +147,9 @@ StorageResult<DesignValidators> load_validators(Transaction& tr, const DbRef& db
 StorageResult<bool> JsDocValidator::begin(Transaction& tr, const DbRef& db) {
   funcs_.clear();
   failure_.reset();
-  auto v = remembered_read<DesignValidators>(
-      tr, "validators\0" + std::to_string(db.id),
-      [&](Transaction& t) { return load_validators(t, db); });
+  auto v =
+      remembered_read<DesignValidators>(tr, "validators\0" + std::to_string(db.id),
+                                        [&](Transaction& t) { return load_validators(t, db); });
   if (!v.ok()) return v.error();
   if ((*v)->too_many) {
     failure_ = CouchError{500, "unknown_error", "too many design documents to validate against"};

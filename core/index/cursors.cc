@@ -157,7 +157,8 @@ StorageResult<bool> AllDocsCursor::next_page(Transaction& tr, std::size_t rows_m
   if (done_) return false;
   const storage::Subspace& space = index_space(db_, q_.kind);
   std::size_t want = rows_max + static_cast<std::size_t>(std::min<std::int64_t>(to_skip_, 100'000));
-  if (to_emit_ >= 0) want = std::min<std::size_t>(want, static_cast<std::size_t>(to_emit_ + to_skip_));
+  if (to_emit_ >= 0)
+    want = std::min<std::size_t>(want, static_cast<std::size_t>(to_emit_ + to_skip_));
   auto kvs = tr.get_range(begin_, end_, static_cast<int>(want),
                           q_.descending ? Reverse::yes : Reverse::no, Snapshot::yes);
   if (!kvs.ok()) return kvs.error();
@@ -249,8 +250,9 @@ StorageResult<std::vector<std::string>> all_docs_keys(Transaction& tr, const DbR
       auto v = tr.get(db.space.local_key(key), Snapshot::yes);
       if (!v.ok()) return v.error();
       auto t = Tuple::unpack(v->value_or(""));
-      std::string row = "{\"id\":" + json_string(key) + ",\"key\":" + json_string(key) +
-                        ",\"value\":" + rows_value(RevId{0, std::to_string(t ? t->get_int(1).value_or(0) : 0)}, false);
+      std::string row =
+          "{\"id\":" + json_string(key) + ",\"key\":" + json_string(key) + ",\"value\":" +
+          rows_value(RevId{0, std::to_string(t ? t->get_int(1).value_or(0) : 0)}, false);
       if (q.include_docs) row += ",\"doc\":" + std::get<std::string>(*d);
       emit(row + "}");
       continue;
@@ -378,13 +380,9 @@ storage::Status ChangesCursor::finish(Transaction& tr) {
   return {};
 }
 
-StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& tr,
-                                                                  const Sequence& seq,
-                                                                  const std::string& id,
-                                                                  const RevId& rev,
-                                                                  std::int64_t branch_count,
-                                                                  bool deleted,
-                                                                  const std::optional<RevRecord>* record) {
+StorageResult<std::optional<std::string>> ChangesCursor::row_json(
+    Transaction& tr, const Sequence& seq, const std::string& id, const RevId& rev,
+    std::int64_t branch_count, bool deleted, const std::optional<RevRecord>* record) {
   if (q_.design_only && id.compare(0, 8, "_design/") != 0) return std::optional<std::string>();
   if (q_.doc_ids && !std::binary_search(sorted_doc_ids_.begin(), sorted_doc_ids_.end(), id))
     return std::optional<std::string>();
@@ -408,7 +406,8 @@ StorageResult<std::optional<std::string>> ChangesCursor::row_json(Transaction& t
   // The winner rendered: from the record read ahead when it is that revision's.
   auto winner_json = [&](const DocReadOptions& o) {
     const StoredBranch& w = branches.back();
-    if (record && w.branch.leaf == rev) return branch_doc_json(tr, db_, id, branches, w, o, *record);
+    if (record && w.branch.leaf == rev)
+      return branch_doc_json(tr, db_, id, branches, w, o, *record);
     return branch_doc_json(tr, db_, id, branches, w, o);
   };
   if (q_.selector || q_.doc_filter) {

@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/db/shards.h"
 #include "core/docs/documents.h"
 #include "core/query/selector.h"
-#include "core/db/shards.h"
 
 namespace chaise::core {
 
@@ -32,7 +32,7 @@ struct AllDocsQuery {
   std::int64_t limit = -1;  // -1: no limit
   std::int64_t skip = 0;
   bool include_docs = false;
-  bool conflicts = false;  // with include_docs
+  bool conflicts = false;          // with include_docs
   bool attachments = false;        // with include_docs: attachment bodies inline
   bool att_encoding_info = false;  // with include_docs
 };
@@ -95,8 +95,8 @@ struct ChangesQuery {
   bool all_docs_style = false;
   bool include_docs = false;
   bool conflicts = false;
-  bool attachments = false;        // with include_docs: attachment bodies inline
-  bool att_encoding_info = false;  // with include_docs
+  bool attachments = false;                         // with include_docs: attachment bodies inline
+  bool att_encoding_info = false;                   // with include_docs
   std::optional<std::vector<std::string>> doc_ids;  // filter=_doc_ids
   bool design_only = false;                         // filter=_design
   std::optional<Selector> selector;                 // filter=_selector: the winning doc must match

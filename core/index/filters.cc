@@ -10,7 +10,10 @@ CouchError js_error(const js::JsError& e) {
 
 JsChangesFilter::JsChangesFilter(js::Engine& engine, js::DesignDoc ddoc, Kind kind,
                                  std::string name, std::string req)
-    : engine_(engine), ddoc_(std::move(ddoc)), kind_(kind), name_(std::move(name)),
+    : engine_(engine),
+      ddoc_(std::move(ddoc)),
+      kind_(kind),
+      name_(std::move(name)),
       req_(std::move(req)) {}
 
 bool JsChangesFilter::pass(std::string_view doc) {

@@ -41,7 +41,8 @@ void top_conditions(const OrderedJson& sel, const std::string& prefix,
   }
 }
 
-void normalize_into(const OrderedJson& sel, const std::string& prefix, OrderedJson& out, int depth) {
+void normalize_into(const OrderedJson& sel, const std::string& prefix, OrderedJson& out,
+                    int depth) {
   if (!sel.is_object() || depth > kSelectorDepthMax) return;
   for (auto it = sel.begin(); it != sel.end(); ++it) {
     const std::string& k = it.key();
@@ -58,7 +59,8 @@ void normalize_into(const OrderedJson& sel, const std::string& prefix, OrderedJs
     }
     bool operators = v.is_object() && !v.empty(), plain = v.is_object() && !v.empty();
     if (v.is_object())
-      for (auto o = v.begin(); o != v.end(); ++o) (o.key().starts_with("$") ? plain : operators) = false;
+      for (auto o = v.begin(); o != v.end(); ++o)
+        (o.key().starts_with("$") ? plain : operators) = false;
     if (operators)
       out[prefix + k] = v;
     else if (plain)
@@ -108,10 +110,12 @@ const OrderedJson* field_value(const OrderedJson& doc, const std::vector<std::st
   return cur;
 }
 
-Outcome<std::vector<MangoField>> parse_mango_fields(const OrderedJson& list, std::string_view what) {
+Outcome<std::vector<MangoField>> parse_mango_fields(const OrderedJson& list,
+                                                    std::string_view what) {
   std::vector<MangoField> out;
   if (!list.is_array())
-    return CouchError{400, "invalid_" + std::string(what), std::string(what) + " fields must be a list"};
+    return CouchError{400, "invalid_" + std::string(what),
+                      std::string(what) + " fields must be a list"};
   for (const OrderedJson& f : list) {
     MangoField m;
     if (f.is_string()) {
@@ -125,7 +129,8 @@ Outcome<std::vector<MangoField>> parse_mango_fields(const OrderedJson& list, std
                         "Invalid " + std::string(what) + " field: " + f.dump()};
     }
     auto path = parse_field_path(m.name);
-    if (!path) return CouchError{400, "invalid_" + std::string(what), "Invalid field name: " + m.name};
+    if (!path)
+      return CouchError{400, "invalid_" + std::string(what), "Invalid field name: " + m.name};
     m.path = std::move(*path);
     out.push_back(std::move(m));
   }
@@ -166,7 +171,8 @@ std::vector<MangoIndex> mango_indexes(const std::string& ddoc_id, const OrderedJ
         break;
       }
       idx.fields.push_back(MangoField{f.key(), std::move(*path), f.value() == "desc"});
-      def_fields.push_back(OrderedJson{{f.key(), f.value().is_string() ? f.value() : OrderedJson("asc")}});
+      def_fields.push_back(
+          OrderedJson{{f.key(), f.value().is_string() ? f.value() : OrderedJson("asc")}});
     }
     if (!ok || idx.fields.empty()) continue;
     idx.def = OrderedJson{{"fields", def_fields}};
@@ -177,14 +183,16 @@ std::vector<MangoIndex> mango_indexes(const std::string& ddoc_id, const OrderedJ
     }
     out.push_back(std::move(idx));
   }
-  std::sort(out.begin(), out.end(), [](const MangoIndex& a, const MangoIndex& b) { return a.name < b.name; });
+  std::sort(out.begin(), out.end(),
+            [](const MangoIndex& a, const MangoIndex& b) { return a.name < b.name; });
   return out;
 }
 
 std::optional<OrderedJson> mango_index_key(const OrderedJson& doc, const OrderedJson& map_def) {
   if (!map_def.is_object() || !map_def.contains("fields") || !map_def["fields"].is_object())
     return std::nullopt;
-  if (map_def.contains("partial_filter_selector") && map_def["partial_filter_selector"].is_object() &&
+  if (map_def.contains("partial_filter_selector") &&
+      map_def["partial_filter_selector"].is_object() &&
       !map_def["partial_filter_selector"].empty()) {
     auto sel = Selector::parse(map_def["partial_filter_selector"]);
     if (std::holds_alternative<CouchError>(sel) || !std::get<Selector>(sel).matches(doc))

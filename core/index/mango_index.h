@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/query/selector.h"
 #include "core/index/view_index.h"
+#include "core/query/selector.h"
 
 namespace chaise::core {
 

@@ -53,8 +53,7 @@ std::string ReduceTree::level_end(int level) const {
 
 StorageResult<std::vector<ReduceTree::Entry>> ReduceTree::read(Transaction& tr, int level,
                                                                std::string_view from_key,
-                                                               std::string_view to_key,
-                                                               int limit) {
+                                                               std::string_view to_key, int limit) {
   auto kvs = tr.get_range(from_key, to_key, limit, Reverse::no, Snapshot::yes);
   if (!kvs.ok()) return kvs.error();
   std::vector<Entry> out;
@@ -110,8 +109,7 @@ storage::Status ReduceTree::gather(Transaction& tr, int level, const std::string
   return {};
 }
 
-void ReduceTree::write_node(Transaction& tr, int level, const std::string& x,
-                            std::string partial) {
+void ReduceTree::write_node(Transaction& tr, int level, const std::string& x, std::string partial) {
   if (partial.size() > kPartialBytesMax) partial = overflow_failure();
   const unsigned char own = x.empty() ? kHeadLevel : static_cast<unsigned char>(level_of(x));
   std::string value(1, static_cast<char>(own));
@@ -203,7 +201,8 @@ StorageResult<std::string> ReduceTree::aggregate(Transaction& tr, std::string_vi
   const bool to_end = end >= rows_end_;
   const std::string b_suffix =
       begin <= rows_begin_ ? std::string() : std::string(begin.substr(rows_prefix_.size()));
-  const std::string e_suffix = to_end ? std::string() : std::string(end.substr(rows_prefix_.size()));
+  const std::string e_suffix =
+      to_end ? std::string() : std::string(end.substr(rows_prefix_.size()));
   std::vector<std::string> partials;
   std::vector<LeafRow> pending;
   auto flush_rows = [&] {

@@ -43,8 +43,7 @@ class ReduceTree {
  public:
   // `rows`: the view's rows (keys (KeyColl, DocId, ValueColl, N), values "keyjson\nvaluejson");
   // `nodes`: the view's node subspace.
-  ReduceTree(const storage::Subspace& rows, const storage::Subspace& nodes,
-             const Reducer& reducer);
+  ReduceTree(const storage::Subspace& rows, const storage::Subspace& nodes, const Reducer& reducer);
 
   // After rows changed in `tr`: `touched` maps each changed row's key suffix (after the rows
   // prefix) to whether the row exists now.

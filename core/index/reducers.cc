@@ -119,7 +119,8 @@ std::optional<Stats> stats_of(const OrderedJson& v, std::string& error) {
   if (v.is_object()) {
     for (const char* k : {"sum", "count", "min", "max", "sumsqr"}) {
       if (!v.contains(k)) {
-        error = std::string("user _stats input missing required field ") + k + " (" + v.dump() + ")";
+        error =
+            std::string("user _stats input missing required field ") + k + " (" + v.dump() + ")";
         return std::nullopt;
       }
       if (!v[k].is_number()) {
@@ -171,7 +172,9 @@ Outcome<std::string> stats_reduce(const std::vector<std::string>& values) {
     std::string error;
     if (v.is_array()) {
       if (arrays && v.size() != per_index.size())
-        return builtin_error("The _stats function requires that map values be arrays of the same length, not '" + v.dump() + "'");
+        return builtin_error(
+            "The _stats function requires that map values be arrays of the same length, not '" +
+            v.dump() + "'");
       arrays = true;
       if (per_index.size() < v.size()) per_index.resize(v.size());
       for (std::size_t i = 0; i < v.size(); ++i) {
@@ -186,7 +189,9 @@ Outcome<std::string> stats_reduce(const std::vector<std::string>& values) {
     if (!single) single = Stats{};
     merge_stats(*single, *s);
   }
-  if (arrays && single) return builtin_error("The _stats function requires that map values be numbers or arrays of numbers, not mixed");
+  if (arrays && single)
+    return builtin_error(
+        "The _stats function requires that map values be numbers or arrays of numbers, not mixed");
   if (arrays) {
     OrderedJson out = OrderedJson::array();
     for (const Stats& s : per_index) out.push_back(stats_json(s));
@@ -221,7 +226,8 @@ class Hll {
   }
   void merge_sparse(std::string_view s) {
     for (std::size_t i = 0; i + 3 <= s.size(); i += 3) {
-      const std::size_t idx = (static_cast<unsigned char>(s[i]) << 8) | static_cast<unsigned char>(s[i + 1]);
+      const std::size_t idx =
+          (static_cast<unsigned char>(s[i]) << 8) | static_cast<unsigned char>(s[i + 1]);
       if (idx < kM) reg_[idx] = std::max(reg_[idx], static_cast<std::uint8_t>(s[i + 2]));
     }
   }
@@ -312,7 +318,8 @@ Outcome<std::string> builtin(std::string_view fn, const std::vector<std::string>
     const std::size_t n = std::stoul(std::string(fn.substr(top ? 5 : 8)));
     return rank_reduce(values, n, top, rereduce);
   }
-  return CouchError{400, "invalid_design_doc", "`" + std::string(fn) + "` is not a supported reduce function."};
+  return CouchError{400, "invalid_design_doc",
+                    "`" + std::string(fn) + "` is not a supported reduce function."};
 }
 
 }  // namespace
@@ -321,14 +328,14 @@ Outcome<std::string> builtin_reduce(std::string_view fn, const std::vector<std::
                                     const std::vector<std::string>& values) {
   if (fn.starts_with("_approx_count_distinct")) {
     Hll h;
-    for (const std::string& k : keys) h.insert(collation_key(OrderedJson::parse(k, nullptr, false)));
+    for (const std::string& k : keys)
+      h.insert(collation_key(OrderedJson::parse(k, nullptr, false)));
     return std::to_string(h.estimate());
   }
   if (fn.starts_with("_first")) return values.empty() ? std::string("null") : values.front();
   if (fn.starts_with("_last")) return values.empty() ? std::string("null") : values.back();
   return builtin(fn, values, false);
 }
-
 
 // ---- Partials -----------------------------------------------------------------------------------
 
@@ -473,7 +480,8 @@ void js_batch(js::Engine& js, const std::string& fn, bool rereduce,
 
 }  // namespace
 
-std::vector<std::string> Reducer::reduce_each(const std::vector<std::vector<LeafRow>>& inputs) const {
+std::vector<std::string> Reducer::reduce_each(
+    const std::vector<std::vector<LeafRow>>& inputs) const {
   std::vector<std::string> out(inputs.size());
   std::vector<std::string> batch;
   std::vector<std::size_t> at;
@@ -557,7 +565,8 @@ Outcome<std::string> Reducer::finish(std::string_view partial) const {
   }
   if (fn_.starts_with("_first") || fn_.starts_with("_last")) {
     OrderedJson a = OrderedJson::parse(payload, nullptr, false);
-    if (!a.is_array() || a.size() != 2) return CouchError{500, "unknown_error", "corrupt reduction"};
+    if (!a.is_array() || a.size() != 2)
+      return CouchError{500, "unknown_error", "corrupt reduction"};
     return (fn_.starts_with("_first") ? a[0] : a[1]).dump();
   }
   return std::string(payload);

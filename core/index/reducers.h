@@ -24,8 +24,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/util/error.h"
 #include "core/js/js.h"
+#include "core/util/error.h"
 
 namespace chaise::core {
 

@@ -13,7 +13,6 @@ namespace chaise::core {
 
 namespace {
 
-
 std::vector<SyncIndexDef> parse_registry(std::string_view raw) {
   std::vector<SyncIndexDef> out;
   OrderedJson j = OrderedJson::parse(raw, nullptr, false);

@@ -2,11 +2,11 @@
 
 #include <mutex>
 
-#include "core/query/collation.h"
 #include "core/db/db_cache.h"
-#include "core/util/digest.h"
 #include "core/docs/documents.h"
 #include "core/index/mango_index.h"
+#include "core/query/collation.h"
+#include "core/util/digest.h"
 
 namespace chaise::core {
 
@@ -14,7 +14,6 @@ namespace {
 
 using storage::Snapshot;
 using storage::Tuple;
-
 
 storage::Subspace keys_of(const DbRef& db, const std::string& index_id) {
   return db.space.unique_index(index_id).sub(Tuple().add(keyspace::kUniqueKeys));
@@ -119,14 +118,13 @@ StorageResult<std::shared_ptr<const UniqueIndexes>> read_unique_indexes(Transact
   // Every write transaction reads the registry: remembered between transactions (core/db/db_cache.h;
   // write_unique_indexes marks its transaction), with the read conflict taken all the same.
   const std::string key = db.space.meta_key(keyspace::kUniqueIndexes);
-  auto r = remembered_read<UniqueIndexes>(
-      tr, "unique_registry\0" + std::to_string(db.id),
-      [&](Transaction& t) -> StorageResult<UniqueIndexes> {
-        auto raw = t.get(key, storage::Snapshot::yes);
-        if (!raw.ok()) return raw.error();
-        if (!raw->has_value()) return UniqueIndexes{};
-        return parse_registry(**raw);
-      });
+  auto r = remembered_read<UniqueIndexes>(tr, "unique_registry\0" + std::to_string(db.id),
+                                          [&](Transaction& t) -> StorageResult<UniqueIndexes> {
+                                            auto raw = t.get(key, storage::Snapshot::yes);
+                                            if (!raw.ok()) return raw.error();
+                                            if (!raw->has_value()) return UniqueIndexes{};
+                                            return parse_registry(**raw);
+                                          });
   if (!r.ok()) return r.error();
   tr.add_read_conflict_key(key);
   return *r;

@@ -5,13 +5,13 @@
 #include <limits>
 #include <map>
 
-#include "core/query/collation.h"
-#include "core/index/cursors.h"
-#include "core/util/digest.h"
 #include "core/db/keyspace.h"
+#include "core/index/cursors.h"
 #include "core/index/mango_index.h"
 #include "core/index/reduce_tree.h"
 #include "core/index/sync_index.h"
+#include "core/query/collation.h"
+#include "core/util/digest.h"
 
 namespace chaise::core {
 
@@ -39,7 +39,8 @@ Tuple view_tuple(std::int64_t kind, const ViewGroup& g, std::size_t view,
 }
 std::string partition_of(std::string_view doc_id) {
   const auto colon = doc_id.find(':');
-  return std::string(colon == std::string_view::npos ? std::string_view() : doc_id.substr(0, colon));
+  return std::string(colon == std::string_view::npos ? std::string_view()
+                                                     : doc_id.substr(0, colon));
 }
 storage::Subspace rows_space(const DbRef& db, const ViewGroup& g, std::size_t view,
                              const std::string& partition = {}) {
@@ -101,7 +102,8 @@ Outcome<ViewGroup> ViewGroup::from_design_doc(const std::string& ddoc_id, const 
       } else {
         continue;
       }
-      if (v.contains("reduce") && v["reduce"].is_string()) d.reduce = v["reduce"].get<std::string>();
+      if (v.contains("reduce") && v["reduce"].is_string())
+        d.reduce = v["reduce"].get<std::string>();
       g.views.push_back(std::move(d));
     }
   }
@@ -179,7 +181,8 @@ StorageResult<Outcome<std::size_t>> index_docs(Transaction& tr, const DbRef& db,
       for (const ViewDef& v : g.views) {
         OrderedJson rows = OrderedJson::array();
         if (v.mango_map)
-          if (auto key = mango_index_key(doc, *v.mango_map)) rows.push_back(OrderedJson::array({*key, nullptr}));
+          if (auto key = mango_index_key(doc, *v.mango_map))
+            rows.push_back(OrderedJson::array({*key, nullptr}));
         per_view.push_back(std::move(rows));
       }
       mapped.push_back(per_view.dump());
@@ -233,7 +236,8 @@ StorageResult<Outcome<std::size_t>> index_docs(Transaction& tr, const DbRef& db,
           continue;  // (cannot happen: the signature fixes the views)
         const auto vi = static_cast<std::size_t>(*view);
         const storage::Subspace rows = rows_space(db, g, vi, partition);
-        const std::string row_key = rows.pack(Tuple().add_bytes(*ck).add(c.id).add_bytes(*vck).add(*n));
+        const std::string row_key =
+            rows.pack(Tuple().add_bytes(*ck).add(c.id).add_bytes(*vck).add(*n));
         tr.clear(row_key);
         touch(vi, partition, row_key.substr(rows.key().size()), false);
         --delta[{vi, partition}];
@@ -254,11 +258,16 @@ StorageResult<Outcome<std::size_t>> index_docs(Transaction& tr, const DbRef& db,
         std::string value = kv[0].dump();
         value += '\n';
         value += kv[1].dump();
-        const std::string row_key = rows.pack(Tuple().add_bytes(ck).add(c.id).add_bytes(vck).add(n));
+        const std::string row_key =
+            rows.pack(Tuple().add_bytes(ck).add(c.id).add_bytes(vck).add(n));
         tr.set(row_key, value);
         touch(v, partition, row_key.substr(rows.key().size()), true);
-        tr.set(ids.pack(Tuple().add(c.id).add(static_cast<std::int64_t>(v)).add_bytes(ck)
-                            .add_bytes(vck).add(n)),
+        tr.set(ids.pack(Tuple()
+                            .add(c.id)
+                            .add(static_cast<std::int64_t>(v))
+                            .add_bytes(ck)
+                            .add_bytes(vck)
+                            .add(n)),
                "");
         ++n;
         ++delta[{v, partition}];
@@ -502,7 +511,8 @@ StorageResult<Outcome<bool>> ViewCursor::map_page(Transaction& tr, std::size_t r
       ++range_;
       continue;
     }
-    const std::size_t want = rows_max + static_cast<std::size_t>(std::min<std::int64_t>(to_skip_, 10'000));
+    const std::size_t want =
+        rows_max + static_cast<std::size_t>(std::min<std::int64_t>(to_skip_, 10'000));
     auto kvs = tr.get_range(r.begin, r.end, static_cast<int>(want),
                             q_.descending ? Reverse::yes : Reverse::no, Snapshot::yes);
     if (!kvs.ok()) return kvs.error();
@@ -579,7 +589,8 @@ StorageResult<Outcome<bool>> ViewCursor::reduce_page(Transaction& tr, std::size_
     OrderedJson key = OrderedJson::parse(k.json, nullptr, false);
     return group_key(key, *q_.group_level).dump();
   };
-  auto emit = [&](const std::string& key_json, const std::string& partial) -> std::optional<CouchError> {
+  auto emit = [&](const std::string& key_json,
+                  const std::string& partial) -> std::optional<CouchError> {
     if (Reducer::empty(partial)) return std::nullopt;
     auto v = reducer_->finish(partial);
     if (auto* e = std::get_if<CouchError>(&v)) return *e;

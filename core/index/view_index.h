@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "core/docs/documents.h"
-#include "core/js/js.h"
 #include "core/index/reducers.h"
+#include "core/js/js.h"
 
 namespace chaise::core {
 
@@ -38,15 +38,16 @@ struct ViewDef {
   std::string name;
   std::string map;
   std::optional<std::string> reduce;  // JS source or a built-in ("_sum", "_count", ...)
-  std::optional<OrderedJson> mango_map;  // language "query": {"fields":{..},"partial_filter_selector":{..}}
+  std::optional<OrderedJson>
+      mango_map;  // language "query": {"fields":{..},"partial_filter_selector":{..}}
 };
 
 // A design document's views, as the indexer and the query need them.
 struct ViewGroup {
-  std::string ddoc_id;     // "_design/x"
-  js::DesignDoc ddoc;      // for the JS engine (key names the revision)
-  std::string signature;   // 32 hex digits
-  std::string language;    // "javascript", or "query" (Mango json indexes, mapped in C++)
+  std::string ddoc_id;         // "_design/x"
+  js::DesignDoc ddoc;          // for the JS engine (key names the revision)
+  std::string signature;       // 32 hex digits
+  std::string language;        // "javascript", or "query" (Mango json indexes, mapped in C++)
   std::vector<ViewDef> views;  // sorted by name; a view's number is its index here
   bool include_design = false;
   bool local_seq = false;
@@ -109,15 +110,15 @@ struct ViewQuery {
   std::int64_t limit = -1;  // -1: none
   std::int64_t skip = 0;
   bool include_docs = false;
-  bool conflicts = false;  // with include_docs
+  bool conflicts = false;          // with include_docs
   bool attachments = false;        // with include_docs: attachment bodies inline
   bool att_encoding_info = false;  // with include_docs
-  bool reduce = true;      // for views with a reduce function
+  bool reduce = true;              // for views with a reduce function
   // Reduce grouping: nullopt = one group for the whole range (group=false); SIZE_MAX = exact
   // keys (group=true); N = group_level.
   std::optional<std::size_t> group_level;
   std::optional<std::vector<OrderedJson>> keys;  // rows of these keys, in this order
-  std::string partition;  // the partition queried (partitioned groups)
+  std::string partition;                         // the partition queried (partitioned groups)
 };
 
 class ViewCursor {

@@ -89,8 +89,8 @@ bool native_log(JSContext* cx, unsigned argc, JS::Value* vp) {
   return true;
 }
 
-const JSClass kGlobalClass = {"global", JSCLASS_GLOBAL_FLAGS, &JS::DefaultGlobalClassOps,
-                              nullptr, nullptr, nullptr};
+const JSClass kGlobalClass = {
+    "global", JSCLASS_GLOBAL_FLAGS, &JS::DefaultGlobalClassOps, nullptr, nullptr, nullptr};
 
 struct Task {
   std::string op;
@@ -166,8 +166,8 @@ struct Engine::Impl {
     if (!JS::InitSelfHostedCode(c.cx)) return false;
     JS_AddInterruptCallback(c.cx, &Impl::on_interrupt);
     JS::RealmOptions realm;
-    JS::RootedObject global(c.cx, JS_NewGlobalObject(c.cx, &kGlobalClass, nullptr,
-                                                     JS::FireOnNewGlobalHook, realm));
+    JS::RootedObject global(
+        c.cx, JS_NewGlobalObject(c.cx, &kGlobalClass, nullptr, JS::FireOnNewGlobalHook, realm));
     if (!global) return false;
     c.global.emplace(c.cx, global);
     JSAutoRealm ar(c.cx, global);
@@ -424,8 +424,8 @@ JsResult<std::string> Engine::reduce(const std::vector<std::string>& sources,
   nlohmann::json fns = sources;
   std::string args = "{\"fns\":" + fns.dump() + ",\"rereduce\":" + (rereduce ? "true" : "false") +
                      ",\"limit\":" + (impl_->options.reduce_limit ? "true" : "false") +
-                     ",\"inputLength\":" + std::to_string(kvs_json.size()) + ",\"kvs\":" +
-                     std::string(kvs_json) + "}";
+                     ",\"inputLength\":" + std::to_string(kvs_json.size()) +
+                     ",\"kvs\":" + std::string(kvs_json) + "}";
   return call("reduce", nullptr, std::move(args));
 }
 
@@ -433,24 +433,27 @@ JsResult<std::vector<JsResult<std::string>>> Engine::reduce_many(
     const std::string& source, const std::vector<std::string>& inputs, bool rereduce) {
   std::string args = "{\"fn\":" + nlohmann::json(source).dump() +
                      ",\"rereduce\":" + (rereduce ? "true" : "false") +
-                     ",\"limit\":" + (impl_->options.reduce_limit ? "true" : "false") + ",\"items\":[";
+                     ",\"limit\":" + (impl_->options.reduce_limit ? "true" : "false") +
+                     ",\"items\":[";
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (i) args += ',';
     args += "{\"inputLength\":" + std::to_string(inputs[i].size()) + ",\"kvs\":" + inputs[i] + "}";
   }
   args += "]}";
   using Out = std::vector<JsResult<std::string>>;
-  return parse_or<Out>(call("reduce_many", nullptr, std::move(args)), [&](const nlohmann::ordered_json& j) {
-    Out out;
-    for (const auto& item : j) {
-      if (item.at(0) == "ok")
-        out.emplace_back(item.at(1).dump());
-      else
-        out.emplace_back(JsError{item.at(1).get<std::string>(), item.at(2).get<std::string>()});
-    }
-    if (out.size() != inputs.size()) throw nlohmann::json::other_error::create(501, "size", nullptr);
-    return out;
-  });
+  return parse_or<Out>(
+      call("reduce_many", nullptr, std::move(args)), [&](const nlohmann::ordered_json& j) {
+        Out out;
+        for (const auto& item : j) {
+          if (item.at(0) == "ok")
+            out.emplace_back(item.at(1).dump());
+          else
+            out.emplace_back(JsError{item.at(1).get<std::string>(), item.at(2).get<std::string>()});
+        }
+        if (out.size() != inputs.size())
+          throw nlohmann::json::other_error::create(501, "size", nullptr);
+        return out;
+      });
 }
 
 JsResult<Verdict> Engine::validate(const DesignDoc& ddoc, std::string_view new_doc,
@@ -458,24 +461,30 @@ JsResult<Verdict> Engine::validate(const DesignDoc& ddoc, std::string_view new_d
                                    std::string_view sec_obj) {
   std::string args = "[" + std::string(new_doc) + "," + std::string(old_doc) + "," +
                      std::string(user_ctx) + "," + std::string(sec_obj) + "]";
-  return parse_or<Verdict>(call("validate", &ddoc, std::move(args)), [](const nlohmann::ordered_json& j) {
-    Verdict v;
-    if (j == 1 || j == true) return v;
-    auto text = [](const nlohmann::ordered_json& m) { return m.is_string() ? m.get<std::string>() : m.dump(); };
-    if (j.is_object() && j.size() == 1) {
-      auto it = j.begin();
-      if (it.key() == "forbidden") return Verdict{Verdict::Kind::forbidden, text(it.value())};
-      if (it.key() == "unauthorized") return Verdict{Verdict::Kind::unauthorized, text(it.value())};
-      return Verdict{Verdict::Kind::other, text(it.value())};
-    }
-    return Verdict{Verdict::Kind::other, text(j)};
-  });
+  return parse_or<Verdict>(call("validate", &ddoc, std::move(args)),
+                           [](const nlohmann::ordered_json& j) {
+                             Verdict v;
+                             if (j == 1 || j == true) return v;
+                             auto text = [](const nlohmann::ordered_json& m) {
+                               return m.is_string() ? m.get<std::string>() : m.dump();
+                             };
+                             if (j.is_object() && j.size() == 1) {
+                               auto it = j.begin();
+                               if (it.key() == "forbidden")
+                                 return Verdict{Verdict::Kind::forbidden, text(it.value())};
+                               if (it.key() == "unauthorized")
+                                 return Verdict{Verdict::Kind::unauthorized, text(it.value())};
+                               return Verdict{Verdict::Kind::other, text(it.value())};
+                             }
+                             return Verdict{Verdict::Kind::other, text(j)};
+                           });
 }
 
 JsResult<std::vector<bool>> Engine::filter(const DesignDoc& ddoc, std::string_view name,
                                            const std::vector<std::string>& docs,
                                            std::string_view req) {
-  std::string args = "[" + json_string(name) + "," + join_array(docs) + "," + std::string(req) + "]";
+  std::string args =
+      "[" + json_string(name) + "," + join_array(docs) + "," + std::string(req) + "]";
   return parse_or<std::vector<bool>>(call("filter", &ddoc, std::move(args)), [](auto j) {
     std::vector<bool> out;
     for (auto& b : j) out.push_back(b.is_boolean() && b.template get<bool>());
@@ -495,7 +504,8 @@ JsResult<std::vector<bool>> Engine::filter_view(const DesignDoc& ddoc, std::stri
 
 JsResult<UpdateAnswer> Engine::update(const DesignDoc& ddoc, std::string_view name,
                                       std::string_view doc, std::string_view req) {
-  std::string args = "[" + json_string(name) + "," + std::string(doc) + "," + std::string(req) + "]";
+  std::string args =
+      "[" + json_string(name) + "," + std::string(doc) + "," + std::string(req) + "]";
   return parse_or<UpdateAnswer>(call("update", &ddoc, std::move(args)), [](auto j) {
     return UpdateAnswer{j.at(0).is_null() ? std::string() : j.at(0).dump(), j.at(1).dump()};
   });

@@ -31,7 +31,7 @@
 namespace chaise::core::js {
 
 struct EngineOptions {
-  std::size_t contexts = 2;  // threads, each with one JSContext
+  std::size_t contexts = 2;                 // threads, each with one JSContext
   std::chrono::milliseconds timeout{5000};  // CouchDB's [couchdb] os_process_timeout
   std::size_t heap_bytes = 64u << 20;       // per context
   bool jit = false;
@@ -82,7 +82,8 @@ class Engine {
   // Returns one JSON text per document: an array with one element per view, each an array of
   // [key, value] pairs. A function that throws on a document emits nothing for it (and logs), as
   // in CouchDB; a function that does not compile fails the whole call with compilation_error.
-  JsResult<std::vector<std::string>> map(const DesignDoc& ddoc, const std::vector<std::string>& views,
+  JsResult<std::vector<std::string>> map(const DesignDoc& ddoc,
+                                         const std::vector<std::string>& views,
                                          const std::vector<std::string>& docs);
   // Reduce functions (JS sources) over rows: `kvs_json` is a JSON array of [[key, docid], value];
   // rereduce: `kvs_json` is a JSON array of earlier reductions. Returns a JSON array with one

@@ -38,11 +38,12 @@ void append_sort_key(std::string& out, std::string_view utf8) {
                        static_cast<int32_t>(utf8.size()), 0xFFFD, nullptr, &status);
   if (U_FAILURE(status)) len16 = 0;
   if (key.size() < 64) key.resize(64);
-  int32_t n = ucol_getSortKey(collator(), u16.data(), len16, key.data(),
-                              static_cast<int32_t>(key.size()));
+  int32_t n =
+      ucol_getSortKey(collator(), u16.data(), len16, key.data(), static_cast<int32_t>(key.size()));
   if (n > static_cast<int32_t>(key.size())) {
     key.resize(static_cast<std::size_t>(n));
-    n = ucol_getSortKey(collator(), u16.data(), len16, key.data(), static_cast<int32_t>(key.size()));
+    n = ucol_getSortKey(collator(), u16.data(), len16, key.data(),
+                        static_cast<int32_t>(key.size()));
   }
   // n counts the terminating zero byte, which is kept: it ends the string.
   out.append(reinterpret_cast<const char*>(key.data()), static_cast<std::size_t>(n));

@@ -81,8 +81,8 @@
 #include <utility>
 #include <variant>
 
-#include "core/util/error.h"
 #include "core/query/mango_regex.h"
+#include "core/util/error.h"
 
 namespace chaise::core {
 

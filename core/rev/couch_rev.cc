@@ -637,7 +637,8 @@ bool write_json_term(EtfWriter& w, const nlohmann::ordered_json& j, std::size_t 
       if (byte_string) {
         w.byte(kStringExt);
         w.u16(static_cast<std::uint32_t>(j.size()));
-        for (const auto& item : j) w.byte(static_cast<unsigned>(item.template get<std::uint64_t>()));
+        for (const auto& item : j)
+          w.byte(static_cast<unsigned>(item.template get<std::uint64_t>()));
         return true;
       }
       w.list_header(j.size());
@@ -751,8 +752,7 @@ std::string couch_rev_hash_of_term(bool deleted, const std::optional<RevId>& par
                                    const std::vector<CouchAttSig>& atts) {
   if (body_term.empty()) return {};
   return hash_around(
-      deleted, parent, [&](EtfWriter& w) { w.bytes().append(body_term); }, atts,
-      body_term.size());
+      deleted, parent, [&](EtfWriter& w) { w.bytes().append(body_term); }, atts, body_term.size());
 }
 
 }  // namespace chaise::core

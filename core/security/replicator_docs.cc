@@ -7,8 +7,8 @@
 #include <array>
 #include <variant>
 
-#include "core/util/json_text.h"
 #include "core/query/selector.h"
+#include "core/util/json_text.h"
 
 namespace chaise::core {
 namespace {

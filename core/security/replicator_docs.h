@@ -19,8 +19,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/util/error.h"
 #include "core/security/security.h"
+#include "core/util/error.h"
 
 namespace chaise::core {
 

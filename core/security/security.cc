@@ -242,7 +242,7 @@ std::optional<std::string> doc_name_of_id(std::string_view id) {
 
 bool is_password_field(std::string_view key) {
   static constexpr std::array<std::string_view, 8> kFields = {
-      "derived_key", "iterations", "password",   "password_scheme",
+      "derived_key",  "iterations",    "password",   "password_scheme",
       "password_sha", "preserve_salt", "pbkdf2_prf", "salt"};
   return std::find(kFields.begin(), kFields.end(), key) != kFields.end();
 }
@@ -261,7 +261,7 @@ std::optional<CouchError> validate_user_doc(const OJson& doc, const std::optiona
   }
   if (doc.value("type", OJson()) != "user") return forbidden("doc.type must be user");
   const OJson name = doc.value("name", OJson());
-  const bool name_truthy = name.is_string() ? !name.get_ref<const std::string&>().empty()
+  const bool name_truthy = name.is_string()    ? !name.get_ref<const std::string&>().empty()
                            : name.is_boolean() ? name.get<bool>()
                            : name.is_number()  ? name.get<double>() != 0
                                                : !name.is_null();

@@ -360,7 +360,7 @@ std::size_t utf8_sequence_length(std::string_view s) {
   const unsigned char b0 = at(0);
   std::size_t len = 0;
   unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
-  if (b0 >= 0xC2 && b0 <= 0xDF) {     // C0 and C1 only start overlong forms
+  if (b0 >= 0xC2 && b0 <= 0xDF) {      // C0 and C1 only start overlong forms
     len = 2;
   } else if (b0 >= 0xE0 && b0 <= 0xEF) {
     len = 3;
@@ -408,7 +408,7 @@ bool decode_json_escape(std::string_view text, std::size_t& pos, std::string& ou
   }
   int cp = hex4();
   if (cp < 0 || (cp >= 0xDC00 && cp <= 0xDFFF)) return false;  // a lone low surrogate
-  if (cp >= 0xD800 && cp <= 0xDBFF) {                         // needs its low surrogate
+  if (cp >= 0xD800 && cp <= 0xDBFF) {                          // needs its low surrogate
     if (text.substr(pos, 2) != "\\u") return false;
     pos += 2;
     const int low = hex4();

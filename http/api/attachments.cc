@@ -2,6 +2,8 @@
 // chttpd_db:db_attachment_req. GET and HEAD answer the bytes (ETag from the MD5 digest,
 // If-None-Match, one byte range); PUT stores the request body as the attachment of a new revision
 // (the document's other attachments carried over as stubs); DELETE writes a revision without it.
+#include "core/docs/attachments.h"
+
 #include <openssl/rand.h>
 
 #include <algorithm>
@@ -14,12 +16,11 @@
 #include <utility>
 #include <vector>
 
-#include "core/docs/attachments.h"
 #include "core/batch/doc_batches.h"
-#include "core/docs/documents.h"
-#include "core/util/json_text.h"
 #include "core/db/keyspace.h"
+#include "core/docs/documents.h"
 #include "core/security/replicator_docs.h"
+#include "core/util/json_text.h"
 #include "http/api/etag.h"
 #include "http/api/idempotency.h"
 #include "http/api/request.h"
@@ -166,8 +167,8 @@ bool accepts_coding(const Request& req, std::string_view coding) {
     while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
     std::string_view name = item.substr(0, item.find(';'));
     while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
-    const bool refused = item.find("q=0") != std::string_view::npos &&
-                         item.find("q=0.") == std::string_view::npos;
+    const bool refused =
+        item.find("q=0") != std::string_view::npos && item.find("q=0.") == std::string_view::npos;
     if ((name == coding || name == "*") && !refused) return true;
   }
   return false;
@@ -289,7 +290,8 @@ MaybeResponse write_attachment(Call& call, const core::DbRef& db, const std::str
       if (auto e = check_doc_write(call, db, probe)) throw HttpError(std::move(*e));
     }
     if (db.name == core::kUsersDb && !call.user.is_server_admin())
-      throw HttpError(403, "forbidden", "Only admins may change attachments in the users database.");
+      throw HttpError(403, "forbidden",
+                      "Only admins may change attachments in the users database.");
   }
   std::optional<core::RevId> rev;
   if (auto text = requested_rev(call)) rev = parse_rev(*text);

@@ -6,8 +6,8 @@
 #include "config/settings.h"
 #include "core/db/db_cache.h"
 #include "core/security/replicator_docs.h"
-#include "http/auth/auth.h"
 #include "http/api/request.h"
+#include "http/auth/auth.h"
 
 namespace chaise::http {
 
@@ -75,8 +75,7 @@ void authorize_request(const Call& call) {
     return;
   }
   // A database.
-  if (path.size() == 1 &&
-      (call.is(beast_http::verb::put) || call.is(beast_http::verb::delete_))) {
+  if (path.size() == 1 && (call.is(beast_http::verb::put) || call.is(beast_http::verb::delete_))) {
     require_server_admin(call);
     return;
   }

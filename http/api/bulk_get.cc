@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/docs/documents.h"
-#include "http/transport/multipart.h"
 #include "http/api/request.h"
 #include "http/api/router.h"
+#include "http/transport/multipart.h"
 
 namespace chaise::http {
 namespace {
@@ -44,11 +44,11 @@ BulkGetOptions parse_query(const Call& call) {
 
 // One requested entry, checked as bulk_get_parse_arg does.
 struct Entry {
-  Json id;                              // the "id" as given (null if none)
-  std::optional<core::RevId> rev;       // none: every leaf
+  Json id;                         // the "id" as given (null if none)
+  std::optional<core::RevId> rev;  // none: every leaf
   std::optional<std::vector<core::RevId>> atts_since;
   std::optional<core::CouchError> error;
-  Json error_rev;                       // the "rev" of an entry error
+  Json error_rev;  // the "rev" of an entry error
 };
 
 Entry parse_entry(const Json& doc) {
@@ -72,8 +72,8 @@ Entry parse_entry(const Json& doc) {
     return e;
   }
   if (auto rev = doc.find("rev"); rev != doc.end() && !rev->is_null()) {
-    auto parsed = rev->is_string() ? core::RevId::parse(rev->get_ref<const std::string&>())
-                                   : std::nullopt;
+    auto parsed =
+        rev->is_string() ? core::RevId::parse(rev->get_ref<const std::string&>()) : std::nullopt;
     if (!parsed) {
       e.error = core::bad_request("Invalid rev format");
       e.error_rev = *rev;
@@ -89,8 +89,8 @@ Entry parse_entry(const Json& doc) {
     }
     std::vector<core::RevId> revs;
     for (const Json& r : *since) {
-      auto parsed = r.is_string() ? core::RevId::parse(r.get_ref<const std::string&>())
-                                  : std::nullopt;
+      auto parsed =
+          r.is_string() ? core::RevId::parse(r.get_ref<const std::string&>()) : std::nullopt;
       if (!parsed) {
         e.error = core::bad_request("Invalid rev format");
         e.error_rev = r;

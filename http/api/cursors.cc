@@ -7,6 +7,8 @@
 // would otherwise push out the blocks point reads keep warm. Framing follows CouchDB 3:
 //   {"total_rows":N,"offset":M[,"update_seq":S],"rows":[\r\n row,\r\n row \r\n]}
 //   {"results":[\n row,\n row \n],\n"last_seq":S,"pending":P}
+#include "core/index/cursors.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -21,9 +23,8 @@
 #include <limits>
 
 #include "core/db/changes_notifier.h"
-#include "core/index/cursors.h"
-#include "core/index/filters.h"
 #include "core/db/shards.h"
+#include "core/index/filters.h"
 #include "http/api/etag.h"
 #include "http/api/js_request.h"
 #include "http/api/metrics.h"
@@ -206,7 +207,7 @@ std::string all_docs_head(std::int64_t total, std::int64_t offset, const std::st
 // Writes one all_docs result object (head, rows, tail) through `emit`, page by page.
 template <typename Emit>
 boost::asio::awaitable<bool> write_all_docs(const Call& call, const core::DbRef& db,
-                                           const AllDocsRequest& r, Emit&& emit) {
+                                            const AllDocsRequest& r, Emit&& emit) {
   storage::Database& store = call.store();
   auto tr = store.create_transaction();
   core::AllDocsCursor cursor(db, r.q);
@@ -245,7 +246,7 @@ boost::asio::awaitable<bool> write_all_docs(const Call& call, const core::DbRef&
     if (!co_await emit(chunk)) co_return false;
   } else if (!r.empty) {
     for (bool more = true, first_page = true; more; first_page = false) {
-      auto page_tr = store.create_transaction();  // one short transaction per page
+      auto page_tr = store.create_transaction();      // one short transaction per page
       if (!first_page) page_tr.disable_read_cache();  // a long stream reads its blocks once
       auto m = cursor.next_page(page_tr, call.ctx.stream_page_rows, rows);
       if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
@@ -401,8 +402,8 @@ void set_js_filter(const Call& call, storage::Transaction& tr, const core::DbRef
 
 // couch_changes:configure_filter: the built-in filters, then "ddoc/name" (an empty name or one
 // of only slashes means no filter). JavaScript filters run in-process (core/index/filters.h).
-void configure_filter(const Call& call, const std::string& filter, const Params& p, const core::DbRef& db,
-                      storage::Transaction& tr, core::ChangesQuery& q) {
+void configure_filter(const Call& call, const std::string& filter, const Params& p,
+                      const core::DbRef& db, storage::Transaction& tr, core::ChangesQuery& q) {
   if (filter == "_doc_ids") {
     std::optional<Json> ids = p.json("doc_ids");
     if (!ids || !ids->is_array())
@@ -537,7 +538,8 @@ class FeedWriter {
   FeedWriter(ResponseStream& stream, Feed feed) : stream_(stream), feed_(feed) {}
 
   boost::asio::awaitable<bool> open() {
-    if (feed_ == Feed::normal || feed_ == Feed::longpoll) co_return co_await stream_.write("{\"results\":[\n");
+    if (feed_ == Feed::normal || feed_ == Feed::longpoll)
+      co_return co_await stream_.write("{\"results\":[\n");
     co_return true;
   }
   boost::asio::awaitable<bool> rows(std::vector<std::string>& rows) {
@@ -615,7 +617,8 @@ class FeedWriter {
       case Feed::eventsource:
         // CouchDB sends no last_seq event: the stream just ends, with a newline when rows came
         // since the feed last waited (a feed that timed out ends right after what it sent).
-        if (topology_changed && !co_await stream_.write("event: topology_changed\ndata: {" + tail_fields + "\n"))
+        if (topology_changed &&
+            !co_await stream_.write("event: topology_changed\ndata: {" + tail_fields + "\n"))
           co_return false;
         if (!topology_changed && rows_since_wait_) {
           const std::string_view text = "\n";  // (named: see newline())
@@ -778,7 +781,8 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
       wait->timer.expires_after(interval);
       if (!wait->woken && !wait->closed) {
         boost::system::error_code ec;
-        co_await wait->timer.async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ec));
+        co_await wait->timer.async_wait(
+            boost::asio::redirect_error(boost::asio::use_awaitable, ec));
       }
       if (wait->closed) co_return std::nullopt;  // the client left: free the feed now
       if (wait->woken) break;
@@ -819,17 +823,20 @@ MaybeResponse changes_meta(Call& call) {
       throw_bad_request("`shards` must be an integer");
     const std::int64_t n = body["shards"].get<std::int64_t>();
     std::optional<core::Outcome<std::vector<std::int64_t>>> result;
-    storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
-      auto r = core::reshard(tr, db, static_cast<int>(std::clamp<std::int64_t>(n, -1, 1'000'000)));
-      if (!r.ok()) return r.error();
-      result = std::move(*r);
-      return {};
-    });
+    storage::Status s =
+        co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+          auto r =
+              core::reshard(tr, db, static_cast<int>(std::clamp<std::int64_t>(n, -1, 1'000'000)));
+          if (!r.ok()) return r.error();
+          result = std::move(*r);
+          return {};
+        });
     if (!s.ok()) co_return storage_error_response(call.req, s.error());
     if (auto* e = std::get_if<core::CouchError>(&*result)) throw HttpError(*e);
-    co_return json_response(call.req, Status::ok,
-                            Json{{"ok", true},
-                                 {"shards", shard_ids_json(std::get<std::vector<std::int64_t>>(*result))}});
+    co_return json_response(
+        call.req, Status::ok,
+        Json{{"ok", true},
+             {"shards", shard_ids_json(std::get<std::vector<std::int64_t>>(*result))}});
   }
   auto tr = call.store().create_transaction();
   core::Sequence since;
@@ -882,7 +889,8 @@ MaybeResponse handle_cursors(Call& call) {
     co_return co_await changes(call, shard);
   }
   if (call.path.size() == 2) co_return co_await all_docs(call, kind);
-  if (call.path.size() == 3 && call.path[2] == "queries") co_return co_await all_docs_queries(call, kind);
+  if (call.path.size() == 3 && call.path[2] == "queries")
+    co_return co_await all_docs_queries(call, kind);
   throw HttpError(404, "not_found", "missing");
 }
 

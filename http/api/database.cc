@@ -25,13 +25,13 @@
 #include <vector>
 
 #include "config/config.h"
+#include "core/batch/doc_batches.h"
 #include "core/db/databases.h"
 #include "core/docs/doc_json.h"
-#include "core/batch/doc_batches.h"
 #include "core/docs/documents.h"
-#include "core/util/json_text.h"
-#include "core/security/replicator_docs.h"
 #include "core/rev/rev.h"
+#include "core/security/replicator_docs.h"
+#include "core/util/json_text.h"
 #include "http/api/idempotency.h"
 #include "http/api/js_request.h"
 #include "http/api/request.h"
@@ -39,7 +39,6 @@
 #include "http/api/txn.h"
 
 namespace chaise::http {
-
 
 namespace {
 
@@ -58,11 +57,8 @@ constexpr std::string_view kDbMethods = "DELETE,GET,HEAD,POST";
 // Known CouchDB database endpoints Chaise does not serve yet: answered 501 rather than treated as
 // document ids, so that a client learns the feature is missing.
 constexpr std::string_view kNotImplemented[] = {
-    "_purge",   "_purged_infos", "_purged_infos_limit",
-    "_temp_view",
-    "_auto_purge", "_time_seq", "_shards",  "_sync_shards"};
-
-
+    "_purge",    "_purged_infos", "_purged_infos_limit", "_temp_view", "_auto_purge",
+    "_time_seq", "_shards",       "_sync_shards"};
 
 // The database of the request as of `tr`; 404 "Database does not exist." for any name that is
 // not a database (CouchDB answers 404, not 400, for an invalid name here: only PUT validates).
@@ -193,8 +189,8 @@ ParsedItem parse_item(const Call& call, const Json& original, const core::DbRef&
 
   if (parsed.body.size() > max_document_size)
     throw HttpError(413, "document_too_large", parsed.id.value_or(""));
-  std::optional<core::CouchError> design_error = core::validate_design_doc(
-      parsed.id.value_or(""), doc, core::Partitioned{db.partitioned});
+  std::optional<core::CouchError> design_error =
+      core::validate_design_doc(parsed.id.value_or(""), doc, core::Partitioned{db.partitioned});
   if (!design_error) design_error = check_design_functions(call, parsed.id.value_or(""), doc);
   std::vector<core::AttUpload> atts;
   // CouchDB 3 accepts and drops the attachments of a _local document.
@@ -301,8 +297,8 @@ MaybeResponse create_database(Call& call) {
     throw_bad_request("Cannot partition a system database");
 
   // CouchDB 3's [couchdb] default_security: admin_only unless set to everyone.
-  const bool admin_only =
-      call.ctx.config == nullptr || call.ctx.config->get("couchdb", "default_security") != "everyone";
+  const bool admin_only = call.ctx.config == nullptr ||
+                          call.ctx.config->get("couchdb", "default_security") != "everyone";
   const core::SecurityObject default_security = core::default_security(admin_only);
   // The creation time doubles as this request's mark: a retry after commit_unknown_result that
   // finds the database with our timestamp knows the first attempt committed.
@@ -648,7 +644,8 @@ MaybeResponse security(Call& call, const core::DbRef& db) {
   if (!call.is(beast_http::verb::put)) throw_method_not_allowed("PUT,GET");
   if (db.name == core::kUsersDb &&
       (call.ctx.config == nullptr ||
-       call.ctx.config->get("couchdb", "users_db_security_editable").value_or("false") == "false")) {
+       call.ctx.config->get("couchdb", "users_db_security_editable").value_or("false") ==
+           "false")) {
     throw HttpError(403, "forbidden", "You can't edit the security object of the user database.");
   }
   require_db_admin(call);
@@ -656,7 +653,8 @@ MaybeResponse security(Call& call, const core::DbRef& db) {
   auto parsed = core::parse_security(body);
   if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(std::move(*e));
   const std::string text = body.dump();
-  if (text.size() > 1024 * 1024) throw HttpError(413, "too_large", "the security object is too large");
+  if (text.size() > 1024 * 1024)
+    throw HttpError(413, "too_large", "the security object is too large");
   co_return co_await set_db_meta(call, db, [&](storage::Transaction& tr, const core::DbRef& now) {
     core::set_security_json(tr, now, text);
   });
@@ -743,7 +741,8 @@ MaybeResponse handle_database(Call& call) {
                               {{"ok", true}, {"instance_start_time", "0"}});
     }
   }
-  if (op == "_find" || op == "_explain" || op == "_index") co_return co_await handle_mango(call, db);
+  if (op == "_find" || op == "_explain" || op == "_index")
+    co_return co_await handle_mango(call, db);
   if (not_implemented(op))
     throw HttpError(501, "not_implemented", "this feature is not yet implemented");
   // CouchDB treats any other "/{db}/_xxx[/...]" as a document (or attachment) path: GET finds no

@@ -23,15 +23,15 @@
 
 #include "core/batch/doc_batches.h"
 #include "core/docs/documents.h"
-#include "core/util/json_text.h"
 #include "core/security/replicator_docs.h"
-#include "http/auth/auth.h"
+#include "core/util/json_text.h"
 #include "http/api/idempotency.h"
 #include "http/api/js_request.h"
-#include "http/transport/multipart.h"
-#include "http/transport/multipart_reader.h"
 #include "http/api/request.h"
 #include "http/api/router.h"
+#include "http/auth/auth.h"
+#include "http/transport/multipart.h"
+#include "http/transport/multipart_reader.h"
 
 namespace chaise::http {
 namespace {
@@ -341,7 +341,6 @@ std::string local_etag(std::string_view doc_json) {
   };
   return dquote(base36(fnv(0xcbf29ce484222325ULL)) + base36(fnv(0x84222325cbf29ce4ULL)));
 }
-
 
 // The attachment options of a read.
 void set_att_options(core::DocReadOptions& o, const DocQuery& q) {
@@ -717,7 +716,7 @@ core::DocWriteBatch::Item interactive_item(std::string id, std::optional<core::R
                                            bool deleted, std::string body,
                                            std::string body_term = {}) {
   core::DocWriteBatch::Item it;
-  it.update = core::DocUpdate{std::move(id), std::move(base), deleted, std::move(body), {},
+  it.update = core::DocUpdate{std::move(id),       std::move(base), deleted, std::move(body), {},
                               std::move(body_term)};
   return it;
 }
@@ -1210,7 +1209,6 @@ Response post_doc(const Call& call, const Target& t) {
 }
 
 // ---- Attachment paths (/{db}/{doc}/{att...}) ---------------------------------------------------
-
 
 // /{db}/_design/{name}/_view/... and the other design handlers: CouchDB opens the design doc first.
 bool is_design_action(const Target& t) {

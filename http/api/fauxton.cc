@@ -58,7 +58,8 @@ Response handle_utils(Call& call) {
     r.set(beast_http::field::location, "/_utils/#login");
     return r;
   }
-  if (dir.empty()) throw HttpError(404, "not_found", "no web UI installed: set [chaise] fauxton_dir");
+  if (dir.empty())
+    throw HttpError(404, "not_found", "no web UI installed: set [chaise] fauxton_dir");
   std::error_code ec;
   const fs::path root = fs::canonical(dir, ec);
   if (ec) throw HttpError(404, "not_found", "no web UI installed at " + dir);
@@ -76,7 +77,8 @@ Response handle_utils(Call& call) {
   const fs::path real = fs::canonical(file, ec);
   if (ec) not_found();
   // A symlink inside the UI must not lead out of it.
-  const auto [root_end, real_it] = std::mismatch(root.begin(), root.end(), real.begin(), real.end());
+  const auto [root_end, real_it] =
+      std::mismatch(root.begin(), root.end(), real.begin(), real.end());
   if (root_end != root.end()) not_found();
   if (fs::is_directory(real, ec)) not_found();
   const auto size = fs::file_size(real, ec);

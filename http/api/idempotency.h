@@ -24,8 +24,8 @@
 #include <string_view>
 
 #include "core/batch/doc_batches.h"
-#include "core/docs/documents.h"
 #include "core/db/idempotency.h"
+#include "core/docs/documents.h"
 #include "http/api/request.h"
 
 namespace chaise::http {

@@ -2,8 +2,8 @@
 
 #include <random>
 
-#include "core/index/cursors.h"
 #include "core/docs/documents.h"
+#include "core/index/cursors.h"
 
 namespace chaise::http {
 
@@ -71,8 +71,8 @@ Json js_request_object(const Call& call, const std::optional<std::string>& doc_i
   req["body"] = body.empty() ? std::string("undefined") : body;
   req["peer"] = call.stream.peer_address();
   auto ct = call.req.find(beast_http::field::content_type);
-  const bool form = ct != call.req.end() &&
-                    ct->value().starts_with("application/x-www-form-urlencoded");
+  const bool form =
+      ct != call.req.end() && ct->value().starts_with("application/x-www-form-urlencoded");
   req["form"] = form ? form_fields(body) : Json::object();
   req["cookie"] = cookies(call.req);
   Json user = Json::object();

@@ -2,13 +2,12 @@
 // handlers), shaped like CouchDB's chttpd_external:json_req_obj.
 #pragma once
 
+#include <boost/asio/awaitable.hpp>
 #include <optional>
 #include <string>
 
-#include <boost/asio/awaitable.hpp>
-
-#include "core/js/js.h"
 #include "core/index/view_index.h"
+#include "core/js/js.h"
 #include "http/api/request.h"
 
 namespace chaise::http {

@@ -13,12 +13,12 @@
 #include <set>
 
 #include "core/docs/attachments.h"
-#include "core/index/cursors.h"
 #include "core/docs/design_doc.h"
-#include "core/util/digest.h"
+#include "core/index/cursors.h"
 #include "core/index/mango_index.h"
 #include "core/index/unique_index.h"
 #include "core/index/view_index.h"
+#include "core/util/digest.h"
 #include "http/api/idempotency.h"
 #include "http/api/js_request.h"
 #include "http/api/request.h"
@@ -266,11 +266,13 @@ boost::asio::awaitable<Response> build_unique(const Call& call, const core::DbRe
 MaybeResponse create_index(Call& call, const core::DbRef& db) {
   const Json raw = parse_json_object_body(call.req);
   OrderedJson body = OrderedJson::parse(raw.dump());
-  if (!body.contains("index")) throw HttpError(400, "missing_required_key", "Missing required key: index");
+  if (!body.contains("index"))
+    throw HttpError(400, "missing_required_key", "Missing required key: index");
   const std::string type = body.value("type", "json");
   if (type == "text" || type == "nouveau")
-    throw HttpError(400, "invalid_index", "Invalid index type: " + type +
-                                              " (text indexes need a search service, which Chaise does not have)");
+    throw HttpError(400, "invalid_index",
+                    "Invalid index type: " + type +
+                        " (text indexes need a search service, which Chaise does not have)");
   if (type != "json") throw HttpError(400, "invalid_index", "Invalid index type: " + type);
   const OrderedJson& index = body["index"];
   if (!index.is_object() || !index.contains("fields"))
@@ -325,7 +327,8 @@ MaybeResponse create_index(Call& call, const core::DbRef& db) {
   // that two names for one definition are two indexes, as in CouchDB).
   const std::string hash =
       md5_hex(map.dump() + (unique ? "\nunique" : "") + (sync ? "\nsync_index" : ""));
-  const std::string name = body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : hash;
+  const std::string name =
+      body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : hash;
   std::string ddoc = body.contains("ddoc") && body["ddoc"].is_string()
                          ? body["ddoc"].get<std::string>()
                          : md5_hex(map.dump() + '\0' + name);
@@ -336,7 +339,8 @@ MaybeResponse create_index(Call& call, const core::DbRef& db) {
   if (auto it = existing.bodies.find(ddoc); it != existing.bodies.end()) {
     doc = it->second;
     if (doc.value("language", "") != "query")
-      throw HttpError(400, "invalid_index", "Design document " + ddoc + " is not a Mango index design document");
+      throw HttpError(400, "invalid_index",
+                      "Design document " + ddoc + " is not a Mango index design document");
     // mango_idx:set_ddoc_partitioned/2: an existing design document keeps its option, and an
     // index asking for another one (or for none when it has one) is refused.
     if (core::ddoc_partitioned_option(doc) != partitioned)
@@ -402,7 +406,8 @@ MaybeResponse create_index(Call& call, const core::DbRef& db) {
   co_return answer;
 }
 
-MaybeResponse delete_index(Call& call, const core::DbRef& db, std::string ddoc, const std::string& name) {
+MaybeResponse delete_index(Call& call, const core::DbRef& db, std::string ddoc,
+                           const std::string& name) {
   if (!ddoc.starts_with("_design/")) ddoc = "_design/" + ddoc;
   DesignDocs existing = read_design_docs(call, db);
   auto it = existing.bodies.find(ddoc);
@@ -459,13 +464,15 @@ struct FindRequest {
 
 std::int64_t non_negative(const OrderedJson& v, const char* name) {
   if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
-    throw HttpError(400, "invalid_argument", std::string("Invalid value for ") + name + ": " + v.dump());
+    throw HttpError(400, "invalid_argument",
+                    std::string("Invalid value for ") + name + ": " + v.dump());
   return v.get<std::int64_t>();
 }
 
 FindRequest parse_find(const OrderedJson& body) {
   FindRequest r;
-  if (!body.contains("selector")) throw HttpError(400, "missing_required_key", "Missing required key: selector");
+  if (!body.contains("selector"))
+    throw HttpError(400, "missing_required_key", "Missing required key: selector");
   r.selector = body["selector"];
   auto sel = core::Selector::parse(r.selector);
   if (auto* e = std::get_if<core::CouchError>(&sel)) throw HttpError(*e);
@@ -473,10 +480,12 @@ FindRequest parse_find(const OrderedJson& body) {
   if (body.contains("limit")) r.limit = non_negative(body["limit"], "limit");
   if (body.contains("skip")) r.skip = non_negative(body["skip"], "skip");
   if (body.contains("fields")) {
-    if (!body["fields"].is_array()) throw HttpError(400, "invalid_argument", "fields must be a list of strings");
+    if (!body["fields"].is_array())
+      throw HttpError(400, "invalid_argument", "fields must be a list of strings");
     r.fields.emplace();
     for (const auto& f : body["fields"]) {
-      if (!f.is_string()) throw HttpError(400, "invalid_argument", "fields must be a list of strings");
+      if (!f.is_string())
+        throw HttpError(400, "invalid_argument", "fields must be a list of strings");
       r.fields->push_back(f.get<std::string>());
     }
   }
@@ -486,7 +495,8 @@ FindRequest parse_find(const OrderedJson& body) {
     r.sort = std::get<std::vector<core::MangoField>>(std::move(s));
     for (const auto& f : r.sort)
       if (f.descending != r.sort[0].descending)
-        throw HttpError(400, "unsupported_mixed_sort", "Sorts currently only support a single direction for all fields.");
+        throw HttpError(400, "unsupported_mixed_sort",
+                        "Sorts currently only support a single direction for all fields.");
   }
   if (body.contains("use_index")) {
     const OrderedJson& u = body["use_index"];
@@ -506,7 +516,8 @@ FindRequest parse_find(const OrderedJson& body) {
     auto decoded = core::base64_decode(body["bookmark"].get<std::string>());
     OrderedJson b = decoded ? OrderedJson::parse(*decoded, nullptr, false) : OrderedJson();
     if (!b.is_object() || !b.contains("seen") || !b["seen"].is_number_integer())
-      throw HttpError(400, "invalid_bookmark", "Invalid bookmark value: " + body["bookmark"].dump());
+      throw HttpError(400, "invalid_bookmark",
+                      "Invalid bookmark value: " + body["bookmark"].dump());
     r.skip += b["seen"].get<std::int64_t>();
   }
   r.execution_stats = body.value("execution_stats", false) == true;
@@ -525,7 +536,8 @@ OrderedJson project(const OrderedJson& doc, const std::optional<std::vector<std:
     if (!v) continue;
     OrderedJson* cur = &out;
     for (std::size_t i = 0; i + 1 < path->size(); ++i) {
-      if (!cur->contains((*path)[i]) || !(*cur)[(*path)[i]].is_object()) (*cur)[(*path)[i]] = OrderedJson::object();
+      if (!cur->contains((*path)[i]) || !(*cur)[(*path)[i]].is_object())
+        (*cur)[(*path)[i]] = OrderedJson::object();
       cur = &(*cur)[(*path)[i]];
     }
     (*cur)[path->back()] = *v;
@@ -558,7 +570,8 @@ Plan choose(const FindRequest& r, const std::vector<core::MangoIndex>& indexes, 
   }
   if (!best && r.use_index) {
     // The named index cannot answer: CouchDB falls back to another and says so.
-    std::string named = (*r.use_index)[0] + (r.use_index->size() > 1 ? ", " + (*r.use_index)[1] : "");
+    std::string named =
+        (*r.use_index)[0] + (r.use_index->size() > 1 ? ", " + (*r.use_index)[1] : "");
     FindRequest any = r;
     any.use_index.reset();
     p = choose(any, indexes, db_partitioned, partition_query);
@@ -734,7 +747,8 @@ MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
     st["total_quorum_docs_examined"] = 0;
     st["results_returned"] = results.size();
     st["execution_time_ms"] =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+            .count();
     out["execution_stats"] = st;
   }
   co_return ordered_response(call.req, Status::ok, out);

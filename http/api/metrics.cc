@@ -67,9 +67,12 @@ void Metrics::record_request(beast_http::verb method, unsigned status,
 Metrics::Counts Metrics::snapshot() const {
   Counts c;
   c.requests = requests_.load(std::memory_order_relaxed);
-  for (std::size_t i = 0; i < methods_.size(); ++i) c.methods[i] = methods_[i].load(std::memory_order_relaxed);
-  for (std::size_t i = 0; i < statuses_.size(); ++i) c.statuses[i] = statuses_[i].load(std::memory_order_relaxed);
-  for (std::size_t i = 0; i < buckets_.size(); ++i) c.buckets[i] = buckets_[i].load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < methods_.size(); ++i)
+    c.methods[i] = methods_[i].load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < statuses_.size(); ++i)
+    c.statuses[i] = statuses_[i].load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < buckets_.size(); ++i)
+    c.buckets[i] = buckets_[i].load(std::memory_order_relaxed);
   c.latency_sum_s = static_cast<double>(latency_ns_sum_.load(std::memory_order_relaxed)) / 1e9;
   c.auth_failures = auth_failures_.load(std::memory_order_relaxed);
   c.feeds = feeds_.load(std::memory_order_relaxed);
@@ -82,7 +85,9 @@ std::string Metrics::prometheus(const storage::StoreStats& store) const {
   const Counts c = snapshot();
   std::string out;
   family(out, "couchdb_uptime_seconds", "counter", "uptime of the server");
-  out.append("couchdb_uptime_seconds ").append(std::to_string(static_cast<std::uint64_t>(c.uptime_s))).append("\n");
+  out.append("couchdb_uptime_seconds ")
+      .append(std::to_string(static_cast<std::uint64_t>(c.uptime_s)))
+      .append("\n");
   family(out, "couchdb_httpd_requests_total", "counter", "number of HTTP requests");
   out.append("couchdb_httpd_requests_total ").append(std::to_string(c.requests)).append("\n");
   family(out, "couchdb_httpd_request_methods", "counter", "number of HTTP requests by method");
@@ -92,7 +97,8 @@ std::string Metrics::prometheus(const storage::StoreStats& store) const {
   }
   family(out, "couchdb_httpd_status_codes", "counter", "number of HTTP responses by status code");
   for (unsigned code = 100; code < c.statuses.size(); ++code) {
-    const bool listed = std::find(kListedStatuses.begin(), kListedStatuses.end(), code) != kListedStatuses.end();
+    const bool listed =
+        std::find(kListedStatuses.begin(), kListedStatuses.end(), code) != kListedStatuses.end();
     if (!listed && c.statuses[code] == 0) continue;
     out.append("couchdb_httpd_status_codes{code=\"").append(std::to_string(code)).append("\"} ");
     out.append(std::to_string(c.statuses[code])).append("\n");
@@ -102,25 +108,38 @@ std::string Metrics::prometheus(const storage::StoreStats& store) const {
   std::uint64_t cumulative = 0;
   for (std::size_t i = 0; i < kBuckets.size(); ++i) {
     cumulative += c.buckets[i];
-    out.append("chaise_request_duration_seconds_bucket{le=\"").append(number(kBuckets[i])).append("\"} ");
+    out.append("chaise_request_duration_seconds_bucket{le=\"")
+        .append(number(kBuckets[i]))
+        .append("\"} ");
     out.append(std::to_string(cumulative)).append("\n");
   }
   cumulative += c.buckets.back();
-  out.append("chaise_request_duration_seconds_bucket{le=\"+Inf\"} ").append(std::to_string(cumulative)).append("\n");
+  out.append("chaise_request_duration_seconds_bucket{le=\"+Inf\"} ")
+      .append(std::to_string(cumulative))
+      .append("\n");
   out.append("chaise_request_duration_seconds_sum ").append(number(c.latency_sum_s)).append("\n");
-  out.append("chaise_request_duration_seconds_count ").append(std::to_string(cumulative)).append("\n");
+  out.append("chaise_request_duration_seconds_count ")
+      .append(std::to_string(cumulative))
+      .append("\n");
   family(out, "chaise_open_connections", "gauge", "open HTTP connections");
   out.append("chaise_open_connections ").append(std::to_string(c.connections)).append("\n");
-  family(out, "couchdb_httpd_clients_requesting_changes", "gauge", "number of clients for continuous _changes");
-  out.append("couchdb_httpd_clients_requesting_changes ").append(std::to_string(c.feeds)).append("\n");
+  family(out, "couchdb_httpd_clients_requesting_changes", "gauge",
+         "number of clients for continuous _changes");
+  out.append("couchdb_httpd_clients_requesting_changes ")
+      .append(std::to_string(c.feeds))
+      .append("\n");
   family(out, "chaise_auth_failures_total", "counter", "requests refused for wrong credentials");
   out.append("chaise_auth_failures_total ").append(std::to_string(c.auth_failures)).append("\n");
   family(out, "chaise_store_commits_total", "counter", "transactions committed");
   out.append("chaise_store_commits_total ").append(std::to_string(store.commits)).append("\n");
-  family(out, "chaise_store_conflicts_total", "counter", "transactions refused for a conflict (retried)");
+  family(out, "chaise_store_conflicts_total", "counter",
+         "transactions refused for a conflict (retried)");
   out.append("chaise_store_conflicts_total ").append(std::to_string(store.conflicts)).append("\n");
-  family(out, "chaise_store_commit_batches_total", "counter", "commit batches written (one WAL write each)");
-  out.append("chaise_store_commit_batches_total ").append(std::to_string(store.batches)).append("\n");
+  family(out, "chaise_store_commit_batches_total", "counter",
+         "commit batches written (one WAL write each)");
+  out.append("chaise_store_commit_batches_total ")
+      .append(std::to_string(store.batches))
+      .append("\n");
   family(out, "chaise_store_iterators_reused_total", "counter",
          "range reads that sought an iterator another transaction of the same version left");
   out.append("chaise_store_iterators_reused_total ")
@@ -162,13 +181,16 @@ Json Metrics::stats(const storage::StoreStats& store) const {
   };
   Json methods = Json::object();
   for (std::size_t i = 0; i < kMethods.size(); ++i) {
-    methods[std::string(kMethods[i].second)] = counter(c.methods[i], "number of HTTP requests by method");
+    methods[std::string(kMethods[i].second)] =
+        counter(c.methods[i], "number of HTTP requests by method");
   }
   Json statuses = Json::object();
   for (unsigned code = 100; code < c.statuses.size(); ++code) {
-    const bool listed = std::find(kListedStatuses.begin(), kListedStatuses.end(), code) != kListedStatuses.end();
+    const bool listed =
+        std::find(kListedStatuses.begin(), kListedStatuses.end(), code) != kListedStatuses.end();
     if (!listed && c.statuses[code] == 0) continue;
-    statuses[std::to_string(code)] = counter(c.statuses[code], "number of HTTP responses by status code");
+    statuses[std::to_string(code)] =
+        counter(c.statuses[code], "number of HTTP responses by status code");
   }
   Json couchdb = Json::object();
   couchdb["httpd"] = {
@@ -177,9 +199,11 @@ Json Metrics::stats(const storage::StoreStats& store) const {
   };
   couchdb["httpd_request_methods"] = std::move(methods);
   couchdb["httpd_status_codes"] = std::move(statuses);
-  couchdb["uptime"] = gauge(static_cast<std::int64_t>(c.uptime_s), "uptime of the server in seconds");
+  couchdb["uptime"] =
+      gauge(static_cast<std::int64_t>(c.uptime_s), "uptime of the server in seconds");
   Json chaise = Json::object();
-  chaise["open_connections"] = gauge(static_cast<std::int64_t>(c.connections), "open HTTP connections");
+  chaise["open_connections"] =
+      gauge(static_cast<std::int64_t>(c.connections), "open HTTP connections");
   chaise["auth_failures"] = counter(c.auth_failures, "requests refused for wrong credentials");
   chaise["store"] = {
       {"commits", counter(store.commits, "transactions committed")},

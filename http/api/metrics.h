@@ -28,15 +28,16 @@ class Metrics {
   void feed_opened() { feeds_.fetch_add(1, std::memory_order_relaxed); }
   void feed_closed() { feeds_.fetch_sub(1, std::memory_order_relaxed); }
   // How to count open connections (the server's); unset: 0.
-  void set_connection_counter(std::function<std::size_t()> counter) { connections_ = std::move(counter); }
+  void set_connection_counter(std::function<std::size_t()> counter) {
+    connections_ = std::move(counter);
+  }
 
   std::string prometheus(const storage::StoreStats& store) const;
   Json stats(const storage::StoreStats& store) const;
 
   // Upper bounds of the latency histogram's buckets, in seconds.
-  static constexpr std::array<double, 14> kBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                      0.05,   0.1,   0.25,   0.5,   1,    2.5,
-                                                      5,      10};
+  static constexpr std::array<double, 14> kBuckets = {
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 
  private:
   struct Counts;
@@ -44,7 +45,7 @@ class Metrics {
 
   const std::chrono::steady_clock::time_point started_;
   std::atomic<std::uint64_t> requests_{0};
-  std::array<std::atomic<std::uint64_t>, 8> methods_{};   // kMethods order, last = other
+  std::array<std::atomic<std::uint64_t>, 8> methods_{};  // kMethods order, last = other
   std::array<std::atomic<std::uint64_t>, 600> statuses_{};
   std::array<std::atomic<std::uint64_t>, kBuckets.size() + 1> buckets_{};  // last: +Inf
   std::atomic<std::uint64_t> latency_ns_sum_{0};

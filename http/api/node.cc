@@ -8,8 +8,8 @@
 #include "config/config.h"
 #include "config/settings.h"
 #include "core/security/security.h"
-#include "http/api/request.h"
 #include "http/api/metrics.h"
+#include "http/api/request.h"
 
 namespace chaise::http {
 
@@ -18,15 +18,21 @@ namespace {
 constexpr std::string_view kNodeName = "nonode@nohost";
 
 // couch_util:check_config_blacklist: sections that hold code, never changed over HTTP.
-constexpr std::array<std::string_view, 9> kBlacklisted = {
-    "daemons",        "external",      "httpd_design_handlers", "httpd_db_handlers",
-    "httpd_global_handlers", "native_query_servers", "os_daemons", "query_servers",
-    "feature_flags"};
+constexpr std::array<std::string_view, 9> kBlacklisted = {"daemons",
+                                                          "external",
+                                                          "httpd_design_handlers",
+                                                          "httpd_db_handlers",
+                                                          "httpd_global_handlers",
+                                                          "native_query_servers",
+                                                          "os_daemons",
+                                                          "query_servers",
+                                                          "feature_flags"};
 
 void check_blacklist(std::string_view section) {
   for (std::string_view s : kBlacklisted) {
     if (s == section) {
-      throw HttpError(403, "forbidden", "Config section blacklisted for modification over HTTP API.");
+      throw HttpError(403, "forbidden",
+                      "Config section blacklisted for modification over HTTP API.");
     }
   }
 }
@@ -38,7 +44,8 @@ config::Config& config_or_throw(const Call& call) {
 
 // Values that take effect at once where CouchDB's do: the log level. (Auth settings and admins
 // are re-read by the authenticator on its next request.)
-void apply_live(std::string_view section, std::string_view key, const std::optional<std::string>& value) {
+void apply_live(std::string_view section, std::string_view key,
+                const std::optional<std::string>& value) {
   if (section == "log" && key == "level") {
     const std::string level = value.value_or("info");
     if (level == "warning" || level == "notice") {
@@ -100,8 +107,8 @@ Response config_request(Call& call) {
       // couch_password_hasher: an admin's plain password never reaches the file.
       const auto snapshot = config.snapshot();
       const std::string prf = config::get_auth(*snapshot, "pbkdf2_prf", "sha256");
-      const std::int64_t iterations =
-          std::max<std::int64_t>(1, config::get_int(*snapshot, "chttpd_auth", "iterations", 600000));
+      const std::int64_t iterations = std::max<std::int64_t>(
+          1, config::get_int(*snapshot, "chttpd_auth", "iterations", 600000));
       value = core::format_admin_hash(core::hash_password(value, prf, iterations));
     }
     std::optional<std::string> old;

@@ -11,8 +11,8 @@
 #include <string_view>
 
 #include "core/docs/json_patch.h"
-#include "core/util/json_text.h"
 #include "core/security/replicator_docs.h"
+#include "core/util/json_text.h"
 #include "http/api/hot_docs.h"
 #include "http/api/idempotency.h"
 #include "http/api/request.h"

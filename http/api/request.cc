@@ -1,13 +1,11 @@
 #include "http/api/request.h"
 
-#include "core/docs/validation.h"
-
 #include <cctype>
-
 #include <charconv>
 
 #include "core/db/databases.h"
 #include "core/db/txid_janitor.h"
+#include "core/docs/validation.h"
 #include "http/api/txn.h"
 
 namespace chaise::http {
@@ -82,11 +80,13 @@ std::shared_ptr<core::DocValidator> doc_validator(const Call& call) {
       });
 }
 
-boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call, core::DocWriteBatch& batch) {
+boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call,
+                                                      core::DocWriteBatch& batch) {
   if (auto v = doc_validator(call)) batch.set_validator(std::move(v));
   batch.set_js(call.ctx.js);
   while (batch.has_more()) {
-    storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) { return batch(tr); });
+    storage::Status s =
+        co_await run_txn(call.store(), [&](storage::Transaction& tr) { return batch(tr); });
     if (!s.ok()) co_return s;
     if (call.ctx.janitor && !batch.tx_key().empty()) call.ctx.janitor->committed(batch.tx_key());
     batch.committed();
@@ -132,8 +132,9 @@ bool accepts_media_type(const Request& req, std::string_view type) {
     rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
     std::string entry(trim(item.substr(0, item.find(';'))));
     double q = 1.0;
-    std::string_view params =
-        item.find(';') == std::string_view::npos ? std::string_view{} : item.substr(item.find(';') + 1);
+    std::string_view params = item.find(';') == std::string_view::npos
+                                  ? std::string_view{}
+                                  : item.substr(item.find(';') + 1);
     while (!params.empty()) {
       const std::size_t semi = params.find(';');
       std::string_view p = trim(params.substr(0, semi));

@@ -16,15 +16,15 @@
 #include <variant>
 #include <vector>
 
-#include "core/db/databases.h"
 #include "core/batch/doc_batches.h"
+#include "core/db/databases.h"
 #include "core/docs/documents.h"
+#include "core/security/security.h"
 #include "core/util/error.h"
 #include "core/util/json_text.h"
-#include "core/security/security.h"
+#include "http/api/router.h"
 #include "http/transport/request_parse.h"
 #include "http/transport/response_stream.h"
-#include "http/api/router.h"
 #include "storage/database.h"
 
 namespace chaise::http {

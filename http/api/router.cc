@@ -17,11 +17,11 @@
 #include "config/config.h"
 #include "core/db/databases.h"
 #include "core/docs/validation.h"
-#include "http/auth/auth.h"
 #include "http/api/hot_docs.h"
 #include "http/api/idempotency.h"
 #include "http/api/metrics.h"
 #include "http/api/request.h"
+#include "http/auth/auth.h"
 #include "http/transport/workers.h"
 
 namespace chaise::http {
@@ -235,7 +235,8 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
   const auto done = [&](const std::optional<Response>& r, unsigned streamed_status) {
     const unsigned status = r ? r->result_int() : streamed_status;
     const auto took = std::chrono::steady_clock::now() - started;
-    if (context_.metrics != nullptr) context_.metrics->record_request(request.method(), status, took);
+    if (context_.metrics != nullptr)
+      context_.metrics->record_request(request.method(), status, took);
     spdlog::logger* log = spdlog::default_logger_raw();
     if (context_.access_log && log->should_log(spdlog::level::info)) {
       // Formatted with a format compiled once, not parsed again for every request (1.4% of a
@@ -355,7 +356,8 @@ MaybeResponse Router::dispatch(Call& call) const {
   const auto& path = call.path;
   if (path.empty()) co_return welcome(call.req);
   if (path.size() == 1 && path[0] == "_up") co_return up(call.req);
-  if (path[0].front() == '_' && !core::valid_db_name(path[0])) co_return co_await handle_server(call);
+  if (path[0].front() == '_' && !core::valid_db_name(path[0]))
+    co_return co_await handle_server(call);
   if (path.size() == 1) co_return co_await handle_database(call);
   if (path.size() >= 3 && path[1] == "_partition" && !call.partition) {
     if (!enter_partition(call)) co_return partition_info(call);
@@ -392,7 +394,8 @@ Response Router::up(const Request& request) const {
   if (!is_get_or_head(request)) return method_not_allowed(request, "GET,HEAD");
   if (context_.config != nullptr) {
     const auto mode = context_.config->get("couchdb", "maintenance_mode");
-    if (mode == "true") return json_response(request, Status::not_found, Json{{"status", "maintenance_mode"}});
+    if (mode == "true")
+      return json_response(request, Status::not_found, Json{{"status", "maintenance_mode"}});
     if (mode == "nolb") return json_response(request, Status::not_found, Json{{"status", "nolb"}});
   }
   const Json body = {{"status", "ok"}, {"seeds", Json::object()}};

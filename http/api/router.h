@@ -26,7 +26,7 @@ class Engine;
 struct DbRef;
 class ChangesNotifier;
 class TxIdJanitor;
-}
+}  // namespace chaise::core
 
 #include <functional>
 #include <memory>

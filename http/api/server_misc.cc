@@ -5,11 +5,9 @@
 // handle_dbs_info_req; couch_httpd_misc_handlers.erl handle_uuids_req; couch_uuids.erl
 // (the "sequential" algorithm, the 3.x default); chttpd_db.erl handle_request (unknown names);
 // fabric_db_info.erl (the dbinfo key order); couch_mrview_http.erl parse_param (query params).
-#include <boost/asio/use_awaitable.hpp>
-
-
 #include <algorithm>
 #include <array>
+#include <boost/asio/use_awaitable.hpp>
 #include <cctype>
 #include <charconv>
 #include <cstdint>
@@ -106,7 +104,6 @@ constexpr std::size_t kDbsInfoKeysMax = 100;
 constexpr std::int64_t kAllDbsRowsMax = std::int64_t{1} << 30;
 // Database infos read per transaction by GET /_dbs_info.
 constexpr std::size_t kInfosPerTransaction = 200;
-
 
 // couch_mrview_http:parse_boolean (case-insensitive).
 bool parse_bool_param(const Query& query, std::string_view key, bool fallback) {

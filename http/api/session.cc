@@ -1,8 +1,8 @@
 // /_session: cookie login, who-am-I and logout, as CouchDB 3.5's couch_httpd_auth
 // handle_session_req answers them.
-#include "http/auth/auth.h"
-#include "http/api/request.h"
 #include "config/config.h"
+#include "http/api/request.h"
+#include "http/auth/auth.h"
 
 namespace chaise::http {
 
@@ -94,8 +94,9 @@ Response session_info(Call& call) {
       info["authentication_db"] = *db;
     }
   }
-  return json_response(call.req, Status::ok,
-                       Json{{"ok", true}, {"userCtx", call.user.to_json()}, {"info", std::move(info)}});
+  return json_response(
+      call.req, Status::ok,
+      Json{{"ok", true}, {"userCtx", call.user.to_json()}, {"info", std::move(info)}});
 }
 
 Response logout(Call& call) {

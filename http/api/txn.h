@@ -11,14 +11,13 @@
 // drains pending commits, whose callbacks post into it); see server/main.cc.
 #pragma once
 
-#include <boost/asio/async_result.hpp>
 #include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-
 #include <memory>
 #include <type_traits>
 
@@ -36,9 +35,8 @@ auto async_commit(storage::Transaction& tr, CompletionToken&& token) {
         // std::function needs a copyable callable; the handler is move-only.
         auto shared = std::make_shared<decltype(handler)>(std::move(handler));
         tr.commit_async([shared, executor](storage::Result<storage::CommitResult> r) {
-          boost::asio::post(executor, [shared, r = std::move(r)]() mutable {
-            (*shared)(std::move(r));
-          });
+          boost::asio::post(executor,
+                            [shared, r = std::move(r)]() mutable { (*shared)(std::move(r)); });
         });
       },
       token);

@@ -9,18 +9,18 @@
 #include <limits>
 
 #include "core/docs/attachments.h"
-#include "core/query/collation.h"
 #include "core/index/cursors.h"
 #include "core/index/filters.h"
-#include "core/security/replicator_docs.h"
 #include "core/index/view_index.h"
+#include "core/query/collation.h"
+#include "core/security/replicator_docs.h"
 #include "http/api/hot_docs.h"
 #include "http/api/idempotency.h"
 #include "http/api/js_request.h"
 #include "http/api/request.h"
-#include "http/transport/response_stream.h"
 #include "http/api/router.h"
 #include "http/api/txn.h"
+#include "http/transport/response_stream.h"
 
 namespace chaise::http {
 
@@ -195,9 +195,13 @@ ViewRequest parse_view_params(const std::vector<std::pair<std::string, Param>>& 
   if (!q.keys && q.start_key && q.end_key) {
     const int c = core::collate(core::collation_key(*q.start_key), core::collation_key(*q.end_key));
     if (!q.descending && c > 0)
-      query_error("No rows can match your key range, reverse your start_key and end_key or set descending=true");
+      query_error(
+          "No rows can match your key range, reverse your start_key and end_key or set "
+          "descending=true");
     if (q.descending && c < 0)
-      query_error("No rows can match your key range, reverse your start_key and end_key or set descending=false");
+      query_error(
+          "No rows can match your key range, reverse your start_key and end_key or set "
+          "descending=false");
   }
   return r;
 }
@@ -242,8 +246,8 @@ boost::asio::awaitable<bool> write_view(const Call& call, const core::DbRef& db,
       if (!total.ok()) throw HttpError(core::storage_failure(total.error()));
       auto off = cursor.offset(tr);
       if (!off.ok()) throw HttpError(core::storage_failure(off.error()));
-      head += "\"total_rows\":" + std::to_string(*total) + ",\"offset\":" +
-              std::to_string(std::min(*off, *total)) + ",";
+      head += "\"total_rows\":" + std::to_string(*total) +
+              ",\"offset\":" + std::to_string(std::min(*off, *total)) + ",";
     }
     if (r.update_seq) {
       auto s = core::view_index_seq(tr, db, *g, storage::Snapshot::yes);
@@ -291,7 +295,8 @@ MaybeResponse view(Call& call, const core::DbRef& db, const std::string& ddoc,
   auto index = g->index_of(name);
   if (!index) throw HttpError(404, "not_found", "missing_named_view");
   if (g->language != "javascript")
-    throw HttpError(400, "bad_request", "views in language `" + g->language + "` are not supported");
+    throw HttpError(400, "bad_request",
+                    "views in language `" + g->language + "` are not supported");
   // couch_mrview_util:validate_args, checked against CouchDB 3.5.
   if (g->partitioned && !call.partition)
     query_error("`partition` parameter is mandatory for queries to this view.");
@@ -312,7 +317,8 @@ MaybeResponse view(Call& call, const core::DbRef& db, const std::string& ddoc,
       requests.back().q.partition = call.partition.value_or("");
     }
   } else {
-    requests.push_back(parse_view_params(collect_params(call, body ? &*body : nullptr), g->views[*index]));
+    requests.push_back(
+        parse_view_params(collect_params(call, body ? &*body : nullptr), g->views[*index]));
     requests.back().q.view = *index;
     requests.back().q.partition = call.partition.value_or("");
   }
@@ -462,7 +468,8 @@ MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::strin
     Json parsed = Json::parse(d.json, nullptr, false);
     if (!parsed.contains("updates") || !parsed["updates"].is_object() ||
         !parsed["updates"].contains(name))
-      throw HttpError(404, "not_found", "missing function updates." + name + " on design doc _design/" + ddoc);
+      throw HttpError(404, "not_found",
+                      "missing function updates." + name + " on design doc _design/" + ddoc);
   }
   Json req = js_request_object(call, doc_id);
   auto r = engine.update(d, name, current, req.dump());
@@ -470,7 +477,8 @@ MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::strin
   const core::js::UpdateAnswer& a = std::get<core::js::UpdateAnswer>(r);
   Json resp = Json::parse(a.response_json, nullptr, false);
   if (!resp.is_object()) resp = Json::object();
-  int code = resp.contains("code") && resp["code"].is_number_integer() ? resp["code"].get<int>() : 200;
+  int code =
+      resp.contains("code") && resp["code"].is_number_integer() ? resp["code"].get<int>() : 200;
   std::string answered_doc = a.doc_json;  // the handler's document (its latest run's)
   // The answer, from the handler's response and the revision it saved (if any).
   auto render = [&](int status_code, const std::optional<std::string>& new_rev) -> Response {
@@ -517,7 +525,8 @@ MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::strin
     co_return std::move(*hot);
   if (!a.doc_json.empty() && a.doc_json != "null") {
     Json doc = Json::parse(a.doc_json, nullptr, false);
-    if (!doc.is_object()) throw HttpError(500, "render_error", "the update handler's document is not an object");
+    if (!doc.is_object())
+      throw HttpError(500, "render_error", "the update handler's document is not an object");
     if (!doc.contains("_id") || !doc["_id"].is_string())
       throw HttpError(500, "render_error", "Document id must be a string");
     // Saved like a PUT of the document (couch_mrview_show: couch_db:update_doc as the user).
@@ -555,12 +564,13 @@ boost::asio::awaitable<void> build_index(const Call& call, const core::DbRef& db
   core::js::Engine& engine = js_engine(call);
   for (;;) {
     std::optional<core::Outcome<bool>> step;
-    storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
-      auto r = core::update_step(tr, db, g, engine);
-      if (!r.ok()) return r.error();
-      step = std::move(*r);
-      return {};
-    });
+    storage::Status s =
+        co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+          auto r = core::update_step(tr, db, g, engine);
+          if (!r.ok()) return r.error();
+          step = std::move(*r);
+          return {};
+        });
     if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
     if (auto* e = std::get_if<core::CouchError>(&*step)) throw HttpError(*e);
     if (std::get<bool>(*step)) break;
@@ -570,7 +580,8 @@ boost::asio::awaitable<void> build_index(const Call& call, const core::DbRef& db
 MaybeResponse handle_design_action(Call& call, const core::DbRef& db, const std::string& ddoc,
                                    const std::vector<std::string>& rest) {
   const std::string& action = rest.at(0);
-  if (action == "_view" && rest.size() == 2) co_return co_await view(call, db, ddoc, rest[1], false);
+  if (action == "_view" && rest.size() == 2)
+    co_return co_await view(call, db, ddoc, rest[1], false);
   if (action == "_view" && rest.size() == 3 && rest[2] == "queries")
     co_return co_await view(call, db, ddoc, rest[1], true);
   if (action == "_info" && rest.size() == 1) co_return co_await design_info(call, db, ddoc);
@@ -590,12 +601,13 @@ MaybeResponse view_cleanup(Call& call, const core::DbRef& db) {
     if (auto* vg = std::get_if<core::ViewGroup>(&g)) keep.push_back(vg->signature);
   }
   for (bool done = false; !done;) {
-    storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
-      auto r = core::cleanup_step(tr, db, keep);
-      if (!r.ok()) return r.error();
-      done = *r;
-      return {};
-    });
+    storage::Status s =
+        co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+          auto r = core::cleanup_step(tr, db, keep);
+          if (!r.ok()) return r.error();
+          done = *r;
+          return {};
+        });
     if (!s.ok()) co_return storage_error_response(call.req, s.error());
   }
   co_return json_response(call.req, Status::accepted, Json{{"ok", true}});

@@ -11,12 +11,12 @@
 #include <ctime>
 
 #include "config/settings.h"
-#include "core/docs/attachments.h"
+#include "core/batch/doc_batches.h"
 #include "core/db/databases.h"
 #include "core/db/db_cache.h"
-#include "core/util/digest.h"
-#include "core/batch/doc_batches.h"
+#include "core/docs/attachments.h"
 #include "core/docs/documents.h"
+#include "core/util/digest.h"
 #include "core/util/json_text.h"
 #include "http/transport/workers.h"
 
@@ -102,7 +102,8 @@ std::optional<std::string> cookie_value(const Request& req, std::string_view nam
       const auto eq = pair.find('=');
       if (eq == std::string_view::npos || pair.substr(0, eq) != name) continue;
       std::string_view value = pair.substr(eq + 1);
-      while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+      while (!value.empty() && (value.back() == ' ' || value.back() == '\t'))
+        value.remove_suffix(1);
       if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
         value = value.substr(1, value.size() - 2);
       }
@@ -118,8 +119,8 @@ std::int64_t now_seconds() { return static_cast<std::int64_t>(std::time(nullptr)
 std::string cookie_date(std::int64_t seconds) {
   static constexpr std::array<const char*, 7> kDays = {"Sun", "Mon", "Tue", "Wed",
                                                        "Thu", "Fri", "Sat"};
-  static constexpr std::array<const char*, 12> kMonths = {
-      "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  static constexpr std::array<const char*, 12> kMonths = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                          "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
   const std::time_t t = static_cast<std::time_t>(seconds);
   std::tm tm{};
   gmtime_r(&t, &tm);
@@ -166,8 +167,10 @@ AuthSettings auth_settings(const config::Sections& values, bool admin_party) {
   s.require_valid_user = config::get_bool(values, "chttpd", "require_valid_user", false) ||
                          config::get_auth(values, "require_valid_user") == "true";
   s.secret = config::get_auth(values, "secret");
-  s.timeout_s = std::max<std::int64_t>(1, std::atoll(config::get_auth(values, "timeout", "600").c_str()));
-  s.allow_persistent_cookies = config::get_auth(values, "allow_persistent_cookies", "true") != "false";
+  s.timeout_s =
+      std::max<std::int64_t>(1, std::atoll(config::get_auth(values, "timeout", "600").c_str()));
+  s.allow_persistent_cookies =
+      config::get_auth(values, "allow_persistent_cookies", "true") != "false";
   const std::string same_site = lower(config::get_auth(values, "same_site"));
   if (same_site == "none") s.same_site = "None";
   if (same_site == "lax") s.same_site = "Lax";
@@ -198,19 +201,23 @@ AuthSettings auth_settings(const config::Sections& values, bool admin_party) {
   }
   s.upgrade_hash_on_auth = config::get_auth(values, "upgrade_hash_on_auth", "true") != "false";
   s.cors = cors_config(values);
-  s.user_rules.iterations =
-      std::max<std::int64_t>(1, std::atoll(config::get_auth(values, "iterations", "600000").c_str()));
+  s.user_rules.iterations = std::max<std::int64_t>(
+      1, std::atoll(config::get_auth(values, "iterations", "600000").c_str()));
   return s;
 }
 
 Authenticator::Authenticator(config::Config& config, storage::Database& store, bool admin_party)
-    : config_(config), store_(store), admin_party_(admin_party), cache_salt_(core::random_hex32()) {}
+    : config_(config),
+      store_(store),
+      admin_party_(admin_party),
+      cache_salt_(core::random_hex32()) {}
 
 std::shared_ptr<const AuthSettings> Authenticator::settings() const {
   const std::uint64_t generation = config_.generation();
   std::lock_guard lock(mutex_);
   if (!settings_ || generation != generation_) {
-    settings_ = std::make_shared<const AuthSettings>(auth_settings(*config_.snapshot(), admin_party_));
+    settings_ =
+        std::make_shared<const AuthSettings>(auth_settings(*config_.snapshot(), admin_party_));
     generation_ = generation;
     verified_.clear();  // an admin's password may have changed
   }
@@ -296,7 +303,8 @@ void Authenticator::record_failure(const std::string& key) const {
   std::lock_guard lock(mutex_);
   const auto now = Clock::now();
   if (failures_.size() >= kFailureEntriesMax) {
-    std::erase_if(failures_, [&](const auto& e) { return now - e.second.window_start > kFailureWindow; });
+    std::erase_if(failures_,
+                  [&](const auto& e) { return now - e.second.window_start > kFailureWindow; });
     if (failures_.size() >= kFailureEntriesMax) failures_.clear();
   }
   auto& f = failures_[key];
@@ -474,17 +482,18 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
     }
     const auto& [name, time_hex, mac] = *parts;
     std::int64_t stamp = 0;
-    const auto [end, ec] = std::from_chars(time_hex.data(), time_hex.data() + time_hex.size(), stamp, 16);
+    const auto [end, ec] =
+        std::from_chars(time_hex.data(), time_hex.data() + time_hex.size(), stamp, 16);
     const bool time_ok = ec == std::errc{} && end == time_hex.data() + time_hex.size();
     const std::int64_t now = now_seconds();
     if (!s->secret.empty() && time_ok && now < stamp + s->timeout_s) {
       if (auto creds = lookup(*s, name)) {
         const std::string key = s->secret + creds->salt;
         const std::string data = name + ":" + time_hex;
-        const bool valid = std::any_of(s->hash_algorithms.begin(), s->hash_algorithms.end(),
-                                       [&](const std::string& alg) {
-                                         return core::constant_time_equal(hmac(alg, key, data), mac);
-                                       });
+        const bool valid = std::any_of(
+            s->hash_algorithms.begin(), s->hash_algorithms.end(), [&](const std::string& alg) {
+              return core::constant_time_equal(hmac(alg, key, data), mac);
+            });
         if (valid) {
           result.user = creds->user;
           result.handler = "cookie";
@@ -525,8 +534,9 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
     return result;
   }
   if (s->require_valid_user) {
-    const bool session_login = req.method() == beast_http::verb::post &&
-                                (req.target() == "/_session" || req.target().starts_with("/_session?"));
+    const bool session_login =
+        req.method() == beast_http::verb::post &&
+        (req.target() == "/_session" || req.target().starts_with("/_session?"));
     if (!session_login) result.error = unauthorized("Authentication required.");
   }
   return result;

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "config/config.h"
-#include "core/util/error.h"
-#include "core/security/security.h"
 #include "core/db/txid_janitor.h"
+#include "core/security/security.h"
+#include "core/util/error.h"
 #include "http/auth/cors.h"
 #include "http/auth/jwt.h"
 #include "http/transport/message.h"
@@ -113,8 +113,8 @@ class Authenticator {
 
   // POST /_session: name and password checked; on success the user and the Set-Cookie value.
   struct Login {
-    std::optional<core::UserCtx> user;  // nullopt: wrong name or password
-    std::string set_cookie;             // AuthSession, or a clearing cookie after a failure
+    std::optional<core::UserCtx> user;      // nullopt: wrong name or password
+    std::string set_cookie;                 // AuthSession, or a clearing cookie after a failure
     std::optional<core::CouchError> error;  // throttled
     std::optional<HashUpgrade> upgrade;     // give it to schedule_hash_upgrade
   };

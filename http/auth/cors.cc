@@ -10,20 +10,31 @@ namespace chaise::http {
 
 namespace {
 
-constexpr std::array<std::string_view, 19> kSupportedHeaders = {
-    "accept",          "accept-language",  "authorization",
-    "content-length",  "content-range",    "content-type",
-    "destination",     "expires",          "if-match",
-    "last-modified",   "origin",           "pragma",
-    "x-couch-full-commit", "x-couch-id",   "x-couch-persist",
-    "x-couchdb-www-authenticate", "x-http-method-override", "x-requested-with",
-    "x-couchdb-vhost-path"};
+constexpr std::array<std::string_view, 19> kSupportedHeaders = {"accept",
+                                                                "accept-language",
+                                                                "authorization",
+                                                                "content-length",
+                                                                "content-range",
+                                                                "content-type",
+                                                                "destination",
+                                                                "expires",
+                                                                "if-match",
+                                                                "last-modified",
+                                                                "origin",
+                                                                "pragma",
+                                                                "x-couch-full-commit",
+                                                                "x-couch-id",
+                                                                "x-couch-persist",
+                                                                "x-couchdb-www-authenticate",
+                                                                "x-http-method-override",
+                                                                "x-requested-with",
+                                                                "x-couchdb-vhost-path"};
 constexpr std::array<std::string_view, 9> kSupportedMethods = {
     "CONNECT", "COPY", "DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT", "TRACE"};
 constexpr std::array<std::string_view, 6> kSimpleHeaders = {
     "cache-control", "content-language", "content-type", "expires", "last-modified", "pragma"};
 constexpr std::array<std::string_view, 6> kCouchHeaders = {
-    "accept-ranges", "etag", "server", "x-couch-request-id", "x-couch-update-newrev",
+    "accept-ranges",      "etag", "server", "x-couch-request-id", "x-couch-update-newrev",
     "x-couchdb-body-time"};
 
 std::string lower(std::string_view s) {
@@ -156,7 +167,8 @@ std::optional<Response> cors_preflight(const Request& req, const CorsSettings& s
   r.set(beast_http::field::access_control_allow_origin, origin);
   r.set(beast_http::field::access_control_max_age, s.max_age);
   r.set(beast_http::field::access_control_allow_methods, join(s.methods));
-  if (s.credentials && origin != "*") r.set(beast_http::field::access_control_allow_credentials, "true");
+  if (s.credentials && origin != "*")
+    r.set(beast_http::field::access_control_allow_credentials, "true");
   r.set(beast_http::field::access_control_allow_headers, requested);
   r.keep_alive(req.keep_alive());
   r.prepare_payload();

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "config/config.h"
-#include "core/util/error.h"
 #include "core/security/security.h"
+#include "core/util/error.h"
 
 namespace chaise::http {
 

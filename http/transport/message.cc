@@ -42,8 +42,8 @@ std::string http_date_now() {
   // Formatted by hand: strftime's %a/%b follow the C locale, which a library may have changed.
   static constexpr std::array<const char*, 7> kDays = {"Sun", "Mon", "Tue", "Wed",
                                                        "Thu", "Fri", "Sat"};
-  static constexpr std::array<const char*, 12> kMonths = {
-      "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  static constexpr std::array<const char*, 12> kMonths = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                          "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
   // Every answer carries one; the text changes once a second, so each thread keeps the last.
   thread_local std::time_t formatted_at = -1;
   thread_local std::string formatted;

@@ -406,8 +406,8 @@ asio::awaitable<void> Session<Stream>::serve() {
     if (close_requested_) break;
 
     beast_http::request_parser<beast_http::string_body> parser;
-    parser.header_limit(static_cast<std::uint32_t>(
-        std::min<std::size_t>(options.max_header_bytes, UINT32_MAX)));
+    parser.header_limit(
+        static_cast<std::uint32_t>(std::min<std::size_t>(options.max_header_bytes, UINT32_MAX)));
     // No limit while the header is read (Beast would refuse a large Content-Length there, before
     // streaming is decided); read_request sets max_request_body_bytes for bodies read whole.
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());

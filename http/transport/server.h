@@ -11,13 +11,8 @@
 // escape into asio: a handler that throws anyway only costs its connection.
 #pragma once
 
-#include "http/transport/response_stream.h"
-#include "http/transport/message.h"
-
 #include <boost/asio/awaitable.hpp>
-
 #include <boost/system/error_code.hpp>
-
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +20,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+
+#include "http/transport/message.h"
+#include "http/transport/response_stream.h"
 
 namespace chaise::http {
 

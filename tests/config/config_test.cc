@@ -1,13 +1,14 @@
 // The ini format as CouchDB's config.erl reads it and config_writer.erl rewrites it, and the typed
 // settings checks.
+#include "config/config.h"
+
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
-#include "config/config.h"
 #include "config/settings.h"
 
 namespace chaise::config {

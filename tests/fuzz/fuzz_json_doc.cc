@@ -10,8 +10,8 @@
 #include <string_view>
 #include <variant>
 
-#include "core/rev/couch_rev.h"
 #include "core/docs/doc_json.h"
+#include "core/rev/couch_rev.h"
 #include "core/util/json_text.h"
 
 using chaise::core::JsonNumbers;

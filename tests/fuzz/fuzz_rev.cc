@@ -5,8 +5,8 @@
 #include <string_view>
 #include <variant>
 
-#include "core/util/json_text.h"
 #include "core/rev/rev.h"
+#include "core/util/json_text.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -6,8 +6,8 @@
 #include <string_view>
 #include <variant>
 
-#include "core/util/json_text.h"
 #include "core/rev/rev_delta.h"
+#include "core/util/json_text.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using Json = nlohmann::ordered_json;

@@ -5,8 +5,8 @@
 #include <string_view>
 #include <variant>
 
-#include "core/util/json_text.h"
 #include "core/query/selector.h"
+#include "core/util/json_text.h"
 
 using nlohmann::ordered_json;
 

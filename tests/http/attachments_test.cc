@@ -98,15 +98,19 @@ TEST_F(AttachmentsTest, InlineUploadReadsBackAsStubDataAndBytes) {
   const std::string digest = "md5-7mkg+nM0HN26sZkLN8KVSA==";
   EXPECT_EQ(doc.body.substr(doc.body.find("\"a\":1")),
             R"("a":1,"_attachments":{"h.txt":{"content_type":"text/plain","revpos":1,)"
-            R"("digest":")" + digest + R"(","length":11,"stub":true}}})" "\n");
+            R"("digest":")" +
+                digest +
+                R"(","length":11,"stub":true}}})"
+                "\n");
   EXPECT_EQ(doc.json()["_rev"], "1-6b398848b10263f158e521ce8aae8029");  // CouchDB's rev too
   auto info = get("/db/d?att_encoding_info=true").json()["_attachments"]["h.txt"];
   EXPECT_EQ(info["encoding"], "gzip");
   EXPECT_EQ(info["encoded_length"], 31);
   auto inl = get("/db/d?attachments=true", kAcceptJson);
-  EXPECT_EQ(inl.json()["_attachments"]["h.txt"],
-            (Json{{"content_type", "text/plain"}, {"revpos", 1},
-                  {"digest", digest}, {"data", "aGVsbG8gd29ybGQ="}}));
+  EXPECT_EQ(inl.json()["_attachments"]["h.txt"], (Json{{"content_type", "text/plain"},
+                                                       {"revpos", 1},
+                                                       {"digest", digest},
+                                                       {"data", "aGVsbG8gd29ybGQ="}}));
   auto raw = get("/db/d/h.txt");
   ASSERT_EQ(raw.status, 200u);
   EXPECT_EQ(raw.body, "hello world");
@@ -141,8 +145,8 @@ TEST_F(AttachmentsTest, StubsCarryAttachmentsOverAndUnknownStubsAre412) {
   // The superseded revision keeps its attachments until compaction.
   EXPECT_EQ(get("/db/d/b?rev=" + r1).body, "bbb");
   const std::string r2 = p.json()["rev"];
-  expect_error(put("/db/d", R"({"_rev":")" + r2 + R"(","_attachments":{"zz":{"stub":true}}})"),
-               412, "missing_stub", "Invalid attachment stub in d for zz");
+  expect_error(put("/db/d", R"({"_rev":")" + r2 + R"(","_attachments":{"zz":{"stub":true}}})"), 412,
+               "missing_stub", "Invalid attachment stub in d for zz");
   expect_error(put("/db/new", R"({"_attachments":{"a":{"stub":true}}})"), 412, "missing_stub",
                "Invalid attachment stub in new for a");
   expect_error(put("/db/d2", R"({"_attachments":{"_a":{"data":"YQ=="}}})"), 400, "bad_request",
@@ -236,7 +240,8 @@ TEST_F(AttachmentsTest, OpenRevsMultipartNestsAttachments) {
   auto r = get("/db/d?open_revs=[\"" + r1 + "\"]&attachments=true&revs=true",
                {{"Accept", "multipart/mixed"}});
   ASSERT_EQ(r.status, 200u) << r.body;
-  auto outer = http::parse_multipart(r.body, *http::multipart_boundary(r.header(field::content_type)));
+  auto outer =
+      http::parse_multipart(r.body, *http::multipart_boundary(r.header(field::content_type)));
   ASSERT_TRUE(outer);
   ASSERT_EQ(outer->size(), 1u);
   const std::string inner_type((*outer)[0].header("content-type"));
@@ -250,8 +255,8 @@ TEST_F(AttachmentsTest, OpenRevsMultipartNestsAttachments) {
   // attachments=true); atts_since naming a revision at or after the revpos leaves a stub.
   auto plain = get("/db/d?open_revs=all", {{"Accept", "multipart/mixed"}});
   EXPECT_NE(plain.body.find("\"follows\":true"), std::string::npos) << plain.body;
-  auto since = get("/db/d?open_revs=all&atts_since=[\"" + r1 + "\"]",
-                   {{"Accept", "multipart/mixed"}});
+  auto since =
+      get("/db/d?open_revs=all&atts_since=[\"" + r1 + "\"]", {{"Accept", "multipart/mixed"}});
   EXPECT_NE(since.body.find("\"stub\":true"), std::string::npos) << since.body;
   // JSON open_revs without attachments=true: stubs.
   auto json = get("/db/d?open_revs=all", kAcceptJson);
@@ -340,7 +345,8 @@ TEST_F(AttachmentsTest, CopyCarriesAttachments) {
   auto dst = get("/db/dst").json();
   EXPECT_EQ(dst["v"], 1);
   ASSERT_EQ(dst["_attachments"].size(), 2u) << dst.dump();
-  EXPECT_EQ(dst["_attachments"]["a.bin"]["digest"], get("/db/src").json()["_attachments"]["a.bin"]["digest"]);
+  EXPECT_EQ(dst["_attachments"]["a.bin"]["digest"],
+            get("/db/src").json()["_attachments"]["a.bin"]["digest"]);
   EXPECT_EQ(get("/db/dst/a.bin").body, std::string("\0\1\2", 3));
   EXPECT_EQ(get("/db/dst/t.txt").body, "hi");
   // The copy holds its own reference: deleting and compacting the source keeps the bytes.

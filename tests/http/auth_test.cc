@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <boost/beast/core/detail/base64.hpp>
-
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -70,8 +69,8 @@ class AuthTest : public ::testing::Test {
     return client_->request(method, target, std::move(body), headers);
   }
   HttpResponse as_admin(verb method, const std::string& target, std::string body = {}) {
-    return call(method, target, std::move(body), with(basic("admin", "secret"), "Content-Type",
-                                                      "application/json"));
+    return call(method, target, std::move(body),
+                with(basic("admin", "secret"), "Content-Type", "application/json"));
   }
   // Creates user `name` (password `password`, roles) in _users as the admin.
   void add_user(const std::string& name, const std::string& password,
@@ -100,7 +99,8 @@ TEST_F(AuthTest, PlainAdminPasswordIsHashedIntoTheConfigFile) {
   // The hashed form still works after a restart.
   server_.reset();
   server_ = std::make_unique<ServerProcess>(
-      dir_.path() / "data", std::vector<std::string>{"--no-admin-party", "--config", ini_.string()});
+      dir_.path() / "data",
+      std::vector<std::string>{"--no-admin-party", "--config", ini_.string()});
   client_ = std::make_unique<HttpClient>(server_->port());
   EXPECT_EQ(call(verb::get, "/_all_dbs", {}, basic("admin", "secret")).status, 200u);
 }
@@ -114,9 +114,9 @@ TEST_F(AuthTest, NoAdminRefusesToStartUnlessAskedOtherwise) {
   write_file(ini, "[chttpd_auth]\niterations = 10\n");
   int out_pipe[2];
   ASSERT_EQ(::pipe2(out_pipe, O_CLOEXEC), 0);
-  const pid_t pid = spawn_chaise({"--port", "0", "--data-dir", data.string(), "--config",
-                                  ini.string(), "--create-admin"},
-                                 {}, out_pipe[1]);
+  const pid_t pid = spawn_chaise(
+      {"--port", "0", "--data-dir", data.string(), "--config", ini.string(), "--create-admin"}, {},
+      out_pipe[1]);
   ::close(out_pipe[1]);
   std::string printed;
   char buffer[512];
@@ -164,7 +164,8 @@ TEST_F(AuthTest, BasicAuthAndServerAdminPaths) {
   EXPECT_EQ(call(verb::get, "/_uuids").status, 200u);
   auto r = call(verb::get, "/_all_dbs");
   EXPECT_EQ(r.status, 401u);
-  EXPECT_EQ(r.body, R"({"error":"unauthorized","reason":"You are not a server admin."})" "\n");
+  EXPECT_EQ(r.body, R"({"error":"unauthorized","reason":"You are not a server admin."})"
+                    "\n");
   EXPECT_EQ(r.header(field::www_authenticate), "");
   EXPECT_EQ(call(verb::put, "/db").status, 401u);
   // Chaise runs no replications: _replicate needs a user, then says it is not there (not 404).
@@ -178,10 +179,12 @@ TEST_F(AuthTest, BasicAuthAndServerAdminPaths) {
   EXPECT_EQ(r.header(field::www_authenticate), "Cookie");
 
   EXPECT_EQ(as_admin(verb::put, "/db").status, 201u);
-  EXPECT_EQ(as_admin(verb::get, "/_all_dbs").body, R"(["db"])" "\n");
+  EXPECT_EQ(as_admin(verb::get, "/_all_dbs").body, R"(["db"])"
+                                                   "\n");
   r = call(verb::get, "/_all_dbs", {}, basic("admin", "wrong"));
   EXPECT_EQ(r.status, 401u);
-  EXPECT_EQ(r.body, R"({"error":"unauthorized","reason":"Name or password is incorrect."})" "\n");
+  EXPECT_EQ(r.body, R"({"error":"unauthorized","reason":"Name or password is incorrect."})"
+                    "\n");
   r = call(verb::get, "/_all_dbs", {}, basic("nobody", "x"));
   EXPECT_EQ(r.status, 401u);
   // Malformed: invalid base64 is a 400; "Basic:" (PouchDB sends it once) is no credential.
@@ -205,16 +208,19 @@ TEST_F(AuthTest, NewDatabasesAreAdminOnlyAndSecurityGrantsMembers) {
   add_user("carol", "pw");
   ASSERT_EQ(as_admin(verb::put, "/db").status, 201u);
   EXPECT_EQ(as_admin(verb::get, "/db/_security").body,
-            R"({"members":{"roles":["_admin"]},"admins":{"roles":["_admin"]}})" "\n");
+            R"({"members":{"roles":["_admin"]},"admins":{"roles":["_admin"]}})"
+            "\n");
   auto r = call(verb::get, "/db", {}, basic("bob", "pw"));
   EXPECT_EQ(r.status, 403u);
-  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"You are not allowed to access this db."})" "\n");
+  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"You are not allowed to access this db."})"
+                    "\n");
   EXPECT_EQ(call(verb::get, "/db/_all_docs").status, 401u);
   EXPECT_EQ(call(verb::get, "/db/_changes", {}, basic("bob", "pw")).status, 403u);
 
   // Members by role, admins by name.
-  r = as_admin(verb::put, "/db/_security",
-               R"({"admins":{"names":["carol"],"roles":[]},"members":{"names":[],"roles":["readers"]}})");
+  r = as_admin(
+      verb::put, "/db/_security",
+      R"({"admins":{"names":["carol"],"roles":[]},"members":{"names":[],"roles":["readers"]}})");
   ASSERT_EQ(r.status, 200u) << r.body;
   EXPECT_EQ(r.body, "{\"ok\":true}\n");
   const Headers bob = with(basic("bob", "pw"), "Content-Type", "application/json");
@@ -229,7 +235,8 @@ TEST_F(AuthTest, NewDatabasesAreAdminOnlyAndSecurityGrantsMembers) {
   // Design documents and the security object: db admins only.
   r = call(verb::put, "/db/_design/d", R"({"views":{}})", bob);
   EXPECT_EQ(r.status, 403u);
-  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"You are not a db or server admin."})" "\n");
+  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"You are not a db or server admin."})"
+                    "\n");
   r = call(verb::post, "/db/_bulk_docs", R"({"docs":[{"_id":"_design/x"},{"_id":"plain"}]})", bob);
   EXPECT_EQ(r.status, 201u);
   EXPECT_EQ(r.json()[0]["error"], "forbidden");
@@ -238,7 +245,8 @@ TEST_F(AuthTest, NewDatabasesAreAdminOnlyAndSecurityGrantsMembers) {
   EXPECT_EQ(call(verb::put, "/db/_revs_limit", "5", bob).status, 403u);
   r = call(verb::post, "/db/_compact", "{}", bob);
   EXPECT_EQ(r.status, 401u);
-  EXPECT_EQ(r.body, R"({"error":"unauthorized","reason":"You are not a server or db admin."})" "\n");
+  EXPECT_EQ(r.body, R"({"error":"unauthorized","reason":"You are not a server or db admin."})"
+                    "\n");
   EXPECT_EQ(call(verb::put, "/db/_design/d", R"({"views":{}})", carol).status, 201u);
   EXPECT_EQ(call(verb::post, "/db/_compact", "{}", carol).status, 202u);
   // A db admin still may not delete the database: that is a server admin's.
@@ -256,7 +264,8 @@ TEST_F(AuthTest, NewDatabasesAreAdminOnlyAndSecurityGrantsMembers) {
   // Remembered databases and security objects (core/db/db_cache.h) change with the next request:
   // access taken away, and a database deleted and created again under the same name.
   for (int i = 0; i < 3; ++i) EXPECT_EQ(call(verb::get, "/db/doc", {}, bob).status, 200u);
-  ASSERT_EQ(as_admin(verb::put, "/db/_security", R"({"members":{"names":["carol"]}})").status, 200u);
+  ASSERT_EQ(as_admin(verb::put, "/db/_security", R"({"members":{"names":["carol"]}})").status,
+            200u);
   EXPECT_EQ(call(verb::get, "/db/doc", {}, bob).status, 403u);
   EXPECT_EQ(call(verb::get, "/db/doc", {}, carol).status, 200u);
   ASSERT_EQ(as_admin(verb::delete_, "/db").status, 200u);
@@ -273,7 +282,8 @@ TEST_F(AuthTest, CookieLoginSessionAndLogout) {
   auto r = call(verb::post, "/_session", "name=bob&password=pw",
                 {{"Content-Type", "application/x-www-form-urlencoded"}});
   ASSERT_EQ(r.status, 200u) << r.body;
-  EXPECT_EQ(r.body, R"({"ok":true,"name":"bob","roles":["r1"]})" "\n");
+  EXPECT_EQ(r.body, R"({"ok":true,"name":"bob","roles":["r1"]})"
+                    "\n");
   const std::string set_cookie = r.header(field::set_cookie);
   EXPECT_TRUE(set_cookie.starts_with("AuthSession=")) << set_cookie;
   EXPECT_NE(set_cookie.find("; Version=1; Expires="), std::string::npos) << set_cookie;
@@ -283,9 +293,10 @@ TEST_F(AuthTest, CookieLoginSessionAndLogout) {
   EXPECT_NE(read_file(ini_).find("secret = "), std::string::npos);
 
   r = call(verb::get, "/_session", {}, {{"Cookie", cookie}});
-  EXPECT_EQ(r.body,
-            R"({"ok":true,"userCtx":{"name":"bob","roles":["r1"]},"info":{"authentication_handlers":["cookie","default"],"authenticated":"cookie"}})"
-            "\n");
+  EXPECT_EQ(
+      r.body,
+      R"({"ok":true,"userCtx":{"name":"bob","roles":["r1"]},"info":{"authentication_handlers":["cookie","default"],"authenticated":"cookie"}})"
+      "\n");
   // JSON body, "username" as well as "name".
   r = call(verb::post, "/_session", R"({"username":"bob","password":"pw"})", kJson);
   EXPECT_EQ(r.status, 200u);
@@ -293,15 +304,17 @@ TEST_F(AuthTest, CookieLoginSessionAndLogout) {
   EXPECT_EQ(r.status, 401u);
   EXPECT_TRUE(r.header(field::set_cookie).starts_with("AuthSession=; Version=1"));
   r = call(verb::post, "/_session", R"({"password":"pw"})", kJson);
-  EXPECT_EQ(r.body, R"({"error":"bad_request","reason":"request body must contain a username"})" "\n");
+  EXPECT_EQ(r.body, R"({"error":"bad_request","reason":"request body must contain a username"})"
+                    "\n");
   r = call(verb::post, "/_session", "x", {{"Content-Type", "text/plain"}});
   EXPECT_EQ(r.status, 415u);
   // A cookie that does not decode is a 400; a forged or foreign one is ignored (anonymous).
   r = call(verb::get, "/_session", {}, {{"Cookie", "AuthSession=%%%"}});
   EXPECT_EQ(r.status, 400u);
-  EXPECT_EQ(r.body,
-            R"({"error":"bad_request","reason":"Malformed AuthSession cookie. Please clear your cookies."})"
-            "\n");
+  EXPECT_EQ(
+      r.body,
+      R"({"error":"bad_request","reason":"Malformed AuthSession cookie. Please clear your cookies."})"
+      "\n");
   std::string forged = cookie;
   forged[forged.size() - 3] = forged[forged.size() - 3] == 'A' ? 'B' : 'A';
   r = call(verb::get, "/_session", {}, {{"Cookie", forged}});
@@ -327,7 +340,8 @@ TEST_F(AuthTest, CookieIsRefreshedAfterTenthOfItsLifetimeAndExpires) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   r = call(verb::get, "/_all_dbs", {}, {{"Cookie", cookie}});
   EXPECT_EQ(r.status, 200u);
-  EXPECT_TRUE(r.header(field::set_cookie).starts_with("AuthSession=")) << r.header(field::set_cookie);
+  EXPECT_TRUE(r.header(field::set_cookie).starts_with("AuthSession="))
+      << r.header(field::set_cookie);
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
   r = call(verb::get, "/_session", {}, {{"Cookie", cookie}});
   EXPECT_EQ(r.json()["userCtx"]["name"], nullptr);  // expired
@@ -350,19 +364,23 @@ TEST_F(AuthTest, UsersDatabaseRules) {
   // Signing up with roles, or a system name: refused.
   r = call(verb::put, "/_users/org.couchdb.user:eve",
            R"({"name":"eve","password":"pw","roles":["boss"],"type":"user"})", kJson);
-  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"Only _admin may set roles"})" "\n");
+  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"Only _admin may set roles"})"
+                    "\n");
   r = call(verb::put, "/_users/org.couchdb.user:_x",
            R"({"name":"_x","password":"pw","roles":[],"type":"user"})", kJson);
-  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"Username may not start with underscore."})" "\n");
+  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"Username may not start with underscore."})"
+                    "\n");
   r = call(verb::put, "/_users/org.couchdb.user:zed", R"({"name":"zed","roles":[]})", kJson);
-  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"doc.type must be user"})" "\n");
+  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"doc.type must be user"})"
+                    "\n");
 
   // Bob edits his own document (password change) but not his roles.
   const Headers as_bob = with(basic("bob", "pw"), "Content-Type", "application/json");
   auto mine = call(verb::get, "/_users/org.couchdb.user:bob", {}, as_bob).json();
   mine["roles"] = {"boss"};
   r = call(verb::put, "/_users/org.couchdb.user:bob", mine.dump(), as_bob);
-  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"Only _admin may edit roles"})" "\n");
+  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"Only _admin may edit roles"})"
+                    "\n");
   mine["roles"] = nlohmann::ordered_json::array();
   mine["password"] = "pw2";
   r = call(verb::put, "/_users/org.couchdb.user:bob", mine.dump(), as_bob);
@@ -391,14 +409,16 @@ TEST_F(AuthTest, UsersDatabaseRules) {
   // The _users security object is not editable by default.
   r = as_admin(verb::put, "/_users/_security", "{}");
   EXPECT_EQ(r.status, 403u);
-  EXPECT_EQ(r.body,
-            R"({"error":"forbidden","reason":"You can't edit the security object of the user database."})"
-            "\n");
+  EXPECT_EQ(
+      r.body,
+      R"({"error":"forbidden","reason":"You can't edit the security object of the user database."})"
+      "\n");
   // The admin deletes a user; the credential stops working.
   const auto carol = as_admin(verb::get, "/_users/org.couchdb.user:carol").json();
-  EXPECT_EQ(call(verb::get, "/_session", {}, basic("carol", "pw")).json()["userCtx"]["name"], "carol");
-  EXPECT_EQ(as_admin(verb::delete_, "/_users/org.couchdb.user:carol?rev=" +
-                                        carol["_rev"].get<std::string>())
+  EXPECT_EQ(call(verb::get, "/_session", {}, basic("carol", "pw")).json()["userCtx"]["name"],
+            "carol");
+  EXPECT_EQ(as_admin(verb::delete_,
+                     "/_users/org.couchdb.user:carol?rev=" + carol["_rev"].get<std::string>())
                 .status,
             200u);
   EXPECT_EQ(call(verb::get, "/_session", {}, basic("carol", "pw")).status, 401u);
@@ -542,9 +562,10 @@ TEST_F(AuthTest, RepeatedFailuresLockTheAccountForThatAddress) {
   }
   const auto r = call(verb::get, "/_session", {}, basic("admin", "secret"));
   EXPECT_EQ(r.status, 403u);
-  EXPECT_EQ(r.body,
-            R"({"error":"forbidden","reason":"Account is temporarily locked due to multiple authentication failures"})"
-            "\n");
+  EXPECT_EQ(
+      r.body,
+      R"({"error":"forbidden","reason":"Account is temporarily locked due to multiple authentication failures"})"
+      "\n");
 }
 
 // A keep-alive connection that repeats its Authorization header has it decoded once (the
@@ -575,7 +596,8 @@ TEST_F(AuthTest, RequireValidUser) {
   start("[chttpd]\nrequire_valid_user = true\n");
   auto r = call(verb::get, "/");
   EXPECT_EQ(r.status, 401u);
-  EXPECT_EQ(r.body, R"({"error":"unauthorized","reason":"Authentication required."})" "\n");
+  EXPECT_EQ(r.body, R"({"error":"unauthorized","reason":"Authentication required."})"
+                    "\n");
   EXPECT_EQ(r.header(field::www_authenticate), "Basic realm=\"server\"");
   EXPECT_EQ(call(verb::get, "/", {}, basic("admin", "secret")).status, 200u);
   // Logging in stays possible.
@@ -587,7 +609,8 @@ TEST_F(AuthTest, RequireValidUser) {
 TEST_F(AuthTest, ProxyAuthenticationWithSecret) {
   start(
       "[chttpd]\nauthentication_handlers = {chttpd_auth, proxy_authentication_handler}, "
-      "{chttpd_auth, cookie_authentication_handler}, {chttpd_auth, default_authentication_handler}\n"
+      "{chttpd_auth, cookie_authentication_handler}, {chttpd_auth, "
+      "default_authentication_handler}\n"
       "[chttpd_auth]\nproxy_use_secret = true\nsecret = s3cr3t\n");
   // HMAC-SHA256("s3cr3t", "pat"), lowercase hex.
   const std::string token = "e8b313b41b35c3949d354add99ba712889ce18a043423396ee9e9bc3b83b45e4";
@@ -600,23 +623,27 @@ TEST_F(AuthTest, ProxyAuthenticationWithSecret) {
            {{"X-Auth-CouchDB-UserName", "pat"},
             {"X-Auth-CouchDB-Roles", "a, b"},
             {"X-Auth-CouchDB-Token", token}});
-  EXPECT_EQ(r.json()["userCtx"], nlohmann::ordered_json::parse(R"({"name":"pat","roles":["a","b"]})"));
+  EXPECT_EQ(r.json()["userCtx"],
+            nlohmann::ordered_json::parse(R"({"name":"pat","roles":["a","b"]})"));
   EXPECT_EQ(r.json()["info"]["authenticated"], "proxy");
 }
 
 TEST_F(AuthTest, ConfigApiReadsWritesAndPersists) {
   start();
   EXPECT_EQ(call(verb::get, "/_node/_local/_config").status, 401u);
-  EXPECT_EQ(as_admin(verb::get, "/_node/_local").body, R"({"name":"nonode@nohost"})" "\n");
+  EXPECT_EQ(as_admin(verb::get, "/_node/_local").body, R"({"name":"nonode@nohost"})"
+                                                       "\n");
   EXPECT_EQ(as_admin(verb::get, "/_node/_local/_config/chttpd_auth/iterations").body, "\"10\"\n");
   auto r = as_admin(verb::get, "/_node/_local/_config/foo/bar");
   EXPECT_EQ(r.status, 404u);
-  EXPECT_EQ(r.body, R"({"error":"not_found","reason":"unknown_config_value"})" "\n");
+  EXPECT_EQ(r.body, R"({"error":"not_found","reason":"unknown_config_value"})"
+                    "\n");
   // PUT answers the old value ("" when none), trims, and writes the last config file.
   EXPECT_EQ(as_admin(verb::put, "/_node/_local/_config/foo/bar", R"(" baz ")").body, "\"\"\n");
   EXPECT_EQ(as_admin(verb::put, "/_node/_local/_config/foo/bar", R"("qux")").body, "\"baz\"\n");
   EXPECT_NE(read_file(ini_).find("[foo]\nbar = qux"), std::string::npos) << read_file(ini_);
-  EXPECT_EQ(as_admin(verb::get, "/_node/_local/_config/foo").body, R"({"bar":"qux"})" "\n");
+  EXPECT_EQ(as_admin(verb::get, "/_node/_local/_config/foo").body, R"({"bar":"qux"})"
+                                                                   "\n");
   // Not persisted when asked so.
   r = call(verb::put, "/_node/_local/_config/foo/temp", R"("1")",
            with(basic("admin", "secret"), "X-Couch-Persist", "false"));
@@ -627,7 +654,8 @@ TEST_F(AuthTest, ConfigApiReadsWritesAndPersists) {
   r = as_admin(verb::put, "/_node/_local/_config/chttpd_auth/timeout", R"("soon")");
   EXPECT_EQ(r.status, 400u);
   EXPECT_EQ(as_admin(verb::put, "/_node/_local/_config/foo/bar", "12").body,
-            R"({"error":"bad_request","reason":"a JSON string expected"})" "\n");
+            R"({"error":"bad_request","reason":"a JSON string expected"})"
+            "\n");
   EXPECT_EQ(as_admin(verb::put, "/_node/_local/_config/query_servers/js", R"("x")").status, 403u);
   EXPECT_EQ(as_admin(verb::delete_, "/_node/_local/_config/foo/bar").body, "\"qux\"\n");
   EXPECT_EQ(as_admin(verb::delete_, "/_node/_local/_config/foo/bar").status, 404u);
@@ -646,8 +674,9 @@ TEST_F(AuthTest, ConfigApiReadsWritesAndPersists) {
 }
 
 TEST_F(AuthTest, CorsPreflightAndResponseHeaders) {
-  start("[chttpd]\nenable_cors = true\n[cors]\norigins = http://app.example, http://b.example\n"
-        "credentials = true\n");
+  start(
+      "[chttpd]\nenable_cors = true\n[cors]\norigins = http://app.example, http://b.example\n"
+      "credentials = true\n");
   // Preflight: answered 204 before authentication, for accepted origins, methods and headers.
   auto r = call(verb::options, "/db", {},
                 {{"Origin", "http://app.example"},
@@ -727,13 +756,15 @@ TEST_F(AuthTest, MetricsStatsActiveTasksAndMaintenanceMode) {
   EXPECT_EQ(r.header(field::content_type), "text/plain; version=2.0");
   const std::string& text = r.body;
   EXPECT_NE(text.find("# TYPE couchdb_httpd_requests_total counter\n"), std::string::npos);
-  EXPECT_NE(text.find("couchdb_httpd_request_methods{method=\"PUT\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("couchdb_httpd_request_methods{method=\"PUT\"} 2\n"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("couchdb_httpd_status_codes{code=\"201\"} 2\n"), std::string::npos) << text;
   EXPECT_NE(text.find("couchdb_httpd_status_codes{code=\"401\"} 3\n"), std::string::npos) << text;
   EXPECT_NE(text.find("chaise_auth_failures_total 1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("chaise_request_duration_seconds_bucket{le=\"+Inf\"} "), std::string::npos);
   EXPECT_NE(text.find("chaise_open_connections 1\n"), std::string::npos) << text;
-  EXPECT_EQ(text.find("chaise_store_commits_total 0\n"), std::string::npos) << text;  // some commits
+  EXPECT_EQ(text.find("chaise_store_commits_total 0\n"), std::string::npos)
+      << text;  // some commits
   // _stats: CouchDB's JSON shape, a path picks a part.
   r = as_admin(verb::get, "/_node/_local/_stats/couchdb/httpd/requests");
   EXPECT_EQ(r.json()["type"], "counter");
@@ -768,11 +799,13 @@ TEST_F(AuthTest, MetricsStatsActiveTasksAndMaintenanceMode) {
   }
   EXPECT_TRUE(gone) << r.body;
   // Maintenance mode takes the node out of a load balancer's rotation.
-  EXPECT_EQ(call(verb::get, "/_up").body, R"({"status":"ok","seeds":{}})" "\n");
+  EXPECT_EQ(call(verb::get, "/_up").body, R"({"status":"ok","seeds":{}})"
+                                          "\n");
   as_admin(verb::put, "/_node/_local/_config/couchdb/maintenance_mode", R"("true")");
   r = call(verb::get, "/_up");
   EXPECT_EQ(r.status, 404u);
-  EXPECT_EQ(r.body, R"({"status":"maintenance_mode"})" "\n");
+  EXPECT_EQ(r.body, R"({"status":"maintenance_mode"})"
+                    "\n");
   as_admin(verb::delete_, "/_node/_local/_config/couchdb/maintenance_mode");
   EXPECT_EQ(call(verb::get, "/_up").status, 200u);
 }
@@ -862,9 +895,8 @@ TEST_F(AuthTest, RefusedDocumentReadsAnswerAsOtherRefusals) {
   add_user("stranger", "pw2");
   ASSERT_EQ(as_admin(verb::put, "/members").status, 201u);
   ASSERT_EQ(as_admin(verb::put, "/members/doc", R"({"a":1})").status, 201u);
-  ASSERT_EQ(
-      as_admin(verb::put, "/members/_security", R"({"members":{"names":["member"]}})").status,
-      200u);
+  ASSERT_EQ(as_admin(verb::put, "/members/_security", R"({"members":{"names":["member"]}})").status,
+            200u);
   const std::string origin = "http://127.0.0.1:" + std::to_string(server_->port());
   const std::vector<Headers> asks = {{},
                                      {{"Accept", "text/html"}},
@@ -891,16 +923,16 @@ TEST_F(AuthTest, RefusedDocumentReadsAnswerAsOtherRefusals) {
   r = call(verb::get, "/members/doc", {}, {{"Accept", "text/html"}});
   EXPECT_EQ(r.status, 302u);
   EXPECT_EQ(r.header(field::location),
-            origin + "/_utils/session.html?return=%2Fmembers%2Fdoc&reason="
-                     "You%20are%20not%20authorized%20to%20access%20this%20db.");
+            origin +
+                "/_utils/session.html?return=%2Fmembers%2Fdoc&reason="
+                "You%20are%20not%20authorized%20to%20access%20this%20db.");
   r = call(verb::get, "/members/doc", {}, {{"X-CouchDB-WWW-Authenticate", "Cookie"}});
   EXPECT_EQ(r.status, 401u);
   EXPECT_EQ(r.header(field::www_authenticate), "Cookie");
   r = call(verb::get, "/members/doc", {}, basic("stranger", "pw2"));
   EXPECT_EQ(r.status, 403u);
-  EXPECT_EQ(r.body,
-            R"({"error":"forbidden","reason":"You are not allowed to access this db."})"
-            "\n");
+  EXPECT_EQ(r.body, R"({"error":"forbidden","reason":"You are not allowed to access this db."})"
+                    "\n");
   r = call(verb::head, "/members/doc");
   EXPECT_EQ(r.status, 401u);
   EXPECT_TRUE(r.body.empty());

@@ -111,9 +111,9 @@ TEST_F(ViewsTest, AllDocsParameters) {
 TEST_F(ViewsTest, AllDocsKeysPostAndDeletedDocs) {
   std::string rev = put_doc("a", {});
   put_doc("b", {});
-  auto del = client_->request(verb::post, "/db/_bulk_docs",
-                              Json{{"docs", {{{"_id", "a"}, {"_rev", rev}, {"_deleted", true}}}}}.dump(),
-                              kJson);
+  auto del = client_->request(
+      verb::post, "/db/_bulk_docs",
+      Json{{"docs", {{{"_id", "a"}, {"_rev", rev}, {"_deleted", true}}}}}.dump(), kJson);
   ASSERT_EQ(del.status, 201);
   EXPECT_EQ(ids(get("/db/_all_docs").json()["rows"]), (std::vector<std::string>{"b"}));
   auto r = post("/db/_all_docs?include_docs=true", R"({"keys":["b","a","zz"]})");
@@ -164,8 +164,9 @@ TEST_F(ViewsTest, DesignAndLocalDocsListings) {
 
 TEST_F(ViewsTest, AllDocsQueries) {
   for (auto id : {"a", "b", "c"}) put_doc(id, {});
-  auto r = post("/db/_all_docs/queries",
-                R"({"queries":[{"keys":["b"]},{"limit":1,"skip":2},{"startkey":"b","descending":true}]})");
+  auto r = post(
+      "/db/_all_docs/queries",
+      R"({"queries":[{"keys":["b"]},{"limit":1,"skip":2},{"startkey":"b","descending":true}]})");
   ASSERT_EQ(r.status, 200) << r.body;
   Json res = r.json()["results"];
   ASSERT_EQ(res.size(), 3u);
@@ -253,7 +254,8 @@ TEST_F(ViewsTest, ChangesIncludeDocsReadAheadKeepsLimitPendingAndFilters) {
   // More rows than a read-ahead batch (64), ids out of sequence order, some edited, one deleted,
   // one too long for the batch read.
   Json docs = Json::array();
-  for (int i = 0; i < 150; ++i) docs.push_back({{"_id", "c" + std::to_string((i * 37) % 150)}, {"n", i}});
+  for (int i = 0; i < 150; ++i)
+    docs.push_back({{"_id", "c" + std::to_string((i * 37) % 150)}, {"n", i}});
   bulk(docs);
   for (int i = 0; i < 150; i += 11) {
     const std::string id = "c" + std::to_string(i);
@@ -266,7 +268,8 @@ TEST_F(ViewsTest, ChangesIncludeDocsReadAheadKeepsLimitPendingAndFilters) {
   auto same_as_get = [&](const Json& row) {
     const std::string id = row["id"];
     const std::string rev = row["changes"][0]["rev"];
-    EXPECT_EQ(row["doc"], get("/db/" + id + (row.value("deleted", false) ? "?rev=" + rev : "")).json())
+    EXPECT_EQ(row["doc"],
+              get("/db/" + id + (row.value("deleted", false) ? "?rev=" + rev : "")).json())
         << id;
   };
   const Json all = get("/db/_changes").json();
@@ -351,9 +354,9 @@ TEST_F(ViewsTest, LongStreamsPassThroughTheBlockCache) {
     EXPECT_NE(at, std::string::npos);
     return at == std::string::npos ? 0.0 : std::stod(text.substr(at + name.size()));
   };
-  for (const std::string target : {"/db/_all_docs?include_docs=true",
-                                   "/db/_changes?include_docs=true&style=all_docs",
-                                   "/db/_design/v/_view/all?include_docs=true"}) {
+  for (const std::string target :
+       {"/db/_all_docs?include_docs=true", "/db/_changes?include_docs=true&style=all_docs",
+        "/db/_design/v/_view/all?include_docs=true"}) {
     auto r = get(target);
     ASSERT_EQ(r.status, 200);
     Json body = r.json();
@@ -380,8 +383,9 @@ TEST_F(ViewsTest, LongStreamsPassThroughTheBlockCache) {
 TEST_F(ViewsTest, ChangesNormalFeed) {
   std::string ra = put_doc("a", {{"v", 1}});
   put_doc("b", {});
-  auto up = client_->request(verb::post, "/db/_bulk_docs",
-                             Json{{"docs", {{{"_id", "a"}, {"_rev", ra}, {"v", 2}}}}}.dump(), kJson);
+  auto up =
+      client_->request(verb::post, "/db/_bulk_docs",
+                       Json{{"docs", {{{"_id", "a"}, {"_rev", ra}, {"v", 2}}}}}.dump(), kJson);
   ASSERT_EQ(up.status, 201);
   auto r = get("/db/_changes");
   ASSERT_EQ(r.status, 200);
@@ -707,8 +711,8 @@ TEST_F(ViewsTest, DesignDocsAreValidatedOnWrite) {
       "partitioned option cannot be true in a non-partitioned database.");
   // _bulk_docs: the bad design document is refused in its own entry and not written; the other
   // documents of the request are written (CouchDB 3.5 answers 201 the same way).
-  auto bulk_r =
-      post("/db/_bulk_docs", R"({"docs":[{"_id":"_design/b","rewrites":{}},{"_id":"bulk_plain"}]})");
+  auto bulk_r = post("/db/_bulk_docs",
+                     R"({"docs":[{"_id":"_design/b","rewrites":{}},{"_id":"bulk_plain"}]})");
   EXPECT_EQ(bulk_r.status, 201) << bulk_r.body;
   const Json bj = bulk_r.json();
   ASSERT_TRUE(bj.is_array()) << bulk_r.body;
@@ -789,8 +793,10 @@ TEST_F(ViewsTest, AllDocsKeysWithBoundsIsAQueryParseError) {
     auto r = client_->request(verb::post, "/db/_all_docs?" + q, R"({"keys":["1"]})",
                               {{"Content-Type", "application/json"}});
     EXPECT_EQ(r.status, 400) << q;
-    EXPECT_EQ(r.json(), Json::parse(R"({"error":"query_parse_error",)"
-                                    R"("reason":"`keys` is incompatible with `key`, `start_key` and `end_key`"})"))
+    EXPECT_EQ(
+        r.json(),
+        Json::parse(R"({"error":"query_parse_error",)"
+                    R"("reason":"`keys` is incompatible with `key`, `start_key` and `end_key`"})"))
         << q;
   }
 }

@@ -674,8 +674,9 @@ TEST_F(DatabaseTest, BulkDocsInteractiveEdits) {
 TEST_F(DatabaseTest, BulkDocsEditsOfOneIdApplyInOrder) {
   create_db("db");
   const std::string a = hash_of('a'), b = hash_of('b');
-  EXPECT_EQ(bulk("db", Json::array({{{"_id", "x"}, {"_rev", "1-" + a}, {"v", 1}},
-                                    {{"_id", "x"}, {"_rev", "1-" + b}, {"v", 2}}}),
+  EXPECT_EQ(bulk("db",
+                 Json::array({{{"_id", "x"}, {"_rev", "1-" + a}, {"v", 1}},
+                              {{"_id", "x"}, {"_rev", "1-" + b}, {"v", 2}}}),
                  false),
             Json::array());
   // Deleting both leaves of a conflict in one request: each edit targets its own leaf, so both
@@ -694,11 +695,16 @@ TEST_F(DatabaseTest, BulkDocsEditsOfOneIdApplyInOrder) {
 TEST_F(DatabaseTest, ReplicatedBranchKeepsTheSharedHistoryBelowItsFork) {
   create_db("db");
   const std::string a = hash_of('a'), b = hash_of('b'), c = hash_of('c'), e = hash_of('e');
-  bulk("db", Json::array({{{"_id", "x"}, {"_rev", "3-" + c},
-                           {"_revisions", {{"start", 3}, {"ids", {c, b, a}}}}}}), false);
+  bulk(
+      "db",
+      Json::array(
+          {{{"_id", "x"}, {"_rev", "3-" + c}, {"_revisions", {{"start", 3}, {"ids", {c, b, a}}}}}}),
+      false);
   // The client sends a sibling of 3-c with only 2-b as history; 1-a is known here.
-  bulk("db", Json::array({{{"_id", "x"}, {"_rev", "3-" + e},
-                           {"_revisions", {{"start", 3}, {"ids", {e, b}}}}}}), false);
+  bulk("db",
+       Json::array(
+           {{{"_id", "x"}, {"_rev", "3-" + e}, {"_revisions", {{"start", 3}, {"ids", {e, b}}}}}}),
+       false);
   auto r = call(verb::get, "/db/x?rev=3-" + e + "&revs=true");
   ASSERT_EQ(r.status, 200u) << r.body;
   EXPECT_EQ(r.json()["_revisions"], (Json{{"start", 3}, {"ids", {e, b, a}}}));
@@ -707,17 +713,18 @@ TEST_F(DatabaseTest, ReplicatedBranchKeepsTheSharedHistoryBelowItsFork) {
 TEST_F(DatabaseTest, RevsDiffOrdersLikeCouchDB) {
   create_db("db");
   const std::string a = hash_of('a'), b = hash_of('b'), d = hash_of('d');
-  bulk("db", Json::array({{{"_id", "x"}, {"_rev", "1-" + a}},
-                          {{"_id", "x"}, {"_rev", "2-" + b}, {"_revisions", {{"start", 2}, {"ids", {b, d}}}}},
-                          {{"_id", "x"}, {"_rev", "3-" + d},
-                           {"_revisions", {{"start", 3}, {"ids", {d, a, b}}}}}}),
-       false);
+  bulk(
+      "db",
+      Json::array(
+          {{{"_id", "x"}, {"_rev", "1-" + a}},
+           {{"_id", "x"}, {"_rev", "2-" + b}, {"_revisions", {{"start", 2}, {"ids", {b, d}}}}},
+           {{"_id", "x"}, {"_rev", "3-" + d}, {"_revisions", {{"start", 3}, {"ids", {d, a, b}}}}}}),
+      false);
   // CouchDB 3.5's answer to the same request: missing sorted, possible_ancestors in winner order.
   auto r = post_json("/db/_revs_diff",
                      Json{{"x", {"4-" + a, "5-" + a, "2-" + d, "3-" + b, "6-" + b, "1-" + a}}});
   ASSERT_EQ(r.status, 200u) << r.body;
-  EXPECT_EQ(r.json()["x"]["missing"],
-            Json({"2-" + d, "3-" + b, "4-" + a, "5-" + a, "6-" + b}));
+  EXPECT_EQ(r.json()["x"]["missing"], Json({"2-" + d, "3-" + b, "4-" + a, "5-" + a, "6-" + b}));
   EXPECT_EQ(r.json()["x"]["possible_ancestors"], Json({"3-" + d, "2-" + b, "1-" + a}));
 }
 
@@ -749,8 +756,9 @@ TEST_F(DatabaseTest, BulkDocsRequestErrors) {
   expect_error(post(url, R"({"docs":[{"_id":"ok","_rev":"1-abc"},{"_id":"y"}],
                             "new_edits":false})"),
                400, "bad_request", kNewEditsReason);
-  expect_error(post(url, R"({"docs":[{"_id":"ok"},{"_id":"a","_attachments":{"f":{"data":"e"}}}]})"),
-               400, "bad_request", "Invalid attachment data for f");
+  expect_error(
+      post(url, R"({"docs":[{"_id":"ok"},{"_id":"a","_attachments":{"f":{"data":"e"}}}]})"), 400,
+      "bad_request", "Invalid attachment data for f");
 
   const Json i = info("db");
   EXPECT_EQ(i["doc_count"], 0);
@@ -821,7 +829,8 @@ TEST_F(DatabaseTest, BulkDocsInsertsAmongLiveAndDeletedDocuments) {
   for (int i = 0; i < 30; i += 3) first.push_back({{"_id", "d" + std::to_string(100 + i)}});
   Json made = bulk("db", first);
   ASSERT_EQ(made.size(), 10u);
-  Json gone = bulk("db", Json::array({{{"_id", "d112"}, {"_rev", made[4]["rev"]}, {"_deleted", true}}}));
+  Json gone =
+      bulk("db", Json::array({{{"_id", "d112"}, {"_rev", made[4]["rev"]}, {"_deleted", true}}}));
   ASSERT_EQ(gone[0]["ok"], true) << gone.dump();
   Json docs = Json::array();
   for (int i = 0; i < 30; ++i) docs.push_back({{"_id", "d" + std::to_string(100 + i)}, {"n", i}});
@@ -1075,7 +1084,6 @@ TEST_F(DatabaseTest, MalformedRequestsWriteNothing) {
   EXPECT_EQ(get("/db/_revs_limit").body, "1000\n");
 }
 
-
 // ---- _bulk_get (chttpd_db _bulk_get, answers checked against CouchDB 3.5) ----------------------
 
 TEST_F(DatabaseTest, BulkGetAnswersEveryEntryInOrder) {
@@ -1083,8 +1091,11 @@ TEST_F(DatabaseTest, BulkGetAnswersEveryEntryInOrder) {
   const std::string a = hash_of('a'), b = hash_of('b');
   // Two leaves of "c" (a conflict), one of "d".
   ASSERT_EQ(post("/db/_bulk_docs", R"({"new_edits":false,"docs":[
-      {"_id":"c","_rev":"1-)" + a + R"(","v":1},{"_id":"c","_rev":"1-)" + b + R"(","v":2},
-      {"_id":"d","_rev":"1-)" + a + R"(","w":1}]})").status, 201u);
+      {"_id":"c","_rev":"1-)" + a + R"(","v":1},{"_id":"c","_rev":"1-)" +
+                                       b + R"(","v":2},
+      {"_id":"d","_rev":"1-)" + a + R"(","w":1}]})")
+                .status,
+            201u);
   auto r = post("/db/_bulk_get?revs=true", R"({"docs":[{"id":"c"},{"id":"d","rev":"1-)" + a +
                                                R"("},{"id":"d","rev":"9-)" + a +
                                                R"("},{"id":"nope"},{"rev":"1-x"},5,{"id":"_bad"},
@@ -1100,13 +1111,18 @@ TEST_F(DatabaseTest, BulkGetAnswersEveryEntryInOrder) {
   auto err = [&](std::size_t i) { return res[i]["docs"][0]["error"].dump(); };
   EXPECT_EQ(err(2), R"({"rev":"9-)" + a + R"(","reason":"missing","id":"d","error":"not_found"})");
   EXPECT_EQ(err(3), R"({"rev":"undefined","reason":"missing","id":"nope","error":"not_found"})");
-  EXPECT_EQ(err(4), R"({"rev":null,"reason":"document id missed","id":null,"error":"bad_request"})");
-  EXPECT_EQ(err(5),
-            R"({"rev":null,"reason":"document must be a JSON object","id":null,"error":"bad_request"})");
-  EXPECT_EQ(err(6), R"({"rev":null,"reason":"Only reserved document ids may start with underscore.","id":"_bad","error":"illegal_docid"})");
+  EXPECT_EQ(err(4),
+            R"({"rev":null,"reason":"document id missed","id":null,"error":"bad_request"})");
+  EXPECT_EQ(
+      err(5),
+      R"({"rev":null,"reason":"document must be a JSON object","id":null,"error":"bad_request"})");
+  EXPECT_EQ(
+      err(6),
+      R"({"rev":null,"reason":"Only reserved document ids may start with underscore.","id":"_bad","error":"illegal_docid"})");
   EXPECT_EQ(err(7), R"({"rev":"zz","reason":"Invalid rev format","id":"d","error":"bad_request"})");
-  EXPECT_EQ(err(8),
-            R"({"rev":"x","reason":"att_since value must be array of revs.","id":"d","error":"bad_request"})");
+  EXPECT_EQ(
+      err(8),
+      R"({"rev":"x","reason":"att_since value must be array of revs.","id":"d","error":"bad_request"})");
 }
 
 TEST_F(DatabaseTest, BulkGetRequestErrors) {
@@ -1119,8 +1135,8 @@ TEST_F(DatabaseTest, BulkGetRequestErrors) {
   expect(post("/db/_bulk_get?rev=1", R"({"docs":[]})"), 400,
          "\"rev\" query parameter is not acceptable");
   expect(get("/db/_bulk_get"), 405, "Only POST allowed");
-  expect(call(verb::post, "/db/_bulk_get", R"({"docs":[]})", {{"Content-Type", "text/plain"}}),
-         415, "Content-Type must be application/json");
+  expect(call(verb::post, "/db/_bulk_get", R"({"docs":[]})", {{"Content-Type", "text/plain"}}), 415,
+         "Content-Type must be application/json");
   expect(post("/db/_bulk_get", R"({"docs":5})"), 400, "`docs` parameter must be an array.");
   expect(post("/nodb/_bulk_get", R"({"docs":[]})"), 404, "Database does not exist.");
   auto empty = post("/db/_bulk_get", R"({"docs":[]})");
@@ -1130,10 +1146,12 @@ TEST_F(DatabaseTest, BulkGetRequestErrors) {
 
 TEST_F(DatabaseTest, BulkGetWithAttachmentsAndLatest) {
   create_db("db");
-  auto p = post("/db", R"({"_id":"x","_attachments":{"f":{"content_type":"text/plain","data":"aGk="}}})");
+  auto p = post("/db",
+                R"({"_id":"x","_attachments":{"f":{"content_type":"text/plain","data":"aGk="}}})");
   ASSERT_EQ(p.status, 201u) << p.body;
   const std::string r1 = p.json()["rev"];
-  auto p2 = call(verb::put, "/db/x", R"({"_rev":")" + r1 + R"(","v":2,"_attachments":{"f":{"stub":true}}})",
+  auto p2 = call(verb::put, "/db/x",
+                 R"({"_rev":")" + r1 + R"(","v":2,"_attachments":{"f":{"stub":true}}})",
                  {{"Content-Type", "application/json"}});
   ASSERT_EQ(p2.status, 201u) << p2.body;
   auto r = post("/db/_bulk_get?latest=true&attachments=true",
@@ -1150,7 +1168,8 @@ TEST_F(DatabaseTest, BulkGetWithAttachmentsAndLatest) {
   auto mp = call(verb::post, "/db/_bulk_get?attachments=true", R"({"docs":[{"id":"x"}]})",
                  {{"Content-Type", "application/json"}, {"Accept", "multipart/mixed"}});
   ASSERT_EQ(mp.status, 200u);
-  EXPECT_TRUE(mp.header(field::content_type).starts_with("multipart/mixed")) << mp.header(field::content_type);
+  EXPECT_TRUE(mp.header(field::content_type).starts_with("multipart/mixed"))
+      << mp.header(field::content_type);
   EXPECT_NE(mp.body.find("X-Doc-Id: x"), std::string::npos) << mp.body;
   EXPECT_NE(mp.body.find("Content-Encoding: gzip"), std::string::npos) << mp.body;
 }

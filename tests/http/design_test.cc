@@ -32,7 +32,8 @@ class DesignTest : public ::testing::Test {
     std::ofstream(ini_) << "[chttpd_auth]\niterations = 10\n[admins]\nadmin = secret\n"
                            "[couchdb]\nos_process_timeout = 300\n";
     server_ = std::make_unique<ServerProcess>(
-        dir_.path() / "data", std::vector<std::string>{"--no-admin-party", "--config", ini_.string()});
+        dir_.path() / "data",
+        std::vector<std::string>{"--no-admin-party", "--config", ini_.string()});
     client_ = std::make_unique<HttpClient>(server_->port());
     ASSERT_EQ(admin(verb::put, "/db").status, 201u);
   }
@@ -79,7 +80,8 @@ class DesignTest : public ::testing::Test {
 const char* kVdu =
     "function(newDoc, oldDoc, userCtx, secObj) {"
     "  if (newDoc.forbid) throw({forbidden: 'no ' + newDoc._id + ' in ' + userCtx.db});"
-    "  if (newDoc.who && newDoc.who !== userCtx.name) throw({unauthorized: 'you are ' + userCtx.name});"
+    "  if (newDoc.who && newDoc.who !== userCtx.name) throw({unauthorized: 'you are ' + "
+    "userCtx.name});"
     "  if (newDoc.role && userCtx.roles.indexOf(newDoc.role) < 0) throw({forbidden: 'role'});"
     "  if (newDoc.admin && secObj.admins.names[0] !== newDoc.admin) throw({forbidden: 'admin'});"
     "  if (oldDoc && oldDoc.frozen) throw({forbidden: 'frozen ' + oldDoc._rev});"
@@ -93,17 +95,21 @@ TEST_F(DesignTest, ValidateDocUpdateOnEveryWritePath) {
   put_ddoc("v", {{"validate_doc_update", kVdu}});
   // PUT, POST, _bulk_docs (per document), DELETE, attachment PUT, new_edits=false.
   expect_error(admin(verb::put, "/db/a", R"({"forbid":true})"), 403, "forbidden", "no a in db");
-  expect_error(admin(verb::post, "/db", R"({"_id":"b","forbid":true})"), 403, "forbidden", "no b in db");
+  expect_error(admin(verb::post, "/db", R"({"_id":"b","forbid":true})"), 403, "forbidden",
+               "no b in db");
   auto bulk = admin(verb::post, "/db/_bulk_docs",
                     R"({"docs":[{"_id":"c"},{"_id":"d","forbid":1},{"_id":"e","who":"zed"}]})");
   ASSERT_EQ(bulk.status, 201u);
   EXPECT_TRUE(bulk.json()[0]["ok"].get<bool>());
   EXPECT_EQ(bulk.json()[1], Json::parse(R"({"id":"d","error":"forbidden","reason":"no d in db"})"));
-  EXPECT_EQ(bulk.json()[2], Json::parse(R"({"id":"e","error":"unauthorized","reason":"you are admin"})"));
-  auto repl = admin(verb::post, "/db/_bulk_docs",
-                    R"({"new_edits":false,"docs":[{"_id":"r","_rev":"1-abc","forbid":true},{"_id":"s","_rev":"1-abc"}]})");
+  EXPECT_EQ(bulk.json()[2],
+            Json::parse(R"({"id":"e","error":"unauthorized","reason":"you are admin"})"));
+  auto repl = admin(
+      verb::post, "/db/_bulk_docs",
+      R"({"new_edits":false,"docs":[{"_id":"r","_rev":"1-abc","forbid":true},{"_id":"s","_rev":"1-abc"}]})");
   ASSERT_EQ(repl.status, 201u);
-  EXPECT_EQ(repl.json(), Json::parse(R"([{"id":"r","rev":"1-abc","error":"forbidden","reason":"no r in db"}])"));
+  EXPECT_EQ(repl.json(),
+            Json::parse(R"([{"id":"r","rev":"1-abc","error":"forbidden","reason":"no r in db"}])"));
   EXPECT_EQ(admin(verb::get, "/db/r").status, 404u);
   EXPECT_EQ(admin(verb::get, "/db/s").status, 200u);
 
@@ -117,7 +123,8 @@ TEST_F(DesignTest, ValidateDocUpdateOnEveryWritePath) {
                               {as("admin", "secret")[0], {"Content-Type", "text/plain"}});
   expect_error(att, 403, "forbidden", "frozen " + rev);
   // A conflicting edit conflicts; it is not validated.
-  expect_error(admin(verb::put, "/db/f", R"({"forbid":true})"), 409, "conflict", "Document update conflict.");
+  expect_error(admin(verb::put, "/db/f", R"({"forbid":true})"), 409, "conflict",
+               "Document update conflict.");
 
   // Other thrown values and failing functions: 500, as CouchDB.
   expect_error(admin(verb::put, "/db/p", R"({"plain":1})"), 500, "unknown_error", "plain");
@@ -129,16 +136,19 @@ TEST_F(DesignTest, ValidateDocUpdateOnEveryWritePath) {
   EXPECT_EQ(admin(verb::put, "/db/u", "{}").status, 201u);
 
   // Nothing rejected was written.
-  for (auto id : {"a", "b", "d", "e", "p", "q", "t"}) EXPECT_EQ(admin(verb::get, std::string("/db/") + id).status, 404u) << id;
+  for (auto id : {"a", "b", "d", "e", "p", "q", "t"})
+    EXPECT_EQ(admin(verb::get, std::string("/db/") + id).status, 404u) << id;
   EXPECT_EQ(admin(verb::get, "/db/f").json()["_rev"], rev);
 
   // Design documents are not validated by it; a new revision of the function takes effect.
   put_ddoc("other", {{"forbid", true}});
   const std::string vrev = admin(verb::get, "/db/_design/v").json()["_rev"];
-  ASSERT_EQ(admin(verb::put, "/db/_design/v?rev=" + vrev,
-                  Json{{"validate_doc_update", "function(n){ if (n.forbid) throw({forbidden: 'v2'}); }"}}.dump())
-                .status,
-            201u);
+  ASSERT_EQ(
+      admin(verb::put, "/db/_design/v?rev=" + vrev,
+            Json{{"validate_doc_update", "function(n){ if (n.forbid) throw({forbidden: 'v2'}); }"}}
+                .dump())
+          .status,
+      201u);
   expect_error(admin(verb::put, "/db/a", R"({"forbid":true})"), 403, "forbidden", "v2");
   EXPECT_EQ(admin(verb::put, "/db/p", R"({"plain":1})").status, 201u);
 }
@@ -146,12 +156,14 @@ TEST_F(DesignTest, ValidateDocUpdateOnEveryWritePath) {
 TEST_F(DesignTest, ValidateDocUpdateSeesTheUserAndTheSecurityObject) {
   add_user_bob_as_member();
   put_ddoc("v", {{"validate_doc_update", kVdu}});
-  EXPECT_EQ(user(verb::put, "/db/a", R"({"who":"bob","role":"editor","admin":"ann"})").status, 201u);
+  EXPECT_EQ(user(verb::put, "/db/a", R"({"who":"bob","role":"editor","admin":"ann"})").status,
+            201u);
   expect_error(user(verb::put, "/db/b", R"({"who":"ann"})"), 401, "unauthorized", "you are bob");
   expect_error(user(verb::put, "/db/c", R"({"role":"boss"})"), 403, "forbidden", "role");
   expect_error(user(verb::put, "/db/d", R"({"admin":"bob"})"), 403, "forbidden", "admin");
   // Several design documents: each must accept.
-  put_ddoc("w", {{"validate_doc_update", "function(n, o, u){ if (n.x) throw({forbidden: 'w says no to ' + u.name}); }"}});
+  put_ddoc("w", {{"validate_doc_update",
+                  "function(n, o, u){ if (n.x) throw({forbidden: 'w says no to ' + u.name}); }"}});
   expect_error(user(verb::put, "/db/e", R"({"x":1})"), 403, "forbidden", "w says no to bob");
 }
 
@@ -162,8 +174,9 @@ TEST_F(DesignTest, ChangesFilterFunctions) {
                    {"crash", "function(doc) { return doc.n.x.y; }"},
                    {"syntax", "function(doc) {"}}},
                  {"views", {{"big", {{"map", "function(doc) { if (doc.n > 2) emit(doc.n); }"}}}}}});
-  auto bulk = admin(verb::post, "/db/_bulk_docs",
-                    R"({"docs":[{"_id":"1","n":1,"owner":"admin"},{"_id":"2","n":2},{"_id":"3","n":3},{"_id":"4","n":4}]})");
+  auto bulk = admin(
+      verb::post, "/db/_bulk_docs",
+      R"({"docs":[{"_id":"1","n":1,"owner":"admin"},{"_id":"2","n":2},{"_id":"3","n":3},{"_id":"4","n":4}]})");
   ASSERT_EQ(bulk.status, 201u);
   auto ids = [](const HttpResponse& r) {
     std::vector<std::string> out;
@@ -171,13 +184,17 @@ TEST_F(DesignTest, ChangesFilterFunctions) {
     for (const auto& row : j["results"]) out.push_back(row["id"]);
     return out;
   };
-  EXPECT_EQ(ids(admin(verb::get, "/db/_changes?filter=f/odd&p=yes")), (std::vector<std::string>{"1", "3"}));
+  EXPECT_EQ(ids(admin(verb::get, "/db/_changes?filter=f/odd&p=yes")),
+            (std::vector<std::string>{"1", "3"}));
   EXPECT_EQ(ids(admin(verb::get, "/db/_changes?filter=f/odd&p=no")), std::vector<std::string>{});
   EXPECT_EQ(ids(admin(verb::get, "/db/_changes?filter=f/mine")), std::vector<std::string>{"1"});
-  EXPECT_EQ(ids(admin(verb::post, "/db/_changes?filter=f/odd&p=yes", "{}")), (std::vector<std::string>{"1", "3"}));
-  EXPECT_EQ(ids(admin(verb::get, "/db/_changes?filter=_view&view=f/big")), (std::vector<std::string>{"3", "4"}));
+  EXPECT_EQ(ids(admin(verb::post, "/db/_changes?filter=f/odd&p=yes", "{}")),
+            (std::vector<std::string>{"1", "3"}));
+  EXPECT_EQ(ids(admin(verb::get, "/db/_changes?filter=_view&view=f/big")),
+            (std::vector<std::string>{"3", "4"}));
   // A longpoll feed wakes for a matching change only.
-  auto longpoll = admin(verb::get, "/db/_changes?filter=f/odd&p=yes&feed=longpoll&since=now&timeout=300");
+  auto longpoll =
+      admin(verb::get, "/db/_changes?filter=f/odd&p=yes&feed=longpoll&since=now&timeout=300");
   EXPECT_EQ(ids(longpoll), std::vector<std::string>{});
   // Errors: compilation before the feed starts (400), a failing function on the first page (500).
   auto syntax = admin(verb::get, "/db/_changes?filter=f/syntax");
@@ -189,45 +206,58 @@ TEST_F(DesignTest, ChangesFilterFunctions) {
   EXPECT_EQ(admin(verb::get, "/db/_changes").status, 200u);
 }
 
-
-
 // newDoc/oldDoc carry attachments as CouchDB 3.5 shows them (answer taken from CouchDB): stubs
 // carried over complete, a new upload without its digest and with revpos 0.
 TEST_F(DesignTest, ValidateDocUpdateSeesAttachmentStubsAsCouchDb) {
   put_ddoc("v", {{"validate_doc_update",
-                  "function(n, o) { if (n.show) throw({forbidden: JSON.stringify([n._attachments, o && o._attachments])}); }"}});
-  auto first = admin(verb::put, "/db/x", R"({"_attachments":{"a.txt":{"content_type":"text/plain","data":"aGVsbG8="}}})");
+                  "function(n, o) { if (n.show) throw({forbidden: JSON.stringify([n._attachments, "
+                  "o && o._attachments])}); }"}});
+  auto first =
+      admin(verb::put, "/db/x",
+            R"({"_attachments":{"a.txt":{"content_type":"text/plain","data":"aGVsbG8="}}})");
   ASSERT_EQ(first.status, 201u) << first.body;
   const std::string rev = first.json()["rev"];
-  expect_error(admin(verb::put, "/db/x?rev=" + rev,
-                     R"({"show":1,"_attachments":{"a.txt":{"stub":true},"b.bin":{"content_type":"application/octet-stream","data":"AAEC"}}})"),
-               403, "forbidden",
-               R"([{"a.txt":{"content_type":"text/plain","revpos":1,"digest":"md5-iMaiC8wqiFlD2NjLTemvCQ==","length":5,"stub":true},)"
-               R"("b.bin":{"content_type":"application/octet-stream","revpos":0,"length":3,"stub":true}},)"
-               R"({"a.txt":{"content_type":"text/plain","revpos":1,"digest":"md5-iMaiC8wqiFlD2NjLTemvCQ==","length":5,"stub":true}}])");
+  expect_error(
+      admin(
+          verb::put, "/db/x?rev=" + rev,
+          R"({"show":1,"_attachments":{"a.txt":{"stub":true},"b.bin":{"content_type":"application/octet-stream","data":"AAEC"}}})"),
+      403, "forbidden",
+      R"([{"a.txt":{"content_type":"text/plain","revpos":1,"digest":"md5-iMaiC8wqiFlD2NjLTemvCQ==","length":5,"stub":true},)"
+      R"("b.bin":{"content_type":"application/octet-stream","revpos":0,"length":3,"stub":true}},)"
+      R"({"a.txt":{"content_type":"text/plain","revpos":1,"digest":"md5-iMaiC8wqiFlD2NjLTemvCQ==","length":5,"stub":true}}])");
 }
 
 // The other built-in reducers, with the answers CouchDB 3.5 gives for the same data.
 TEST_F(DesignTest, BuiltinReducersAnswerAsCouchDb) {
-  ASSERT_EQ(admin(verb::post, "/db/_bulk_docs",
-                  R"({"docs":[{"_id":"a","t":"x","n":5},{"_id":"b","t":"x","n":3},{"_id":"c","t":"y","n":9},{"_id":"d","t":"x","n":3},{"_id":"e","t":"y","n":1}]})")
-                .status,
-            201u);
-  put_ddoc("r", {{"views",
-                  {{"acd", {{"map", "function(d){emit(d.n,null)}"}, {"reduce", "_approx_count_distinct"}}},
-                   {"first", {{"map", "function(d){emit([d.t,d.n],d._id)}"}, {"reduce", "_first"}}},
-                   {"last", {{"map", "function(d){emit([d.t,d.n],d._id)}"}, {"reduce", "_last"}}},
-                   {"top", {{"map", "function(d){emit(d.t,d.n)}"}, {"reduce", "_top_2"}}},
-                   {"bottom", {{"map", "function(d){emit(d.t,d.n)}"}, {"reduce", "_bottom_2"}}}}}});
-  auto rows = [&](const std::string& q) { return admin(verb::get, "/db/_design/r/_view/" + q).json()["rows"]; };
+  ASSERT_EQ(
+      admin(
+          verb::post, "/db/_bulk_docs",
+          R"({"docs":[{"_id":"a","t":"x","n":5},{"_id":"b","t":"x","n":3},{"_id":"c","t":"y","n":9},{"_id":"d","t":"x","n":3},{"_id":"e","t":"y","n":1}]})")
+          .status,
+      201u);
+  put_ddoc(
+      "r",
+      {{"views",
+        {{"acd", {{"map", "function(d){emit(d.n,null)}"}, {"reduce", "_approx_count_distinct"}}},
+         {"first", {{"map", "function(d){emit([d.t,d.n],d._id)}"}, {"reduce", "_first"}}},
+         {"last", {{"map", "function(d){emit([d.t,d.n],d._id)}"}, {"reduce", "_last"}}},
+         {"top", {{"map", "function(d){emit(d.t,d.n)}"}, {"reduce", "_top_2"}}},
+         {"bottom", {{"map", "function(d){emit(d.t,d.n)}"}, {"reduce", "_bottom_2"}}}}}});
+  auto rows = [&](const std::string& q) {
+    return admin(verb::get, "/db/_design/r/_view/" + q).json()["rows"];
+  };
   EXPECT_EQ(rows("acd"), Json::parse(R"([{"key":null,"value":4}])"));
   EXPECT_EQ(rows("first"), Json::parse(R"([{"key":null,"value":"b"}])"));
   EXPECT_EQ(rows("first?descending=true"), Json::parse(R"([{"key":null,"value":"b"}])"));
-  EXPECT_EQ(rows("first?group_level=1"), Json::parse(R"([{"key":["x"],"value":"b"},{"key":["y"],"value":"e"}])"));
-  EXPECT_EQ(rows("last?group_level=1"), Json::parse(R"([{"key":["x"],"value":"a"},{"key":["y"],"value":"c"}])"));
-  EXPECT_EQ(rows("top?group=true"), Json::parse(R"([{"key":"x","value":[5,3]},{"key":"y","value":[9,1]}])"));
+  EXPECT_EQ(rows("first?group_level=1"),
+            Json::parse(R"([{"key":["x"],"value":"b"},{"key":["y"],"value":"e"}])"));
+  EXPECT_EQ(rows("last?group_level=1"),
+            Json::parse(R"([{"key":["x"],"value":"a"},{"key":["y"],"value":"c"}])"));
+  EXPECT_EQ(rows("top?group=true"),
+            Json::parse(R"([{"key":"x","value":[5,3]},{"key":"y","value":[9,1]}])"));
   EXPECT_EQ(rows("top"), Json::parse(R"([{"key":null,"value":[9,5]}])"));
-  EXPECT_EQ(rows("bottom?group=true"), Json::parse(R"([{"key":"x","value":[3,5]},{"key":"y","value":[1,9]}])"));
+  EXPECT_EQ(rows("bottom?group=true"),
+            Json::parse(R"([{"key":"x","value":[3,5]},{"key":"y","value":[1,9]}])"));
 }
 
 // ---- Views ---------------------------------------------------------------------------------------
@@ -236,17 +266,28 @@ class ViewTest : public DesignTest {
  protected:
   void SetUp() override {
     DesignTest::SetUp();
-    put_ddoc("v", {{"views",
-                    {{"by_n", {{"map", "function(doc) { if (doc.n !== undefined) emit(doc.n, doc.name || null); }"}}},
-                     {"pairs", {{"map", "function(doc) { if (doc.t) emit([doc.t, doc.n], doc.n); }"}, {"reduce", "_sum"}}},
-                     {"count", {{"map", "function(doc) { if (doc.t) emit(doc.t, null); }"}, {"reduce", "_count"}}},
-                     {"stats", {{"map", "function(doc) { if (doc.t) emit(doc.t, doc.n); }"}, {"reduce", "_stats"}}},
-                     {"jsred", {{"map", "function(doc) { if (doc.t) emit(doc.t, doc.n); }"},
-                                {"reduce", "function(keys, values, rereduce) { return sum(values); }"}}},
-                     {"link", {{"map", "function(doc) { if (doc.friend) emit(doc._id, {_id: doc.friend}); }"}}}}}});
+    put_ddoc(
+        "v",
+        {{"views",
+          {{"by_n",
+            {{"map", "function(doc) { if (doc.n !== undefined) emit(doc.n, doc.name || null); }"}}},
+           {"pairs",
+            {{"map", "function(doc) { if (doc.t) emit([doc.t, doc.n], doc.n); }"},
+             {"reduce", "_sum"}}},
+           {"count",
+            {{"map", "function(doc) { if (doc.t) emit(doc.t, null); }"}, {"reduce", "_count"}}},
+           {"stats",
+            {{"map", "function(doc) { if (doc.t) emit(doc.t, doc.n); }"}, {"reduce", "_stats"}}},
+           {"jsred",
+            {{"map", "function(doc) { if (doc.t) emit(doc.t, doc.n); }"},
+             {"reduce", "function(keys, values, rereduce) { return sum(values); }"}}},
+           {"link",
+            {{"map", "function(doc) { if (doc.friend) emit(doc._id, {_id: doc.friend}); }"}}}}}});
     Json docs = Json::array();
     for (int i = 1; i <= 6; ++i)
-      docs.push_back({{"_id", "d" + std::to_string(i)}, {"n", i}, {"t", i % 2 ? "odd" : "even"},
+      docs.push_back({{"_id", "d" + std::to_string(i)},
+                      {"n", i},
+                      {"t", i % 2 ? "odd" : "even"},
                       {"name", "n" + std::to_string(i)}});
     docs.push_back({{"_id", "f"}, {"friend", "d2"}});
     ASSERT_EQ(admin(verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump()).status, 201u);
@@ -272,12 +313,15 @@ TEST_F(DesignTest, PartitionEndpoints) {
   docs.push_back({{"_id", "a:gone"}, {"n", 99}, {"_deleted", true}});
   ASSERT_EQ(admin(verb::post, "/pdb/_bulk_docs", Json{{"docs", docs}}.dump()).status, 201u);
   ASSERT_EQ(admin(verb::put, "/pdb/_design/v",
-                  R"({"views":{"n":{"map":"function(d){ emit(d.n, 1); }","reduce":"_sum"}}})").status,
-            201u);
-  ASSERT_EQ(admin(verb::put, "/pdb/_design/g",
-                  R"({"options":{"partitioned":false},"views":{"n":{"map":"function(d){ emit(d.n, 1); }","reduce":"_sum"}}})")
+                  R"({"views":{"n":{"map":"function(d){ emit(d.n, 1); }","reduce":"_sum"}}})")
                 .status,
             201u);
+  ASSERT_EQ(
+      admin(
+          verb::put, "/pdb/_design/g",
+          R"({"options":{"partitioned":false},"views":{"n":{"map":"function(d){ emit(d.n, 1); }","reduce":"_sum"}}})")
+          .status,
+      201u);
   // The partition's counts.
   Json info = admin(verb::get, "/pdb/_partition/a").json();
   EXPECT_EQ(info["partition"], "a");
@@ -290,10 +334,14 @@ TEST_F(DesignTest, PartitionEndpoints) {
   Json all = admin(verb::get, "/pdb/_partition/b/_all_docs").json();
   ASSERT_EQ(all["rows"].size(), 10u);
   for (const auto& row : all["rows"]) EXPECT_EQ(row["id"].get<std::string>().rfind("b:", 0), 0u);
-  EXPECT_EQ(admin(verb::get, "/pdb/_partition/a/_all_docs?endkey=%22z%22&descending=false").json()["rows"].size(), 20u);
+  EXPECT_EQ(admin(verb::get, "/pdb/_partition/a/_all_docs?endkey=%22z%22&descending=false")
+                .json()["rows"]
+                .size(),
+            20u);
   Json desc = admin(verb::get, "/pdb/_partition/a/_all_docs?descending=true&limit=2").json();
   EXPECT_EQ(desc["rows"][0]["id"], "a:129");
-  EXPECT_EQ(admin(verb::get, "/pdb/_partition/a/_all_docs?startkey=%22b:%22").json()["rows"].size(), 0u);
+  EXPECT_EQ(admin(verb::get, "/pdb/_partition/a/_all_docs?startkey=%22b:%22").json()["rows"].size(),
+            0u);
   // A partitioned view answers one partition; a global one refuses a partition, and the reverse.
   Json sum = admin(verb::get, "/pdb/_partition/b/_design/v/_view/n").json();
   EXPECT_EQ(sum["rows"][0]["value"], 10);
@@ -315,16 +363,20 @@ TEST_F(DesignTest, PartitionEndpoints) {
   EXPECT_EQ(admin(verb::get, "/pdb/_partition/b").json()["doc_del_count"], 1);
   // Mango inside the partition.
   Json found = admin(verb::post, "/pdb/_partition/b/_find",
-                     R"({"selector":{"n":{"$gte":0}},"fields":["_id"]})").json();
+                     R"({"selector":{"n":{"$gte":0}},"fields":["_id"]})")
+                   .json();
   ASSERT_EQ(found["docs"].size(), 9u);
   for (const auto& d : found["docs"]) EXPECT_EQ(d["_id"].get<std::string>().rfind("b:", 0), 0u);
-  EXPECT_EQ(admin(verb::post, "/pdb/_partition/b/_explain", R"({"selector":{"n":1}})").json()["opts"]["partition"], "b");
+  EXPECT_EQ(admin(verb::post, "/pdb/_partition/b/_explain", R"({"selector":{"n":1}})")
+                .json()["opts"]["partition"],
+            "b");
   // Errors, as CouchDB's.
   expect_error(admin(verb::get, "/pdb/_partition/_x"), 400, "illegal_partition",
                "Partition must not start with an underscore");
   expect_error(admin(verb::get, "/pdb/_partition/a%3Ab"), 400, "illegal_partition",
                "Partition must not contain a colon");
-  expect_error(admin(verb::get, "/db/_partition/a"), 400, "bad_request", "database is not partitioned");
+  expect_error(admin(verb::get, "/db/_partition/a"), 400, "bad_request",
+               "database is not partitioned");
   expect_error(admin(verb::get, "/pdb/_partition/a/_changes"), 404, "not_found", "missing");
 }
 
@@ -438,9 +490,12 @@ TEST_F(ViewTest, MapQueryParameters) {
   EXPECT_EQ(all["rows"][0], Json::parse(R"({"id":"d1","key":1,"value":"n1"})"));
   EXPECT_EQ(ids(view("by_n?key=3")), std::vector<std::string>{"d3"});
   EXPECT_EQ(ids(view("by_n?startkey=2&endkey=4")), (std::vector<std::string>{"d2", "d3", "d4"}));
-  EXPECT_EQ(ids(view("by_n?startkey=2&endkey=4&inclusive_end=false")), (std::vector<std::string>{"d2", "d3"}));
-  EXPECT_EQ(ids(view("by_n?descending=true&startkey=4&endkey=2")), (std::vector<std::string>{"d4", "d3", "d2"}));
-  EXPECT_EQ(ids(view("by_n?descending=true&startkey=4&endkey=2&inclusive_end=false")), (std::vector<std::string>{"d4", "d3"}));
+  EXPECT_EQ(ids(view("by_n?startkey=2&endkey=4&inclusive_end=false")),
+            (std::vector<std::string>{"d2", "d3"}));
+  EXPECT_EQ(ids(view("by_n?descending=true&startkey=4&endkey=2")),
+            (std::vector<std::string>{"d4", "d3", "d2"}));
+  EXPECT_EQ(ids(view("by_n?descending=true&startkey=4&endkey=2&inclusive_end=false")),
+            (std::vector<std::string>{"d4", "d3"}));
   Json page = view("by_n?skip=2&limit=2");
   EXPECT_EQ(ids(page), (std::vector<std::string>{"d3", "d4"}));
   EXPECT_EQ(page["offset"], 2);
@@ -457,7 +512,8 @@ TEST_F(ViewTest, MapQueryParameters) {
   EXPECT_EQ(linked["rows"][0]["doc"]["_id"], "d2");
   EXPECT_TRUE(view("by_n?update_seq=true").contains("update_seq"));
   // Several queries at once.
-  auto multi = admin(verb::post, "/db/_design/v/_view/by_n/queries", R"({"queries":[{"key":1},{"startkey":5,"limit":1}]})");
+  auto multi = admin(verb::post, "/db/_design/v/_view/by_n/queries",
+                     R"({"queries":[{"key":1},{"startkey":5,"limit":1}]})");
   ASSERT_EQ(multi.status, 200u);
   EXPECT_EQ(ids(multi.json()["results"][0]), std::vector<std::string>{"d1"});
   EXPECT_EQ(ids(multi.json()["results"][1]), std::vector<std::string>{"d5"});
@@ -471,34 +527,50 @@ TEST_F(ViewTest, ParameterErrorsAsCouchDb) {
   expect("by_n?reduce=true", "Reduce is invalid for map-only views.");
   expect("by_n?group=true", "Invalid use of grouping on a map view.");
   expect("count?include_docs=true", "`include_docs` is invalid for reduce");
-  expect("count?keys=%5B%22a%22,%22b%22%5D", "Multi-key fetches for reduce views must use `group=true`");
-  expect("by_n?keys=%5B1,2%5D&key=1", "`keys` is incompatible with `key`, `start_key` and `end_key`");
-  expect("by_n?startkey=3&endkey=1", "No rows can match your key range, reverse your start_key and end_key or set descending=true");
+  expect("count?keys=%5B%22a%22,%22b%22%5D",
+         "Multi-key fetches for reduce views must use `group=true`");
+  expect("by_n?keys=%5B1,2%5D&key=1",
+         "`keys` is incompatible with `key`, `start_key` and `end_key`");
+  expect("by_n?startkey=3&endkey=1",
+         "No rows can match your key range, reverse your start_key and end_key or set "
+         "descending=true");
   expect("by_n?limit=-1", "Invalid value for positive integer: \"-1\"");
   expect("by_n?update=maybe", "Invalid value for `update`.");
-  expect("count?group=false&group_level=1", "Can't specify group=false and group_level>0 at the same time");
-  expect_error(admin(verb::get, "/db/_design/v/_view/nope"), 404, "not_found", "missing_named_view");
+  expect("count?group=false&group_level=1",
+         "Can't specify group=false and group_level>0 at the same time");
+  expect_error(admin(verb::get, "/db/_design/v/_view/nope"), 404, "not_found",
+               "missing_named_view");
   expect_error(admin(verb::get, "/db/_design/nope/_view/x"), 404, "not_found", "missing");
 }
 
 TEST_F(ViewTest, Reduce) {
   EXPECT_EQ(view("count")["rows"], Json::parse(R"([{"key":null,"value":6}])"));
-  EXPECT_EQ(view("count?group=true")["rows"], Json::parse(R"([{"key":"even","value":3},{"key":"odd","value":3}])"));
-  EXPECT_EQ(view("pairs?group_level=1")["rows"], Json::parse(R"([{"key":["even"],"value":12},{"key":["odd"],"value":9}])"));
-  EXPECT_EQ(view("pairs?group=true&limit=2&skip=1")["rows"], Json::parse(R"([{"key":["even",4],"value":4},{"key":["even",6],"value":6}])"));
-  EXPECT_EQ(view("pairs?startkey=%5B%22odd%22%5D&endkey=%5B%22odd%22,%7B%7D%5D")["rows"], Json::parse(R"([{"key":null,"value":9}])"));
-  EXPECT_EQ(view("stats?key=%22odd%22")["rows"][0]["value"], Json::parse(R"({"sum":9,"count":3,"min":1,"max":5,"sumsqr":35})"));
-  EXPECT_EQ(view("jsred?group=true")["rows"], Json::parse(R"([{"key":"even","value":12},{"key":"odd","value":9}])"));
-  EXPECT_EQ(ids(view("count?reduce=false&key=%22odd%22")), (std::vector<std::string>{"d1", "d3", "d5"}));
-  auto keyed = admin(verb::post, "/db/_design/v/_view/count?group=true", R"({"keys":["odd","none","even"]})");
-  EXPECT_EQ(keyed.json()["rows"], Json::parse(R"([{"key":"odd","value":3},{"key":"even","value":3}])"));
+  EXPECT_EQ(view("count?group=true")["rows"],
+            Json::parse(R"([{"key":"even","value":3},{"key":"odd","value":3}])"));
+  EXPECT_EQ(view("pairs?group_level=1")["rows"],
+            Json::parse(R"([{"key":["even"],"value":12},{"key":["odd"],"value":9}])"));
+  EXPECT_EQ(view("pairs?group=true&limit=2&skip=1")["rows"],
+            Json::parse(R"([{"key":["even",4],"value":4},{"key":["even",6],"value":6}])"));
+  EXPECT_EQ(view("pairs?startkey=%5B%22odd%22%5D&endkey=%5B%22odd%22,%7B%7D%5D")["rows"],
+            Json::parse(R"([{"key":null,"value":9}])"));
+  EXPECT_EQ(view("stats?key=%22odd%22")["rows"][0]["value"],
+            Json::parse(R"({"sum":9,"count":3,"min":1,"max":5,"sumsqr":35})"));
+  EXPECT_EQ(view("jsred?group=true")["rows"],
+            Json::parse(R"([{"key":"even","value":12},{"key":"odd","value":9}])"));
+  EXPECT_EQ(ids(view("count?reduce=false&key=%22odd%22")),
+            (std::vector<std::string>{"d1", "d3", "d5"}));
+  auto keyed = admin(verb::post, "/db/_design/v/_view/count?group=true",
+                     R"({"keys":["odd","none","even"]})");
+  EXPECT_EQ(keyed.json()["rows"],
+            Json::parse(R"([{"key":"odd","value":3},{"key":"even","value":3}])"));
   // A value _sum cannot add: CouchDB's error object as the row's value.
   ASSERT_EQ(admin(verb::put, "/db/bad", R"({"t":"odd","n":"x"})").status, 201u);
   Json bad = view("pairs");
   EXPECT_EQ(bad["rows"][0]["value"]["error"], "builtin_reduce_error");
   EXPECT_EQ(bad["rows"][0]["value"]["caused_by"], "x");
   expect_error(admin(verb::get, "/db/_design/v/_view/stats"), 500, "invalid_value",
-               "The _stats function requires that map values be numbers or arrays of numbers, not '<<\"x\">>'");
+               "The _stats function requires that map values be numbers or arrays of numbers, not "
+               "'<<\"x\">>'");
 }
 
 TEST_F(ViewTest, ReduceOverManyRowsRereduces) {
@@ -509,7 +581,10 @@ TEST_F(ViewTest, ReduceOverManyRowsRereduces) {
   EXPECT_EQ(view("jsred")["rows"][0]["value"], 2500 + 21);
   EXPECT_EQ(view("count")["rows"][0]["value"], 2506);
   EXPECT_EQ(view("stats")["rows"][0]["value"]["count"], 2506);
-  EXPECT_EQ(view("count?group=true")["rows"], Json::parse(R"([{"key":"even","value":3},{"key":"odd","value":3},{"key":"x","value":1666},{"key":"y","value":834}])"));
+  EXPECT_EQ(
+      view("count?group=true")["rows"],
+      Json::parse(
+          R"([{"key":"even","value":3},{"key":"odd","value":3},{"key":"x","value":1666},{"key":"y","value":834}])"));
 }
 
 // The reduce tree through the server: several build steps, then edits and deletions applied
@@ -549,15 +624,20 @@ TEST_F(ViewTest, ReduceAnswersFollowEditsAcrossBuildStepsAndRanges) {
     long in_range = 0;
     for (const auto& [k, v] : by_pair)
       if (k.first == "g3" && k.second >= 200 && k.second <= 1500) in_range += v;
-    EXPECT_EQ(view("pairs?startkey=%5B%22g3%22,200%5D&endkey=%5B%22g3%22,1500%5D")["rows"][0]["value"],
-              in_range);
+    EXPECT_EQ(
+        view("pairs?startkey=%5B%22g3%22,200%5D&endkey=%5B%22g3%22,1500%5D")["rows"][0]["value"],
+        in_range);
     EXPECT_EQ(view("pairs?descending=true&startkey=%5B%22g3%22,1500%5D&endkey=%5B%22g3%22,200%5D")
-                  ["rows"][0]["value"], in_range);
+                  ["rows"][0]["value"],
+              in_range);
     long below = 0;
     for (const auto& [k, v] : by_pair)
       if (k.first < "g2" || (k.first == "g2" && k.second < 999)) below += v;
-    EXPECT_EQ(view("pairs?startkey=%5B%22g%22%5D&endkey=%5B%22g2%22,999%5D&inclusive_end=false")
-                  ["rows"][0]["value"], below);
+    EXPECT_EQ(
+        view(
+            "pairs?startkey=%5B%22g%22%5D&endkey=%5B%22g2%22,999%5D&inclusive_end=false")["rows"][0]
+                                                                                         ["value"],
+        below);
     // group=true: one row per pair, in key order and reversed.
     Json exact = view("pairs?group=true&startkey=%5B%22g%22%5D&endkey=%5B%22h%22%5D");
     ASSERT_EQ(exact["rows"].size(), by_pair.size());
@@ -567,7 +647,8 @@ TEST_F(ViewTest, ReduceAnswersFollowEditsAcrossBuildStepsAndRanges) {
       EXPECT_EQ(row["value"], it->second);
       ++it;
     }
-    Json rev = view("pairs?group=true&descending=true&startkey=%5B%22h%22%5D&endkey=%5B%22g%22%5D&limit=3");
+    Json rev = view(
+        "pairs?group=true&descending=true&startkey=%5B%22h%22%5D&endkey=%5B%22g%22%5D&limit=3");
     ASSERT_EQ(rev["rows"].size(), 3u);
     EXPECT_EQ(rev["rows"][0]["value"], by_pair.rbegin()->second);
     Json cnt = view("count?group=true&key=%22g5%22");
@@ -603,33 +684,48 @@ TEST_F(ViewTest, ReduceAnswersFollowEditsAcrossBuildStepsAndRanges) {
 // group_level over keys shorter than, as long as and longer than the level (the answers of
 // CouchDB 3.5.0 for the same documents).
 TEST_F(ViewTest, GroupLevelGroupsKeysOfEveryLength) {
-  put_ddoc("gl", {{"views", {{"c", {{"map", "function(d) { if (d.foo !== undefined) emit(d.foo); }"},
-                                     {"reduce", "_count"}}}}}});
-  ASSERT_EQ(admin(verb::post, "/db/_bulk_docs", R"({"docs":[{"foo":["foo","bar"]},{"foo":["foo","bar"]},
-      {"foo":["foo","bar","baz"]},{"foo":["baz"]},{"foo":["baz","bar"]},{"foo":"s"},{"foo":3}]})").status,
-            201u);
+  put_ddoc("gl", {{"views",
+                   {{"c",
+                     {{"map", "function(d) { if (d.foo !== undefined) emit(d.foo); }"},
+                      {"reduce", "_count"}}}}}});
+  ASSERT_EQ(
+      admin(verb::post, "/db/_bulk_docs", R"({"docs":[{"foo":["foo","bar"]},{"foo":["foo","bar"]},
+      {"foo":["foo","bar","baz"]},{"foo":["baz"]},{"foo":["baz","bar"]},{"foo":"s"},{"foo":3}]})")
+          .status,
+      201u);
   auto rows = [&](const std::string& q) {
     auto r = admin(verb::get, "/db/_design/gl/_view/c?" + q);
     EXPECT_EQ(r.status, 200u) << r.body;
     return r.json()["rows"];
   };
   EXPECT_EQ(rows("group_level=0"), Json::parse(R"([{"key":null,"value":7}])"));
-  EXPECT_EQ(rows("group_level=1"), Json::parse(
-      R"([{"key":3,"value":1},{"key":"s","value":1},{"key":["baz"],"value":2},{"key":["foo"],"value":3}])"));
-  EXPECT_EQ(rows("group_level=2"), Json::parse(
-      R"([{"key":3,"value":1},{"key":"s","value":1},{"key":["baz"],"value":1},{"key":["baz","bar"],"value":1},{"key":["foo","bar"],"value":3}])"));
-  EXPECT_EQ(rows("group_level=2&descending=true"), Json::parse(
-      R"([{"key":["foo","bar"],"value":3},{"key":["baz","bar"],"value":1},{"key":["baz"],"value":1},{"key":"s","value":1},{"key":3,"value":1}])"));
-  EXPECT_EQ(rows("group=true"), Json::parse(
-      R"([{"key":3,"value":1},{"key":"s","value":1},{"key":["baz"],"value":1},{"key":["baz","bar"],"value":1},{"key":["foo","bar"],"value":2},{"key":["foo","bar","baz"],"value":1}])"));
+  EXPECT_EQ(
+      rows("group_level=1"),
+      Json::parse(
+          R"([{"key":3,"value":1},{"key":"s","value":1},{"key":["baz"],"value":2},{"key":["foo"],"value":3}])"));
+  EXPECT_EQ(
+      rows("group_level=2"),
+      Json::parse(
+          R"([{"key":3,"value":1},{"key":"s","value":1},{"key":["baz"],"value":1},{"key":["baz","bar"],"value":1},{"key":["foo","bar"],"value":3}])"));
+  EXPECT_EQ(
+      rows("group_level=2&descending=true"),
+      Json::parse(
+          R"([{"key":["foo","bar"],"value":3},{"key":["baz","bar"],"value":1},{"key":["baz"],"value":1},{"key":"s","value":1},{"key":3,"value":1}])"));
+  EXPECT_EQ(
+      rows("group=true"),
+      Json::parse(
+          R"([{"key":3,"value":1},{"key":"s","value":1},{"key":["baz"],"value":1},{"key":["baz","bar"],"value":1},{"key":["foo","bar"],"value":2},{"key":["foo","bar","baz"],"value":1}])"));
 }
 
 // Documents that emit many rows each: a build step stops adding documents once its writes are
 // large, instead of failing with transaction_too_large forever.
 TEST_F(ViewTest, ManyRowsPerDocumentStillBuild) {
-  put_ddoc("many", {{"views", {{"m", {{"map", "function(d) { if (d.many !== undefined) for (var j = 0; j < 100; j++) "
-                                                  "emit(['a fairly long key to make rows big', d.many, j], j); }"},
-                                       {"reduce", "_count"}}}}}});
+  put_ddoc("many", {{"views",
+                     {{"m",
+                       {{"map",
+                         "function(d) { if (d.many !== undefined) for (var j = 0; j < 100; j++) "
+                         "emit(['a fairly long key to make rows big', d.many, j], j); }"},
+                        {"reduce", "_count"}}}}}});
   Json docs = Json::array();
   for (int i = 0; i < 600; ++i) docs.push_back({{"many", i}});
   ASSERT_EQ(admin(verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump()).status, 201u);
@@ -651,12 +747,15 @@ TEST_F(ViewTest, IndexFollowsEditsDeletesAndDesignChanges) {
   EXPECT_EQ(now["total_rows"], 5);
   EXPECT_EQ(ids(now), (std::vector<std::string>{"d3", "d4", "d5", "d6", "d1"}));
   EXPECT_EQ(now["rows"][4]["value"], "moved");
-  EXPECT_EQ(view("count?group=true")["rows"], Json::parse(R"([{"key":"even","value":2},{"key":"odd","value":2}])"));
+  EXPECT_EQ(view("count?group=true")["rows"],
+            Json::parse(R"([{"key":"even","value":2},{"key":"odd","value":2}])"));
   // A new revision of the design document with other views: a new index; cleanup drops the old.
-  const std::string old_sig = admin(verb::get, "/db/_design/v/_info").json()["view_index"]["signature"];
+  const std::string old_sig =
+      admin(verb::get, "/db/_design/v/_info").json()["view_index"]["signature"];
   const std::string drev = admin(verb::get, "/db/_design/v").json()["_rev"];
   ASSERT_EQ(admin(verb::put, "/db/_design/v?rev=" + drev,
-                  R"({"views":{"by_n":{"map":"function(doc){ if (doc.n) emit(-doc.n, null); }"}}})").status,
+                  R"({"views":{"by_n":{"map":"function(doc){ if (doc.n) emit(-doc.n, null); }"}}})")
+                .status,
             201u);
   Json neg = view("by_n");
   EXPECT_EQ(ids(neg), (std::vector<std::string>{"d1", "d6", "d5", "d4", "d3"}));
@@ -674,12 +773,18 @@ TEST_F(ViewTest, MapErrorsAndTimeouts) {
       "Compilation of the map function in the 'syntax' view failed: "));
   expect_error(admin(verb::put, "/db/_design/bad", R"({"views":{"v":{"map":"42"}}})"), 400,
                "compilation_error",
-               "Compilation of the map function in the 'v' view failed: Expression does not eval to a function. (42)");
-  auto red = admin(verb::post, "/db/_bulk_docs",
-                   R"({"docs":[{"_id":"_design/bad","views":{"v":{"map":"function(d){}","reduce":"function(k,v){ return ( }"}}}]})");
+               "Compilation of the map function in the 'v' view failed: Expression does not eval "
+               "to a function. (42)");
+  auto red = admin(
+      verb::post, "/db/_bulk_docs",
+      R"({"docs":[{"_id":"_design/bad","views":{"v":{"map":"function(d){}","reduce":"function(k,v){ return ( }"}}}]})");
   EXPECT_EQ(red.json()[0]["error"], "compilation_error");
   EXPECT_EQ(admin(verb::get, "/db/_design/bad").status, 404u);
-  put_ddoc("ok", {{"views", {{"throws", {{"map", "function(doc) { if (doc.n == 2) throw 'no'; if (doc.n) emit(doc.n); }"}}}}}});
+  put_ddoc(
+      "ok",
+      {{"views",
+        {{"throws",
+          {{"map", "function(doc) { if (doc.n == 2) throw 'no'; if (doc.n) emit(doc.n); }"}}}}}});
   // A document the function throws on emits nothing; the others are indexed.
   auto ok = admin(verb::get, "/db/_design/ok/_view/throws");
   EXPECT_EQ(ok.json()["total_rows"], 5) << ok.body;
@@ -691,10 +796,15 @@ TEST_F(ViewTest, MapErrorsAndTimeouts) {
 }
 
 TEST_F(ViewTest, UpdateHandlers) {
-  put_ddoc("u", {{"updates",
-                  {{"bump", "function(doc, req) { if (!doc) { return [{_id: req.id || req.uuid, n: 1}, 'created']; }"
-                            " doc.n += Number(req.query.by || 1); return [doc, {json: {n: doc.n}}]; }"},
-                   {"echo", "function(doc, req) { return [null, {code: 202, headers: {'X-Echo': req.body}, body: 'ok'}]; }"}}}});
+  put_ddoc(
+      "u",
+      {{"updates",
+        {{"bump",
+          "function(doc, req) { if (!doc) { return [{_id: req.id || req.uuid, n: 1}, 'created']; }"
+          " doc.n += Number(req.query.by || 1); return [doc, {json: {n: doc.n}}]; }"},
+         {"echo",
+          "function(doc, req) { return [null, {code: 202, headers: {'X-Echo': req.body}, body: "
+          "'ok'}]; }"}}}});
   auto created = admin(verb::put, "/db/_design/u/_update/bump/counter");
   EXPECT_EQ(created.status, 201u) << created.body;
   EXPECT_EQ(created.body, "created");
@@ -712,7 +822,6 @@ TEST_F(ViewTest, UpdateHandlers) {
   EXPECT_EQ(admin(verb::post, "/db/_design/u/_update/nope").status, 404u);
 }
 
-
 // ---- Mango ---------------------------------------------------------------------------------------
 
 class MangoTest : public DesignTest {
@@ -722,8 +831,11 @@ class MangoTest : public DesignTest {
     Json docs = Json::array();
     const char* names[] = {"ann", "bob", "cy", "dee", "eve", "fay"};
     for (int i = 0; i < 6; ++i)
-      docs.push_back({{"_id", std::string("p") + std::to_string(i)}, {"name", names[i]}, {"age", 20 + 5 * i},
-                      {"team", i % 2 ? "red" : "blue"}, {"addr", {{"city", i < 3 ? "oslo" : "rome"}}}});
+      docs.push_back({{"_id", std::string("p") + std::to_string(i)},
+                      {"name", names[i]},
+                      {"age", 20 + 5 * i},
+                      {"team", i % 2 ? "red" : "blue"},
+                      {"addr", {{"city", i < 3 ? "oslo" : "rome"}}}});
     docs.push_back({{"_id", "noage"}, {"name", "zed"}});
     ASSERT_EQ(admin(verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump()).status, 201u);
   }
@@ -743,8 +855,11 @@ TEST_F(MangoTest, FindWithoutAnIndexScansAllDocs) {
   Json r = find({{"selector", {{"age", {{"$gte", 30}}}, {"team", "blue"}}}});
   EXPECT_EQ(ids(r), (std::vector<std::string>{"p2", "p4"}));
   EXPECT_EQ(r["warning"], "No matching index found, create an index to optimize query time.");
-  EXPECT_EQ(ids(find({{"selector", {{"addr.city", "rome"}}}, {"sort", {"_id"}}})), (std::vector<std::string>{"p3", "p4", "p5"}));
-  EXPECT_EQ(ids(find({{"selector", {{"_id", {{"$gt", nullptr}}}}}, {"sort", {{{"_id", "desc"}}}}, {"limit", 2}})),
+  EXPECT_EQ(ids(find({{"selector", {{"addr.city", "rome"}}}, {"sort", {"_id"}}})),
+            (std::vector<std::string>{"p3", "p4", "p5"}));
+  EXPECT_EQ(ids(find({{"selector", {{"_id", {{"$gt", nullptr}}}}},
+                      {"sort", {{{"_id", "desc"}}}},
+                      {"limit", 2}})),
             (std::vector<std::string>{"p5", "p4"}));
   // fields projects, nested fields too.
   Json f = find({{"selector", {{"name", "bob"}}}, {"fields", {"name", "addr.city"}}});
@@ -753,31 +868,46 @@ TEST_F(MangoTest, FindWithoutAnIndexScansAllDocs) {
   Json e = find({{"selector", {{"age", {{"$gt", 0}}}}}, {"sort", {"age"}}}, 400);
   EXPECT_EQ(e["error"], "no_usable_index");
   EXPECT_EQ(find({{"limit", 1}}, 400)["error"], "missing_required_key");
-  EXPECT_EQ(find({{"selector", {{"a", {{"$bogus", 1}}}}}}, 400)["reason"], "Invalid operator: $bogus");
+  EXPECT_EQ(find({{"selector", {{"a", {{"$bogus", 1}}}}}}, 400)["reason"],
+            "Invalid operator: $bogus");
 }
 
 TEST_F(MangoTest, JsonIndexesServeSortsAndRanges) {
-  auto created = admin(verb::post, "/db/_index", R"({"index":{"fields":["age"]},"name":"by_age","ddoc":"people"})");
+  auto created = admin(verb::post, "/db/_index",
+                       R"({"index":{"fields":["age"]},"name":"by_age","ddoc":"people"})");
   ASSERT_EQ(created.status, 200u) << created.body;
-  EXPECT_EQ(created.json(), Json::parse(R"({"result":"created","id":"_design/people","name":"by_age"})"));
-  EXPECT_EQ(admin(verb::post, "/db/_index", R"({"index":{"fields":["age"]},"name":"by_age","ddoc":"people"})").json()["result"], "exists");
+  EXPECT_EQ(created.json(),
+            Json::parse(R"({"result":"created","id":"_design/people","name":"by_age"})"));
+  EXPECT_EQ(admin(verb::post, "/db/_index",
+                  R"({"index":{"fields":["age"]},"name":"by_age","ddoc":"people"})")
+                .json()["result"],
+            "exists");
   Json list = admin(verb::get, "/db/_index").json();
   EXPECT_EQ(list["total_rows"], 2);
   EXPECT_EQ(list["indexes"][1]["def"], Json::parse(R"({"fields":[{"age":"asc"}]})"));
-  Json r = find({{"selector", {{"age", {{"$gt", 26}}}}}, {"sort", {{{"age", "desc"}}}}, {"execution_stats", true}});
+  Json r = find({{"selector", {{"age", {{"$gt", 26}}}}},
+                 {"sort", {{{"age", "desc"}}}},
+                 {"execution_stats", true}});
   EXPECT_EQ(ids(r), (std::vector<std::string>{"p5", "p4", "p3", "p2"}));
   EXPECT_FALSE(r.contains("warning"));
   EXPECT_EQ(r["execution_stats"]["results_returned"], 4);
   // The document without the field is not in the index.
-  EXPECT_EQ(ids(find({{"selector", {{"age", {{"$exists", true}}}, {"name", {{"$gt", nullptr}}}}}, {"sort", {"age"}}})).size(), 6u);
+  EXPECT_EQ(ids(find({{"selector", {{"age", {{"$exists", true}}}, {"name", {{"$gt", nullptr}}}}},
+                      {"sort", {"age"}}}))
+                .size(),
+            6u);
   // The index follows edits.
   const std::string rev = admin(verb::get, "/db/p0").json()["_rev"];
   ASSERT_EQ(admin(verb::put, "/db/p0?rev=" + rev, R"({"name":"ann","age":99})").status, 201u);
-  EXPECT_EQ(ids(find({{"selector", {{"age", {{"$gt", 40}}}}}, {"sort", {"age"}}})), (std::vector<std::string>{"p5", "p0"}));
+  EXPECT_EQ(ids(find({{"selector", {{"age", {{"$gt", 40}}}}}, {"sort", {"age"}}})),
+            (std::vector<std::string>{"p5", "p0"}));
   // Paging with bookmarks.
   Json page1 = find({{"selector", {{"age", {{"$gt", 0}}}}}, {"sort", {"age"}}, {"limit", 2}});
   EXPECT_EQ(ids(page1), (std::vector<std::string>{"p1", "p2"}));
-  Json page2 = find({{"selector", {{"age", {{"$gt", 0}}}}}, {"sort", {"age"}}, {"limit", 2}, {"bookmark", page1["bookmark"]}});
+  Json page2 = find({{"selector", {{"age", {{"$gt", 0}}}}},
+                     {"sort", {"age"}},
+                     {"limit", 2},
+                     {"bookmark", page1["bookmark"]}});
   EXPECT_EQ(ids(page2), (std::vector<std::string>{"p3", "p4"}));
   // _explain names the index; deleting it brings back the warning.
   auto ex = admin(verb::post, "/db/_explain", R"({"selector":{"age":{"$gt":1}}})");
@@ -789,17 +919,23 @@ TEST_F(MangoTest, JsonIndexesServeSortsAndRanges) {
 }
 
 TEST_F(MangoTest, PartialIndexesAndErrors) {
-  auto created = admin(verb::post, "/db/_index",
-                       R"({"index":{"fields":["name"],"partial_filter_selector":{"team":"red"}},"ddoc":"reds","name":"red_names"})");
+  auto created = admin(
+      verb::post, "/db/_index",
+      R"({"index":{"fields":["name"],"partial_filter_selector":{"team":"red"}},"ddoc":"reds","name":"red_names"})");
   ASSERT_EQ(created.status, 200u) << created.body;
   // Stored normalized, as CouchDB stores it.
-  EXPECT_EQ(admin(verb::get, "/db/_design/reds").json()["views"]["red_names"]["map"]["partial_filter_selector"],
+  EXPECT_EQ(admin(verb::get, "/db/_design/reds")
+                .json()["views"]["red_names"]["map"]["partial_filter_selector"],
             Json::parse(R"({"team":{"$eq":"red"}})"));
-  Json r = find({{"selector", {{"name", {{"$gt", nullptr}}}, {"team", "red"}}}, {"use_index", "reds"}, {"sort", {"name"}}});
+  Json r = find({{"selector", {{"name", {{"$gt", nullptr}}}, {"team", "red"}}},
+                 {"use_index", "reds"},
+                 {"sort", {"name"}}});
   EXPECT_EQ(ids(r), (std::vector<std::string>{"p1", "p3", "p5"}));
-  EXPECT_EQ(admin(verb::post, "/db/_index", R"({"index":{"fields":[{"a":"desc"},"b"]}})").json()["error"],
-            "unsupported_mixed_sort");
-  EXPECT_EQ(admin(verb::post, "/db/_index", R"({"index":{"fields":["a"]},"type":"text"})").status, 400u);
+  EXPECT_EQ(
+      admin(verb::post, "/db/_index", R"({"index":{"fields":[{"a":"desc"},"b"]}})").json()["error"],
+      "unsupported_mixed_sort");
+  EXPECT_EQ(admin(verb::post, "/db/_index", R"({"index":{"fields":["a"]},"type":"text"})").status,
+            400u);
   // Creating an index writes a design document: members may not.
   add_user_bob_as_member();
   EXPECT_EQ(user(verb::post, "/db/_index", R"({"index":{"fields":["x"]}})").status, 403u);

@@ -352,9 +352,10 @@ TEST_F(DocumentTest, RevsAndRevsInfoShapes) {
 
   auto info = get("/db/doc?revs_info=true");
   ASSERT_EQ(info.status, 200u);
-  EXPECT_EQ(info.json()["_revs_info"],
-            Json::parse(R"([{"rev":")" + r3 + R"(","status":"available"},{"rev":")" + r2 +
-                        R"(","status":"available"},{"rev":")" + r1 + R"(","status":"available"}])"));
+  EXPECT_EQ(
+      info.json()["_revs_info"],
+      Json::parse(R"([{"rev":")" + r3 + R"(","status":"available"},{"rev":")" + r2 +
+                  R"(","status":"available"},{"rev":")" + r1 + R"(","status":"available"}])"));
   EXPECT_EQ(info.header(field::etag), "");  // send_doc: no ETag when the doc carries meta
   EXPECT_FALSE(info.json().contains("_revisions"));
   // Compaction drops superseded bodies: their revisions are "missing" from then on.
@@ -749,8 +750,8 @@ TEST_F(DocumentTest, LocalDocumentErrors) {
                "_local documents do not accept attachments.");
   // A _local document's attachments are dropped, as CouchDB 3.5 does (only the attachment path
   // is refused).
-  auto with_atts =
-      put("/db/_local/att", R"({"_attachments":{"a.txt":{"content_type":"text/plain","data":"aGk="}}})");
+  auto with_atts = put("/db/_local/att",
+                       R"({"_attachments":{"a.txt":{"content_type":"text/plain","data":"aGk="}}})");
   EXPECT_EQ(with_atts.status, 201u) << with_atts.body;
   EXPECT_EQ(get("/db/_local/att").body, "{\"_id\":\"_local/att\",\"_rev\":\"0-1\"}\n");
   // _revisions of a _local document (PouchDB sends start 0) is accepted and not kept.
@@ -1030,12 +1031,10 @@ TEST_F(DocumentTest, BadUpdatesLeaveTheDocumentAlone) {
   expect_error(put("/db/doc", R"({"_rev":")" + rev + R"(","_foo":1})"), 400, "doc_validation",
                "Bad special document member: _foo");
   expect_error(put("/db/doc", "[]"), 400, "bad_request", "Document must be a JSON object");
-  expect_error(
-      put("/db/doc", R"({"_attachments":{"a.txt":{"stub":true}},"_rev":")" + rev + "\"}"), 412,
-      "missing_stub", "Invalid attachment stub in doc for a.txt");
-  expect_error(
-      put("/db/doc", R"({"_attachments":{"a.txt":{"data":"!!"}},"_rev":")" + rev + "\"}"), 400,
-      "bad_request", "Invalid attachment data for a.txt");
+  expect_error(put("/db/doc", R"({"_attachments":{"a.txt":{"stub":true}},"_rev":")" + rev + "\"}"),
+               412, "missing_stub", "Invalid attachment stub in doc for a.txt");
+  expect_error(put("/db/doc", R"({"_attachments":{"a.txt":{"data":"!!"}},"_rev":")" + rev + "\"}"),
+               400, "bad_request", "Invalid attachment data for a.txt");
   auto g = get("/db/doc");
   EXPECT_EQ(g.json()["_rev"], rev);
   EXPECT_EQ(g.json()["v"], 1);

@@ -80,7 +80,8 @@ class FeedClient {
     fd_ = connect_loopback(port);
     std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
     if (!body.empty())
-      req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+      req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+             "\r\n";
     req += "\r\n" + body;
     if (::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size()))
       throw std::runtime_error("send failed");

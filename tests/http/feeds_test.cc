@@ -209,7 +209,8 @@ TEST_F(FeedsTest, LiveFeedsHonourFiltersAndIncludeDocs) {
 TEST_F(FeedsTest, OneWriteReachesAHundredWaitingFeeds) {
   std::vector<std::unique_ptr<FeedClient>> feeds;
   for (int i = 0; i < 100; ++i)
-    feeds.push_back(std::make_unique<FeedClient>(port(), "/db/_changes?feed=continuous&since=now&timeout=10000"));
+    feeds.push_back(std::make_unique<FeedClient>(
+        port(), "/db/_changes?feed=continuous&since=now&timeout=10000"));
   // Every feed is connected and waiting before the write (its response head has arrived).
   for (auto& f : feeds) ASSERT_TRUE(f->wait_head(10s));
   const auto t0 = std::chrono::steady_clock::now();
@@ -227,7 +228,8 @@ TEST_F(FeedsTest, DisconnectedFeedsAreReleasedAndShutdownIsPrompt) {
   {
     std::vector<std::unique_ptr<FeedClient>> feeds;
     for (int i = 0; i < 50; ++i)
-      feeds.push_back(std::make_unique<FeedClient>(port(), "/db/_changes?feed=continuous&since=now"));
+      feeds.push_back(
+          std::make_unique<FeedClient>(port(), "/db/_changes?feed=continuous&since=now"));
     std::this_thread::sleep_for(200ms);
   }  // all 50 clients close their sockets here, without heartbeats to notice it by
   std::this_thread::sleep_for(200ms);
@@ -280,7 +282,8 @@ TEST_F(FeedsTest, SelectorFilterOnNormalAndLiveFeeds) {
 }
 
 TEST_F(FeedsTest, ShardedChangesFeedEndpoints) {
-  const std::vector<std::pair<std::string, std::string>> json = {{"Content-Type", "application/json"}};
+  const std::vector<std::pair<std::string, std::string>> json = {
+      {"Content-Type", "application/json"}};
   write("early");
   Json meta = client_->get("/db/_changes/_meta").json();
   EXPECT_EQ(meta["shards"], Json::array({0}));
@@ -322,7 +325,8 @@ TEST_F(FeedsTest, ShardedChangesFeedEndpoints) {
   EXPECT_EQ(client_->get("/db/_changes/99").status, 404);
   EXPECT_EQ(client_->get("/db/_changes/x").status, 404);
   EXPECT_EQ(client_->request(verb::put, "/db/_changes/_meta", R"({"shards":0})", json).status, 400);
-  EXPECT_EQ(client_->request(verb::put, "/db/_changes/_meta", R"({"shards":"4"})", json).status, 400);
+  EXPECT_EQ(client_->request(verb::put, "/db/_changes/_meta", R"({"shards":"4"})", json).status,
+            400);
 }
 
 // A stream's next chunk is sent while the handler produces the one after (http/transport/server.cc
@@ -367,7 +371,8 @@ TEST_F(FeedsTest, AClientThatDoesNotReadDoesNotGrowServerMemory) {
   const std::string filler(3000, 'x');
   for (int b = 0; b < 8; ++b) {
     Json docs = Json::array();
-    for (int i = 0; i < 1000; ++i) docs.push_back({{"_id", "d" + std::to_string(b * 1000 + i)}, {"f", filler}});
+    for (int i = 0; i < 1000; ++i)
+      docs.push_back({{"_id", "d" + std::to_string(b * 1000 + i)}, {"f", filler}});
     auto r = client_->request(verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump(),
                               {{"Content-Type", "application/json"}});
     ASSERT_EQ(r.status, 201);
@@ -386,7 +391,8 @@ TEST_F(FeedsTest, AClientThatDoesNotReadDoesNotGrowServerMemory) {
   (void)before;
   (void)during;
 #else
-  EXPECT_LT(during - before, 12 * 1024) << "server buffered the feed: " << before << " -> " << during << " KiB";
+  EXPECT_LT(during - before, 12 * 1024)
+      << "server buffered the feed: " << before << " -> " << during << " KiB";
 #endif
   // Reading resumes the feed where it stopped.
   EXPECT_TRUE(stalled.wait_for("\"id\":\"d7999\"", 10s));

@@ -529,7 +529,7 @@ TEST_F(HardeningTest, TableIndexInCacheMovesIndexBlocksIntoTheCache) {
     if (setting == "false") {
       beside = readers;
       EXPECT_GT(readers, 0) << text;  // 4 MB of documents went to table files
-      reopen(config(""));  // the tables written beside the cache, read under the default
+      reopen(config(""));             // the tables written beside the cache, read under the default
       expect_reads();
     } else {
       EXPECT_LT(readers, beside) << text;

@@ -21,9 +21,9 @@
 #include <sstream>
 #include <thread>
 
+#include "http/api/router.h"
 #include "http/transport/request_parse.h"
 #include "http/transport/response_stream.h"
-#include "http/api/router.h"
 #include "tests/http/test_server.h"
 
 namespace chaise::test {
@@ -207,8 +207,7 @@ TEST_F(ServerTest, UnknownPathIs404) {
     const HttpResponse response = client.get(target);
     EXPECT_EQ(response.status, 404u) << target;
     expect_couchdb_headers(response);
-    EXPECT_EQ(response.body,
-              "{\"error\":\"not_found\",\"reason\":\"Database does not exist.\"}\n");
+    EXPECT_EQ(response.body, "{\"error\":\"not_found\",\"reason\":\"Database does not exist.\"}\n");
   }
   const HttpResponse unknown = client.get("/_nope");
   EXPECT_EQ(unknown.status, 404u);
@@ -405,7 +404,8 @@ TEST_F(ConfiguredServerTest, BodyOverLimitIs413TooLarge) {
 TEST_F(ConfiguredServerTest, ExpectContinueGetsInterimResponse) {
   ServerProcess& server = start();
   HttpClient client{server.port()};
-  client.send_raw("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n");
+  client.send_raw(
+      "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n");
   EXPECT_EQ(client.read_response().status, 100u);
   client.send_raw("{}");
   EXPECT_EQ(client.read_response().status, 405u);
@@ -464,8 +464,8 @@ TEST_F(ConfiguredServerTest, SlowHeadersAreCutOffAfterHeaderTimeout) {
 
 TEST_F(ConfiguredServerTest, ConnectionsBeyondTheLimitAreRefusedWithOneWarningASecond) {
   const fs::path log = dir_.path() / "limit.log";
-  ServerProcess& server =
-      start_with_ini("[chaise]\nmax_connections = 2\n[log]\nwriter = file\nfile = " + log.string() + "\n");
+  ServerProcess& server = start_with_ini(
+      "[chaise]\nmax_connections = 2\n[log]\nwriter = file\nfile = " + log.string() + "\n");
   HttpClient first{server.port()};
   HttpClient second{server.port()};
   ASSERT_EQ(first.get("/").status, 200u);
@@ -512,18 +512,18 @@ TEST_F(ConfiguredServerTest, BadConfigurationFailsStartup) {
   const fs::path config = dir_.path() / "bad.ini";
   // A key of the old all-in-[chaise] layout names where it moved.
   write_file(config, "[chaise]\nport = 1\n");
-  EXPECT_EQ(run_chaise_to_exit({"--config", config.string(), "--data-dir", data.string()}).exit_code,
-            2);
+  EXPECT_EQ(
+      run_chaise_to_exit({"--config", config.string(), "--data-dir", data.string()}).exit_code, 2);
   write_file(config, "[chttpd]\nport = 70000\n");
-  EXPECT_EQ(run_chaise_to_exit({"--config", config.string(), "--data-dir", data.string()}).exit_code,
-            2);
+  EXPECT_EQ(
+      run_chaise_to_exit({"--config", config.string(), "--data-dir", data.string()}).exit_code, 2);
   write_file(config, "[chaise]\nfsync = maybe\n");
-  EXPECT_EQ(run_chaise_to_exit({"--config", config.string(), "--data-dir", data.string()}).exit_code,
-            2);
+  EXPECT_EQ(
+      run_chaise_to_exit({"--config", config.string(), "--data-dir", data.string()}).exit_code, 2);
   EXPECT_EQ(run_chaise_to_exit({"--no-such-flag"}).exit_code, 2);
   // Only the last file (the writable one) may be missing, and only in an existing directory.
-  EXPECT_EQ(run_chaise_to_exit({"--config", (dir_.path() / "missing.ini").string(), "--config",
-                                config.string()})
+  EXPECT_EQ(run_chaise_to_exit(
+                {"--config", (dir_.path() / "missing.ini").string(), "--config", config.string()})
                 .exit_code,
             2);
   EXPECT_EQ(run_chaise_to_exit({"--config", (dir_.path() / "no" / "such.ini").string()}).exit_code,
@@ -532,9 +532,9 @@ TEST_F(ConfiguredServerTest, BadConfigurationFailsStartup) {
 
 TEST_F(ConfiguredServerTest, PortInUseFailsStartup) {
   ServerProcess& first = start();
-  const ExitStatus second = run_chaise_to_exit(
-      {"--port", std::to_string(first.port()), "--data-dir", (dir_.path() / "data2").string(),
-       "--admin-party"});
+  const ExitStatus second =
+      run_chaise_to_exit({"--port", std::to_string(first.port()), "--data-dir",
+                          (dir_.path() / "data2").string(), "--admin-party"});
   EXPECT_EQ(second.exit_code, 1);
   EXPECT_EQ(HttpClient{first.port()}.get("/").status, 200u);
 }
@@ -612,8 +612,7 @@ std::string wait_for_log_text(const fs::path& log, std::string_view needle) {
 
 TEST_F(ConfiguredServerTest, LogFileIsReopenedOnSighup) {
   const fs::path log = dir_.path() / "chaise.log";
-  ServerProcess& server =
-      start_with_ini("[log]\nwriter = file\nfile = " + log.string() + "\n");
+  ServerProcess& server = start_with_ini("[log]\nwriter = file\nfile = " + log.string() + "\n");
   HttpClient{server.port()}.get("/first");
   ASSERT_TRUE(fs::exists(log));
   fs::rename(log, dir_.path() / "chaise.log.1");  // what logrotate does

@@ -322,9 +322,9 @@ class HttpClient {
       : port_(port), timeout_(timeout), stream_(ioc_) {
     boost::system::error_code ec;
     stream_.expires_after(timeout_);
-    stream_.async_connect(boost::asio::ip::tcp::endpoint(
-                              boost::asio::ip::make_address("127.0.0.1"), port_),
-                          [&](boost::system::error_code e) { ec = e; });
+    stream_.async_connect(
+        boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), port_),
+        [&](boost::system::error_code e) { ec = e; });
     run();
     if (ec) throw boost::system::system_error(ec, "connect");
   }

@@ -88,7 +88,8 @@ void commit_loop(Database* db, std::uint64_t seed, int thread,
     tr.set_versionstamped_key(vs_template, id);
     auto r = tr.commit();
     if (!r.ok())
-      fail(3, "commit of " + id + " failed: " + std::string(chaise::storage::error_name(r.error())));
+      fail(3,
+           "commit of " + id + " failed: " + std::string(chaise::storage::error_name(r.error())));
     write_stdout("ACK " + id + "\n");
   }
 }

@@ -16,13 +16,12 @@
 //
 // The kill moments come from a fixed seed (printed; override with CHAISE_DURABILITY_SEED=<n>).
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -52,7 +51,6 @@ constexpr std::uint64_t kDefaultSeed = 20240601;
 // Bound on what one child incarnation may print (an ACK line is 33 bytes).
 constexpr std::size_t kChildOutputBytesMax = 64u << 20;
 constexpr std::size_t kIdSize = 28;  // 16 hex "." 2 digits "." 8 hex
-
 
 // A parsed id (grammar in crash_child.cc).
 struct TxnId {
@@ -180,9 +178,9 @@ ChildRun run_and_kill(const std::string& dir, std::uint64_t incarnation, int run
 
 // What survives across cycles, to check monotonicity.
 struct History {
-  std::set<std::string> acked;             // every id ever acknowledged
-  std::set<std::string> present;           // ids present at the last verification
-  std::int64_t committed_version = 0;      // at the last verification
+  std::set<std::string> acked;         // every id ever acknowledged
+  std::set<std::string> present;       // ids present at the last verification
+  std::int64_t committed_version = 0;  // at the last verification
 };
 
 // The transactions present (ids), checking that each has all of t/<id>/{a,b,c} with their values.
@@ -194,7 +192,8 @@ std::set<std::string> read_transactions(Transaction& tr) {
   for (const KeyValue& kv : *rows) {
     const std::string& k = kv.key;
     TxnId id;
-    if (k.size() != 2 + kIdSize + 2 || k[2 + kIdSize] != '/' || !parse_id(k.substr(2, kIdSize), id)) {
+    if (k.size() != 2 + kIdSize + 2 || k[2 + kIdSize] != '/' ||
+        !parse_id(k.substr(2, kIdSize), id)) {
       ADD_FAILURE() << "unexpected key " << k;
       continue;
     }
@@ -220,7 +219,8 @@ void check_no_holes(const std::set<std::string>& present, std::uint64_t incarnat
     ASSERT_TRUE(parse_id(ids, id));
     EXPECT_LE(id.incarnation, incarnation) << ids;
     std::uint32_t& next = next_counter[{id.incarnation, id.thread}];
-    EXPECT_EQ(id.counter, next) << "hole before " << ids << ": a commit acknowledged earlier is lost";
+    EXPECT_EQ(id.counter, next) << "hole before " << ids
+                                << ": a commit acknowledged earlier is lost";
     next = id.counter + 1;
   }
 }
@@ -259,8 +259,8 @@ void check_versionstamps(Transaction& tr, const std::set<std::string>& present,
     ASSERT_TRUE(parse_id(kv.value, id)) << "bad vs/ value " << kv.value;
     EXPECT_TRUE(present.count(kv.value)) << "vs/ key for absent transaction " << kv.value;
     EXPECT_TRUE(vs_ids.insert(kv.value).second) << "two vs/ keys for " << kv.value;
-    EXPECT_GE(id.incarnation, last_incarnation) << "versionstamp of " << kv.value
-                                                << " sorts before an earlier incarnation's";
+    EXPECT_GE(id.incarnation, last_incarnation)
+        << "versionstamp of " << kv.value << " sorts before an earlier incarnation's";
     last_incarnation = id.incarnation;
     if (id.incarnation == incarnation) {
       EXPECT_GT(version, version_before_incarnation)
@@ -339,10 +339,11 @@ TEST(Durability, KilledCommitterLosesNoAcknowledgedTransactionAndShowsNoPartialO
     h.acked.insert(run.acked.begin(), run.acked.end());
 
     verify(dir.path(), incarnation, version_before, h);
-    std::printf("cycle %2d: ran %3d ms, %5zu acks, %6zu transactions present, version %lld\n", cycle,
-                run_ms, run.acked.size(), h.present.size(),
+    std::printf("cycle %2d: ran %3d ms, %5zu acks, %6zu transactions present, version %lld\n",
+                cycle, run_ms, run.acked.size(), h.present.size(),
                 static_cast<long long>(h.committed_version));
-    if (HasFatalFailure() || HasNonfatalFailure()) break;  // one cycle's failures are enough to read
+    if (HasFatalFailure() || HasNonfatalFailure())
+      break;  // one cycle's failures are enough to read
   }
   EXPECT_GT(acks_total, 0u) << "the child never acknowledged a commit: nothing was tested";
   EXPECT_EQ(h.acked.size(), acks_total) << "an id was acknowledged twice";

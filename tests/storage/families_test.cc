@@ -1,6 +1,8 @@
 // Column families by subspace (storage/families.h): which family a key and a range belong to, and
 // a store whose keys live in several families answering every read as one keyspace, also after
 // reopening under another rule (its keys moved at open).
+#include "storage/families.h"
+
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
@@ -16,7 +18,6 @@
 #include <thread>
 
 #include "storage/database.h"
-#include "storage/families.h"
 #include "storage/subspace.h"
 #include "storage/tuple.h"
 #include "tests/storage/model_reads.h"
@@ -24,7 +25,6 @@
 
 namespace chaise::storage {
 namespace {
-
 
 // Keys of every shape the rule looks at: (top, x, s, ...) with top, x and s integers or strings,
 // shorter tuples, and raw bytes that are no tuple at all.
@@ -190,13 +190,13 @@ void expect_reads_as_model(Transaction& tr, const std::map<std::string, std::str
     std::string b, e;
     switch (pick(4)) {
       case 0:  // one subspace of one database, or one document in it
-        std::tie(b, e) = Subspace(Tuple().add(std::int64_t{1}).add(std::int64_t{pick(2)}).add(
-                                      std::int64_t{pick(5)}))
-                             .range(pick(2) ? Tuple() : Tuple().add(std::string(1, 'a' + pick(8))));
+        std::tie(b, e) =
+            Subspace(
+                Tuple().add(std::int64_t{1}).add(std::int64_t{pick(2)}).add(std::int64_t{pick(5)}))
+                .range(pick(2) ? Tuple() : Tuple().add(std::string(1, 'a' + pick(8))));
         break;
       case 1:  // a whole database
-        std::tie(b, e) =
-            Subspace(Tuple().add(std::int64_t{1}).add(std::int64_t{pick(2)})).range();
+        std::tie(b, e) = Subspace(Tuple().add(std::int64_t{1}).add(std::int64_t{pick(2)})).range();
         break;
       case 2:
         b = std::string();
@@ -343,8 +343,8 @@ TEST(FamiliesStore, AHitFamilyKeepsNoFilterInItsLastLevel) {
 TEST(FamiliesStore, IndexBlocksStoreSharedKeyPrefixesOnce) {
   TempDir dir("index");
   Options o = rule({1, 2});
-  o.family_hit_subspaces = {2};  // no filter in the last level: the readers hold the index alone
-  o.table_index_in_cache = false;       // the index measured as what the open tables hold
+  o.family_hit_subspaces = {2};    // no filter in the last level: the readers hold the index alone
+  o.table_index_in_cache = false;  // the index measured as what the open tables hold
   const std::string database(40, 'n');  // as long as a database's prefix and a document id
   const auto key = [&](int doc) {
     std::string id = std::to_string(doc);

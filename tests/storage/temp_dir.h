@@ -14,9 +14,9 @@ class TempDir {
  public:
   // Under the system temp dir, named chaise-<tag>-XXXXXX. Aborts if it cannot be made.
   explicit TempDir(std::string_view tag = "store") {
-    std::string tmpl = (std::filesystem::temp_directory_path() /
-                        ("chaise-" + std::string(tag) + "-XXXXXX"))
-                           .string();
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / ("chaise-" + std::string(tag) + "-XXXXXX"))
+            .string();
     if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
     path_ = tmpl;
   }

@@ -22,7 +22,6 @@
 namespace chaise::storage {
 namespace {
 
-
 std::int64_t decode_le64(const std::string& s) {
   std::uint64_t v = 0;
   for (std::size_t i = s.size(); i-- > 0;) v = (v << 8) | static_cast<std::uint8_t>(s[i]);
@@ -219,8 +218,8 @@ std::unique_ptr<Database> open_with_prefix_bloom(const std::string& path) {
 TEST(PrefixBloomTest, RangeReadsAnswerAsWithoutFilters) {
   TempDir dir("txn");
   auto open = [&] { return open_with_prefix_bloom(dir.path()); };
-  const std::vector<std::string> ids = {"a", std::string("a\0", 2), std::string("a\0b", 3),
-                                        "ab", "b", "\xff", ""};
+  const std::vector<std::string> ids = {
+      "a", std::string("a\0", 2), std::string("a\0b", 3), "ab", "b", "\xff", ""};
   std::map<std::string, std::string> model;
   auto db = open();
   auto write = [&](int round) {
@@ -265,8 +264,8 @@ TEST(PrefixBloomTest, RangeReadsAnswerAsWithoutFilters) {
     for (const std::string& id : ids) {
       const Subspace s(Tuple().add(space).add(id));
       auto [b, e] = s.range();
-      expect_same(b, e);                                      // one prefix
-      expect_same(s.pack(Tuple().add(std::int64_t{1})), e);   // a part of one
+      expect_same(b, e);                                            // one prefix
+      expect_same(s.pack(Tuple().add(std::int64_t{1})), e);         // a part of one
       expect_same(b, Subspace(Tuple().add(space)).range().second);  // across prefixes
     }
     auto [b, e] = Subspace(Tuple().add(space)).range();
@@ -760,7 +759,9 @@ TEST_F(TransactionTest, ManyAtomicOpsOnOneKeyLeaveWhatAppliedInOrderLeaves) {
     for (int i = 0; i < ops; ++i) {
       const unsigned pick = rng() % 10;
       const std::size_t width = pick < 7 ? 2 : 1 + rng() % 5;  // mostly one width: folded
-      AtomicOp op{pick == 8 ? MutationType::max : pick == 9 ? MutationType::min : MutationType::add,
+      AtomicOp op{pick == 8   ? MutationType::max
+                  : pick == 9 ? MutationType::min
+                              : MutationType::add,
                   std::string(width, '\0')};
       for (char& c : op.operand) c = static_cast<char>(rng() % 3 == 0 ? 0xff : rng());
       want = apply_atomic(want ? std::optional<std::string_view>(*want) : std::nullopt, op);

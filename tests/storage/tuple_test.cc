@@ -958,8 +958,8 @@ void expect_reader_agrees(const std::string& s) {
   }
   ASSERT_EQ(reached_end, u.has_value()) << to_hex(s);
   if (u) {
-        ASSERT_EQ(i, u->size()) << to_hex(s);
-      }
+    ASSERT_EQ(i, u->size()) << to_hex(s);
+  }
 }
 
 TEST(TupleReaderTest, ReadsWhatUnpackReadsAndRejectsWhatItRejects) {
@@ -982,7 +982,15 @@ TEST(TupleReaderTest, ReadsWhatUnpackReadsAndRejectsWhatItRejects) {
 
 TEST(TuplePackers, WriteWhatPackWritesForEachElement) {
   std::mt19937_64 rng(4242);
-  const std::int64_t ints[] = {0, 1, -1, 255, 256, -255, -256, 65535, -65536,
+  const std::int64_t ints[] = {0,
+                               1,
+                               -1,
+                               255,
+                               256,
+                               -255,
+                               -256,
+                               65535,
+                               -65536,
                                std::numeric_limits<std::int64_t>::max(),
                                std::numeric_limits<std::int64_t>::min()};
   for (int i = 0; i < 2000; ++i) {
@@ -1001,8 +1009,8 @@ TEST(TuplePackers, WriteWhatPackWritesForEachElement) {
           pack_bytes(&packed, s);
           break;
         case 2: {
-          const std::int64_t v = rng() % 2 ? ints[rng() % std::size(ints)]
-                                           : static_cast<std::int64_t>(rng());
+          const std::int64_t v =
+              rng() % 2 ? ints[rng() % std::size(ints)] : static_cast<std::int64_t>(rng());
           t.add(v);
           pack_int(&packed, v);
           break;

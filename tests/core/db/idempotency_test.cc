@@ -9,8 +9,8 @@
 #include <filesystem>
 
 #include "core/batch/doc_batches.h"
-#include "core/docs/documents.h"
 #include "core/db/keyspace.h"
+#include "core/docs/documents.h"
 #include "storage/database.h"
 
 namespace chaise::core {

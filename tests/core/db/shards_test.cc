@@ -1,17 +1,17 @@
 // RFC 004: shard maps, routing, resharding under concurrent writes, per-shard and merged feeds.
+#include "core/db/shards.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "core/batch/doc_batches.h"
 #include "core/docs/documents.h"
-#include "core/db/shards.h"
 #include "core/index/cursors.h"
 #include "storage/database.h"
 
@@ -29,10 +29,12 @@ class ShardsTest : public ::testing::Test {
     storage::Options o;
     o.fsync = false;
     store_ = std::move(storage::Database::open(dir_, o).value());
-    ASSERT_TRUE(store_->run([&](Transaction& tr) -> Status {
-      auto r = create_db(tr, "db", false, 1);
-      return r.ok() ? Status{} : Status(r.error());
-    }).ok());
+    ASSERT_TRUE(store_
+                    ->run([&](Transaction& tr) -> Status {
+                      auto r = create_db(tr, "db", false, 1);
+                      return r.ok() ? Status{} : Status(r.error());
+                    })
+                    .ok());
   }
   void TearDown() override {
     store_.reset();
@@ -85,16 +87,18 @@ class ShardsTest : public ::testing::Test {
   }
   std::vector<std::int64_t> reshard_to(int n) {
     std::vector<std::int64_t> ids;
-    EXPECT_TRUE(store_->run([&](Transaction& tr) -> Status {
-      auto r = reshard(tr, db(), n);
-      if (!r.ok()) return r.error();
-      if (failed(*r)) {
-        EXPECT_EQ(std::get<CouchError>(*r).status, 400);
-        return {};
-      }
-      ids = std::get<std::vector<std::int64_t>>(*r);
-      return {};
-    }).ok());
+    EXPECT_TRUE(store_
+                    ->run([&](Transaction& tr) -> Status {
+                      auto r = reshard(tr, db(), n);
+                      if (!r.ok()) return r.error();
+                      if (failed(*r)) {
+                        EXPECT_EQ(std::get<CouchError>(*r).status, 400);
+                        return {};
+                      }
+                      ids = std::get<std::vector<std::int64_t>>(*r);
+                      return {};
+                    })
+                    .ok());
     return ids;
   }
 

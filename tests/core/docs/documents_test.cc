@@ -1,18 +1,18 @@
 // The document core against a real store: RFC 003 update paths, winner selection, new_edits=false
 // merging and stemming, counters, _changes / _all_docs cursors, _local docs, idempotent retries.
+#include "core/docs/documents.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
-#include "core/db/changes_notifier.h"
 #include "core/batch/doc_batches.h"
-#include "core/docs/documents.h"
+#include "core/db/changes_notifier.h"
 #include "core/db/keyspace.h"
 #include "core/db/txid_janitor.h"
 #include "core/index/cursors.h"
@@ -68,7 +68,8 @@ class DocumentsTest : public ::testing::Test {
       batch.committed();
     }
     std::vector<DocWriteBatch::ItemResult> out;
-    for (auto& r : batch.results()) out.push_back(r.value_or(DocWriteBatch::ItemResult(conflict())));
+    for (auto& r : batch.results())
+      out.push_back(r.value_or(DocWriteBatch::ItemResult(conflict())));
     return out;
   }
 
@@ -181,7 +182,7 @@ TEST(DbSpaceKeys, PerDocumentKeysAreTheDocumentedTuples) {
   const keyspace::DbSpace space(7);
   using storage::Tuple;
   for (const std::string& id : {std::string("a"), std::string("_design/x"), std::string("n\0ul", 4),
-                               std::string("caf\xc3\xa9")}) {
+                                std::string("caf\xc3\xa9")}) {
     const std::string hash("\x00\x01\xff", 3);
     EXPECT_EQ(space.by_id_key(id), space.by_id().pack(Tuple().add(id)));
     EXPECT_EQ(space.doc_revisions_range(id), space.revisions().range(Tuple().add(id)));
@@ -363,7 +364,8 @@ TEST_F(DocumentsTest, ReplicatedConflictsWinnerAndAllDocsStyle) {
   // Live beats deleted whatever the position: a deleted 5-z does not win.
   write({replicated("d", {"5-z", "4-y", "3-x", "2-c", "1-a"}, "{}", true)});
   Json after = get_json("d", o);
-  EXPECT_EQ(after["_rev"], "2-b");  // 2-c was extended by the deleted path; 2-b is the only live leaf
+  EXPECT_EQ(after["_rev"],
+            "2-b");  // 2-c was extended by the deleted path; 2-b is the only live leaf
   o.deleted_conflicts = true;
   after = get_json("d", o);
   EXPECT_EQ(after["_deleted_conflicts"], Json::array({"5-z"}));
@@ -433,8 +435,7 @@ TEST_F(DocumentsTest, UnknownCommitResultDoesNotDuplicate) {
   for (auto fault : {storage::CommitFault::unknown_result_applied,
                      storage::CommitFault::unknown_result_not_applied}) {
     std::atomic<int> n{0};
-    store_->set_commit_fault_hook(
-        [&] { return n++ == 0 ? fault : storage::CommitFault::none; });
+    store_->set_commit_fault_hook([&] { return n++ == 0 ? fault : storage::CommitFault::none; });
     std::string id = fault == storage::CommitFault::unknown_result_applied ? "applied" : "dropped";
     auto r = write({edit(id, std::nullopt, "{}"), edit(id + "2", std::nullopt, "{}")});
     store_->set_commit_fault_hook(nullptr);
@@ -538,12 +539,14 @@ TEST_F(DocumentsTest, IdsWithoutRevisionsNeverClaimsAStoredId) {
 // created at 1-, live ones conflict, deleted ones are re-created on their tombstone.
 TEST_F(DocumentsTest, InsertBatchesAmongLiveAndDeletedDocuments) {
   std::vector<DocWriteBatch::Item> first;
-  for (int i = 0; i < 30; i += 3) first.push_back(edit("d" + std::to_string(100 + i), std::nullopt, "{}"));
+  for (int i = 0; i < 30; i += 3)
+    first.push_back(edit("d" + std::to_string(100 + i), std::nullopt, "{}"));
   write(first);
   std::string del_rev = put("d150", std::nullopt, "{}");
   put("d150", del_rev, "{}", true);
   std::vector<DocWriteBatch::Item> batch;
-  for (int i = 0; i < 60; ++i) batch.push_back(edit("d" + std::to_string(100 + i), std::nullopt, R"({"n":1})"));
+  for (int i = 0; i < 60; ++i)
+    batch.push_back(edit("d" + std::to_string(100 + i), std::nullopt, R"({"n":1})"));
   auto r = write(batch);
   ASSERT_EQ(r.size(), 60u);
   for (int i = 0; i < 60; ++i) {
@@ -596,10 +599,12 @@ TEST_F(DocumentsTest, ConcurrentInsertBatchesOfOneIdSetEachIdOnce) {
 // one revision set store each revision once.
 TEST_F(DocumentsTest, ReplicatedBatchesAmongStoredDocuments) {
   std::vector<DocWriteBatch::Item> first;
-  for (int i = 0; i < 30; i += 3) first.push_back(replicated("r" + std::to_string(100 + i), {"1-a"}));
+  for (int i = 0; i < 30; i += 3)
+    first.push_back(replicated("r" + std::to_string(100 + i), {"1-a"}));
   write(first);
   std::vector<DocWriteBatch::Item> second;
-  for (int i = 0; i < 60; ++i) second.push_back(replicated("r" + std::to_string(100 + i), {"2-b", "1-a"}));
+  for (int i = 0; i < 60; ++i)
+    second.push_back(replicated("r" + std::to_string(100 + i), {"2-b", "1-a"}));
   for (const auto& r : write(second)) EXPECT_FALSE(failed(r));
   for (int i = 0; i < 60; ++i) {
     DocReadOptions o;
@@ -615,7 +620,8 @@ TEST_F(DocumentsTest, ReplicatedBatchesAmongStoredDocuments) {
   for (int w = 0; w < kWriters; ++w) {
     threads.emplace_back([&] {
       std::vector<DocWriteBatch::Item> items;
-      for (int i = 0; i < 40; ++i) items.push_back(replicated("s" + std::to_string(1000 + i), {"1-x"}));
+      for (int i = 0; i < 40; ++i)
+        items.push_back(replicated("s" + std::to_string(1000 + i), {"1-x"}));
       for (const auto& r : write(items)) EXPECT_FALSE(failed(r));
     });
   }
@@ -636,7 +642,8 @@ TEST_F(DocumentsTest, DuplicateIdsInOneBatch) {
 }
 
 TEST_F(DocumentsTest, AllDocsRangesAndKeys) {
-  for (auto id : {"a", "b", "c", "d", "_design/x"}) put(id, std::nullopt, "{\"id\":\"" + std::string(id) + "\"}");
+  for (auto id : {"a", "b", "c", "d", "_design/x"})
+    put(id, std::nullopt, "{\"id\":\"" + std::string(id) + "\"}");
   std::string rd = get_json("d")["_rev"];
   put("d", rd, "{}", true);
   auto ids = [](const std::vector<Json>& rows) {
@@ -788,7 +795,8 @@ TEST_F(DocumentsTest, JanitorClearsInSmallTransactions) {
 TEST_F(DocumentsTest, BatchLargerThanOneTransactionIsSplitIntoRounds) {
   std::vector<DocWriteBatch::Item> items;
   const std::size_t n = DocWriteBatch::kDocsPerTransactionMax + 500;
-  for (std::size_t i = 0; i < n; ++i) items.push_back(edit("r" + std::to_string(i), std::nullopt, "{}"));
+  for (std::size_t i = 0; i < n; ++i)
+    items.push_back(edit("r" + std::to_string(i), std::nullopt, "{}"));
   auto results = write(std::move(items));
   ASSERT_EQ(results.size(), n);
   for (auto& r : results) ASSERT_FALSE(failed(r));

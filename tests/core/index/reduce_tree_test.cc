@@ -1,16 +1,16 @@
 // The reduce tree against brute force: random rows added and removed over many transactions,
 // every reduction of random ranges equal to reducing the rows directly, and the stored nodes
 // independent of the order the rows arrived in.
+#include "core/index/reduce_tree.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 
-#include <nlohmann/json.hpp>
-
 #include "core/query/collation.h"
-#include "core/index/reduce_tree.h"
 #include "storage/database.h"
 #include "storage/tuple.h"
 #include "storage/write_map.h"
@@ -40,26 +40,32 @@ class ReduceTreeTest : public ::testing::Test {
   static std::pair<std::string, std::string> row(int k, int id, int v) {
     Json key = Json::array({k / 10, k});
     Json value = v;
-    return {Tuple().add_bytes(collation_key(key)).add("d" + std::to_string(id))
-                .add_bytes(collation_key(value)).add(std::int64_t{0}).pack(),
+    return {Tuple()
+                .add_bytes(collation_key(key))
+                .add("d" + std::to_string(id))
+                .add_bytes(collation_key(value))
+                .add(std::int64_t{0})
+                .pack(),
             key.dump() + "\n" + value.dump()};
   }
 
   // Applies `changes` (suffix -> value, or nullopt to remove) in one transaction.
   void apply(const storage::Subspace& rows, const storage::Subspace& nodes, const Reducer& red,
              const std::map<std::string, std::optional<std::string>>& changes) {
-    ASSERT_TRUE(store_->run([&](storage::Transaction& tr) -> Status {
-      std::map<std::string, bool> touched;
-      for (const auto& [s, v] : changes) {
-        if (v)
-          tr.set(rows.key() + s, *v);
-        else
-          tr.clear(rows.key() + s);
-        touched[s] = v.has_value();
-      }
-      ReduceTree tree(rows, nodes, red);
-      return tree.update(tr, touched);
-    }).ok());
+    ASSERT_TRUE(store_
+                    ->run([&](storage::Transaction& tr) -> Status {
+                      std::map<std::string, bool> touched;
+                      for (const auto& [s, v] : changes) {
+                        if (v)
+                          tr.set(rows.key() + s, *v);
+                        else
+                          tr.clear(rows.key() + s);
+                        touched[s] = v.has_value();
+                      }
+                      ReduceTree tree(rows, nodes, red);
+                      return tree.update(tr, touched);
+                    })
+                    .ok());
   }
 
   // Brute force: reduce the rows of [b, e) directly.
@@ -138,10 +144,14 @@ TEST_F(ReduceTreeTest, EveryRangeReducesAsTheRowsDoThroughAddsAndRemoves) {
       // Bounds on rows, between rows, and at the ends.
       auto bound = [&]() -> std::string {
         switch (rng() % 4) {
-          case 0: return all_b;
-          case 1: return all_e;
-          case 2: return r.key() + keys[rng() % keys.size()];
-          default: return storage::key_after(r.key() + keys[rng() % keys.size()]);
+          case 0:
+            return all_b;
+          case 1:
+            return all_e;
+          case 2:
+            return r.key() + keys[rng() % keys.size()];
+          default:
+            return storage::key_after(r.key() + keys[rng() % keys.size()]);
         }
       };
       std::string b = bound(), e = bound();

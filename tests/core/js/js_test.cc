@@ -41,9 +41,10 @@ JsError err(const JsResult<T>& r) {
 }
 
 TEST(JsTest, MapEmitsRowsPerViewPerDocument) {
-  auto d = ddoc({{"views",
-                  {{"a", {{"map", "function(doc){ emit(doc.n, doc.n * 2); emit([doc._id], null); }"}}},
-                   {"b", {{"map", "function(doc){ if (doc.n > 1) emit(doc.n); }"}}}}}});
+  auto d =
+      ddoc({{"views",
+             {{"a", {{"map", "function(doc){ emit(doc.n, doc.n * 2); emit([doc._id], null); }"}}},
+              {"b", {{"map", "function(doc){ if (doc.n > 1) emit(doc.n); }"}}}}}});
   auto r = ok(engine().map(d, {"a", "b"}, {R"({"_id":"x","n":1})", R"({"_id":"y","n":2})"}));
   ASSERT_EQ(r.size(), 2u);
   EXPECT_EQ(json::parse(r[0]), json::parse(R"([[[1,2],[["x"],null]],[]])"));
@@ -59,8 +60,9 @@ TEST(JsTest, AThrowingMapFunctionEmitsNothingForThatDocument) {
 }
 
 TEST(JsTest, DocumentsAreFrozenForMapFunctions) {
-  auto d = ddoc({{"views", {{"a", {{"map", "function(doc){ doc.n = 7; emit(doc.n); }"}}},
-                            {"b", {{"map", "function(doc){ emit(doc.n); }"}}}}}});
+  auto d = ddoc({{"views",
+                  {{"a", {{"map", "function(doc){ doc.n = 7; emit(doc.n); }"}}},
+                   {"b", {{"map", "function(doc){ emit(doc.n); }"}}}}}});
   auto r = ok(engine().map(d, {"a", "b"}, {R"({"_id":"x","n":1})"}));
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(json::parse(r[0]), json::parse("[[[1,null]],[[1,null]]]"));
@@ -79,21 +81,28 @@ TEST(JsTest, CompilationErrorsAreReported) {
 }
 
 TEST(JsTest, RequireLoadsCommonJsModulesFromTheDesignDocument) {
-  auto d = ddoc({{"views",
-                  {{"lib", {{"math", "exports.double = function(x){ return 2 * x; };"},
-                            {"util", "var m = require('./math'); exports.quad = function(x){ return m.double(m.double(x)); };"}}},
-                   {"a", {{"map", "function(doc){ emit(require('views/lib/util').quad(doc.n)); }"}}}}}});
+  auto d =
+      ddoc({{"views",
+             {{"lib",
+               {{"math", "exports.double = function(x){ return 2 * x; };"},
+                {"util",
+                 "var m = require('./math'); exports.quad = function(x){ return "
+                 "m.double(m.double(x)); };"}}},
+              {"a", {{"map", "function(doc){ emit(require('views/lib/util').quad(doc.n)); }"}}}}}});
   auto r = ok(engine().map(d, {"a"}, {R"({"_id":"x","n":3})"}));
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(json::parse(r[0]), json::parse("[[[12,null]]]"));
-  auto bad = ddoc({{"views", {{"a", {{"map", "function(doc){ emit(require('nope')); }"}}}}}}, "3-c");
+  auto bad =
+      ddoc({{"views", {{"a", {{"map", "function(doc){ emit(require('nope')); }"}}}}}}, "3-c");
   r = ok(engine().map(bad, {"a"}, {R"({"_id":"x"})"}));  // logged, nothing emitted
   EXPECT_EQ(json::parse(r[0]), json::parse("[[]]"));
 }
 
 TEST(JsTest, ReduceAndRereduce) {
-  std::string src = "function(keys, values, rereduce){ return rereduce ? sum(values) : values.length; }";
-  auto r = ok(engine().reduce({src, "function(k, v){ return sum(v); }"}, R"([[[1,"a"],10],[[2,"b"],20]])", false));
+  std::string src =
+      "function(keys, values, rereduce){ return rereduce ? sum(values) : values.length; }";
+  auto r = ok(engine().reduce({src, "function(k, v){ return sum(v); }"},
+                              R"([[[1,"a"],10],[[2,"b"],20]])", false));
   EXPECT_EQ(json::parse(r), json::parse("[2,30]"));
   r = ok(engine().reduce({src}, "[2,3,4]", true));
   EXPECT_EQ(json::parse(r), json::parse("[9]"));
@@ -101,10 +110,11 @@ TEST(JsTest, ReduceAndRereduce) {
 
 TEST(JsTest, ReduceManyAnswersEachInputAndFailsOnlyTheFailingOne) {
   std::string src =
-      "function(keys, values, rereduce){ if (values.indexOf(13) >= 0) throw(['error', 'unlucky', 'thirteen']);"
+      "function(keys, values, rereduce){ if (values.indexOf(13) >= 0) throw(['error', 'unlucky', "
+      "'thirteen']);"
       " return sum(values); }";
-  auto r = engine().reduce_many(src, {R"([[[1,"a"],1],[[2,"b"],2]])", R"([[[3,"c"],13]])", R"([[[4,"d"],4]])"},
-                                false);
+  auto r = engine().reduce_many(
+      src, {R"([[[1,"a"],1],[[2,"b"],2]])", R"([[[3,"c"],13]])", R"([[[4,"d"],4]])"}, false);
   ASSERT_TRUE(std::holds_alternative<std::vector<js::JsResult<std::string>>>(r));
   auto& each = std::get<std::vector<js::JsResult<std::string>>>(r);
   ASSERT_EQ(each.size(), 3u);
@@ -120,7 +130,8 @@ TEST(JsTest, ReduceManyAnswersEachInputAndFailsOnlyTheFailingOne) {
 
 TEST(JsTest, ReduceThatDoesNotShrinkFailsWithReduceOverflow) {
   std::string rows = "[";
-  for (int i = 0; i < 300; ++i) rows += (i ? "," : "") + std::string(R"([[1,"a"],"0123456789012345678901234567890"])");
+  for (int i = 0; i < 300; ++i)
+    rows += (i ? "," : "") + std::string(R"([[1,"a"],"0123456789012345678901234567890"])");
   rows += "]";
   auto e = err(engine().reduce({"function(k, v){ return v.concat(v); }"}, rows, false));
   EXPECT_EQ(e.error, "reduce_overflow_error");
@@ -128,33 +139,39 @@ TEST(JsTest, ReduceThatDoesNotShrinkFailsWithReduceOverflow) {
 }
 
 TEST(JsTest, ValidateDocUpdateVerdicts) {
-  auto d = ddoc({{"validate_doc_update",
-                  "function(newDoc, oldDoc, userCtx, secObj){"
-                  " if (newDoc.bad) throw({forbidden: 'no bad docs'});"
-                  " if (!userCtx.name) throw({unauthorized: 'log in'});"
-                  " if (oldDoc && oldDoc.locked) throw({forbidden: 'locked by ' + secObj.admins.names[0]});"
-                  " if (newDoc.str) throw('plain');"
-                  " if (newDoc.err) null.x; }"}});
+  auto d = ddoc(
+      {{"validate_doc_update",
+        "function(newDoc, oldDoc, userCtx, secObj){"
+        " if (newDoc.bad) throw({forbidden: 'no bad docs'});"
+        " if (!userCtx.name) throw({unauthorized: 'log in'});"
+        " if (oldDoc && oldDoc.locked) throw({forbidden: 'locked by ' + secObj.admins.names[0]});"
+        " if (newDoc.str) throw('plain');"
+        " if (newDoc.err) null.x; }"}});
   std::string ctx = R"({"db":"d","name":"bob","roles":[]})";
   std::string sec = R"({"admins":{"names":["ann"]}})";
   EXPECT_EQ(ok(engine().validate(d, R"({"_id":"a"})", "null", ctx, sec)).kind, Verdict::Kind::ok);
   auto v = ok(engine().validate(d, R"({"_id":"a","bad":true})", "null", ctx, sec));
   EXPECT_EQ(v.kind, Verdict::Kind::forbidden);
   EXPECT_EQ(v.message, "no bad docs");
-  v = ok(engine().validate(d, R"({"_id":"a"})", "null", R"({"db":"d","name":null,"roles":[]})", sec));
+  v = ok(
+      engine().validate(d, R"({"_id":"a"})", "null", R"({"db":"d","name":null,"roles":[]})", sec));
   EXPECT_EQ(v.kind, Verdict::Kind::unauthorized);
   v = ok(engine().validate(d, R"({"_id":"a"})", R"({"_id":"a","locked":true})", ctx, sec));
   EXPECT_EQ(v.message, "locked by ann");
   v = ok(engine().validate(d, R"({"_id":"a","str":1})", "null", ctx, sec));
   EXPECT_EQ(v.kind, Verdict::Kind::other);
   EXPECT_EQ(v.message, "plain");
-  EXPECT_EQ(err(engine().validate(d, R"({"_id":"a","err":1})", "null", ctx, sec)).error, "TypeError");
+  EXPECT_EQ(err(engine().validate(d, R"({"_id":"a","err":1})", "null", ctx, sec)).error,
+            "TypeError");
 }
 
 TEST(JsTest, FiltersAndViewFilters) {
-  auto d = ddoc({{"filters", {{"odd", "function(doc, req){ return doc.n % 2 == 1 && req.query.on == 'yes'; }"}}},
-                 {"views", {{"v", {{"map", "function(doc){ if (doc.n > 1) emit(null); }"}}}}}});
-  auto r = ok(engine().filter(d, "odd", {R"({"n":1})", R"({"n":2})", R"({"n":3})"}, R"({"query":{"on":"yes"}})"));
+  auto d =
+      ddoc({{"filters",
+             {{"odd", "function(doc, req){ return doc.n % 2 == 1 && req.query.on == 'yes'; }"}}},
+            {"views", {{"v", {{"map", "function(doc){ if (doc.n > 1) emit(null); }"}}}}}});
+  auto r = ok(engine().filter(d, "odd", {R"({"n":1})", R"({"n":2})", R"({"n":3})"},
+                              R"({"query":{"on":"yes"}})"));
   EXPECT_EQ(r, (std::vector<bool>{true, false, true}));
   r = ok(engine().filter_view(d, "v", {R"({"n":1})", R"({"n":2})"}));
   EXPECT_EQ(r, (std::vector<bool>{false, true}));
@@ -163,20 +180,23 @@ TEST(JsTest, FiltersAndViewFilters) {
 
 TEST(JsTest, UpdateHandlers) {
   auto d = ddoc({{"updates",
-                  {{"bump", "function(doc, req){ if (!doc) return [null, 'none']; doc.n = (doc.n || 0) + 1;"
-                            " return [doc, {json: {n: doc.n}}]; }"}}}});
+                  {{"bump",
+                    "function(doc, req){ if (!doc) return [null, 'none']; doc.n = (doc.n || 0) + 1;"
+                    " return [doc, {json: {n: doc.n}}]; }"}}}});
   auto a = ok(engine().update(d, "bump", R"({"_id":"x","n":4})", R"({"method":"POST"})"));
   EXPECT_EQ(json::parse(a.doc_json)["n"], 5);
   EXPECT_EQ(json::parse(a.response_json), json::parse(R"({"json":{"n":5}})"));
   a = ok(engine().update(d, "bump", "null", R"({"method":"POST"})"));
   EXPECT_TRUE(a.doc_json.empty());
   EXPECT_EQ(json::parse(a.response_json), json::parse(R"({"body":"none"})"));
-  EXPECT_EQ(err(engine().update(d, "bump", "null", R"({"method":"GET"})")).error, "method_not_allowed");
+  EXPECT_EQ(err(engine().update(d, "bump", "null", R"({"method":"GET"})")).error,
+            "method_not_allowed");
 }
 
 TEST(JsTest, ARunawayFunctionTimesOutAndHarmsNothingElse) {
-  auto d = ddoc({{"views", {{"spin", {{"map", "function(doc){ while (true) {} }"}}},
-                            {"ok", {{"map", "function(doc){ emit(doc._id); }"}}}}}});
+  auto d = ddoc({{"views",
+                  {{"spin", {{"map", "function(doc){ while (true) {} }"}}},
+                   {"ok", {{"map", "function(doc){ emit(doc._id); }"}}}}}});
   std::size_t rebuilt = engine().contexts_rebuilt();
   auto t0 = std::chrono::steady_clock::now();
   auto e = err(engine().map(d, {"spin"}, {R"({"_id":"x"})"}));
@@ -193,7 +213,11 @@ TEST(JsTest, ARunawayFunctionTimesOutAndHarmsNothingElse) {
 }
 
 TEST(JsTest, RunawayMemoryIsContained) {
-  auto d = ddoc({{"views", {{"hog", {{"map", "function(doc){ var a = []; while (true) a.push(new Array(100000).fill(1)); }"}}}}}});
+  auto d = ddoc(
+      {{"views",
+        {{"hog",
+          {{"map",
+            "function(doc){ var a = []; while (true) a.push(new Array(100000).fill(1)); }"}}}}}});
   auto e = err(engine().map(d, {"hog"}, {R"({"_id":"x"})"}));
   EXPECT_EQ(e.error, "os_process_error");
   auto ok_ddoc = ddoc({{"views", {{"ok", {{"map", "function(doc){ emit(1); }"}}}}}}, "9-z");

@@ -12,13 +12,50 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 // CouchDB's documented collation sequence (docs: "Views Collation"), in order.
-const char* kOrdered[] = {
-    "null", "false", "true", "-1e300", "-2", "-1.5", "0", "1", "2", "3.0", "4", "1e300",
-    R"("")", R"(" ")", R"("0")", R"("9")", R"("a")", R"("A")", R"("aa")", R"("b")", R"("B")",
-    R"("ba")", R"("bb")", R"("é")", R"("f")", R"("ř")", R"("ü")", R"("z")", R"("日本")",
-    R"(["a"])", R"(["b"])", R"(["b","c"])", R"(["b","c","a"])", R"(["b","d"])",
-    R"(["b","d","e"])", "[[]]", R"([{}])", R"({})", R"({"a":1})", R"({"a":2})", R"({"b":1})",
-    R"({"b":2})", R"({"b":2,"a":1})", R"({"b":2,"c":2})"};
+const char* kOrdered[] = {"null",
+                          "false",
+                          "true",
+                          "-1e300",
+                          "-2",
+                          "-1.5",
+                          "0",
+                          "1",
+                          "2",
+                          "3.0",
+                          "4",
+                          "1e300",
+                          R"("")",
+                          R"(" ")",
+                          R"("0")",
+                          R"("9")",
+                          R"("a")",
+                          R"("A")",
+                          R"("aa")",
+                          R"("b")",
+                          R"("B")",
+                          R"("ba")",
+                          R"("bb")",
+                          R"("é")",
+                          R"("f")",
+                          R"("ř")",
+                          R"("ü")",
+                          R"("z")",
+                          R"("日本")",
+                          R"(["a"])",
+                          R"(["b"])",
+                          R"(["b","c"])",
+                          R"(["b","c","a"])",
+                          R"(["b","d"])",
+                          R"(["b","d","e"])",
+                          "[[]]",
+                          R"([{}])",
+                          R"({})",
+                          R"({"a":1})",
+                          R"({"a":2})",
+                          R"({"b":1})",
+                          R"({"b":2})",
+                          R"({"b":2,"a":1})",
+                          R"({"b":2,"c":2})"};
 
 TEST(CollationTest, CouchDbOrder) {
   std::vector<std::string> keys;
@@ -29,7 +66,8 @@ TEST(CollationTest, CouchDbOrder) {
   std::vector<std::size_t> idx(keys.size());
   for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   std::shuffle(idx.begin(), idx.end(), std::mt19937(7));
-  std::sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
+  std::sort(idx.begin(), idx.end(),
+            [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
   for (std::size_t i = 0; i < idx.size(); ++i) EXPECT_EQ(idx[i], i);
 }
 

@@ -6,9 +6,6 @@
 // `rev` is the rev CouchDB answered. Attachment md5s are the digests CouchDB reported for them.
 #include "core/rev/couch_rev.h"
 
-#include "core/docs/doc_json.h"
-#include "core/util/json_text.h"
-
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +14,9 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/docs/doc_json.h"
+#include "core/util/json_text.h"
 
 namespace chaise::core {
 namespace {
