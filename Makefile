@@ -4,7 +4,8 @@
 SHELL := /bin/bash
 .ONESHELL:
 .SHELLFLAGS := -euo pipefail -c
-.PHONY: deps interop-deps browser-deps fuzz-deps ui install build run test asan tsan fuzz bench
+.PHONY: deps interop-deps browser-deps fuzz-deps format-deps ui install build run test asan tsan fuzz bench \
+        format format-check
 
 # Debian 12 packages needed to build and test.
 PACKAGES := build-essential cmake ccache libboost-all-dev nlohmann-json3-dev libspdlog-dev \
@@ -144,3 +145,20 @@ bench: build
 	  fi
 	done
 	if [ "$$found" -eq 0 ]; then echo "no benchmark executables in build/bench/" >&2; exit 1; fi
+
+# clang-format (.clang-format at the root) over every C++ file git tracks. CI runs format-check.
+format-deps:
+	@if command -v clang-format >/dev/null; then exit 0; fi
+	if [ "$$(id -u)" -ne 0 ]; then
+	  echo "make format-deps: clang-format missing; run as root (or: sudo apt-get install -y clang-format)" >&2
+	  exit 1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update
+	apt-get install -y --no-install-recommends clang-format
+
+format: format-deps
+	git ls-files -z '*.cc' '*.h' | xargs -0 clang-format -i
+
+format-check: format-deps
+	git ls-files -z '*.cc' '*.h' | xargs -0 clang-format --dry-run -Werror
