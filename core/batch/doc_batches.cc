@@ -23,6 +23,21 @@ std::string random_tx_id() {
   return id;
 }
 
+// Whether the attempt that wrote transaction-id key `tx_key` committed (RFC 000): after a
+// commit_unknown_result, the key is there exactly when it did (or gone with its database).
+StorageResult<bool> attempt_landed(Transaction& tr, const std::string& tx_key) {
+  auto seen = tr.get(tx_key);
+  if (!seen.ok()) return seen.error();
+  return seen->has_value();
+}
+
+// Writes this attempt's transaction id and returns its key, for attempt_landed() on a retry.
+std::string record_tx_id(Transaction& tr, const DbRef& db, const std::string& tx_id) {
+  std::string key = db.space.txids().pack(Tuple().add_bytes(tx_id));
+  tr.set(key, "");
+  return key;
+}
+
 const std::string& item_id(const DocWriteBatch::Item& it) {
   return it.replicated ? it.replicated_doc.id : it.update.id;
 }
@@ -146,6 +161,108 @@ StorageResult<std::optional<CouchError>> validate_item(Transaction& tr, const Db
   return v.validate(new_json, old_json);
 }
 
+// The body bytes and attachment bytes an item writes: what a round's byte bound counts.
+std::size_t item_bytes(const DocWriteBatch::Item& it) {
+  std::size_t bytes = it.replicated ? it.replicated_doc.body.size() : it.update.body.size();
+  for (const AttUpload& a : it.replicated ? it.replicated_doc.atts : it.update.atts)
+    bytes += a.stored.size();
+  return bytes;
+}
+
+// The sequence slots of a round's edits. The N of this round's "N-..." sequences continues the
+// database's count of changes, read as a snapshot so writers never conflict on it (concurrent
+// rounds may show the same N; core/db/sequence.h). An edit that wrote nothing (refused, or a
+// replicated revision already stored) gives its slot back: the count of changes, and the feeds
+// woken by it, move only with changes.
+struct SeqSlots {
+  std::int64_t count_base = 0;
+  std::uint16_t used = 0;
+  SeqSlot take() {
+    SeqSlot s{used, count_base + used + 1};
+    ++used;
+    return s;
+  }
+  void give_back() { --used; }
+};
+
+// The ids that inserts of a round name (edits without a base revision, and replicated revisions:
+// the replicator's new documents), proved absent together where they follow one another in key
+// order. Read before the round writes any document; each id is edited at most once in a round.
+struct InsertProof {
+  std::vector<std::string_view> ids;  // sorted, distinct
+  std::vector<bool> none;             // by ids: no revision stored (empty: nothing proved)
+  Stored stored_of(std::string_view id) const {
+    if (none.empty()) return Stored::unknown;
+    auto at = std::lower_bound(ids.begin(), ids.end(), id);
+    return at != ids.end() && *at == id && none[at - ids.begin()] ? Stored::none : Stored::unknown;
+  }
+};
+
+StorageResult<InsertProof> prove_inserts(Transaction& tr, const DbRef& db,
+                                         const std::vector<DocWriteBatch::Item>& items,
+                                         const std::vector<bool>& done) {
+  InsertProof p;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const DocWriteBatch::Item& it = items[i];
+    if (done[i] || it.local) continue;
+    if (it.replicated)
+      p.ids.push_back(it.replicated_doc.id);
+    else if (!it.update.base_rev)
+      p.ids.push_back(it.update.id);
+  }
+  std::sort(p.ids.begin(), p.ids.end());
+  p.ids.erase(std::unique(p.ids.begin(), p.ids.end()), p.ids.end());
+  if (p.ids.size() > 1) {
+    auto none = ids_without_revisions(tr, db, p.ids);
+    if (!none.ok()) return none.error();
+    p.none = std::move(*none);
+  }
+  return p;
+}
+
+// What one round's edits share.
+struct Round {
+  Transaction& tr;
+  const DbRef& db;
+  int revs_limit;
+  const std::vector<ShardMap>& maps;
+  IndexWriteHooks& hooks;
+  SeqSlots& slots;
+  const InsertProof& inserts;
+};
+
+// One item written: its result, and for a _local document its new revision's text.
+struct ItemWrite {
+  DocWriteBatch::ItemResult result;
+  std::string local_rev;
+};
+
+StorageResult<ItemWrite> write_item(Round& r, const DocWriteBatch::Item& it) {
+  using Result = DocWriteBatch::ItemResult;
+  if (it.local) {
+    auto w = put_local(r.tr, r.db, it.update.id, it.local_rev, it.update.deleted, it.update.body);
+    if (!w.ok()) return w.error();
+    if (failed(*w)) return ItemWrite{Result(std::get<CouchError>(*w)), {}};
+    return ItemWrite{Result(UpdateResult{it.update.id, RevId{0, {}}}), std::get<std::string>(*w)};
+  }
+  if (it.replicated) {
+    auto w = replicate_doc(r.tr, r.db, it.replicated_doc, r.revs_limit, r.maps, r.slots.take(),
+                           r.hooks, r.inserts.stored_of(it.replicated_doc.id));
+    if (!w.ok()) return w.error();
+    if (failed(*w)) {
+      r.slots.give_back();
+      return ItemWrite{Result(std::get<CouchError>(*w)), {}};
+    }
+    if (!std::get<bool>(*w)) r.slots.give_back();
+    return ItemWrite{Result(UpdateResult{it.replicated_doc.id, it.replicated_doc.path.leaf}), {}};
+  }
+  const Stored stored = it.update.base_rev ? Stored::unknown : r.inserts.stored_of(it.update.id);
+  auto w = update_doc(r.tr, r.db, it.update, r.revs_limit, r.maps, r.slots.take(), r.hooks, stored);
+  if (!w.ok()) return w.error();
+  if (failed(*w)) r.slots.give_back();
+  return ItemWrite{std::move(*w), {}};
+}
+
 }  // namespace
 
 storage::Status DocWriteBatch::operator()(Transaction& tr) {
@@ -154,10 +271,10 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
   } else if (!round_.empty() && !tx_key_.empty()) {
     // A retry: if the previous attempt's commit may have landed, the transaction id it wrote tells
     // (gone with its database if that was deleted meanwhile).
-    auto seen = tr.get(tx_key_);
-    if (!seen.ok()) return seen.error();
+    auto landed = attempt_landed(tr, tx_key_);
+    if (!landed.ok()) return landed.error();
     // Committed: keep that attempt's results and write nothing; tx_key_ still names its key.
-    if (seen->has_value()) return {};
+    if (*landed) return {};
     tx_id_ = random_tx_id();
   }
   tx_key_.clear();
@@ -205,65 +322,25 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
     validate = *any;
   }
 
+  auto seq_base = read_counter(tr, db, keyspace::kChangeCount);
+  if (!seq_base.ok()) return seq_base.error();
+  SeqSlots slots{*seq_base};
+  auto inserts = prove_inserts(tr, db, items_, done_);
+  if (!inserts.ok()) return inserts.error();
+  Round round{tr, db, *limit, *maps, *hooks, slots, *inserts};
+
   // This round: the first not-yet-done occurrence of each id; later ones wait for a later round.
   round_.clear();
   std::unordered_set<std::string_view> seen_ids;  // views into items_, which outlives the round
-  std::uint16_t vs_user = 0;
-  // The N of this round's "N-..." sequences continues the database's count of changes. A snapshot
-  // read, so writers never conflict on it; concurrent rounds may show the same N (see
-  // core/db/sequence.h).
-  auto seq_base = read_counter(tr, db, keyspace::kChangeCount);
-  if (!seq_base.ok()) return seq_base.error();
-  const std::int64_t count_base = *seq_base;
-  auto slot = [&] {
-    SeqSlot s{vs_user, count_base + vs_user + 1};
-    ++vs_user;
-    return s;
-  };
-  // An edit that wrote nothing (refused, or a replicated revision already stored) gives its slot
-  // back: the count of changes, and the feeds woken by it, move only with changes.
-  auto unused_slot = [&] { --vs_user; };
-  // The ids that inserts of this batch name (edits without a base revision, and replicated
-  // revisions: the replicator's new documents), proved absent together where they follow one
-  // another in key order. Read before this round writes any document, and each id is edited at
-  // most once in a round.
-  std::vector<std::string_view> insert_ids;
-  for (std::size_t i = 0; i < items_.size(); ++i) {
-    const Item& it = items_[i];
-    if (done_[i] || it.local) continue;
-    if (it.replicated)
-      insert_ids.push_back(it.replicated_doc.id);
-    else if (!it.update.base_rev)
-      insert_ids.push_back(it.update.id);
-  }
-  std::sort(insert_ids.begin(), insert_ids.end());
-  insert_ids.erase(std::unique(insert_ids.begin(), insert_ids.end()), insert_ids.end());
-  std::vector<bool> insert_none;
-  if (insert_ids.size() > 1) {
-    auto none = ids_without_revisions(tr, db, insert_ids);
-    if (!none.ok()) return none.error();
-    insert_none = std::move(*none);
-  }
-  auto stored_of = [&](std::string_view id) {
-    if (insert_none.empty()) return Stored::unknown;
-    auto at = std::lower_bound(insert_ids.begin(), insert_ids.end(), id);
-    return at != insert_ids.end() && *at == id && insert_none[at - insert_ids.begin()]
-               ? Stored::none
-               : Stored::unknown;
-  };
   std::size_t round_bytes = 0;
   for (std::size_t i = 0; i < items_.size(); ++i) {
     if (done_[i]) continue;
     const std::string& id = item_id(items_[i]);
     // A round is one transaction: keep it well inside FoundationDB's 10 MB and the 2-byte
     // per-transaction versionstamp order; what does not fit waits for the next round.
-    std::size_t item_bytes =
-        items_[i].replicated ? items_[i].replicated_doc.body.size() : items_[i].update.body.size();
-    for (const AttUpload& a :
-         items_[i].replicated ? items_[i].replicated_doc.atts : items_[i].update.atts)
-      item_bytes += a.stored.size();
+    const std::size_t bytes = item_bytes(items_[i]);
     if (!round_.empty() && (round_.size() >= kDocsPerTransactionMax ||
-                            round_bytes + item_bytes > kBodyBytesPerTransactionMax))
+                            round_bytes + bytes > kBodyBytesPerTransactionMax))
       break;
     // A second edit of one id waits for a later round, so that edits of one document apply in
     // request order, each against the tree the previous one left (couch_db_updater
@@ -271,8 +348,8 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
     if (seen_ids.count(id)) continue;
     seen_ids.insert(id);
     round_.push_back(i);
-    round_bytes += item_bytes;
-    Item& it = items_[i];
+    round_bytes += bytes;
+    const Item& it = items_[i];
     if (validate && !it.local) {
       auto verdict = validate_item(tr, db, it, *validator_);
       if (!verdict.ok()) return verdict.error();
@@ -281,33 +358,10 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
         continue;
       }
     }
-    if (it.local) {
-      auto r = put_local(tr, db, it.update.id, it.local_rev, it.update.deleted, it.update.body);
-      if (!r.ok()) return r.error();
-      if (failed(*r)) {
-        results_[i] = ItemResult(std::get<CouchError>(*r));
-      } else {
-        local_revs_[i] = std::get<std::string>(*r);
-        results_[i] = ItemResult(UpdateResult{it.update.id, RevId{0, {}}});
-      }
-    } else if (it.replicated) {
-      auto r = replicate_doc(tr, db, it.replicated_doc, *limit, *maps, slot(), *hooks,
-                             stored_of(it.replicated_doc.id));
-      if (!r.ok()) return r.error();
-      if (failed(*r)) {
-        unused_slot();
-        results_[i] = ItemResult(std::get<CouchError>(*r));
-      } else {
-        if (!std::get<bool>(*r)) unused_slot();
-        results_[i] = ItemResult(UpdateResult{it.replicated_doc.id, it.replicated_doc.path.leaf});
-      }
-    } else {
-      const Stored stored = it.update.base_rev ? Stored::unknown : stored_of(it.update.id);
-      auto r = update_doc(tr, db, it.update, *limit, *maps, slot(), *hooks, stored);
-      if (!r.ok()) return r.error();
-      if (failed(*r)) unused_slot();
-      results_[i] = std::move(*r);
-    }
+    auto w = write_item(round, it);
+    if (!w.ok()) return w.error();
+    results_[i] = std::move(w->result);
+    if (it.local && !failed(*results_[i])) local_revs_[i] = std::move(w->local_rev);
   }
   if (auto st = hooks->finish(tr, db, js_); !st.ok()) return st.error();
   // An idempotent batch's record tells whether it committed. A round that writes nothing (every
@@ -317,12 +371,11 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
   // would be two of a new document's six memtable entries (written, then cleared by the
   // janitor), a seventh of a write's memtable bytes, for a retry that never comes.
   if (!idem_ && !tr.read_only() && tr.may_commit_unknown_result()) {
-    tx_key_ = db.space.txids().pack(Tuple().add_bytes(tx_id_));
-    tr.set(tx_key_, "");
+    tx_key_ = record_tx_id(tr, db, tx_id_);
   }
-  if (vs_user > 0) {
+  if (slots.used > 0) {
     tr.add(db.space.meta_key(keyspace::kUpdateCounter), 1);  // wakes waiting feeds
-    tr.add(db.space.counter_key(keyspace::kChangeCount), vs_user);
+    tr.add(db.space.counter_key(keyspace::kChangeCount), slots.used);
   }
   if (idem_) {
     rendered_ = render_(*this);
@@ -345,9 +398,7 @@ bool DocWriteBatch::fits_one_round() const {
   std::size_t bytes = 0;
   for (const Item& it : items_) {
     if (!ids.insert(item_id(it)).second) return false;
-    bytes += it.replicated ? it.replicated_doc.body.size() : it.update.body.size();
-    for (const AttUpload& a : it.replicated ? it.replicated_doc.atts : it.update.atts)
-      bytes += a.stored.size();
+    bytes += item_bytes(it);
   }
   return items_.size() <= 1 || bytes <= kBodyBytesPerTransactionMax;
 }
@@ -364,9 +415,9 @@ DocStepBatch::DocStepBatch(std::string db_name, std::string id, std::vector<DocS
 storage::Status DocStepBatch::operator()(Transaction& tr) {
   if (attempts_++ > 0 && !tx_key_.empty()) {
     // A retry: if the previous attempt's commit may have landed, its transaction id tells.
-    auto seen = tr.get(tx_key_);
-    if (!seen.ok()) return seen.error();
-    if (seen->has_value()) return {};  // committed: keep its results
+    auto landed = attempt_landed(tr, tx_key_);
+    if (!landed.ok()) return landed.error();
+    if (*landed) return {};  // committed: keep its results
   }
   tx_id_ = random_tx_id();
   tx_key_.clear();
@@ -480,8 +531,7 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
   // As DocWriteBatch: a transaction that writes nothing (every step refused, no answer to store),
   // or whose commit's outcome is always known, needs no id.
   if (!tr.read_only() && tr.may_commit_unknown_result()) {
-    tx_key_ = db.space.txids().pack(Tuple().add_bytes(tx_id_));
-    tr.set(tx_key_, "");
+    tx_key_ = record_tx_id(tr, db, tx_id_);
   }
   return {};
 }
