@@ -1,6 +1,7 @@
 #include "core/index/unique_index.h"
 
 #include <mutex>
+#include <set>
 
 #include "core/db/db_cache.h"
 #include "core/docs/documents.h"
@@ -317,6 +318,46 @@ StorageResult<std::vector<OrderedJson>> unique_violations(Transaction& tr, const
     out.push_back(std::move(row));
   }
   return out;
+}
+
+UniqueIndexBuild::UniqueIndexBuild(DbRef db, UniqueIndexDef def)
+    : db_(std::move(db)), def_(std::move(def)) {}
+
+storage::Status UniqueIndexBuild::operator()(Transaction& tr) {
+  attempt_cursor_ = cursor_;
+  attempt_dups_ = dups_;
+  auto r = unique_build_step(tr, db_, def_, attempt_cursor_, attempt_dups_);
+  if (!r.ok()) return r.error();
+  attempt_done_ = *r;
+  return {};
+}
+
+void UniqueIndexBuild::committed() {
+  cursor_ = std::move(attempt_cursor_);
+  dups_ = std::move(attempt_dups_);
+  done_ = attempt_done_;
+}
+
+namespace {
+std::mutex g_claims_mu;
+std::set<std::string> g_claims;  // guarded by g_claims_mu
+}  // namespace
+
+std::optional<UniqueBuildClaim> UniqueBuildClaim::take(std::string index_id) {
+  std::lock_guard lock(g_claims_mu);
+  if (!g_claims.insert(index_id).second) return std::nullopt;
+  return UniqueBuildClaim(std::move(index_id));
+}
+
+bool UniqueBuildClaim::held(const std::string& index_id) {
+  std::lock_guard lock(g_claims_mu);
+  return g_claims.count(index_id) > 0;
+}
+
+UniqueBuildClaim::~UniqueBuildClaim() {
+  if (id_.empty()) return;
+  std::lock_guard lock(g_claims_mu);
+  g_claims.erase(id_);
 }
 
 }  // namespace chaise::core

@@ -84,6 +84,48 @@ inline constexpr std::size_t kUniqueBuildDocsPerStep = 500;
 inline constexpr std::size_t kUniqueDuplicatesMax = 100;
 StorageResult<bool> unique_build_step(Transaction& tr, const DbRef& db, const UniqueIndexDef& def,
                                       std::string& cursor, std::vector<UniqueDuplicate>& dups);
+
+// Building a unique index's table over the live documents, as a sequence of transaction bodies of
+// kUniqueBuildDocsPerStep documents each (unique_build_step): run it until done(), calling
+// committed() after each commit. A retried attempt starts again from the last committed step.
+class UniqueIndexBuild {
+ public:
+  UniqueIndexBuild(DbRef db, UniqueIndexDef def);
+  storage::Status operator()(Transaction& tr);
+  void committed();
+  bool done() const { return done_; }
+  // The documents found sharing a key so far (at most kUniqueDuplicatesMax ids in all).
+  const std::vector<UniqueDuplicate>& duplicates() const { return dups_; }
+
+ private:
+  DbRef db_;
+  UniqueIndexDef def_;
+  std::string cursor_, attempt_cursor_;
+  std::vector<UniqueDuplicate> dups_, attempt_dups_;
+  bool done_ = false, attempt_done_ = false;
+};
+
+// The unique indexes this process is building. A build holds its index's claim while it runs, so
+// a second POST /_index of the same index is refused meanwhile, and GET /_index can tell a running
+// build from one that a restart interrupted.
+class UniqueBuildClaim {
+ public:
+  // nullopt: the index is being built already.
+  static std::optional<UniqueBuildClaim> take(std::string index_id);
+  static bool held(const std::string& index_id);
+
+  UniqueBuildClaim(UniqueBuildClaim&& other) noexcept : id_(std::move(other.id_)) {
+    other.id_.clear();
+  }
+  UniqueBuildClaim(const UniqueBuildClaim&) = delete;
+  UniqueBuildClaim& operator=(const UniqueBuildClaim&) = delete;
+  UniqueBuildClaim& operator=(UniqueBuildClaim&&) = delete;
+  ~UniqueBuildClaim();
+
+ private:
+  explicit UniqueBuildClaim(std::string id) : id_(std::move(id)) {}
+  std::string id_;  // empty once moved from
+};
 // Marks the index ready (true), or removes it with its table (false), in the registry.
 StorageResult<bool> unique_finish(Transaction& tr, const DbRef& db, const std::string& index_id,
                                   bool keep);

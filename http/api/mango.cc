@@ -9,8 +9,6 @@
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <map>
-#include <mutex>
-#include <set>
 
 #include "core/docs/attachments.h"
 #include "core/docs/design_doc.h"
@@ -73,8 +71,6 @@ core::UniqueIndexes read_unique(const Call& call, const core::DbRef& db) {
 }
 
 // Unique indexes being built by this server (one builder per index).
-std::mutex g_building_mu;
-std::set<std::string> g_building;  // guarded by g_building_mu
 
 OrderedJson all_docs_index_json() {
   return OrderedJson::parse(
@@ -150,18 +146,8 @@ boost::asio::awaitable<Response> build_unique(const Call& call, const core::DbRe
                                               const OrderedJson& map, bool write_ddoc) {
   const std::string ddoc = doc["_id"].get<std::string>();
   core::UniqueIndexDef def{core::unique_index_id(ddoc, name, map), ddoc, name, map, false};
-  {
-    std::lock_guard lock(g_building_mu);
-    if (!g_building.insert(def.id).second)
-      throw HttpError(409, "conflict", "Index " + name + " is being built");
-  }
-  struct Leave {
-    std::string id;
-    ~Leave() {
-      std::lock_guard lock(g_building_mu);
-      g_building.erase(id);
-    }
-  } leave{def.id};
+  auto claim = core::UniqueBuildClaim::take(def.id);
+  if (!claim) throw HttpError(409, "conflict", "Index " + name + " is being built");
 
   if (write_ddoc) {
     core::DocWriteBatch batch = index_ddoc_batch(call, db, ddoc, doc, false);
@@ -184,22 +170,13 @@ boost::asio::awaitable<Response> build_unique(const Call& call, const core::DbRe
     if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
   }
 
-  std::string cursor;
-  std::vector<core::UniqueDuplicate> dups;
-  for (bool done = false; !done;) {
-    const std::string start = cursor;
-    const std::vector<core::UniqueDuplicate> before = dups;
-    storage::Status s =
-        co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
-          cursor = start;
-          dups = before;
-          auto r = core::unique_build_step(tr, db, def, cursor, dups);
-          if (!r.ok()) return r.error();
-          done = *r;
-          return {};
-        });
+  core::UniqueIndexBuild build(db, def);
+  while (!build.done()) {
+    storage::Status s = co_await run_txn(call.store(), build);
     if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+    build.committed();
   }
+  const std::vector<core::UniqueDuplicate>& dups = build.duplicates();
 
   if (!dups.empty()) {
     OrderedJson ids = OrderedJson::array();
@@ -432,8 +409,7 @@ MaybeResponse list_indexes(Call& call, const core::DbRef& db) {
     if (const core::UniqueIndexDef* u = find_unique(unique, idx.ddoc, idx.name)) {
       j["unique"] = true;
       if (!u->ready) {
-        std::lock_guard lock(g_building_mu);
-        j["build"] = g_building.count(u->id) ? "running" : "interrupted";
+        j["build"] = core::UniqueBuildClaim::held(u->id) ? "running" : "interrupted";
       }
       auto v = core::unique_violations(tr, db, u->id, core::kUniqueDuplicatesMax);
       if (!v.ok()) throw HttpError(core::storage_failure(v.error()));
