@@ -24,7 +24,9 @@
 #include "core/batch/doc_batches.h"
 #include "core/docs/documents.h"
 #include "core/security/replicator_docs.h"
+#include "core/util/ascii.h"
 #include "core/util/json_text.h"
+#include "http/api/etag.h"
 #include "http/api/idempotency.h"
 #include "http/api/js_request.h"
 #include "http/api/request.h"
@@ -84,12 +86,6 @@ std::string unquote(std::string_view s) {
   return out;
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 std::optional<std::string> header(const Request& req, field f) {
   auto it = req.find(f);
   if (it == req.end()) return std::nullopt;
@@ -126,7 +122,7 @@ std::optional<std::string> couch_rev_text(std::string_view text) {
   if (n != 0 && h.size() == 32) {
     for (char c : h)
       if (hex_digit(c) < 0) return std::nullopt;
-    h = lower(h);
+    h = core::ascii_lower(h);
   }
   return std::to_string(n) + "-" + h;
 }
@@ -271,34 +267,17 @@ DocQuery parse_doc_query(const Call& call) {
 
 // ---- Responses --------------------------------------------------------------------------------
 
-// chttpd:etag_match: the If-None-Match tokens (split on ',' and ' ', "W/" stripped).
-bool etag_matches(const Request& req, std::string_view etag) {
-  std::string_view v = req[field::if_none_match];
-  while (!v.empty()) {
-    const std::size_t end = v.find_first_of(", ");
-    std::string_view token = v.substr(0, end);
-    v = end == std::string_view::npos ? std::string_view{} : v.substr(end + 1);
-    if (token.starts_with("W/")) token.remove_prefix(2);
-    if (!token.empty() && token == etag) return true;
-  }
-  return false;
-}
-
+// A document's 304 also carries Cache-Control, as every document answer does.
 Response not_modified(const Request& req, std::string_view etag) {
-  Response r{Status::not_modified, req.version()};
-  r.set(field::server, kServerHeader);
-  r.set(field::date, http_date_now());
+  Response r = not_modified_response(req, etag);
   r.set(field::cache_control, "must-revalidate");
-  r.set(field::etag, etag);
-  r.keep_alive(req.keep_alive());
-  r.prepare_payload();
   return r;
 }
 
 // A document answer with its ETag, or 304 when the client has it (chttpd:etag_respond).
 Response doc_response(const Request& req, std::string body,
                       const std::optional<std::string>& etag) {
-  if (etag && etag_matches(req, *etag)) return not_modified(req, *etag);
+  if (etag && if_none_match_has(req, *etag)) return not_modified(req, *etag);
   Response r = raw_json_response(req, Status::ok, std::move(body));
   if (etag) r.set(field::etag, *etag);
   return r;
@@ -518,7 +497,7 @@ Response send_doc(const Call& call, storage::Transaction& tr, const core::DbRef&
                   const core::StoredBranch& b, core::DocReadOptions o,
                   const std::optional<std::string>& etag, BodyPlan* deferred) {
   // A document only partly public is answered 304 only once it is known to be readable at all.
-  if (etag && !o.public_fields && etag_matches(call.req, *etag))
+  if (etag && !o.public_fields && if_none_match_has(call.req, *etag))
     return not_modified(call.req, *etag);
   const bool want_data = o.attachments || o.atts_since.has_value();
   const bool multipart = want_data && accepts_media_type(call.req, "multipart/related");
@@ -529,7 +508,7 @@ Response send_doc(const Call& call, storage::Transaction& tr, const core::DbRef&
   auto json = core::branch_doc_json(tr, db, id, all, b, o, &rendered);
   if (!json.ok()) return storage_error_response(call.req, json.error());
   if (json->empty()) throw_couch(core::doc_not_found());  // none of its fields is public
-  if (etag && o.public_fields && etag_matches(call.req, *etag))
+  if (etag && o.public_fields && if_none_match_has(call.req, *etag))
     return not_modified(call.req, *etag);
   if (!multipart || !rendered.any) return doc_response(call.req, std::move(*json), etag);
   const std::string boundary = make_boundary();
@@ -559,7 +538,7 @@ Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRe
     if (!doc.ok()) return storage_error_response(call.req, doc.error());
     if (*doc) {
       const std::string etag = dquote((*doc)->rev.str());
-      if (etag_matches(call.req, etag)) return not_modified(call.req, etag);
+      if (if_none_match_has(call.req, etag)) return not_modified(call.req, etag);
       return doc_response(call.req, std::move((*doc)->json), etag);
     }
   }
@@ -830,7 +809,7 @@ core::DocWriteBatch::Item put_item(const Call& call, const Target& t, const DocQ
 // the parts after it, which hold the bytes of the "follows" attachments in document order.
 Json put_body(const Call& call, std::vector<MultipartPart>& parts) {
   const std::string_view ctype = call.req[field::content_type];
-  if (!lower(ctype).starts_with("multipart/related")) return request_json(call.req);
+  if (!core::ascii_lower(ctype).starts_with("multipart/related")) return request_json(call.req);
   auto boundary = multipart_boundary(ctype);
   if (!boundary) throw_bad_request("Invalid multipart/related request: no boundary");
   auto parsed = parse_multipart(call.req.body(), *boundary);
@@ -1222,7 +1201,7 @@ std::optional<Response> design_redirect(const Call& call) {
   if (call.path.size() != 2 || !call.path[1].starts_with("_design/") || !call.is(verb::get))
     return std::nullopt;
   std::string target(call.req.target());
-  const std::string lowered = lower(target);
+  const std::string lowered = core::ascii_lower(target);
   const std::size_t at = lowered.find("_design%2f");
   if (at == std::string::npos) return std::nullopt;
   target.replace(at, 10, "_design/");

@@ -12,6 +12,7 @@
 
 #include "core/docs/json_patch.h"
 #include "core/security/replicator_docs.h"
+#include "core/util/ascii.h"
 #include "core/util/json_text.h"
 #include "http/api/hot_docs.h"
 #include "http/api/idempotency.h"
@@ -28,7 +29,7 @@ PatchKind patch_kind(const Request& req) {
   std::string type(req[beast_http::field::content_type]);
   type = type.substr(0, type.find(';'));
   while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.pop_back();
-  for (char& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  type = core::ascii_lower(type);
   if (type == "application/merge-patch+json" || type == "application/json") return PatchKind::merge;
   if (type == "application/json-patch+json") return PatchKind::json_patch;
   throw HttpError(415, "bad_content_type",

@@ -6,6 +6,7 @@
 #include "core/db/databases.h"
 #include "core/db/txid_janitor.h"
 #include "core/docs/validation.h"
+#include "core/util/ascii.h"
 #include "http/api/txn.h"
 
 namespace chaise::http {
@@ -110,19 +111,14 @@ std::string absolute_uri(const Request& req, bool secure, std::string_view path)
 }
 
 bool accepts_media_type(const Request& req, std::string_view type) {
-  auto lower = [](std::string_view v) {
-    std::string out(v);
-    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return out;
-  };
   auto trim = [](std::string_view v) {
     while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
     while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
     return v;
   };
   auto it = req.find(beast_http::field::accept);
-  const std::string value = it == req.end() ? std::string("*/*") : lower(it->value());
-  const std::string wanted = lower(type);
+  const std::string value = it == req.end() ? std::string("*/*") : core::ascii_lower(it->value());
+  const std::string wanted = core::ascii_lower(type);
   const std::string major = wanted.substr(0, wanted.find('/')) + "/*";
   bool accepted = false, refused = false;
   std::string_view rest = value;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/db/databases.h"
+#include "core/util/ascii.h"
 #include "http/api/etag.h"
 #include "http/api/request.h"
 #include "http/api/router.h"
@@ -109,9 +110,7 @@ constexpr std::size_t kInfosPerTransaction = 200;
 bool parse_bool_param(const Query& query, std::string_view key, bool fallback) {
   auto v = query.get(key);
   if (!v) return fallback;
-  std::string lower = *v;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string lower = core::ascii_lower(*v);
   if (lower == "true") return true;
   if (lower == "false") return false;
   throw_query_parse_error("Invalid boolean parameter: \"" + *v + "\"");

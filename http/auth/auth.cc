@@ -16,6 +16,7 @@
 #include "core/db/db_cache.h"
 #include "core/docs/attachments.h"
 #include "core/docs/documents.h"
+#include "core/util/ascii.h"
 #include "core/util/digest.h"
 #include "core/util/json_text.h"
 #include "http/transport/workers.h"
@@ -50,12 +51,6 @@ std::vector<std::string> split_list(std::string_view text) {
   }
   out.push_back(current);
   std::erase(out, std::string());
-  return out;
-}
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
 
@@ -171,7 +166,7 @@ AuthSettings auth_settings(const config::Sections& values, bool admin_party) {
       std::max<std::int64_t>(1, std::atoll(config::get_auth(values, "timeout", "600").c_str()));
   s.allow_persistent_cookies =
       config::get_auth(values, "allow_persistent_cookies", "true") != "false";
-  const std::string same_site = lower(config::get_auth(values, "same_site"));
+  const std::string same_site = core::ascii_lower(config::get_auth(values, "same_site"));
   if (same_site == "none") s.same_site = "None";
   if (same_site == "lax") s.same_site = "Lax";
   if (same_site == "strict") s.same_site = "Strict";

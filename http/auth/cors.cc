@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "config/settings.h"
+#include "core/util/ascii.h"
 
 namespace chaise::http {
 
@@ -36,12 +37,6 @@ constexpr std::array<std::string_view, 6> kSimpleHeaders = {
 constexpr std::array<std::string_view, 6> kCouchHeaders = {
     "accept-ranges",      "etag", "server", "x-couch-request-id", "x-couch-update-newrev",
     "x-couchdb-body-time"};
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 std::string trim(std::string_view s) {
   const auto b = s.find_first_not_of(" \t");
@@ -108,13 +103,13 @@ CorsSettings cors_settings(const config::Sections& values, const std::string& se
   if (headers.empty()) {
     for (auto h : kSupportedHeaders) s.headers.emplace_back(h);
   } else {
-    for (const auto& h : split_list(headers)) s.headers.push_back(lower(h));
+    for (const auto& h : split_list(headers)) s.headers.push_back(core::ascii_lower(h));
   }
   const std::string exposed = get("exposed_headers");
   if (exposed.empty()) {
     for (auto h : kCouchHeaders) s.exposed.emplace_back(h);
   } else {
-    for (const auto& h : split_list(exposed)) s.exposed.push_back(lower(h));
+    for (const auto& h : split_list(exposed)) s.exposed.push_back(core::ascii_lower(h));
   }
   s.max_age = get("max_age", "600");
   return s;
@@ -158,7 +153,7 @@ std::optional<Response> cors_preflight(const Request& req, const CorsSettings& s
     requested = std::string(h->value());
     // chttpd_cors:split_headers: ",\s*"; every one must be allowed.
     for (const auto& name : split_list(requested)) {
-      if (!name.empty() && !contains(s.headers, lower(name))) return std::nullopt;
+      if (!name.empty() && !contains(s.headers, core::ascii_lower(name))) return std::nullopt;
     }
   }
   Response r{beast_http::status::no_content, req.version()};
@@ -189,7 +184,7 @@ void add_cors_headers(const Request& req, const CorsSettings& s, Response& respo
   }
   std::vector<std::string> exposed;
   for (const auto& field : response) {
-    const std::string name = lower(field.name_string());
+    const std::string name = core::ascii_lower(field.name_string());
     if (contains(kSimpleHeaders, name) && !contains(exposed, name)) exposed.push_back(name);
   }
   // chttpd_cors:maybe_apply_headers puts content-type first whatever the response's type.

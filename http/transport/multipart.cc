@@ -6,15 +6,10 @@
 #include <cstdint>
 #include <random>
 
+#include "core/util/ascii.h"
+
 namespace chaise::http {
 namespace {
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return out;
-}
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -44,7 +39,7 @@ std::size_t parse_headers(std::string_view s, MultipartPart& part) {
 std::optional<std::pair<std::string, std::string>> parse_part_header(std::string_view line) {
   const std::size_t colon = line.find(':');
   if (colon == std::string_view::npos || colon == 0) return std::nullopt;
-  return std::make_pair(lower(trim(line.substr(0, colon))),
+  return std::make_pair(core::ascii_lower(trim(line.substr(0, colon))),
                         std::string(trim(line.substr(colon + 1))));
 }
 
@@ -63,7 +58,7 @@ std::optional<std::string> multipart_boundary(std::string_view content_type) {
     std::string_view param = trim(rest.substr(0, rest.find(';')));
     const std::size_t eq = param.find('=');
     if (eq == std::string_view::npos) continue;
-    if (lower(trim(param.substr(0, eq))) != "boundary") continue;
+    if (core::ascii_lower(trim(param.substr(0, eq))) != "boundary") continue;
     std::string_view v = trim(param.substr(eq + 1));
     if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
     if (v.empty() || v.size() > 200) return std::nullopt;
