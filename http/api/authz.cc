@@ -93,11 +93,10 @@ void authorize_request(const Call& call) {
 std::variant<core::DbRef, core::CouchError> open_db_or_error(const Call& call) {
   const std::string& name = call.path.at(0);
   auto tr = call.store().create_transaction();
-  auto r = core::open_db_with_security(tr, name);
-  if (!r.ok()) throw HttpError(core::storage_failure(r.error()));
+  auto r = value_or_throw(core::open_db_with_security(tr, name));
   // CouchDB answers 404 for a missing database whatever its name; only PUT checks the name.
-  if (core::failed(*r)) return std::get<core::CouchError>(std::move(*r));
-  core::OpenedDb opened = std::get<core::OpenedDb>(std::move(*r));
+  if (core::failed(r)) return std::get<core::CouchError>(std::move(r));
+  core::OpenedDb opened = std::get<core::OpenedDb>(std::move(r));
   call.security = std::move(opened.security);
   if (!core::is_db_member(call.user, *call.security)) {
     return denied(call, call.user.name ? "You are not allowed to access this db."

@@ -211,21 +211,18 @@ boost::asio::awaitable<bool> write_all_docs(const Call& call, const core::DbRef&
   storage::Database& store = call.store();
   auto tr = store.create_transaction();
   core::AllDocsCursor cursor(db, r.q);
-  auto total = cursor.total_rows(tr);
-  if (!total.ok()) throw HttpError(core::storage_failure(total.error()));
+  auto total = value_or_throw(cursor.total_rows(tr));
   std::int64_t offset = -1;
-  if (*total >= 0 && !r.keys) {
-    auto o = cursor.offset(tr);
-    if (!o.ok()) throw HttpError(core::storage_failure(o.error()));
-    offset = r.empty_before_start ? *total : *o;
+  if (total >= 0 && !r.keys) {
+    auto o = value_or_throw(cursor.offset(tr));
+    offset = r.empty_before_start ? total : o;
   }
   std::optional<std::string> seq;
   if (r.update_seq) {
-    auto s = core::update_seq(tr, db);
-    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
-    seq = s->str();
+    auto s = value_or_throw(core::update_seq(tr, db));
+    seq = s.str();
   }
-  const std::string head = all_docs_head(*total, offset, seq ? &*seq : nullptr);
+  const std::string head = all_docs_head(total, offset, seq ? &*seq : nullptr);
   if (!co_await emit(head)) co_return false;
   bool first = true;
   std::string chunk;
@@ -240,17 +237,15 @@ boost::asio::awaitable<bool> write_all_docs(const Call& call, const core::DbRef&
   };
   std::vector<std::string> rows;
   if (r.keys) {
-    auto keyed = core::all_docs_keys(tr, db, *r.keys, r.q);
-    if (!keyed.ok()) throw HttpError(core::storage_failure(keyed.error()));
-    append_rows(*keyed);
+    auto keyed = value_or_throw(core::all_docs_keys(tr, db, *r.keys, r.q));
+    append_rows(keyed);
     if (!co_await emit(chunk)) co_return false;
   } else if (!r.empty) {
     for (bool more = true, first_page = true; more; first_page = false) {
       auto page_tr = store.create_transaction();      // one short transaction per page
       if (!first_page) page_tr.disable_read_cache();  // a long stream reads its blocks once
-      auto m = cursor.next_page(page_tr, call.ctx.stream_page_rows, rows);
-      if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
-      more = *m;
+      auto m = value_or_throw(cursor.next_page(page_tr, call.ctx.stream_page_rows, rows));
+      more = m;
       append_rows(rows);
       if (!chunk.empty() && !co_await emit(chunk)) co_return false;
     }
@@ -376,10 +371,9 @@ std::vector<std::string> name_parts(std::string_view name) {
 // object.
 void require_ddoc_member(storage::Transaction& tr, const core::DbRef& db, const std::string& ddoc,
                          const std::string& section, const std::string& member) {
-  auto doc = core::get_doc_json(tr, db, "_design/" + ddoc, core::DocReadOptions{});
-  if (!doc.ok()) throw HttpError(core::storage_failure(doc.error()));
-  if (auto* e = std::get_if<core::CouchError>(&*doc)) throw HttpError(*e);
-  const Json body = Json::parse(std::get<std::string>(*doc));
+  auto doc = value_or_throw(core::get_doc_json(tr, db, "_design/" + ddoc, core::DocReadOptions{}));
+  if (auto* e = std::get_if<core::CouchError>(&doc)) throw HttpError(*e);
+  const Json body = Json::parse(std::get<std::string>(doc));
   const auto s = body.find(section);
   if (s == body.end()) throw HttpError(404, "not_found", "missing json key: " + section);
   if (!s->is_object()) throw HttpError(404, "not_found", "json_mismatch");
@@ -489,9 +483,8 @@ ChangesRequest parse_changes(const Call& call, const Json* body, const core::DbR
     since = std::string(last_event_id);
   if (since) {
     if (*since == "now") {
-      auto s = core::update_seq(tr, db);
-      if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
-      q.since = *s;
+      auto s = value_or_throw(core::update_seq(tr, db));
+      q.since = s;
     } else {
       auto s = core::Sequence::parse(unquote_seq(*since));
       if (!s) throw_bad_request("Malformed sequence supplied in 'since' parameter.");
@@ -653,10 +646,9 @@ struct FeedWait {
 // (a reshard can set topology_changed without a new change).
 std::string changes_etag(const Call& call, const core::DbRef& db, storage::Transaction& tr,
                          const std::vector<core::ShardMap>* maps) {
-  auto seq = core::update_seq(tr, db);
-  if (!seq.ok()) throw HttpError(core::storage_failure(seq.error()));
+  auto seq = value_or_throw(core::update_seq(tr, db));
   EtagBuilder etag;
-  etag.add(db.name).add(seq->str()).add(call.req.target()).add(call.req.body());
+  etag.add(db.name).add(seq.str()).add(call.req.target()).add(call.req.body());
   if (maps) {
     etag.add(std::to_string(maps->size()));
     for (const core::ShardMap& m : *maps) etag.add(m.start.str()).add(m.tombstone ? "t" : "f");
@@ -677,13 +669,12 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
     r = parse_changes(call, body ? &*body : nullptr, db, tr);
     std::optional<std::vector<core::ShardMap>> maps;
     if (shard) {
-      auto m = core::read_shard_maps(tr, db, storage::Snapshot::yes);
-      if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
-      auto ids = core::all_shards(*m);
+      auto m = value_or_throw(core::read_shard_maps(tr, db, storage::Snapshot::yes));
+      auto ids = core::all_shards(m);
       if (std::find(ids.begin(), ids.end(), *shard) == ids.end())
         throw HttpError(404, "not_found", "No such changes shard: " + std::to_string(*shard));
       r.q.shard = shard;
-      maps = std::move(*m);
+      maps = std::move(m);
     }
     if (r.feed == Feed::normal) etag = changes_etag(call, db, tr, maps ? &*maps : nullptr);
   }
@@ -733,14 +724,12 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
     for (bool more = true, first_page = true; more; first_page = false) {
       auto page_tr = store.create_transaction();
       if (!first_page) page_tr.disable_read_cache();  // a long stream reads its blocks once
-      auto m = cursor.next_page(page_tr, call.ctx.stream_page_rows, rows);
-      if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
-      more = *m;
+      auto m = value_or_throw(cursor.next_page(page_tr, call.ctx.stream_page_rows, rows));
+      more = m;
       if (live) {
         // Read with the page, in its snapshot: the notifier wakes us for anything after it.
-        auto c = core::read_update_counter(page_tr, db);
-        if (!c.ok()) throw HttpError(core::storage_failure(c.error()));
-        counter = *c;
+        auto c = value_or_throw(core::read_update_counter(page_tr, db));
+        counter = c;
       }
       if (!started && r.q.doc_filter && r.q.doc_filter->failed())
         throw HttpError(*r.q.doc_filter->failed());
@@ -798,10 +787,9 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
     if (timed_out) break;
   }
   auto last_tr = store.create_transaction();
-  auto pending = last_cursor->pending(last_tr);
-  if (!pending.ok()) throw HttpError(core::storage_failure(pending.error()));
+  auto pending = value_or_throw(last_cursor->pending(last_tr));
   const core::Sequence last_seq = r.q.descending ? last_cursor->last_seq() : since;
-  co_await out.close(last_seq, *pending, last_cursor->topology_changed());
+  co_await out.close(last_seq, pending, last_cursor->topology_changed());
   co_return std::nullopt;
 }
 
@@ -842,21 +830,19 @@ MaybeResponse changes_meta(Call& call) {
   core::Sequence since;
   if (auto v = call.query.get("since")) {
     if (*v == "now") {
-      auto u = core::update_seq(tr, db);
-      if (!u.ok()) throw HttpError(core::storage_failure(u.error()));
-      since = *u;
+      auto u = value_or_throw(core::update_seq(tr, db));
+      since = u;
     } else {
       auto parsed = core::Sequence::parse(*v);
       if (!parsed) throw_bad_request("Malformed sequence supplied in 'since' parameter.");
       since = *parsed;
     }
   }
-  auto maps = core::read_shard_maps(tr, db, storage::Snapshot::yes);
-  if (!maps.ok()) throw HttpError(core::storage_failure(maps.error()));
-  const core::ShardMap& in_force = core::map_for(*maps, since);
+  auto maps = value_or_throw(core::read_shard_maps(tr, db, storage::Snapshot::yes));
+  const core::ShardMap& in_force = core::map_for(maps, since);
   Json topology = Json::array();
   bool started = false;
-  for (const core::ShardMap& m : *maps) {
+  for (const core::ShardMap& m : maps) {
     started = started || &m == &in_force;
     if (!started) continue;
     topology.push_back({{"start_seq", m.start.str()},

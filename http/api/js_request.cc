@@ -93,9 +93,8 @@ std::vector<std::pair<std::string, Json>> read_design_doc_bodies(const Call& cal
   core::AllDocsCursor cursor(db, q);
   std::vector<std::string> rows;
   for (bool more = true; more;) {
-    auto m = cursor.next_page(tr, 1000, rows);
-    if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
-    more = *m;
+    auto m = value_or_throw(cursor.next_page(tr, 1000, rows));
+    more = m;
     if (rows.size() > 10'000) throw HttpError(500, "unknown_error", "too many design documents");
   }
   std::vector<std::pair<std::string, Json>> out;
@@ -110,10 +109,9 @@ std::vector<std::pair<std::string, Json>> read_design_doc_bodies(const Call& cal
 core::js::DesignDoc load_design_doc(storage::Transaction& tr, const core::DbRef& db,
                                     const std::string& name) {
   const std::string id = "_design/" + name;
-  auto doc = core::get_doc_json(tr, db, id, core::DocReadOptions{});
-  if (!doc.ok()) throw HttpError(core::storage_failure(doc.error()));
-  if (auto* e = std::get_if<core::CouchError>(&*doc)) throw HttpError(*e);
-  const std::string& json = std::get<std::string>(*doc);
+  auto doc = value_or_throw(core::get_doc_json(tr, db, id, core::DocReadOptions{}));
+  if (auto* e = std::get_if<core::CouchError>(&doc)) throw HttpError(*e);
+  const std::string& json = std::get<std::string>(doc);
   auto parsed = Json::parse(json, nullptr, false);
   const std::string rev = parsed.is_object() ? parsed.value("_rev", "") : "";
   return core::js::DesignDoc{std::to_string(db.id) + '\0' + id + '\0' + rev, json};

@@ -65,9 +65,8 @@ const core::UniqueIndexDef* find_unique(const core::UniqueIndexes& list, std::st
 
 core::UniqueIndexes read_unique(const Call& call, const core::DbRef& db) {
   auto tr = call.store().create_transaction();
-  auto r = core::read_unique_indexes(tr, db);
-  if (!r.ok()) throw HttpError(core::storage_failure(r.error()));
-  return **r;
+  auto r = value_or_throw(core::read_unique_indexes(tr, db));
+  return *r;
 }
 
 // Unique indexes being built by this server (one builder per index).
@@ -153,7 +152,7 @@ boost::asio::awaitable<Response> build_unique(const Call& call, const core::DbRe
     core::DocWriteBatch batch = index_ddoc_batch(call, db, ddoc, doc, false);
     batch.register_unique(def);
     storage::Status s = co_await run_doc_batch(call, batch);
-    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+    ok_or_throw(s);
     if (batch.db_missing()) throw HttpError(core::db_not_found());
     if (auto* e = std::get_if<core::CouchError>(&*batch.results().at(0))) throw HttpError(*e);
   } else {
@@ -167,13 +166,13 @@ boost::asio::awaitable<Response> build_unique(const Call& call, const core::DbRe
           core::write_unique_indexes(tr, db, list);
           return {};
         });
-    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+    ok_or_throw(s);
   }
 
   core::UniqueIndexBuild build(db, def);
   while (!build.done()) {
     storage::Status s = co_await run_txn(call.store(), build);
-    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+    ok_or_throw(s);
     build.committed();
   }
   const std::vector<core::UniqueDuplicate>& dups = build.duplicates();
@@ -209,7 +208,7 @@ boost::asio::awaitable<Response> build_unique(const Call& call, const core::DbRe
           auto r = core::unique_finish(tr, db, def.id, false);
           return r.ok() ? storage::Status{} : storage::Status(r.error());
         });
-    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+    ok_or_throw(s);
     co_return answer();
   }
 
@@ -234,7 +233,7 @@ boost::asio::awaitable<Response> build_unique(const Call& call, const core::DbRe
         }
         return {};
       });
-  if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+  ok_or_throw(s);
   if (!kept)
     throw HttpError(409, "conflict", "Index " + name + " was changed while it was being built");
   co_return created;
@@ -411,9 +410,8 @@ MaybeResponse list_indexes(Call& call, const core::DbRef& db) {
       if (!u->ready) {
         j["build"] = core::UniqueBuildClaim::held(u->id) ? "running" : "interrupted";
       }
-      auto v = core::unique_violations(tr, db, u->id, core::kUniqueDuplicatesMax);
-      if (!v.ok()) throw HttpError(core::storage_failure(v.error()));
-      j["violations"] = *v;
+      auto v = value_or_throw(core::unique_violations(tr, db, u->id, core::kUniqueDuplicatesMax));
+      j["violations"] = v;
     }
     list.push_back(std::move(j));
   }
@@ -673,10 +671,9 @@ MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
     core::ViewCursor cursor(db, group, q, call.ctx.js);
     for (bool more = true; more && static_cast<std::int64_t>(results.size()) < r.limit;) {
       auto tr = call.store().create_transaction();
-      auto m = cursor.next_page(tr, 500, rows);
-      if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
-      if (auto* e = std::get_if<core::CouchError>(&*m)) throw HttpError(*e);
-      more = std::get<bool>(*m);
+      auto m = value_or_throw(cursor.next_page(tr, 500, rows));
+      if (auto* e = std::get_if<core::CouchError>(&m)) throw HttpError(*e);
+      more = std::get<bool>(m);
       for (const std::string& row : rows) {
         ++keys_examined;
         if (static_cast<std::int64_t>(results.size()) >= r.limit) break;
@@ -699,9 +696,8 @@ MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
     core::AllDocsCursor cursor(db, q);
     for (bool more = true; more && static_cast<std::int64_t>(results.size()) < r.limit;) {
       auto tr = call.store().create_transaction();
-      auto m = cursor.next_page(tr, 500, rows);
-      if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
-      more = *m;
+      auto m = value_or_throw(cursor.next_page(tr, 500, rows));
+      more = m;
       for (const std::string& row : rows) {
         ++keys_examined;
         if (static_cast<std::int64_t>(results.size()) >= r.limit) break;

@@ -61,9 +61,9 @@ Response partition_info(Call& call) {
   const std::string& partition = call.path.at(2);
   auto tr = call.store().create_transaction();
   auto counter = [&](std::string_view name) {
-    auto v = tr.get(db.space.partition_counter_key(partition, name), storage::Snapshot::yes);
-    if (!v.ok()) throw HttpError(core::storage_failure(v.error()));
-    return v->has_value() ? core::keyspace::decode_counter(**v) : std::int64_t{0};
+    auto v = value_or_throw(
+        tr.get(db.space.partition_counter_key(partition, name), storage::Snapshot::yes));
+    return v.has_value() ? core::keyspace::decode_counter(*v) : std::int64_t{0};
   };
   Json body = Json::object();
   body["db_name"] = db.name;

@@ -234,6 +234,10 @@ T value_or_throw(storage::Result<T> r) {
   if (!r.ok()) throw HttpError(core::storage_failure(r.error()));
   return std::move(*r);
 }
+// Nothing, or a 500 for the storage error that ended the retries.
+inline void ok_or_throw(const storage::Status& s) {
+  if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+}
 // The value of a core outcome, or its CouchDB error.
 template <typename T>
 T outcome_or_throw(core::Outcome<T> o) {

@@ -242,17 +242,14 @@ boost::asio::awaitable<bool> write_view(const Call& call, const core::DbRef& db,
   {
     auto tr = store.create_transaction();
     if (!cursor.reducing()) {
-      auto total = core::view_row_count(tr, db, *g, r.q.view, r.q.partition);
-      if (!total.ok()) throw HttpError(core::storage_failure(total.error()));
-      auto off = cursor.offset(tr);
-      if (!off.ok()) throw HttpError(core::storage_failure(off.error()));
-      head += "\"total_rows\":" + std::to_string(*total) +
-              ",\"offset\":" + std::to_string(std::min(*off, *total)) + ",";
+      auto total = value_or_throw(core::view_row_count(tr, db, *g, r.q.view, r.q.partition));
+      auto off = value_or_throw(cursor.offset(tr));
+      head += "\"total_rows\":" + std::to_string(total) +
+              ",\"offset\":" + std::to_string(std::min(off, total)) + ",";
     }
     if (r.update_seq) {
-      auto s = core::view_index_seq(tr, db, *g, storage::Snapshot::yes);
-      if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
-      head += "\"update_seq\":" + core::json_string(s->str()) + ",";
+      auto s = value_or_throw(core::view_index_seq(tr, db, *g, storage::Snapshot::yes));
+      head += "\"update_seq\":" + core::json_string(s.str()) + ",";
     }
   }
   head += "\"rows\":[\r\n";
@@ -262,13 +259,12 @@ boost::asio::awaitable<bool> write_view(const Call& call, const core::DbRef& db,
   for (bool more = true, first_page = true; more; first_page = false) {
     auto page_tr = store.create_transaction();
     if (!first_page) page_tr.disable_read_cache();  // a long stream reads its blocks once
-    auto m = cursor.next_page(page_tr, call.ctx.stream_page_rows, rows);
-    if (!m.ok()) throw HttpError(core::storage_failure(m.error()));
-    if (auto* e = std::get_if<core::CouchError>(&*m)) {
+    auto m = value_or_throw(cursor.next_page(page_tr, call.ctx.stream_page_rows, rows));
+    if (auto* e = std::get_if<core::CouchError>(&m)) {
       if (!started) throw HttpError(*e);
       co_return false;  // cut off mid-stream
     }
-    more = std::get<bool>(*m);
+    more = std::get<bool>(m);
     std::string chunk;
     if (!started) {
       started = true;
@@ -360,15 +356,14 @@ MaybeResponse design_info(Call& call, const core::DbRef& db, const std::string& 
   require_method(call, "GET,HEAD");
   auto g = load_group(call, db, ddoc);
   auto tr = call.store().create_transaction();
-  auto seq = core::view_index_seq(tr, db, *g, storage::Snapshot::yes);
-  if (!seq.ok()) throw HttpError(core::storage_failure(seq.error()));
+  auto seq = value_or_throw(core::view_index_seq(tr, db, *g, storage::Snapshot::yes));
   Json info = Json::object();
   info["name"] = ddoc;
   Json vi = Json::object();
   vi["signature"] = g->signature;
   vi["language"] = g->language;
   vi["sizes"] = Json{{"file", 0}, {"external", 0}, {"active", 0}};
-  vi["update_seq"] = seq->str();
+  vi["update_seq"] = seq.str();
   vi["purge_seq"] = 0;
   vi["updater_running"] = false;
   vi["compact_running"] = false;
@@ -459,9 +454,8 @@ MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::strin
     auto tr = call.store().create_transaction();
     d = load_design_doc(tr, db, ddoc);
     if (doc_id) {
-      auto doc = core::get_doc_json(tr, db, *doc_id, core::DocReadOptions{});
-      if (!doc.ok()) throw HttpError(core::storage_failure(doc.error()));
-      if (auto* s = std::get_if<std::string>(&*doc)) current = *s;
+      auto doc = value_or_throw(core::get_doc_json(tr, db, *doc_id, core::DocReadOptions{}));
+      if (auto* s = std::get_if<std::string>(&doc)) current = *s;
     }
   }
   {
@@ -571,7 +565,7 @@ boost::asio::awaitable<void> build_index(const Call& call, const core::DbRef& db
           step = std::move(*r);
           return {};
         });
-    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+    ok_or_throw(s);
     if (auto* e = std::get_if<core::CouchError>(&*step)) throw HttpError(*e);
     if (std::get<bool>(*step)) break;
   }
