@@ -412,6 +412,76 @@ DocStepBatch::DocStepBatch(std::string db_name, std::string id, std::vector<DocS
       cache_(std::move(cache)),
       results_(steps_.size(), Outcome<RevId>(CouchError{})) {}
 
+namespace {
+
+// Applies `steps` in order, from `body` at revision `cur`: each accepted step becomes a revision,
+// child of the one before (its hash appended to `chain`; `cur` and `body` move on), and each
+// refused one gets its error in `results` while the next step sees the same body.
+storage::Status apply_steps(Transaction& tr, const DbRef& db, const std::string& id,
+                            std::vector<DocStep>& steps, const std::vector<AttInfo>& atts,
+                            IndexWriteHooks& hooks, RevId& cur, std::string& body,
+                            std::vector<std::string>& chain, std::vector<Outcome<RevId>>& results) {
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    DocStep& step = steps[i];
+    if (step.expected && !(*step.expected == cur)) {
+      results[i] = conflict();
+      continue;
+    }
+    Outcome<std::string> next = step.apply(body, cur);
+    if (auto* e = std::get_if<CouchError>(&next)) {
+      results[i] = std::move(*e);
+      continue;
+    }
+    std::string& next_body = std::get<std::string>(next);
+    if (step.validator && !id.starts_with("_design/")) {
+      auto any = step.validator->begin(tr, db);
+      if (!any.ok()) return any.error();
+      if (*any) {
+        if (auto e =
+                step.validator->validate(vdu_doc_json(id, cur, nullptr, false, next_body, atts),
+                                         vdu_doc_json(id, cur, nullptr, false, body, atts))) {
+          results[i] = std::move(*e);
+          continue;
+        }
+      }
+    }
+    auto refused = hooks.check(tr, db, id, &next_body);
+    if (!refused.ok()) return refused.error();
+    if (*refused) {
+      results[i] = std::move(**refused);
+      continue;
+    }
+    const RevId rev{cur.pos + 1, new_rev_hash(false, cur, next_body, {}, atts)};
+    chain.push_back(rev.hash);
+    results[i] = rev;
+    cur = rev;
+    body = std::move(next_body);
+  }
+  return {};
+}
+
+// The edit that writes a group's last revision `leaf` (body `body`) over the winner `w`, with the
+// group's other new revisions (`chain`, oldest first, `leaf` last) as its ancestors.
+EditPlan chain_plan(const StoredBranch& w, const RevId& leaf, const std::vector<std::string>& chain,
+                    std::string_view body, const std::vector<AttInfo>& atts, int revs_limit) {
+  EditPlan plan;
+  plan.old_winner = w;
+  plan.removed = w;
+  plan.body = body;
+  plan.atts = atts;
+  plan.added.leaf = leaf;
+  plan.added.ancestors.reserve(chain.size() + w.branch.ancestors.size());
+  for (std::size_t k = chain.size() - 1; k-- > 0;) plan.added.ancestors.push_back(chain[k]);
+  plan.added.ancestors.push_back(w.branch.leaf.hash);
+  plan.added.ancestors.insert(plan.added.ancestors.end(), w.branch.ancestors.begin(),
+                              w.branch.ancestors.end());
+  stem(plan.added, revs_limit);
+  plan.branch_count = w.branch_count;
+  return plan;
+}
+
+}  // namespace
+
 storage::Status DocStepBatch::operator()(Transaction& tr) {
   if (attempts_++ > 0 && !tx_key_.empty()) {
     // A retry: if the previous attempt's commit may have landed, its transaction id tells.
@@ -461,42 +531,9 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
   RevId cur = w.branch.leaf;
   std::string body = cache_->record.body;
   std::vector<std::string> chain;  // hashes of the new revisions, oldest first
-  for (std::size_t i = 0; i < steps_.size(); ++i) {
-    DocStep& step = steps_[i];
-    if (step.expected && !(*step.expected == cur)) {
-      results_[i] = conflict();
-      continue;
-    }
-    Outcome<std::string> next = step.apply(body, cur);
-    if (auto* e = std::get_if<CouchError>(&next)) {
-      results_[i] = std::move(*e);
-      continue;
-    }
-    std::string& next_body = std::get<std::string>(next);
-    if (step.validator && !id_.starts_with("_design/")) {
-      auto any = step.validator->begin(tr, db);
-      if (!any.ok()) return any.error();
-      if (*any) {
-        if (auto e =
-                step.validator->validate(vdu_doc_json(id_, cur, nullptr, false, next_body, atts),
-                                         vdu_doc_json(id_, cur, nullptr, false, body, atts))) {
-          results_[i] = std::move(*e);
-          continue;
-        }
-      }
-    }
-    auto refused = hooks->check(tr, db, id_, &next_body);
-    if (!refused.ok()) return refused.error();
-    if (*refused) {
-      results_[i] = std::move(**refused);
-      continue;
-    }
-    const RevId rev{cur.pos + 1, new_rev_hash(false, cur, next_body, {}, atts)};
-    chain.push_back(rev.hash);
-    results_[i] = rev;
-    cur = rev;
-    body = std::move(next_body);
-  }
+  if (auto st = apply_steps(tr, db, id_, steps_, atts, *hooks, cur, body, chain, results_);
+      !st.ok())
+    return st;
   if (!chain.empty()) {
     auto limit = revs_limit(tr, db);
     if (!limit.ok()) return limit.error();
@@ -504,19 +541,7 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
     if (!maps.ok()) return maps.error();
     auto count_base = read_counter(tr, db, keyspace::kChangeCount);  // a snapshot read
     if (!count_base.ok()) return count_base.error();
-    EditPlan plan;
-    plan.old_winner = w;
-    plan.removed = w;
-    plan.body = body;
-    plan.atts = atts;
-    plan.added.leaf = cur;
-    plan.added.ancestors.reserve(chain.size() + w.branch.ancestors.size());
-    for (std::size_t k = chain.size() - 1; k-- > 0;) plan.added.ancestors.push_back(chain[k]);
-    plan.added.ancestors.push_back(w.branch.leaf.hash);
-    plan.added.ancestors.insert(plan.added.ancestors.end(), w.branch.ancestors.begin(),
-                                w.branch.ancestors.end());
-    stem(plan.added, *limit);
-    plan.branch_count = w.branch_count;
+    const EditPlan plan = chain_plan(w, cur, chain, body, atts, *limit);
     // Each step was checked against the unique indexes; the last one's body is what is written.
     auto hooked = edit_hooks(tr, db, *hooks, id_, plan, false);
     if (!hooked.ok()) return hooked.error();
