@@ -1,4 +1,4 @@
-// Regression tests for what a hostile or careless client found (issue 12): requests whose cost
+// Regression tests for what a hostile or careless client could send: requests whose cost
 // grew quadratically, parameters that overflowed into busy loops or zero timeouts, numbers that
 // were silently changed, keys that were turned into other keys, and error reasons that did not say
 // what was wrong. Each test starts the real binary on a free port.

@@ -1,4 +1,4 @@
-// PATCH /{db}/{docid} (hot documents, issue 11 part 2): JSON Merge Patch and JSON Patch with
+// PATCH /{db}/{docid} (hot documents): JSON Merge Patch and JSON Patch with
 // increment, applied by the server in per-document group commits. Concurrent updates of one
 // document never conflict with each other, none is lost, and each caller gets its own revision.
 #include <gtest/gtest.h>

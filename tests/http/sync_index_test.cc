@@ -1,4 +1,4 @@
-// Synchronous indexes (issue 11 part 4, core/index/sync_index.h): a design document with
+// Synchronous indexes (core/index/sync_index.h): a design document with
 // "options": {"sync_index": true} (or POST /_index with "sync_index": true) is updated inside
 // every write transaction, so a query with update=false, which never builds, already sees each
 // acknowledged write; its rows are exactly what lazy indexing of the same views gives.

@@ -1,4 +1,4 @@
-// Unique Mango indexes (issue 11 part 3, core/index/unique_index.h): POST /{db}/_index with
+// Unique Mango indexes (core/index/unique_index.h): POST /{db}/_index with
 // "unique": true makes the index a constraint enforced inside every interactive write
 // transaction (PUT, POST, _bulk_docs, _update, PATCH); replicated writes are never refused but
 // are recorded as violations; creation over violating data fails with the offending ids.
