@@ -1,0 +1,131 @@
+// Building a unique index in steps (UniqueIndexBuild) and the claim a build holds
+// (UniqueBuildClaim), against a real store.
+#include "core/index/unique_index.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/batch/doc_batches.h"
+#include "core/db/keyspace.h"
+#include "storage/database.h"
+
+namespace chaise::core {
+namespace {
+
+using storage::Database;
+using storage::Status;
+
+class UniqueIndexBuildTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "chaise-unique-XXXXXX").string();
+    dir_ = mkdtemp(tmpl.data());
+    storage::Options o;
+    o.fsync = false;
+    keyspace::set_store_options(o);
+    store_ = std::move(Database::open(dir_, o).value());
+    Status s = store_->run([&](Transaction& tr) -> Status {
+      auto r = create_db(tr, "db", false, 1);
+      if (!r.ok()) return r.error();
+      return {};
+    });
+    ASSERT_TRUE(s.ok());
+  }
+  void TearDown() override {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  DbRef db() {
+    auto tr = store_->create_transaction();
+    auto r = open_db(tr, "db");
+    EXPECT_TRUE(r.ok() && !failed(*r));
+    return std::get<DbRef>(*r);
+  }
+
+  // Documents d0000.. with "email": "e<i>", except that d0007 and d1100 both hold "e7".
+  void load(int n) {
+    std::vector<DocWriteBatch::Item> items;
+    for (int i = 0; i < n; ++i) {
+      DocWriteBatch::Item it;
+      char id[16];
+      std::snprintf(id, sizeof id, "d%04d", i);
+      it.update.id = id;
+      it.update.body = "{\"email\":\"e" + std::to_string(i == 1100 ? 7 : i) + "\"}";
+      items.push_back(std::move(it));
+    }
+    DocWriteBatch batch("db", std::move(items));
+    while (batch.has_more()) {
+      ASSERT_TRUE(store_->run([&](Transaction& tr) { return batch(tr); }).ok());
+      batch.committed();
+    }
+  }
+
+  static UniqueIndexDef email_index() {
+    OrderedJson map = OrderedJson::object();
+    map["fields"] = OrderedJson{{"email", "asc"}};
+    return UniqueIndexDef{unique_index_id("_design/u", "email", map), "_design/u", "email", map,
+                          false};
+  }
+
+  std::string dir_;
+  std::unique_ptr<Database> store_;
+};
+
+TEST_F(UniqueIndexBuildTest, StepsResumeFromTheLastCommitAndFindTheSharedKey) {
+  load(1200);  // three steps of kUniqueBuildDocsPerStep
+  UniqueIndexBuild build(db(), email_index());
+  int steps = 0;
+  while (!build.done()) {
+    ASSERT_LT(steps, 10);
+    // Every step runs twice, as a retried attempt does: the second attempt starts again from the
+    // committed cursor, so no document is skipped and no duplicate is counted twice.
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      auto tr = store_->create_transaction();
+      ASSERT_TRUE(build(tr).ok());
+      if (attempt == 1) ASSERT_TRUE(tr.commit().ok());
+    }
+    build.committed();
+    ++steps;
+  }
+  EXPECT_EQ(steps, 3);
+  ASSERT_EQ(build.duplicates().size(), 1u);
+  EXPECT_EQ(build.duplicates()[0].key, OrderedJson::array({"e7"}));
+  EXPECT_EQ(build.duplicates()[0].ids, (std::vector<std::string>{"d0007", "d1100"}));
+}
+
+TEST_F(UniqueIndexBuildTest, WithoutSharedKeysTheBuildFindsNone) {
+  load(600);  // d1100 is not loaded, so every key is held once
+  UniqueIndexBuild build(db(), email_index());
+  while (!build.done()) {
+    ASSERT_TRUE(store_->run([&](Transaction& tr) { return build(tr); }).ok());
+    build.committed();
+  }
+  EXPECT_TRUE(build.duplicates().empty());
+}
+
+TEST(UniqueBuildClaimTest, OneBuildPerIndexUntilItsClaimIsReleased) {
+  EXPECT_FALSE(UniqueBuildClaim::held("ix"));
+  {
+    auto first = UniqueBuildClaim::take("ix");
+    ASSERT_TRUE(first);
+    EXPECT_TRUE(UniqueBuildClaim::held("ix"));
+    EXPECT_FALSE(UniqueBuildClaim::take("ix"));  // a second build of the same index is refused
+    auto other = UniqueBuildClaim::take("other");
+    EXPECT_TRUE(other);
+    UniqueBuildClaim moved = std::move(*first);  // the moved-from claim releases nothing
+    first.reset();
+    EXPECT_TRUE(UniqueBuildClaim::held("ix"));
+  }
+  EXPECT_FALSE(UniqueBuildClaim::held("ix"));
+  EXPECT_FALSE(UniqueBuildClaim::held("other"));
+  EXPECT_TRUE(UniqueBuildClaim::take("ix"));
+}
+
+}  // namespace
+}  // namespace chaise::core
