@@ -424,7 +424,7 @@ storage::Status apply_steps(Transaction& tr, const DbRef& db, const std::string&
   for (std::size_t i = 0; i < steps.size(); ++i) {
     DocStep& step = steps[i];
     if (step.expected && !(*step.expected == cur)) {
-      results[i] = conflict();
+      results[i] = err::conflict();
       continue;
     }
     Outcome<std::string> next = step.apply(body, cur);
@@ -515,7 +515,7 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
   auto winner = read_winner(tr, db, id_, Snapshot::no);
   if (!winner.ok()) return winner.error();
   if (!*winner || (*winner)->branch.deleted) {
-    for (auto& r : results_) r = *winner ? doc_deleted() : doc_not_found();
+    for (auto& r : results_) r = *winner ? err::doc_deleted() : err::not_found();
     return store_answers();
   }
   const StoredBranch& w = **winner;

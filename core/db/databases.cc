@@ -46,7 +46,7 @@ StorageResult<Outcome<DbRef>> open_db(Transaction& tr, std::string_view name, bo
   }
   auto v = tr.get(key);
   if (!v.ok()) return v.error();
-  if (!v->has_value()) return Outcome<DbRef>(db_not_found());
+  if (!v->has_value()) return Outcome<DbRef>(err::db_not_found());
   auto ref = decode_db(name, **v);
   if (!ref) return storage::Error::io_error;  // corrupt registry entry
   return Outcome<DbRef>(std::move(*ref));
@@ -54,11 +54,11 @@ StorageResult<Outcome<DbRef>> open_db(Transaction& tr, std::string_view name, bo
 
 StorageResult<Outcome<DbRef>> create_db(Transaction& tr, std::string_view name, bool partitioned,
                                         std::int64_t now_us) {
-  if (!valid_db_name(name)) return Outcome<DbRef>(illegal_database_name(name));
+  if (!valid_db_name(name)) return Outcome<DbRef>(bad_db_name(name));
   const std::string name_key = keyspace::db_names().pack(Tuple().add(name));
   auto existing = tr.get(name_key);
   if (!existing.ok()) return existing.error();
-  if (existing->has_value()) return Outcome<DbRef>(db_exists());
+  if (existing->has_value()) return Outcome<DbRef>(err::file_exists());
   // Ids come from a counter that only grows, so a re-created database never sees old keys.
   const std::string counter_key = keyspace::db_id_counter_key();
   auto counter = tr.get(counter_key);

@@ -43,7 +43,7 @@ StorageResult<Outcome<OpenedDb>> read_opened(Transaction& tr, std::string_view n
   const auto parsed = nlohmann::ordered_json::parse(**raw, nullptr, false);
   auto sec = parse_security(parsed);
   if (auto* e = std::get_if<CouchError>(&sec))
-    return R(CouchError{500, "unknown_error", "stored security object is invalid: " + e->reason});
+    return R(err::unknown_error("stored security object is invalid: " + e->reason));
   out.security = std::make_shared<const SecurityObject>(std::get<SecurityObject>(std::move(sec)));
   return R(std::move(out));
 }

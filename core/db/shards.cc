@@ -152,7 +152,7 @@ StorageResult<Outcome<std::vector<std::int64_t>>> reshard(Transaction& tr, const
                                                           int count) {
   using R = Outcome<std::vector<std::int64_t>>;
   if (count < 1 || count > kShardsMax)
-    return R(bad_request("shards must be an integer from 1 to " + std::to_string(kShardsMax)));
+    return R(err::bad_request("shards must be an integer from 1 to " + std::to_string(kShardsMax)));
   auto maps = read_shard_maps(tr, db, Snapshot::no);
   if (!maps.ok()) return maps.error();
   auto next = tr.get(next_id_key(db));

@@ -302,16 +302,17 @@ std::optional<std::string> att_identity(const AttInfo& a, std::string stored) {
 std::variant<std::vector<AttUpload>, CouchError> parse_attachments_json(
     const nlohmann::ordered_json& atts, std::size_t max_attachment_size) {
   std::vector<AttUpload> out;
-  if (!atts.is_object()) return bad_request("Bad special document member: _attachments");
+  if (!atts.is_object()) return err::bad_request("Bad special document member: _attachments");
   for (const auto& [name, props] : atts.items()) {
     if (name.starts_with("_"))
-      return bad_request("Attachment name '" + name + "' starts with prohibited character '_'");
-    if (!is_valid_utf8(name)) return bad_request("Attachment name is not UTF-8 encoded");
+      return err::bad_request("Attachment name '" + name +
+                              "' starts with prohibited character '_'");
+    if (!is_valid_utf8(name)) return err::bad_request("Attachment name is not UTF-8 encoded");
     AttUpload u;
     u.name = name;
     u.info.name = name;
     u.info.content_type = "application/octet-stream";
-    if (!props.is_object()) return bad_request("Invalid attachment data for " + name);
+    if (!props.is_object()) return err::bad_request("Invalid attachment data for " + name);
     if (auto t = props.find("content_type"); t != props.end() && t->is_string())
       u.info.content_type = t->get<std::string>();
     if (auto r = props.find("revpos"); r != props.end() && r->is_number_integer())
@@ -330,24 +331,23 @@ std::variant<std::vector<AttUpload>, CouchError> parse_attachments_json(
       if (auto enc = props.find("encoding"); enc != props.end() && enc->is_string()) {
         u.follows_encoding = enc->get<std::string>();
         if (u.follows_encoding != "gzip" && u.follows_encoding != "identity")
-          return bad_request("Unsupported attachment encoding for " + name);
+          return err::bad_request("Unsupported attachment encoding for " + name);
         if (u.follows_encoding == "identity") u.follows_encoding.clear();
         auto el = props.find("encoded_length");
         if (el != props.end() && el->is_number_integer())
           u.follows_encoded_length = el->get<std::int64_t>();
       }
       if (u.follows_length > static_cast<std::int64_t>(max_attachment_size))
-        return CouchError{413, "attachment_too_large", name};
+        return err::attachment_too_large(name);
     } else {
       auto data = props.find("data");
       if (data == props.end() || !data->is_string())
-        return bad_request("Invalid attachment data for " + name);
+        return err::bad_request("Invalid attachment data for " + name);
       const std::string& text = data->get_ref<const std::string&>();
-      if (text.size() / 4 * 3 > max_attachment_size + 3)
-        return CouchError{413, "attachment_too_large", name};
+      if (text.size() / 4 * 3 > max_attachment_size + 3) return err::attachment_too_large(name);
       auto bytes = base64_decode(text);
-      if (!bytes) return bad_request("Invalid attachment data for " + name);
-      if (bytes->size() > max_attachment_size) return CouchError{413, "attachment_too_large", name};
+      if (!bytes) return err::bad_request("Invalid attachment data for " + name);
+      if (bytes->size() > max_attachment_size) return err::attachment_too_large(name);
       set_att_data(u, std::move(*bytes));
     }
     out.push_back(std::move(u));

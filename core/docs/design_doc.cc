@@ -45,10 +45,8 @@ std::string type_names(const Types& types) {
   return out;
 }
 
-CouchError invalid(std::string reason) { return {400, "invalid_design_doc", std::move(reason)}; }
-
 CouchError wrong_type(const std::string& path, const Types& types) {
-  return invalid("`" + path + "` field must have " + type_names(types) + " type");
+  return err::invalid_design_doc("`" + path + "` field must have " + type_names(types) + " type");
 }
 
 // Member `key` of `obj`, if present, must have one of `types`. `path` names it in the reason.
@@ -107,12 +105,13 @@ std::optional<CouchError> check_rank(std::string_view n) {
   }
   if (digits.empty() || !std::all_of(digits.begin(), digits.end(),
                                      [](unsigned char c) { return std::isdigit(c) != 0; }))
-    return invalid("invalid rank reducer");
+    return err::invalid_design_doc("invalid rank reducer");
   const std::size_t first = std::min(digits.find_first_not_of('0'), digits.size());
   digits.remove_prefix(first);
   const bool in_range = !negative && !digits.empty() && digits.size() <= 3 &&
                         std::stoll(std::string(digits)) <= kRankMax;
-  if (!in_range) return invalid("rank value must be between 1 and " + std::to_string(kRankMax));
+  if (!in_range)
+    return err::invalid_design_doc("rank value must be between 1 and " + std::to_string(kRankMax));
   return std::nullopt;
 }
 
@@ -124,7 +123,8 @@ std::optional<CouchError> check_builtin_reduce(std::string_view reduce) {
     if (reduce.starts_with(p)) return std::nullopt;
   if (reduce.starts_with("_top_")) return check_rank(reduce.substr(5));
   if (reduce.starts_with("_bottom_")) return check_rank(reduce.substr(8));
-  return invalid("`" + std::string(reduce) + "` is not a supported reduce function.");
+  return err::invalid_design_doc("`" + std::string(reduce) +
+                                 "` is not a supported reduce function.");
 }
 
 std::optional<CouchError> check_views(const Json& doc, Partitioned db_partitioned) {
@@ -142,7 +142,7 @@ std::optional<CouchError> check_views(const Json& doc, Partitioned db_partitione
   if (auto e = check_view_field(views, "reduce", {Type::string})) return e;
   for (const auto& [name, view] : views.items())
     if (name != "lib" && !view.contains("map"))
-      return invalid("View `" + name + "` must contain map function");
+      return err::invalid_design_doc("View `" + name + "` must contain map function");
   for (const auto& [name, view] : views.items())
     if (view.contains("map"))
       if (auto e = check_member(view, "options", "views." + name + ".options", {Type::object}))
@@ -152,7 +152,8 @@ std::optional<CouchError> check_views(const Json& doc, Partitioned db_partitione
   if (options != doc.end()) {
     const auto p = options->find("partitioned");
     if (p != options->end() && *p == true && db_partitioned == Partitioned::no)
-      return invalid("partitioned option cannot be true in a non-partitioned database.");
+      return err::invalid_design_doc(
+          "partitioned option cannot be true in a non-partitioned database.");
   }
 
   if (!has_query_server(language)) return std::nullopt;  // CouchDB stores unknown languages as-is

@@ -38,7 +38,7 @@ bool is_one_of(std::string_view key, const std::array<std::string_view, N>& name
 }
 
 CouchError bad_special_member(std::string_view key) {
-  return CouchError{400, "doc_validation", "Bad special document member: " + std::string(key)};
+  return err::doc_validation("Bad special document member: " + std::string(key));
 }
 
 std::string dump(const Json& j, Json::error_handler_t handler) {
@@ -62,7 +62,7 @@ std::optional<CouchError> transfer_special(const std::string& key, const Json& v
                                            ParsedDoc& doc, std::string& body, JsonWriter& w,
                                            CouchBodyTerm* term) {
   if (key == "_id") {
-    if (!value.is_string()) return CouchError{400, "illegal_docid", "Document id must be a string"};
+    if (!value.is_string()) return err::illegal_docid("Document id must be a string");
     const auto& id = value.get_ref<const std::string&>();
     if (auto err = validate_docid(id)) return err;
     doc.id = id;
@@ -70,12 +70,12 @@ std::optional<CouchError> transfer_special(const std::string& key, const Json& v
     if (doc.revisions) return std::nullopt;  // _revisions came first and wins (CouchDB)
     std::optional<RevId> rev;
     if (value.is_string()) rev = RevId::parse(value.get_ref<const std::string&>());
-    if (!rev) return CouchError{400, "bad_request", "Invalid rev format"};
+    if (!rev) return err::bad_request("Invalid rev format");
     doc.rev = std::move(rev);
   } else if (key == "_revisions" && value.is_object()) {
     auto parsed = parse_revisions_or_reason(value);
     if (auto* reason = std::get_if<std::string>(&parsed)) {
-      return CouchError{400, "doc_validation", std::move(*reason)};
+      return err::doc_validation(std::move(*reason));
     }
     doc.revisions = std::move(std::get<Branch>(parsed));
     doc.rev = doc.revisions->leaf;
@@ -96,7 +96,7 @@ std::optional<CouchError> transfer_special(const std::string& key, const Json& v
 }  // namespace
 
 std::variant<ParsedDoc, CouchError> parse_doc(const Json& doc, bool with_body_term) {
-  if (!doc.is_object()) return CouchError{400, "bad_request", "Document must be a JSON object"};
+  if (!doc.is_object()) return err::bad_request("Document must be a JSON object");
   ParsedDoc parsed;
   std::string body = "{";
   JsonWriter w(body, /*strict=*/true);
@@ -113,7 +113,7 @@ std::variant<ParsedDoc, CouchError> parse_doc(const Json& doc, bool with_body_te
     }
   } catch (const nlohmann::json::type_error&) {
     // Only reachable for values built in code: the parser never yields invalid UTF-8.
-    return CouchError{400, "bad_request", "invalid UTF-8 JSON"};
+    return err::bad_request("invalid UTF-8 JSON");
   }
   body.push_back('}');
   parsed.body = std::move(body);
@@ -158,15 +158,14 @@ bool is_valid_utf8(std::string_view s) {
 }
 
 std::optional<CouchError> validate_docid(std::string_view id) {
-  if (id.empty()) return CouchError{400, "illegal_docid", "Document id must not be empty"};
-  if (id == "_design/") return CouchError{400, "illegal_docid", "Illegal document id `_design/`"};
-  if (id == "_local/") return CouchError{400, "illegal_docid", "Illegal document id `_local/`"};
+  if (id.empty()) return err::illegal_docid("Document id must not be empty");
+  if (id == "_design/") return err::illegal_docid("Illegal document id `_design/`");
+  if (id == "_local/") return err::illegal_docid("Illegal document id `_local/`");
   if (!is_valid_utf8(id)) {
-    return CouchError{400, "illegal_docid", "Document id must be valid UTF-8"};
+    return err::illegal_docid("Document id must be valid UTF-8");
   }
   if (id[0] == '_' && !id.starts_with("_design/") && !id.starts_with("_local/")) {
-    return CouchError{400, "illegal_docid",
-                      "Only reserved document ids may start with underscore."};
+    return err::illegal_docid("Only reserved document ids may start with underscore.");
   }
   return std::nullopt;
 }

@@ -12,11 +12,10 @@ using Json = nlohmann::ordered_json;
 
 namespace {
 
-CouchError bad_patch(std::string reason) { return {400, "bad_request", std::move(reason)}; }
 CouchError unprocessable(std::string reason) {
-  return {422, "unprocessable_entity", std::move(reason)};
+  return err::unprocessable_entity(std::move(reason));
 }
-CouchError not_an_object() { return {400, "bad_request", "Document must be a JSON object"}; }
+CouchError not_an_object() { return err::bad_request("Document must be a JSON object"); }
 
 // RFC 6901: "" is the whole document; otherwise "/"-separated tokens with ~1 = "/", ~0 = "~".
 std::optional<std::vector<std::string>> parse_pointer(const std::string& p) {
@@ -147,31 +146,33 @@ PatchResult merge_patch(Json doc, const Json& patch) {
 }
 
 std::optional<CouchError> check_json_patch(const Json& ops) {
-  if (!ops.is_array()) return bad_patch("A JSON Patch must be an array of operations");
+  if (!ops.is_array()) return err::bad_request("A JSON Patch must be an array of operations");
   for (const Json& op : ops) {
     if (!op.is_object() || !op.contains("op") || !op["op"].is_string())
-      return bad_patch("Each JSON Patch operation must be an object with an \"op\"");
+      return err::bad_request("Each JSON Patch operation must be an object with an \"op\"");
     const std::string& name = op["op"].get_ref<const std::string&>();
     static constexpr std::string_view kOps[] = {"add",  "remove", "replace",  "move",
                                                 "copy", "test",   "increment"};
     bool known = false;
     for (std::string_view k : kOps) known |= name == k;
-    if (!known) return bad_patch("Unknown JSON Patch operation: " + name);
+    if (!known) return err::bad_request("Unknown JSON Patch operation: " + name);
     if (!op.contains("path") || !op["path"].is_string() ||
         !parse_pointer(op["path"].get<std::string>()))
-      return bad_patch("JSON Patch operation \"" + name + "\" needs a \"path\" JSON Pointer");
+      return err::bad_request("JSON Patch operation \"" + name +
+                              "\" needs a \"path\" JSON Pointer");
     if ((name == "move" || name == "copy") && (!op.contains("from") || !op["from"].is_string() ||
                                                !parse_pointer(op["from"].get<std::string>())))
-      return bad_patch("JSON Patch operation \"" + name + "\" needs a \"from\" JSON Pointer");
+      return err::bad_request("JSON Patch operation \"" + name +
+                              "\" needs a \"from\" JSON Pointer");
     if ((name == "add" || name == "replace" || name == "test") && !op.contains("value"))
-      return bad_patch("JSON Patch operation \"" + name + "\" needs a \"value\"");
+      return err::bad_request("JSON Patch operation \"" + name + "\" needs a \"value\"");
     if (name == "increment" && op.contains("value") && !is_plain_number(op["value"]))
-      return bad_patch("JSON Patch operation \"increment\" needs a number \"value\"");
+      return err::bad_request("JSON Patch operation \"increment\" needs a number \"value\"");
     if (name == "move") {
       const std::string from = op["from"].get<std::string>(), path = op["path"].get<std::string>();
       if (path.size() > from.size() && path.compare(0, from.size(), from) == 0 &&
           path[from.size()] == '/')
-        return bad_patch("JSON Patch cannot move a value into itself");
+        return err::bad_request("JSON Patch cannot move a value into itself");
     }
   }
   return std::nullopt;
@@ -210,7 +211,7 @@ PatchResult json_patch(Json doc, const Json& ops) {
     } else if (name == "test") {
       Json* target = find(doc, tokens, tokens.size());
       if (target == nullptr || *target != op["value"])
-        return CouchError{409, "conflict", "JSON Patch test failed at " + path};
+        return err::conflict("JSON Patch test failed at " + path);
     } else {  // increment
       const Json by = op.contains("value") ? op["value"] : Json(1);
       Json* target = tokens.empty() ? nullptr : find(doc, tokens, tokens.size());

@@ -13,7 +13,7 @@ StorageResult<Outcome<std::string>> get_local_json(Transaction& tr, const DbRef&
   using R = Outcome<std::string>;
   auto v = tr.get(db.space.local_key(id), Snapshot::yes);
   if (!v.ok()) return v.error();
-  if (!v->has_value()) return R(doc_not_found());
+  if (!v->has_value()) return R(err::not_found());
   auto t = Tuple::unpack(**v);
   if (!t || t->size() != 3 || !t->get_int(1) || !t->get_bytes(2)) return storage::Error::io_error;
   return R(splice_doc(*t->get_bytes(2), id, "0-" + std::to_string(*t->get_int(1)), {}));
@@ -32,7 +32,7 @@ StorageResult<Outcome<std::string>> put_local(Transaction& tr, const DbRef& db, 
     std::string_view r = *base_rev;
     if (r.size() < 3 || r.substr(0, 2) != "0-" ||
         r.find_first_not_of("0123456789", 2) != std::string_view::npos || r.size() > 20)
-      return R(bad_request("Invalid rev format"));
+      return R(err::bad_request("Invalid rev format"));
     prev = std::stoll(std::string(r.substr(2)));
   }
   if (deleted) {

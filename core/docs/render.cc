@@ -224,17 +224,17 @@ StorageResult<Outcome<std::string>> get_doc_json(Transaction& tr, const DbRef& d
     if (!w.ok()) return w.error();
     if (*w) all.push_back(std::move(**w));
   }
-  if (all.empty()) return R(doc_not_found());
+  if (all.empty()) return R(err::not_found());
   const StoredBranch* chosen = &all.back();
   std::optional<StoredBranch> found;
   if (o.rev) {
     auto f = find_revision(tr, db, id, all, *o.rev);
     if (!f.ok()) return f.error();
-    if (!*f) return R(doc_not_found());  // unknown, or superseded and compacted away
+    if (!*f) return R(err::not_found());  // unknown, or superseded and compacted away
     found = std::move(*f);
     chosen = &*found;
   } else if (chosen->branch.deleted) {
-    return R(doc_deleted());
+    return R(err::doc_deleted());
   }
   auto json = branch_doc_json(tr, db, id, all, *chosen, o);
   if (!json.ok()) return json.error();
@@ -331,7 +331,7 @@ StorageResult<Outcome<std::vector<std::string>>> get_open_revs_json(
     return {};
   };
   if (!revs) {
-    if (all->empty()) return R(doc_not_found());
+    if (all->empty()) return R(err::not_found());
     for (auto it = all->rbegin(); it != all->rend(); ++it)
       if (auto s = ok_entry(*it); !s) return s.error();
     return R(std::move(out));

@@ -152,7 +152,7 @@ StorageResult<bool> JsDocValidator::begin(Transaction& tr, const DbRef& db) {
                                         [&](Transaction& t) { return load_validators(t, db); });
   if (!v.ok()) return v.error();
   if ((*v)->too_many) {
-    failure_ = CouchError{500, "unknown_error", "too many design documents to validate against"};
+    failure_ = err::unknown_error("too many design documents to validate against");
   } else {
     funcs_ = (*v)->funcs;
   }
@@ -177,11 +177,11 @@ std::optional<CouchError> JsDocValidator::validate(std::string_view new_doc,
       case js::Verdict::Kind::ok:
         continue;
       case js::Verdict::Kind::forbidden:
-        return CouchError{403, "forbidden", v.message};
+        return err::forbidden(v.message);
       case js::Verdict::Kind::unauthorized:
-        return CouchError{401, "unauthorized", v.message};
+        return err::unauthorized(v.message);
       case js::Verdict::Kind::other:
-        return CouchError{500, "unknown_error", v.message};
+        return err::unknown_error(v.message);
     }
   }
   return std::nullopt;

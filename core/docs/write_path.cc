@@ -123,8 +123,8 @@ storage::Status apply_edit(Transaction& tr, const DbRef& db, std::string_view id
 namespace {
 
 CouchError missing_stub(std::string_view id, std::string_view name) {
-  return {412, "missing_stub",
-          "Invalid attachment stub in " + std::string(id) + " for " + std::string(name)};
+  return err::missing_stub("Invalid attachment stub in " + std::string(id) + " for " +
+                           std::string(name));
 }
 
 // The final attachment list of a new revision at `new_pos`: new data as uploaded, stubs taken by
@@ -147,7 +147,7 @@ StorageResult<Outcome<std::vector<AttInfo>>> resolve_atts(Transaction& tr, const
       if (u.preuploaded) {
         auto present = att_present(tr, db, a.address, a.encoded_length);
         if (!present.ok()) return present.error();
-        if (!*present) return R(CouchError{500, "unknown_error", "attachment_data_missing"});
+        if (!*present) return R(err::unknown_error("attachment_data_missing"));
       }
       out.push_back(std::move(a));
       continue;
@@ -327,7 +327,7 @@ StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db
     const std::string key = db.space.revision_key(u.id, true, u.base_rev->pos, u.base_rev->hash);
     auto v = tr.get(key);
     if (!v.ok()) return v.error();
-    if (!v->has_value()) return R(conflict());
+    if (!v->has_value()) return R(err::conflict());
     target = decode_branch(db.space, KeyValue{key, **v});
     if (!target) return storage::Error::io_error;
     if (target->is_winner) {
@@ -349,7 +349,7 @@ StorageResult<Outcome<UpdateResult>> update_doc(Transaction& tr, const DbRef& db
       auto w = winner_from_range(tr, db, u.id, Snapshot::no);
       if (!w.ok()) return w.error();
       winner = std::move(*w);
-      if (winner && !winner->branch.deleted) return R(conflict());
+      if (winner && !winner->branch.deleted) return R(err::conflict());
       target = winner;
     }
   }

@@ -112,10 +112,10 @@ const OrderedJson* field_value(const OrderedJson& doc, const std::vector<std::st
 
 Outcome<std::vector<MangoField>> parse_mango_fields(const OrderedJson& list,
                                                     std::string_view what) {
+  // CouchDB's invalid_index or invalid_sort.
+  const auto invalid = what == "sort" ? err::invalid_sort : err::invalid_index;
   std::vector<MangoField> out;
-  if (!list.is_array())
-    return CouchError{400, "invalid_" + std::string(what),
-                      std::string(what) + " fields must be a list"};
+  if (!list.is_array()) return invalid(std::string(what) + " fields must be a list");
   for (const OrderedJson& f : list) {
     MangoField m;
     if (f.is_string()) {
@@ -125,12 +125,10 @@ Outcome<std::vector<MangoField>> parse_mango_fields(const OrderedJson& list,
       m.name = f.begin().key();
       m.descending = f.begin().value() == "desc";
     } else {
-      return CouchError{400, "invalid_" + std::string(what),
-                        "Invalid " + std::string(what) + " field: " + f.dump()};
+      return invalid("Invalid " + std::string(what) + " field: " + f.dump());
     }
     auto path = parse_field_path(m.name);
-    if (!path)
-      return CouchError{400, "invalid_" + std::string(what), "Invalid field name: " + m.name};
+    if (!path) return invalid("Invalid field name: " + m.name);
     m.path = std::move(*path);
     out.push_back(std::move(m));
   }

@@ -35,9 +35,7 @@ const char* const kSumError =
     "provided that the values for all fields are themselves numbers, arrays of numbers, or "
     "objects.";
 
-CouchError builtin_error(std::string reason) {
-  return CouchError{500, "invalid_value", std::move(reason)};
-}
+CouchError builtin_error(std::string reason) { return err::invalid_value(std::move(reason)); }
 
 // How Erlang's ~p shows a decoded JSON value in CouchDB's messages: strings as <<"...">>.
 std::string erlang_term(const OrderedJson& v) {
@@ -318,8 +316,7 @@ Outcome<std::string> builtin(std::string_view fn, const std::vector<std::string>
     const std::size_t n = std::stoul(std::string(fn.substr(top ? 5 : 8)));
     return rank_reduce(values, n, top, rereduce);
   }
-  return CouchError{400, "invalid_design_doc",
-                    "`" + std::string(fn) + "` is not a supported reduce function."};
+  return err::invalid_design_doc("`" + std::string(fn) + "` is not a supported reduce function.");
 }
 
 }  // namespace
@@ -381,7 +378,7 @@ std::string Reducer::reduce_chunk(const std::vector<LeafRow>& rows, std::size_t 
     if (auto* e = std::get_if<CouchError>(&r)) return failure(*e);
     return "V" + std::get<std::string>(r);
   }
-  if (!js_) return failure(CouchError{500, "unknown_error", "no JavaScript engine"});
+  if (!js_) return failure(err::unknown_error("no JavaScript engine"));
   std::string kvs = "[";
   for (std::size_t i = begin; i < end; ++i) {
     if (i > begin) kvs += ',';
@@ -421,7 +418,7 @@ std::string Reducer::rereduce(const std::vector<std::string>& partials) const {
     OrderedJson a = OrderedJson::parse(parts.front(), nullptr, false);
     OrderedJson b = OrderedJson::parse(parts.back(), nullptr, false);
     if (!a.is_array() || a.size() != 2 || !b.is_array() || b.size() != 2)
-      return failure(CouchError{500, "unknown_error", "corrupt _first/_last reduction"});
+      return failure(err::unknown_error("corrupt _first/_last reduction"));
     return "V[" + a[0].dump() + "," + b[1].dump() + "]";
   }
   std::vector<std::string> values;
@@ -433,7 +430,7 @@ std::string Reducer::rereduce(const std::vector<std::string>& partials) const {
     if (auto* e = std::get_if<CouchError>(&r)) return failure(*e);
     return "V" + std::get<std::string>(r);
   }
-  if (!js_) return failure(CouchError{500, "unknown_error", "no JavaScript engine"});
+  if (!js_) return failure(err::unknown_error("no JavaScript engine"));
   std::vector<std::string> level;
   for (std::string_view p : parts) level.emplace_back(p);
   // JavaScript rereduce in calls of at most kRowsPerCall values.
@@ -553,7 +550,7 @@ Outcome<std::string> Reducer::finish(std::string_view partial) const {
   if (partial.empty()) return std::string("null");
   if (partial.front() == 'E') {
     OrderedJson o = OrderedJson::parse(partial.substr(1), nullptr, false);
-    if (!o.is_object()) return CouchError{500, "unknown_error", "corrupt reduction"};
+    if (!o.is_object()) return err::unknown_error("corrupt reduction");
     return CouchError{o.value("status", 500), o.value("error", std::string("unknown_error")),
                       o.value("reason", std::string())};
   }
@@ -565,8 +562,7 @@ Outcome<std::string> Reducer::finish(std::string_view partial) const {
   }
   if (fn_.starts_with("_first") || fn_.starts_with("_last")) {
     OrderedJson a = OrderedJson::parse(payload, nullptr, false);
-    if (!a.is_array() || a.size() != 2)
-      return CouchError{500, "unknown_error", "corrupt reduction"};
+    if (!a.is_array() || a.size() != 2) return err::unknown_error("corrupt reduction");
     return (fn_.starts_with("_first") ? a[0] : a[1]).dump();
   }
   return std::string(payload);

@@ -13,7 +13,7 @@ namespace chaise::core {
 
 namespace {
 
-std::vector<SyncIndexDef> parse_registry(std::string_view raw) {
+std::vector<SyncIndexDef> parse_sync_registry(std::string_view raw) {
   std::vector<SyncIndexDef> out;
   OrderedJson j = OrderedJson::parse(raw, nullptr, false);
   if (!j.is_array()) return out;
@@ -78,7 +78,7 @@ StorageResult<std::vector<SyncIndexDef>> read_sync_indexes(Transaction& tr, cons
         auto raw = t.get(key, storage::Snapshot::yes);
         if (!raw.ok()) return raw.error();
         if (!raw->has_value()) return std::vector<SyncIndexDef>();
-        return parse_registry(**raw);
+        return parse_sync_registry(**raw);
       });
   if (!r.ok()) return r.error();
   tr.add_read_conflict_key(key);

@@ -26,7 +26,7 @@ std::string violation_key(const DbRef& db, const std::string& index_id, std::str
   return db.space.unique_index(index_id).pack(Tuple().add(keyspace::kUniqueViolations).add(doc_id));
 }
 
-UniqueIndexes parse_registry(std::string_view raw) {
+UniqueIndexes parse_unique_registry(std::string_view raw) {
   UniqueIndexes out;
   OrderedJson j = OrderedJson::parse(raw, nullptr, false);
   if (!j.is_array()) return out;
@@ -124,7 +124,7 @@ StorageResult<std::shared_ptr<const UniqueIndexes>> read_unique_indexes(Transact
                                             auto raw = t.get(key, storage::Snapshot::yes);
                                             if (!raw.ok()) return raw.error();
                                             if (!raw->has_value()) return UniqueIndexes{};
-                                            return parse_registry(**raw);
+                                            return parse_unique_registry(**raw);
                                           });
   if (!r.ok()) return r.error();
   tr.add_read_conflict_key(key);
@@ -155,10 +155,9 @@ StorageResult<std::optional<CouchError>> unique_check(Transaction& tr, const DbR
     OrderedJson doc = OrderedJson::parse(*body, nullptr, false);
     for (const auto& [name, map] : declared_unique(doc))
       if (!registered(list, id, name, map))
-        return R(CouchError{400, "invalid_design_doc",
-                            "View " + name +
-                                " is declared unique: unique indexes are created with "
-                                "POST /{db}/_index"});
+        return R(err::invalid_design_doc("View " + name +
+                                         " is declared unique: unique indexes are created with "
+                                         "POST /{db}/_index"));
     return R();
   }
   if (list.empty()) return R();
@@ -170,8 +169,7 @@ StorageResult<std::optional<CouchError>> unique_check(Transaction& tr, const DbR
     auto holder = other_holder(tr, db, d.id, collation_key(*key), id);
     if (!holder.ok()) return holder.error();
     if (*holder)
-      return R(
-          CouchError{409, "conflict", "unique constraint " + d.name + " violated by " + **holder});
+      return R(err::conflict("unique constraint " + d.name + " violated by " + **holder));
   }
   return R();
 }

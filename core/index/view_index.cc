@@ -65,7 +65,7 @@ std::string count_key(const DbRef& db, const ViewGroup& g, std::size_t view,
 Outcome<ViewGroup> ViewGroup::from_design_doc(const std::string& ddoc_id, const std::string& json,
                                               const std::string& js_key, bool db_partitioned) {
   OrderedJson doc = OrderedJson::parse(json, nullptr, false);
-  if (!doc.is_object()) return CouchError{500, "unknown_error", "design document is not JSON"};
+  if (!doc.is_object()) return err::unknown_error("design document is not JSON");
   ViewGroup g;
   g.ddoc_id = ddoc_id;
   g.ddoc = js::DesignDoc{js_key, json};
@@ -357,7 +357,7 @@ StorageResult<Outcome<bool>> index_in_transaction(
     Transaction& tr, const DbRef& db, const ViewGroup& g, js::Engine* js,
     const std::vector<std::pair<std::string, std::optional<std::string>>>& docs) {
   if (g.language != "query" && js == nullptr)
-    return Outcome<bool>(CouchError{500, "unknown_error", "no JavaScript engine"});
+    return Outcome<bool>(err::unknown_error("no JavaScript engine"));
   std::vector<ChangedDoc> changed;
   std::vector<std::string> texts;
   for (const auto& [id, json] : docs) {

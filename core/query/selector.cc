@@ -172,25 +172,25 @@ CouchError bad_arg(std::string_view op, const Json& arg, std::string_view detail
   reason += ": ";
   append_erlang_term(reason, arg);
   reason += detail;
-  return bad_request(std::move(reason));
+  return err::bad_request(std::move(reason));
 }
 
 CouchError invalid_operator(std::string_view op) {
-  return bad_request("Invalid operator: " + std::string(op));
+  return err::bad_request("Invalid operator: " + std::string(op));
 }
 
 CouchError not_supported(std::string_view op) {
-  return bad_request("Unsupported operator: " + std::string(op));
+  return err::bad_request("Unsupported operator: " + std::string(op));
 }
 
 CouchError bad_field(const Json& selector) {
   std::string reason = "Invalid field normalization on selector: ";
   append_erlang_term(reason, selector);
-  return bad_request(std::move(reason));
+  return err::bad_request(std::move(reason));
 }
 
 CouchError invalid_field_name(std::string_view field) {
-  return bad_request("Invalid field name: " + std::string(field));
+  return err::bad_request("Invalid field name: " + std::string(field));
 }
 
 // ---- Collation --------------------------------------------------------------------------------
@@ -968,10 +968,10 @@ Truth match(const Node& n, const Json& value, Collation c) {
 
 std::variant<Selector, CouchError> Selector::parse(const Json& selector) {
   // couch_changes:check_selector/1 refuses non-objects before normalizing.
-  if (!selector.is_object()) return bad_request("Selector error: expected a JSON object");
+  if (!selector.is_object()) return err::bad_request("Selector error: expected a JSON object");
   if (deeper_than(selector, kSelectorDepthMax)) {
-    return bad_request("Selector is nested too deeply: more than " +
-                       std::to_string(kSelectorDepthMax) + " levels of arrays and objects");
+    return err::bad_request("Selector is nested too deeply: more than " +
+                            std::to_string(kSelectorDepthMax) + " levels of arrays and objects");
   }
   if (selector.empty()) return Selector(nullptr);
 
@@ -981,7 +981,7 @@ std::variant<Selector, CouchError> Selector::parse(const Json& selector) {
   if (!normalizer.error) root = normalizer.norm_negations(std::move(root));
   if (normalizer.error) return *std::move(normalizer.error);
   if (root.op == Op::kField && root.path.empty()) {
-    return bad_request("One or more conditions is missing a field name.");
+    return err::bad_request("One or more conditions is missing a field name.");
   }
   return Selector(std::make_shared<const Node>(std::move(root)));
 }

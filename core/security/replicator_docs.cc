@@ -247,7 +247,7 @@ std::optional<CouchError> prepare_replicator_doc(OJson& doc, const UserCtx& writ
       doc[std::string(kOwner)] = name;
     } else if (*owner != name) {
       if (!writer_is_admin) {
-        return CouchError{403, "forbidden", "Can't update replication documents from other users."};
+        return err::forbidden("Can't update replication documents from other users.");
       }
       if (owner->is_null()) *owner = name;
     }
@@ -256,7 +256,7 @@ std::optional<CouchError> prepare_replicator_doc(OJson& doc, const UserCtx& writ
   const auto state = doc.find("_replication_state");
   const bool failed = state != doc.end() && *state == "failed";
   if (replicator || deleted || failed) return std::nullopt;
-  if (auto reason = replication_doc_error(doc)) return CouchError{403, "forbidden", *reason};
+  if (auto reason = replication_doc_error(doc)) return err::forbidden(*reason);
   return std::nullopt;
 }
 

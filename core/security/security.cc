@@ -61,18 +61,19 @@ Outcome<SecurityGroup> parse_group(const OJson& body, const char* which) {
   const auto it = body.find(which);
   if (it == body.end()) return group;
   if (!it->is_object()) {
-    return bad_request(std::string(which) + " must be a JSON object");
+    return err::bad_request(std::string(which) + " must be a JSON object");
   }
   for (const char* field : {"names", "roles"}) {
     const auto list = it->find(field);
     if (list == it->end()) continue;
     if (!list->is_array()) {
-      return bad_request(std::string(which) + "." + field + " must be a JSON list of strings");
+      return err::bad_request(std::string(which) + "." + field + " must be a JSON list of strings");
     }
     auto& out = std::string_view(field) == "names" ? group.names : group.roles;
     for (const auto& item : *list) {
       if (!item.is_string()) {
-        return bad_request(std::string(which) + "." + field + " must be a JSON list of strings");
+        return err::bad_request(std::string(which) + "." + field +
+                                " must be a JSON list of strings");
       }
       out.push_back(item.get<std::string>());
     }
@@ -85,8 +86,6 @@ bool group_admits(const UserCtx& user, const SecurityGroup& group) {
   return std::any_of(user.roles.begin(), user.roles.end(),
                      [&](const std::string& role) { return contains(group.roles, role); });
 }
-
-CouchError forbidden(std::string reason) { return CouchError{403, "forbidden", std::move(reason)}; }
 
 }  // namespace
 
@@ -209,7 +208,7 @@ SecurityObject default_security(bool admin_only) {
 }
 
 Outcome<SecurityObject> parse_security(const OJson& body) {
-  if (!body.is_object()) return bad_request("Security object must be a JSON object");
+  if (!body.is_object()) return err::bad_request("Security object must be a JSON object");
   SecurityObject sec;
   auto admins = parse_group(body, "admins");
   if (auto* e = std::get_if<CouchError>(&admins)) return *e;
@@ -257,47 +256,48 @@ std::optional<CouchError> validate_user_doc(const OJson& doc, const std::optiona
     const OJson user_name = user.name ? OJson(*user.name) : OJson();
     // JavaScript's ==: null == undefined, strings by value.
     if (admin || old_name == user_name) return std::nullopt;
-    return forbidden("Only admins may delete other user docs.");
+    return err::forbidden("Only admins may delete other user docs.");
   }
-  if (doc.value("type", OJson()) != "user") return forbidden("doc.type must be user");
+  if (doc.value("type", OJson()) != "user") return err::forbidden("doc.type must be user");
   const OJson name = doc.value("name", OJson());
   const bool name_truthy = name.is_string()    ? !name.get_ref<const std::string&>().empty()
                            : name.is_boolean() ? name.get<bool>()
                            : name.is_number()  ? name.get<double>() != 0
                                                : !name.is_null();
-  if (!name_truthy) return forbidden("doc.name is required");
+  if (!name_truthy) return err::forbidden("doc.name is required");
   const auto roles = doc.find("roles");
   if (roles == doc.end() || roles->is_null() || (roles->is_boolean() && !roles->get<bool>())) {
-    return forbidden("doc.roles must exist");
+    return err::forbidden("doc.roles must exist");
   }
-  if (!roles->is_array()) return forbidden("doc.roles must be an array");
+  if (!roles->is_array()) return err::forbidden("doc.roles must be an array");
   for (const auto& role : *roles) {
-    if (!role.is_string()) return forbidden("doc.roles can only contain strings");
+    if (!role.is_string()) return err::forbidden("doc.roles can only contain strings");
   }
   if (!name.is_string() ||
       doc.value("_id", std::string()) != std::string(kUserDocPrefix) + name.get<std::string>()) {
-    return forbidden("Doc ID must be of the form org.couchdb.user:name");
+    return err::forbidden("Doc ID must be of the form org.couchdb.user:name");
   }
   const std::string& name_s = name.get_ref<const std::string&>();
-  if (old && old->value("name", OJson()) != name) return forbidden("Usernames can not be changed.");
+  if (old && old->value("name", OJson()) != name)
+    return err::forbidden("Usernames can not be changed.");
   if (doc.contains("password_sha") && !doc["password_sha"].is_null() &&
       (!doc.contains("salt") || doc["salt"].is_null() || doc["salt"] == "")) {
-    return forbidden(
+    return err::forbidden(
         "Users with password_sha must have a salt.See /_utils/script/couch.js for example code.");
   }
   if (const auto scheme = doc.find("password_scheme");
       scheme != doc.end() && !scheme->is_null() && *scheme != "" && *scheme != false) {
     if (*scheme != "simple" && *scheme != "pbkdf2" && *scheme != "simple+pbkdf2") {
-      return forbidden("Password scheme `" +
-                       (scheme->is_string() ? scheme->get<std::string>() : scheme->dump()) +
-                       "` not supported.");
+      return err::forbidden("Password scheme `" +
+                            (scheme->is_string() ? scheme->get<std::string>() : scheme->dump()) +
+                            "` not supported.");
     }
     if (*scheme == "pbkdf2") {
       if (!doc.contains("iterations") || !doc["iterations"].is_number()) {
-        return forbidden("iterations must be a number.");
+        return err::forbidden("iterations must be a number.");
       }
       if (!doc.contains("derived_key") || !doc["derived_key"].is_string()) {
-        return forbidden("derived_key must be a string.");
+        return err::forbidden("derived_key must be a string.");
       }
     }
   }
@@ -306,7 +306,7 @@ std::optional<CouchError> validate_user_doc(const OJson& doc, const std::optiona
   if (!admin) {
     if (old) {
       if (!user.name || *user.name != name_s) {
-        return forbidden("You may only update your own user document.");
+        return err::forbidden("You may only update your own user document.");
       }
       std::vector<std::string> old_roles;
       if (const auto r = old->find("roles"); r != old->end() && r->is_array()) {
@@ -317,21 +317,21 @@ std::optional<CouchError> validate_user_doc(const OJson& doc, const std::optiona
       std::sort(old_roles.begin(), old_roles.end());
       std::vector<std::string> sorted = new_roles;
       std::sort(sorted.begin(), sorted.end());
-      if (old_roles != sorted) return forbidden("Only _admin may edit roles");
+      if (old_roles != sorted) return err::forbidden("Only _admin may edit roles");
     } else if (!new_roles.empty()) {
-      return forbidden("Only _admin may set roles");
+      return err::forbidden("Only _admin may set roles");
     }
   }
   for (const auto& role : new_roles) {
     if (role != "_metrics" && !role.empty() && role.front() == '_') {
-      return forbidden("No system roles (starting with underscore) in users db.");
+      return err::forbidden("No system roles (starting with underscore) in users db.");
     }
   }
   if (!name_s.empty() && name_s.front() == '_') {
-    return forbidden("Username may not start with underscore.");
+    return err::forbidden("Username may not start with underscore.");
   }
   if (name_s.find(':') != std::string::npos) {
-    return forbidden("Character `:` is not allowed in usernames.");
+    return err::forbidden("Character `:` is not allowed in usernames.");
   }
   return std::nullopt;
 }
@@ -385,14 +385,14 @@ constexpr std::size_t kPasswordRulesMax = 100;
 // couch_users_db:validate_password: every rule must find a match in the password.
 std::optional<CouchError> check_password_rules(const UserDbRules& rules,
                                                const std::string& password) {
-  if (!rules.password_rules) return forbidden("Server cannot hash passwords at this time.");
+  if (!rules.password_rules) return err::forbidden("Server cannot hash passwords at this time.");
   for (const PasswordRule& rule : *rules.password_rules) {
     RE2::Options options;
     options.set_log_errors(false);
     const RE2 re(rule.regexp, options);
-    if (!re.ok()) return forbidden("Server cannot hash passwords at this time.");
+    if (!re.ok()) return err::forbidden("Server cannot hash passwords at this time.");
     if (!RE2::PartialMatch(password, re)) {
-      return CouchError{400, "bad_request", rule.message};
+      return err::bad_request(rule.message);
     }
   }
   return std::nullopt;
@@ -464,20 +464,20 @@ Outcome<OJson> prepare_user_doc(const OJson& doc, const std::optional<OJson>& ol
   const std::string id = doc.value("_id", std::string());
   if (id.starts_with("_design/")) {
     if (!user.is_server_admin()) {
-      return forbidden("Only administrators can change design docs in the users database.");
+      return err::forbidden("Only administrators can change design docs in the users database.");
     }
     return doc;
   }
   // couch_users_db:before_doc_update: another user's doc is "missing" to a non-admin.
   const auto doc_name = doc_name_of_id(id);
   if (!user.is_server_admin() && user.name && (!doc_name || *doc_name != *user.name)) {
-    return CouchError{404, "not_found", "missing"};
+    return err::not_found();
   }
   OJson body = doc;
   const auto password = doc.find("password");
   if (password != doc.end() && !password->is_null()) {
     if (!password->is_string()) {
-      return forbidden("Password value of '" + password->dump() + "' is invalid.");
+      return err::forbidden("Password value of '" + password->dump() + "' is invalid.");
     }
     if (auto error = check_password_rules(rules, password->get_ref<const std::string&>())) {
       return *error;
@@ -488,7 +488,7 @@ Outcome<OJson> prepare_user_doc(const OJson& doc, const std::optional<OJson>& ol
     }
     const std::string key =
         pbkdf2_hex(rules.prf, password->get_ref<const std::string&>(), salt, rules.iterations);
-    if (key.empty()) return forbidden("Server cannot hash passwords at this time.");
+    if (key.empty()) return err::forbidden("Server cannot hash passwords at this time.");
     // The _id and _rev first, then CouchDB's order: the new credential fields, then the rest.
     OJson out = OJson::object();
     for (const auto& [k, v] : doc.items()) {

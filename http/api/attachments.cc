@@ -21,6 +21,7 @@
 #include "core/docs/documents.h"
 #include "core/security/replicator_docs.h"
 #include "core/util/json_text.h"
+#include "http/api/doc_request.h"
 #include "http/api/etag.h"
 #include "http/api/idempotency.h"
 #include "http/api/request.h"
@@ -47,26 +48,11 @@ constexpr std::uint64_t kStreamBodyBytesMin = 1 << 20;
 constexpr std::size_t kStreamedReadBytes = 256 * 1024;
 constexpr std::size_t kStreamedBytesPerTransaction = 11 * core::kAttChunkBytes;  // ~1 MB
 
-core::CouchError missing_att() { return {404, "not_found", "Document is missing attachment"}; }
+core::CouchError missing_att() { return err::not_found("Document is missing attachment"); }
 
 // The revision named by ?rev= or If-Match (they must agree), unparsed.
 std::optional<std::string> requested_rev(const Call& call) {
-  std::optional<std::string> rev = call.query.get("rev");
-  std::optional<std::string> im;
-  if (auto it = call.req.find(field::if_match); it != call.req.end()) {
-    std::string_view v = it->value();
-    while (!v.empty() && v.front() == '"') v.remove_prefix(1);
-    while (!v.empty() && v.back() == '"') v.remove_suffix(1);
-    im = std::string(v);
-  }
-  if (rev && im && *rev != *im) throw_bad_request("Document rev and etag have different values");
-  return rev ? rev : im;
-}
-
-core::RevId parse_rev(std::string_view text) {
-  auto r = core::RevId::parse(text);
-  if (!r) throw_bad_request("Invalid rev format");
-  return *r;
+  return merge_revs<std::string>(std::nullopt, call.query.get("rev"), if_match_text(call.req));
 }
 
 // The revision a request reads or edits: the given one (a leaf, or a superseded revision whose
@@ -133,9 +119,7 @@ std::optional<ByteRange> parse_range(const Request& req, std::int64_t size) {
     if (s.empty() || ec != std::errc{} || p != s.data() + s.size() || n < 0) return std::nullopt;
     return n;
   };
-  auto unsatisfiable = [] {
-    throw HttpError(416, "requested_range_not_satisfiable", "Requested range not satisfiable");
-  };
+  auto unsatisfiable = [] { throw HttpError(err::requested_range_not_satisfiable()); };
   std::string_view a = v.substr(0, dash), b = v.substr(dash + 1);
   ByteRange r;
   if (a.empty()) {
@@ -224,7 +208,7 @@ MaybeResponse encoded_attachment(Call& call, storage::Transaction& tr, const cor
     r.body() = std::move(stored);
   } else {
     auto identity = core::att_identity(att, std::move(stored));
-    if (!identity) throw HttpError(500, "unknown_error", "attachment_data_corrupt");
+    if (!identity) throw HttpError(err::unknown_error("attachment_data_corrupt"));
     r.body() = std::move(*identity);
   }
   r.prepare_payload();
@@ -234,16 +218,16 @@ MaybeResponse encoded_attachment(Call& call, storage::Transaction& tr, const cor
 MaybeResponse get_attachment(Call& call, const core::DbRef& db, const std::string& id,
                              const std::string& name) {
   std::optional<core::RevId> rev;
-  if (auto r = call.query.get("rev")) rev = parse_rev(*r);
+  if (auto r = call.query.get("rev")) rev = parse_rev_or_throw(*r);
   auto tr = call.store().create_transaction();
   bool deleted = false;
   auto opened = open_revision(tr, db, id, rev, deleted);
-  if (!opened) throw HttpError(deleted ? core::doc_deleted() : core::doc_not_found());
+  if (!opened) throw HttpError(deleted ? err::doc_deleted() : err::not_found());
   // _users: another user's document is readable, attachments included, only when some of its
   // fields are public (couch_users_db:after_doc_read).
   if (auto fields = readable_fields(call, db, id);
       fields && !core::public_user_doc_body(opened->record.body, *fields))
-    throw HttpError(core::doc_not_found());
+    throw HttpError(err::not_found());
   const core::AttInfo* att = nullptr;
   for (const core::AttInfo& a : opened->record.atts)
     if (a.name == name) att = &a;
@@ -290,20 +274,19 @@ MaybeResponse write_attachment(Call& call, const core::DbRef& db, const std::str
       if (auto e = check_doc_write(call, db, probe)) throw HttpError(std::move(*e));
     }
     if (db.name == core::kUsersDb && !call.user.is_server_admin())
-      throw HttpError(403, "forbidden",
-                      "Only admins may change attachments in the users database.");
+      throw HttpError(err::forbidden("Only admins may change attachments in the users database."));
   }
   std::optional<core::RevId> rev;
-  if (auto text = requested_rev(call)) rev = parse_rev(*text);
+  if (auto text = requested_rev(call)) rev = parse_rev_or_throw(*text);
   auto tr = call.store().create_transaction();
   bool deleted = false;
   auto opened = open_revision(tr, db, id, rev, deleted);
-  if (rev && !opened) throw HttpError(409, "not_found", "missing_rev");  // chttpd's odd answer
+  if (rev && !opened) throw HttpError(err::missing_rev());  // chttpd's odd answer
   if (!upload) {
-    if (!opened) throw HttpError(deleted ? core::doc_deleted() : core::doc_not_found());
-    if (!rev) throw HttpError(core::conflict());
+    if (!opened) throw HttpError(deleted ? err::doc_deleted() : err::not_found());
+    if (!rev) throw HttpError(err::conflict());
   } else if (opened && !rev) {
-    throw HttpError(core::conflict());  // the document exists: the edit must name its revision
+    throw HttpError(err::conflict());  // the document exists: the edit must name its revision
   }
   core::DocUpdate u;
   u.id = id;
@@ -451,7 +434,7 @@ boost::asio::awaitable<core::AttUpload> stream_attachment(const Call& call, cons
   own_address.clear();
   std::string address(32, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(address.data()), 32) != 1)
-    throw HttpError(500, "unknown_error", "no random bytes for an attachment address");
+    throw HttpError(err::unknown_error("no random bytes for an attachment address"));
   const bool encoded = !up.info.encoding.empty();
   std::optional<core::GzipStream> gzip;
   if (!encoded && core::is_compressible_type(up.info.content_type)) gzip.emplace();
@@ -488,13 +471,13 @@ boost::asio::awaitable<core::AttUpload> stream_attachment(const Call& call, cons
       break;
     }
     if (!n) {
-      failure = HttpError(400, "bad_request", "The request body ended early");
+      failure = HttpError(err::bad_request("The request body ended early"));
       break;
     }
     if (*n == 0) break;
     received += static_cast<std::int64_t>(*n);
     if (static_cast<std::uint64_t>(received) > call.ctx.max_attachment_size) {
-      failure = HttpError(413, "attachment_too_large", up.name);
+      failure = HttpError(err::attachment_too_large(up.name));
       break;
     }
     const std::size_t before = pending.size();
@@ -589,8 +572,10 @@ MaybeResponse handle_attachment(Call& call, const core::DbRef& db, const std::st
                                 const std::string& name) {
   if (is_get(call)) co_return co_await get_attachment(call, db, doc_id, name);
   if (!call.is(verb::put) && !call.is(verb::delete_)) require_method(call, kAttachmentMethods);
-  if (name.starts_with("_")) throw_bad_request("Attachment name can't start with '_'");
-  if (!core::is_valid_utf8(name)) throw_bad_request("Attachment name is not UTF-8 encoded");
+  if (name.starts_with("_"))
+    throw HttpError(err::bad_request("Attachment name can't start with '_'"));
+  if (!core::is_valid_utf8(name))
+    throw HttpError(err::bad_request("Attachment name is not UTF-8 encoded"));
   if (auto e = core::validate_docid(doc_id)) throw HttpError(std::move(*e));
   if (call.is(verb::delete_)) co_return co_await write_attachment(call, db, doc_id, name, {});
   if (call.stream.body_streamed()) {
@@ -599,7 +584,7 @@ MaybeResponse handle_attachment(Call& call, const core::DbRef& db, const std::st
     if (!cl.empty() &&
         std::from_chars(cl.data(), cl.data() + cl.size(), length).ec == std::errc() &&
         length > call.ctx.max_attachment_size)
-      throw HttpError(413, "attachment_too_large", name);
+      throw HttpError(err::attachment_too_large(name));
     core::AttUpload up;
     up.name = name;
     up.info.name = name;
@@ -627,7 +612,7 @@ MaybeResponse handle_attachment(Call& call, const core::DbRef& db, const std::st
     co_return answer;
   }
   if (call.req.body().size() > call.ctx.max_attachment_size)
-    throw HttpError(413, "attachment_too_large", name);
+    throw HttpError(err::attachment_too_large(name));
   core::AttUpload up;
   up.name = name;
   up.info.name = name;

@@ -18,13 +18,13 @@ bool is_system_db(std::string_view name) {
 }
 
 [[noreturn]] void throw_unauthorized(std::string reason) {
-  throw HttpError(401, "unauthorized", std::move(reason));
+  throw HttpError(err::unauthorized(std::move(reason)));
 }
 
 // check_is_member / check_is_admin failures: 401 for an anonymous user, 403 for a named one.
 core::CouchError denied(const Call& call, std::string reason) {
-  if (!call.user.name) return core::CouchError{401, "unauthorized", std::move(reason)};
-  return core::CouchError{403, "forbidden", std::move(reason)};
+  if (!call.user.name) return err::unauthorized(std::move(reason));
+  return err::forbidden(std::move(reason));
 }
 
 [[noreturn]] void throw_denied(const Call& call, std::string reason) {
@@ -168,8 +168,8 @@ std::optional<std::vector<std::string>> readable_fields(const Call& call, const 
   if (db.name != core::kUsersDb || core::is_db_admin(call.user, *call.security))
     return std::nullopt;
   if (id.starts_with("_design/")) {
-    throw HttpError(403, "forbidden",
-                    "Only administrators can view design docs in the users database.");
+    throw HttpError(
+        err::forbidden("Only administrators can view design docs in the users database."));
   }
   if (core::may_read_user_doc(call.user, id)) return std::nullopt;
   if (call.ctx.auth == nullptr) return std::vector<std::string>{};

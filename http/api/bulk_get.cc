@@ -32,7 +32,7 @@ BulkGetOptions parse_query(const Call& call) {
   for (const auto& [key, value] : call.query.params()) {
     if (key == "open_revs" || key == "new_edits" || key == "w" || key == "rev" ||
         key == "atts_since")
-      throw_bad_request("\"" + key + "\" query parameter is not acceptable");
+      throw HttpError(err::bad_request("\"" + key + "\" query parameter is not acceptable"));
     const bool on = value == "true";
     if (key == "revs") o.revs = on;
     if (key == "latest") o.latest = on;
@@ -54,17 +54,17 @@ struct Entry {
 Entry parse_entry(const Json& doc) {
   Entry e;
   if (!doc.is_object() || doc.empty()) {
-    e.error = core::bad_request("document must be a JSON object");
+    e.error = err::bad_request("document must be a JSON object");
     return e;
   }
   auto id = doc.find("id");
   if (id == doc.end()) {
-    e.error = core::bad_request("document id missed");
+    e.error = err::bad_request("document id missed");
     return e;
   }
   e.id = *id;
   if (!id->is_string()) {
-    e.error = core::CouchError{400, "illegal_docid", "Document id must be a string"};
+    e.error = err::illegal_docid("Document id must be a string");
     return e;
   }
   if (auto bad = core::validate_docid(id->get_ref<const std::string&>())) {
@@ -75,7 +75,7 @@ Entry parse_entry(const Json& doc) {
     auto parsed =
         rev->is_string() ? core::RevId::parse(rev->get_ref<const std::string&>()) : std::nullopt;
     if (!parsed) {
-      e.error = core::bad_request("Invalid rev format");
+      e.error = err::bad_request("Invalid rev format");
       e.error_rev = *rev;
       return e;
     }
@@ -83,7 +83,7 @@ Entry parse_entry(const Json& doc) {
   }
   if (auto since = doc.find("atts_since"); since != doc.end() && !since->is_null()) {
     if (!since->is_array()) {
-      e.error = core::bad_request("att_since value must be array of revs.");
+      e.error = err::bad_request("att_since value must be array of revs.");
       e.error_rev = *since;
       return e;
     }
@@ -92,7 +92,7 @@ Entry parse_entry(const Json& doc) {
       auto parsed =
           r.is_string() ? core::RevId::parse(r.get_ref<const std::string&>()) : std::nullopt;
       if (!parsed) {
-        e.error = core::bad_request("Invalid rev format");
+        e.error = err::bad_request("Invalid rev format");
         e.error_rev = r;
         return e;
       }
@@ -147,8 +147,7 @@ storage::Result<Answer> answer_entry(storage::Transaction& tr, const core::DbRef
     auto json = core::branch_doc_json(tr, db, id, *all, *b, o, &d.atts);
     if (!json.ok()) return json.error();
     if (json->empty()) {  // nothing of it is public (CouchDB answers internal_fabric_error)
-      a.errors.push_back(
-          error_json(e.id, e.rev ? e.rev->str() : "undefined", core::doc_not_found()));
+      a.errors.push_back(error_json(e.id, e.rev ? e.rev->str() : "undefined", err::not_found()));
       continue;
     }
     d.json = std::move(*json);
@@ -156,9 +155,9 @@ storage::Result<Answer> answer_entry(storage::Transaction& tr, const core::DbRef
     a.docs.push_back(std::move(d));
   }
   for (const core::RevId& r : sel.missing)
-    a.errors.push_back(error_json(e.id, r.str(), core::doc_not_found()));
+    a.errors.push_back(error_json(e.id, r.str(), err::not_found()));
   if (sel.found.empty() && sel.missing.empty())  // open_revs all of a missing document
-    a.errors.push_back(error_json(e.id, "undefined", core::doc_not_found()));
+    a.errors.push_back(error_json(e.id, "undefined", err::not_found()));
   return a;
 }
 
@@ -223,9 +222,10 @@ MaybeResponse handle_bulk_get(Call& call, const core::DbRef& db) {
   require_json_content_type(call);
   const Json body = parse_json_object_body(call.req, false);
   auto docs = body.find("docs");
-  if (docs == body.end() || docs->is_null()) throw_bad_request("Missing JSON list of 'docs'.");
+  if (docs == body.end() || docs->is_null())
+    throw HttpError(err::bad_request("Missing JSON list of 'docs'."));
   // CouchDB answers 500 function_clause for a "docs" that is not a list.
-  if (!docs->is_array()) throw_bad_request("`docs` parameter must be an array.");
+  if (!docs->is_array()) throw HttpError(err::bad_request("`docs` parameter must be an array."));
   const BulkGetOptions q = parse_query(call);
   const bool multipart = !accepts_media_type(call.req, "application/json") &&
                          (accepts_media_type(call.req, "multipart/mixed") ||

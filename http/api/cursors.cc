@@ -28,6 +28,7 @@
 #include "http/api/etag.h"
 #include "http/api/js_request.h"
 #include "http/api/metrics.h"
+#include "http/api/pages.h"
 #include "http/api/request.h"
 #include "http/api/router.h"
 #include "http/api/txn.h"
@@ -64,7 +65,8 @@ class Params {
   bool boolean(std::string_view key, bool fallback) const {
     if (body_ && body_->contains(key)) {
       const Json& v = (*body_)[std::string(key)];
-      if (!v.is_boolean()) throw_query_parse_error("Invalid boolean parameter: " + v.dump());
+      if (!v.is_boolean())
+        throw HttpError(err::query_parse_error("Invalid boolean parameter: " + v.dump()));
       return v.get<bool>();
     }
     return query_.get_bool(key, fallback);
@@ -75,17 +77,19 @@ class Params {
     if (body_ && body_->contains(key)) {
       const Json& j = (*body_)[std::string(key)];
       if (!j.is_number_integer())
-        throw_query_parse_error("Invalid value for positive integer: " + j.dump());
+        throw HttpError(err::query_parse_error("Invalid value for positive integer: " + j.dump()));
       v = j.get<std::int64_t>();
     } else if (auto s = query_.get(key)) {
       try {
         v = query_.get_int(key);
       } catch (const HttpError&) {
-        throw_query_parse_error("Invalid value for positive integer: \"" + *s + "\"");
+        throw HttpError(
+            err::query_parse_error("Invalid value for positive integer: \"" + *s + "\""));
       }
     }
     if (v && *v < 0)
-      throw_query_parse_error("Invalid value for positive integer: \"" + std::to_string(*v) + "\"");
+      throw HttpError(err::query_parse_error("Invalid value for positive integer: \"" +
+                                             std::to_string(*v) + "\""));
     return v;
   }
   std::optional<std::string> string(std::string_view key) const {
@@ -136,11 +140,12 @@ AllDocsRequest parse_all_docs(const Params& p, AllDocsKind kind) {
   if (auto l = p.non_negative("limit")) r.q.limit = *l;
   if (auto s = p.non_negative("skip")) r.q.skip = *s;
   if (auto keys = p.json("keys")) {
-    if (!keys->is_array()) throw_bad_request("`keys` parameter must be an array.");
+    if (!keys->is_array()) throw HttpError(err::bad_request("`keys` parameter must be an array."));
     // couch_mrview_util:validate_args (checked against CouchDB 3.5).
     for (std::string_view bound : {"key", "startkey", "start_key", "endkey", "end_key"})
       if (p.json(bound))
-        throw_query_parse_error("`keys` is incompatible with `key`, `start_key` and `end_key`");
+        throw HttpError(
+            err::query_parse_error("`keys` is incompatible with `key`, `start_key` and `end_key`"));
     r.keys.emplace();
     for (const Json& k : *keys) {
       if (k.is_string()) {
@@ -224,29 +229,19 @@ boost::asio::awaitable<bool> write_all_docs(const Call& call, const core::DbRef&
   }
   const std::string head = all_docs_head(total, offset, seq ? &*seq : nullptr);
   if (!co_await emit(head)) co_return false;
-  bool first = true;
+  RowJoiner joiner;
   std::string chunk;
-  auto append_rows = [&](std::vector<std::string>& rows) {
-    chunk.clear();
-    for (std::string& row : rows) {
-      if (!first) chunk += ",\r\n";
-      first = false;
-      chunk += row;
-    }
-    rows.clear();
-  };
   std::vector<std::string> rows;
   if (r.keys) {
     auto keyed = value_or_throw(core::all_docs_keys(tr, db, *r.keys, r.q));
-    append_rows(keyed);
+    joiner.append(chunk, keyed);
     if (!co_await emit(chunk)) co_return false;
   } else if (!r.empty) {
-    for (bool more = true, first_page = true; more; first_page = false) {
-      auto page_tr = store.create_transaction();      // one short transaction per page
-      if (!first_page) page_tr.disable_read_cache();  // a long stream reads its blocks once
-      auto m = value_or_throw(cursor.next_page(page_tr, call.ctx.stream_page_rows, rows));
-      more = m;
-      append_rows(rows);
+    Pages pages(store);
+    for (bool more = true; more;) {
+      more = pages.read_next(cursor, call.ctx.stream_page_rows, rows);
+      chunk.clear();
+      joiner.append(chunk, rows);
       if (!chunk.empty() && !co_await emit(chunk)) co_return false;
     }
   }
@@ -277,11 +272,11 @@ MaybeResponse all_docs_queries(Call& call, AllDocsKind kind) {
   const core::DbRef db = open_db_or_throw(call);
   const Json body = parse_json_object_body(call.req);
   if (!body.contains("queries") || !body["queries"].is_array())
-    throw_bad_request("`queries` member must be a array.");
+    throw HttpError(err::bad_request("`queries` member must be a array."));
   std::vector<AllDocsRequest> requests;
   const Query no_query;
   for (const Json& q : body["queries"]) {
-    if (!q.is_object()) throw_bad_request("Each query must be a JSON object.");
+    if (!q.is_object()) throw HttpError(err::bad_request("Each query must be a JSON object."));
     // couch_mrview_http:parse_param reads a one-element `keys` of a query here as `key`: a
     // range, so its answer has an offset and no not_found or deleted rows.
     const auto keys = q.find("keys");
@@ -329,36 +324,13 @@ std::string_view unquote_seq(std::string_view seq) {
   return seq;
 }
 
-// mochiweb_util:unquote, which couch_changes applies to each part of a filter or view name:
-// %XX decoded, '+' is a space, anything else (a malformed escape too) kept.
-std::string unquote_name_part(std::string_view s) {
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '+') {
-      out.push_back(' ');
-    } else if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
-      out.push_back(static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2])));
-      i += 2;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
-
 // "ddoc/name" as couch_changes:configure_filter splits it (string:tokens: empty parts dropped).
 std::vector<std::string> name_parts(std::string_view name) {
   std::vector<std::string> parts;
   while (!name.empty()) {
     const std::size_t slash = name.find('/');
     const std::string_view part = name.substr(0, slash);
-    if (!part.empty()) parts.push_back(unquote_name_part(part));
+    if (!part.empty()) parts.push_back(unquote_plus(part));
     if (slash == std::string_view::npos) break;
     name.remove_prefix(slash + 1);
   }
@@ -375,9 +347,9 @@ void require_ddoc_member(storage::Transaction& tr, const core::DbRef& db, const 
   if (auto* e = std::get_if<core::CouchError>(&doc)) throw HttpError(*e);
   const Json body = Json::parse(std::get<std::string>(doc));
   const auto s = body.find(section);
-  if (s == body.end()) throw HttpError(404, "not_found", "missing json key: " + section);
-  if (!s->is_object()) throw HttpError(404, "not_found", "json_mismatch");
-  if (!s->contains(member)) throw HttpError(404, "not_found", "missing json key: " + member);
+  if (s == body.end()) throw HttpError(err::not_found("missing json key: " + section));
+  if (!s->is_object()) throw HttpError(err::not_found("json_mismatch"));
+  if (!s->contains(member)) throw HttpError(err::not_found("missing json key: " + member));
 }
 
 // A JavaScript filter on the feed, compiled before the feed starts (a compilation error is the
@@ -401,36 +373,37 @@ void configure_filter(const Call& call, const std::string& filter, const Params&
   if (filter == "_doc_ids") {
     std::optional<Json> ids = p.json("doc_ids");
     if (!ids || !ids->is_array())
-      throw_bad_request("`doc_ids` filter parameter is not a list of doc ids.");
+      throw HttpError(err::bad_request("`doc_ids` filter parameter is not a list of doc ids."));
     q.doc_ids.emplace();
     for (const Json& id : *ids) {
       if (!id.is_string())
-        throw_bad_request("`doc_ids` filter parameter is not a list of doc ids.");
+        throw HttpError(err::bad_request("`doc_ids` filter parameter is not a list of doc ids."));
       q.doc_ids->push_back(id.get<std::string>());
     }
   } else if (filter == "_design") {
     q.design_only = true;
   } else if (filter == "_selector") {
     std::optional<Json> sel = p.json("selector");
-    if (!sel) throw_bad_request("Selector must be specified in POST payload");
+    if (!sel) throw HttpError(err::bad_request("Selector must be specified in POST payload"));
     auto parsed = core::Selector::parse(*sel);
     if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(*e);
     q.selector = std::get<core::Selector>(std::move(parsed));
   } else if (filter == "_view") {
     const std::string view = p.string("view").value_or("");
-    if (view.empty()) throw_bad_request("`view` filter parameter is not provided.");
+    if (view.empty()) throw HttpError(err::bad_request("`view` filter parameter is not provided."));
     const auto parts = name_parts(view);
     // One part, or more than two, is a 500 (case_clause) in CouchDB 3.5.
-    if (parts.size() != 2) throw_bad_request("`view` must be of the form `designname/viewname`");
+    if (parts.size() != 2)
+      throw HttpError(err::bad_request("`view` must be of the form `designname/viewname`"));
     require_ddoc_member(tr, db, parts[0], "views", parts[1]);
     set_js_filter(call, tr, db, parts, core::JsChangesFilter::Kind::view, q);
   } else if (filter.starts_with('_')) {
-    throw_bad_request("unknown builtin filter name");
+    throw HttpError(err::bad_request("unknown builtin filter name"));
   } else if (!filter.empty()) {
     const auto parts = name_parts(filter);
     if (parts.empty()) return;
     if (parts.size() != 2)
-      throw_bad_request("`filter` must be of the form `designname/filtername`");
+      throw HttpError(err::bad_request("`filter` must be of the form `designname/filtername`"));
     require_ddoc_member(tr, db, parts[0], "filters", parts[1]);
     set_js_filter(call, tr, db, parts, core::JsChangesFilter::Kind::filter, q);
   }
@@ -451,7 +424,8 @@ ChangesRequest parse_changes(const Call& call, const Json* body, const core::DbR
   } else if (feed == "eventsource") {
     r.feed = Feed::eventsource;
   } else {
-    throw_bad_request("Supported `feed` types: normal, continuous, live, longpoll, eventsource");
+    throw HttpError(err::bad_request(
+        "Supported `feed` types: normal, continuous, live, longpoll, eventsource"));
   }
   // couch_changes:get_changes_timeout: both are capped by [chttpd] changes_timeout.
   const std::int64_t max_ms = call.ctx.changes_timeout_ms;
@@ -459,7 +433,7 @@ ChangesRequest parse_changes(const Call& call, const Json* body, const core::DbR
   if (auto t = p.string("timeout")) {
     // CouchDB answers 500 badarg for what is not an integer ("1e3", "1.5"); Chaise says 400.
     auto v = integer_param_saturating(*t);
-    if (!v || *v < 0) throw_bad_request("Invalid timeout value: " + *t);
+    if (!v || *v < 0) throw HttpError(err::bad_request("Invalid timeout value: " + *t));
     r.timeout_ms = std::min(*v, max_ms);
   }
   if (auto h = p.string("heartbeat")) {
@@ -468,10 +442,11 @@ ChangesRequest parse_changes(const Call& call, const Json* body, const core::DbR
     } else {
       auto v = integer_param_saturating(*h);
       if (!v)
-        throw_bad_request(
-            "Invalid heartbeat value. Expecting a positive integer value (in milliseconds).");
+        throw HttpError(err::bad_request(
+            "Invalid heartbeat value. Expecting a positive integer value (in milliseconds)."));
       if (*v <= 0)
-        throw_bad_request("The heartbeat value should be a positive integer (in milliseconds).");
+        throw HttpError(err::bad_request(
+            "The heartbeat value should be a positive integer (in milliseconds)."));
       r.heartbeat_ms = std::min(*v, max_ms);
     }
   }
@@ -487,7 +462,8 @@ ChangesRequest parse_changes(const Call& call, const Json* body, const core::DbR
       q.since = s;
     } else {
       auto s = core::Sequence::parse(unquote_seq(*since));
-      if (!s) throw_bad_request("Malformed sequence supplied in 'since' parameter.");
+      if (!s)
+        throw HttpError(err::bad_request("Malformed sequence supplied in 'since' parameter."));
       q.since = *s;
     }
   }
@@ -495,7 +471,7 @@ ChangesRequest parse_changes(const Call& call, const Json* body, const core::DbR
   if (auto l = p.non_negative("limit")) q.limit = *l;
   const std::string style = p.string("style").value_or("main_only");
   if (style != "main_only" && style != "all_docs")
-    throw_bad_request("Invalid `style` parameter value: " + style);
+    throw HttpError(err::bad_request("Invalid `style` parameter value: " + style));
   q.all_docs_style = style == "all_docs";
   q.include_docs = p.boolean("include_docs", false);
   q.conflicts = p.boolean("conflicts", false);
@@ -508,7 +484,7 @@ ChangesRequest parse_changes(const Call& call, const Json* body, const core::DbR
     } catch (const std::exception&) {
       n = 0;
     }
-    if (n <= 0) throw_bad_request("invalid_seq_interval");
+    if (n <= 0) throw HttpError(err::bad_request("invalid_seq_interval"));
     q.seq_interval = n;
   }
   if (auto filter = p.string("filter")) configure_filter(call, *filter, p, db, tr, q);
@@ -672,7 +648,7 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
       auto m = value_or_throw(core::read_shard_maps(tr, db, storage::Snapshot::yes));
       auto ids = core::all_shards(m);
       if (std::find(ids.begin(), ids.end(), *shard) == ids.end())
-        throw HttpError(404, "not_found", "No such changes shard: " + std::to_string(*shard));
+        throw HttpError(err::not_found("No such changes shard: " + std::to_string(*shard)));
       r.q.shard = shard;
       maps = std::move(m);
     }
@@ -688,7 +664,7 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
     co_return answer;
   }
   const bool live = r.feed != Feed::normal;
-  if (live && !call.ctx.notifier) throw_bad_request("live feeds are not enabled");
+  if (live && !call.ctx.notifier) throw HttpError(err::bad_request("live feeds are not enabled"));
 
   Response head = stream_head(call.req);
   if (etag) head.set(beast_http::field::etag, *etag);
@@ -721,11 +697,10 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
     last_cursor.emplace(db, std::move(q));
     core::ChangesCursor& cursor = *last_cursor;
     std::int64_t counter = 0;
-    for (bool more = true, first_page = true; more; first_page = false) {
-      auto page_tr = store.create_transaction();
-      if (!first_page) page_tr.disable_read_cache();  // a long stream reads its blocks once
-      auto m = value_or_throw(cursor.next_page(page_tr, call.ctx.stream_page_rows, rows));
-      more = m;
+    Pages pages(store);
+    for (bool more = true; more;) {
+      auto page_tr = pages.next_transaction();
+      more = Pages::read(cursor, page_tr, call.ctx.stream_page_rows, rows);
       if (live) {
         // Read with the page, in its snapshot: the notifier wakes us for anything after it.
         auto c = value_or_throw(core::read_update_counter(page_tr, db));
@@ -808,7 +783,7 @@ MaybeResponse changes_meta(Call& call) {
     require_db_admin(call);  // resharding changes every feed consumer's topology
     const Json body = parse_json_object_body(call.req);
     if (!body.contains("shards") || !body["shards"].is_number_integer())
-      throw_bad_request("`shards` must be an integer");
+      throw HttpError(err::bad_request("`shards` must be an integer"));
     const std::int64_t n = body["shards"].get<std::int64_t>();
     std::optional<core::Outcome<std::vector<std::int64_t>>> result;
     storage::Status s =
@@ -834,7 +809,8 @@ MaybeResponse changes_meta(Call& call) {
       since = u;
     } else {
       auto parsed = core::Sequence::parse(*v);
-      if (!parsed) throw_bad_request("Malformed sequence supplied in 'since' parameter.");
+      if (!parsed)
+        throw HttpError(err::bad_request("Malformed sequence supplied in 'since' parameter."));
       since = *parsed;
     }
   }
@@ -865,19 +841,19 @@ MaybeResponse handle_cursors(Call& call) {
                                                    : AllDocsKind::all_docs;
   if (view == "_changes") {
     if (call.path.size() == 2) co_return co_await changes(call, std::nullopt);
-    if (call.path.size() != 3) throw HttpError(404, "not_found", "missing");
+    if (call.path.size() != 3) throw HttpError(err::not_found());
     if (call.path[2] == "_meta") co_return co_await changes_meta(call);
     std::int64_t shard = -1;
     const std::string& text = call.path[2];
     auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), shard);
     if (ec != std::errc() || p != text.data() + text.size() || shard < 0)
-      throw HttpError(404, "not_found", "No such changes shard: " + text);
+      throw HttpError(err::not_found("No such changes shard: " + text));
     co_return co_await changes(call, shard);
   }
   if (call.path.size() == 2) co_return co_await all_docs(call, kind);
   if (call.path.size() == 3 && call.path[2] == "queries")
     co_return co_await all_docs_queries(call, kind);
-  throw HttpError(404, "not_found", "missing");
+  throw HttpError(err::not_found());
 }
 
 }  // namespace chaise::http

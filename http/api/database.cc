@@ -64,7 +64,7 @@ constexpr std::string_view kNotImplemented[] = {
 // not a database (CouchDB answers 404, not 400, for an invalid name here: only PUT validates).
 core::DbRef open_db_at(storage::Transaction& tr, const std::string& name) {
   auto r = value_or_throw(core::open_db(tr, name));
-  if (core::failed(r)) throw HttpError(core::db_not_found());
+  if (core::failed(r)) throw HttpError(err::db_not_found());
   return std::get<core::DbRef>(std::move(r));
 }
 
@@ -86,11 +86,11 @@ void validate_partitioned_docid(const std::string& id) {
   if (is_local_id(id) || is_design_id(id)) return;
   const std::size_t colon = id.find(':');
   if (colon == std::string::npos)
-    throw HttpError(400, "illegal_docid", "Doc id must be of form partition:id");
+    throw HttpError(err::illegal_docid("Doc id must be of form partition:id"));
   const std::string partition = id.substr(0, colon);
-  if (partition.empty()) throw HttpError(400, "illegal_partition", "Partition must not be empty");
+  if (partition.empty()) throw HttpError(err::illegal_partition("Partition must not be empty"));
   if (partition.front() == '_')
-    throw HttpError(400, "illegal_partition", "Partition must not start with an underscore");
+    throw HttpError(err::illegal_partition("Partition must not start with an underscore"));
   if (auto e = core::validate_docid(std::string_view(id).substr(colon + 1))) throw HttpError(*e);
 }
 
@@ -108,7 +108,7 @@ core::ParsedDoc parse_fields(const Json& doc, bool local, std::optional<std::str
   if (local && doc.contains("_rev")) {
     const Json& rev = doc["_rev"];
     if (!rev.is_string() || !couch_rev_syntax(rev.get_ref<const std::string&>()))
-      throw_bad_request("Invalid rev format");
+      throw HttpError(err::bad_request("Invalid rev format"));
     local_rev = rev.get<std::string>();
     Json without_rev = doc;
     without_rev.erase("_rev");
@@ -161,7 +161,7 @@ struct ParsedItem {
 
 ParsedItem parse_item(const Call& call, const Json& original, const core::DbRef& db, bool new_edits,
                       std::size_t max_document_size, std::size_t max_attachment_size) {
-  if (!original.is_object()) throw_bad_request("Document must be a JSON object");
+  if (!original.is_object()) throw HttpError(err::bad_request("Document must be a JSON object"));
   // Design documents need a db admin; _users documents are checked and their password hashed;
   // _replicator documents get their owner, and one that breaks the rules fails the whole
   // request (couch_replicator_docs:before_doc_update throws, as in CouchDB).
@@ -188,7 +188,7 @@ ParsedItem parse_item(const Call& call, const Json& original, const core::DbRef&
   core::ParsedDoc parsed = parse_fields(doc, local, local_rev, new_edits && !local);
 
   if (parsed.body.size() > max_document_size)
-    throw HttpError(413, "document_too_large", parsed.id.value_or(""));
+    throw HttpError(err::document_too_large(parsed.id.value_or("")));
   std::optional<core::CouchError> design_error =
       core::validate_design_doc(parsed.id.value_or(""), doc, core::Partitioned{db.partitioned});
   if (!design_error) design_error = check_design_functions(call, parsed.id.value_or(""), doc);
@@ -199,13 +199,13 @@ ParsedItem parse_item(const Call& call, const Json& original, const core::DbRef&
     if (auto* e = std::get_if<core::CouchError>(&a)) throw HttpError(std::move(*e));
     atts = std::get<std::vector<core::AttUpload>>(std::move(a));
     for (const core::AttUpload& u : atts)
-      if (u.follows) throw_bad_request("Attachment data missing for " + u.name);
+      if (u.follows) throw HttpError(err::bad_request("Attachment data missing for " + u.name));
   }
   if (local && !local_rev && parsed.rev) local_rev = parsed.rev->str();  // from _revisions
   if (parsed.id && db.partitioned) validate_partitioned_docid(*parsed.id);
   if (!new_edits && !parsed.rev && !local_rev) {
-    throw_bad_request(
-        "When `new_edits: false`, the document needs `_rev` or `_revisions` specified");
+    throw HttpError(err::bad_request(
+        "When `new_edits: false`, the document needs `_rev` or `_revisions` specified"));
   }
   ParsedItem out;
   out.id_given = parsed.id.has_value();
@@ -268,7 +268,8 @@ void validate_shards_param(const Call& call, const std::string& key) {
   if (!v) return;
   const bool positive = !v->empty() && v->find_first_not_of("0123456789") == std::string::npos &&
                         v->find_first_not_of('0') != std::string::npos;
-  if (!positive) throw_bad_request("The `" + key + "` value should be a positive integer.");
+  if (!positive)
+    throw HttpError(err::bad_request("The `" + key + "` value should be a positive integer."));
 }
 
 bool is_system_db_for_partitioning(std::string_view name) {
@@ -289,12 +290,12 @@ MaybeResponse create_database(Call& call) {
     if (*p == "true") {
       partitioned = true;
     } else if (*p != "false") {
-      throw_bad_request("Invalid `partitioned` parameter");
+      throw HttpError(err::bad_request("Invalid `partitioned` parameter"));
     }
   }
-  if (!core::valid_db_name(name)) throw HttpError(core::illegal_database_name(name));
+  if (!core::valid_db_name(name)) throw HttpError(core::bad_db_name(name));
   if (partitioned && is_system_db_for_partitioning(name))
-    throw_bad_request("Cannot partition a system database");
+    throw HttpError(err::bad_request("Cannot partition a system database"));
 
   // CouchDB 3's [couchdb] default_security: admin_only unless set to everyone.
   const bool admin_only = call.ctx.config == nullptr ||
@@ -332,9 +333,9 @@ MaybeResponse create_database(Call& call) {
 MaybeResponse delete_database(Call& call) {
   // A forgotten document id makes "DELETE /db/?rev=..." look like a database deletion.
   if (call.query.has("rev")) {
-    throw_bad_request(
+    throw HttpError(err::bad_request(
         "You tried to DELETE a database with a ?=rev parameter. Did you mean to DELETE a "
-        "document instead?");
+        "document instead?"));
   }
   const std::string& name = call.path.front();
   std::optional<core::CouchError> error;
@@ -405,11 +406,13 @@ MaybeResponse bulk_docs(Call& call, const core::DbRef& db) {
   require_json_content_type(call);
   const Json body = parse_json_object_body(call.req, false, core::JsonNumbers::exact);
   const auto docs = body.find("docs");
-  if (docs == body.end()) throw_bad_request("POST body must include `docs` parameter.");
-  if (!docs->is_array()) throw_bad_request("`docs` parameter must be an array.");
+  if (docs == body.end())
+    throw HttpError(err::bad_request("POST body must include `docs` parameter."));
+  if (!docs->is_array()) throw HttpError(err::bad_request("`docs` parameter must be an array."));
   bool new_edits = true;
   if (auto ne = body.find("new_edits"); ne != body.end()) {
-    if (!ne->is_boolean()) throw_bad_request("`new_edits` parameter must be a boolean.");
+    if (!ne->is_boolean())
+      throw HttpError(err::bad_request("`new_edits` parameter must be a boolean."));
     new_edits = ne->get<bool>();
   }
 
@@ -468,7 +471,7 @@ MaybeResponse bulk_docs(Call& call, const core::DbRef& db) {
         continue;
       }
       if (!w.results[i]) {  // cannot happen: every item not skipped has a result
-        error_entry(i, core::CouchError{500, "unknown_error", "no result"});
+        error_entry(i, err::unknown_error("no result"));
         continue;
       }
       const ItemResult& r = *w.results[i];
@@ -503,11 +506,11 @@ std::vector<IdRevs> parse_id_revs(const Call& call) {
   std::vector<IdRevs> out;
   out.reserve(body.size());
   for (const auto& [id, revs] : body.items()) {
-    if (!revs.is_array()) throw_bad_request("Invalid revisions, must be a list");
+    if (!revs.is_array()) throw HttpError(err::bad_request("Invalid revisions, must be a list"));
     IdRevs entry{id, {}};
     for (const Json& rev : revs) {
       if (!rev.is_string() || !couch_rev_syntax(rev.get_ref<const std::string&>()))
-        throw_bad_request("Invalid rev format");
+        throw HttpError(err::bad_request("Invalid rev format"));
       entry.revs.push_back(rev.get<std::string>());
     }
     out.push_back(std::move(entry));
@@ -605,7 +608,7 @@ MaybeResponse set_db_meta(const Call& call, const core::DbRef& db, Set set) {
         return {};
       });
   if (!s.ok()) co_return storage_error_response(call.req, s.error());
-  if (missing) throw HttpError(core::db_not_found());
+  if (missing) throw HttpError(err::db_not_found());
   co_return json_response(call.req, Status::ok, Json{{"ok", true}});
 }
 
@@ -623,10 +626,10 @@ MaybeResponse revs_limit(Call& call, const core::DbRef& db) {
   const Json body = parse_json_body(call.req, false);
   // The JSON parser reads every non-negative integer as unsigned.
   if (!body.is_number_unsigned() || body.get<std::uint64_t>() == 0)
-    throw_bad_request("The revs_limit must be a positive integer.");
+    throw HttpError(err::bad_request("The revs_limit must be a positive integer."));
   if (body.get<std::uint64_t>() > static_cast<std::uint64_t>(core::kRevsLimitMax)) {
-    throw_bad_request("The revs_limit must not be greater than " +
-                      std::to_string(core::kRevsLimitMax) + ".");
+    throw HttpError(err::bad_request("The revs_limit must not be greater than " +
+                                     std::to_string(core::kRevsLimitMax) + "."));
   }
   const int limit = static_cast<int>(body.get<std::uint64_t>());
   co_return co_await set_db_meta(call, db, [&](storage::Transaction& tr, const core::DbRef& now) {
@@ -646,7 +649,7 @@ MaybeResponse security(Call& call, const core::DbRef& db) {
       (call.ctx.config == nullptr ||
        call.ctx.config->get("couchdb", "users_db_security_editable").value_or("false") ==
            "false")) {
-    throw HttpError(403, "forbidden", "You can't edit the security object of the user database.");
+    throw HttpError(err::forbidden("You can't edit the security object of the user database."));
   }
   require_db_admin(call);
   const Json body = parse_json_body(call.req, false);
@@ -654,7 +657,7 @@ MaybeResponse security(Call& call, const core::DbRef& db) {
   if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(std::move(*e));
   const std::string text = body.dump();
   if (text.size() > 1024 * 1024)
-    throw HttpError(413, "too_large", "the security object is too large");
+    throw HttpError(err::too_large("the security object is too large"));
   co_return co_await set_db_meta(call, db, [&](storage::Transaction& tr, const core::DbRef& now) {
     core::set_security_json(tr, now, text);
   });
@@ -673,8 +676,8 @@ MaybeResponse compact(Call& call, const core::DbRef& db) {
     auto tr = call.store().create_transaction();
     auto winner = value_or_throw(
         core::read_winner(tr, db, "_design/" + call.path[2], storage::Snapshot::yes));
-    if (!winner) throw HttpError(core::doc_not_found());
-    if (winner->branch.deleted) throw HttpError(core::doc_deleted());
+    if (!winner) throw HttpError(err::not_found());
+    if (winner->branch.deleted) throw HttpError(err::doc_deleted());
     co_return json_response(call.req, Status::accepted, Json{{"ok", true}});
   }
   std::string cursor;
@@ -724,7 +727,7 @@ MaybeResponse handle_database(Call& call) {
   // CouchDB's db_handler table matches these whatever follows them; chttpd_auth_request wants a
   // db admin for them, and says so with a 401 whoever asks.
   if ((op == "_compact" || op == "_view_cleanup") && !core::is_db_admin(call.user, *call.security))
-    throw HttpError(401, "unauthorized", "You are not a server or db admin.");
+    throw HttpError(err::unauthorized("You are not a server or db admin."));
   if (op == "_compact") co_return co_await compact(call, db);
   if (op == "_view_cleanup") co_return co_await view_cleanup(call, db);
   if (path.size() == 2) {
@@ -743,8 +746,7 @@ MaybeResponse handle_database(Call& call) {
   }
   if (op == "_find" || op == "_explain" || op == "_index")
     co_return co_await handle_mango(call, db);
-  if (not_implemented(op))
-    throw HttpError(501, "not_implemented", "this feature is not yet implemented");
+  if (not_implemented(op)) throw HttpError(err::not_implemented());
   // CouchDB treats any other "/{db}/_xxx[/...]" as a document (or attachment) path: GET finds no
   // such document, PUT is refused for its id.
   co_return co_await handle_document(call);

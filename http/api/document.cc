@@ -26,6 +26,7 @@
 #include "core/security/replicator_docs.h"
 #include "core/util/ascii.h"
 #include "core/util/json_text.h"
+#include "http/api/doc_request.h"
 #include "http/api/etag.h"
 #include "http/api/idempotency.h"
 #include "http/api/js_request.h"
@@ -42,284 +43,11 @@ using beast_http::field;
 using beast_http::verb;
 
 constexpr std::string_view kDocMethods = "DELETE,GET,HEAD,POST,PUT,COPY";
-constexpr std::string_view kLocalPrefix = "_local/";
 
 // Design document actions CouchDB serves under /{db}/_design/{name}/{action}; not in Chaise yet.
 constexpr std::array<std::string_view, 10> kDesignActions = {
     "_view",    "_info",   "_show",        "_list",    "_update",
     "_rewrite", "_search", "_search_info", "_nouveau", "_nouveau_info"};
-
-// ---- Small helpers ----------------------------------------------------------------------------
-
-[[noreturn]] void throw_couch(core::CouchError e) { throw HttpError(std::move(e)); }
-
-[[noreturn]] void throw_invalid_rev() { throw_bad_request("Invalid rev format"); }
-
-[[noreturn]] void throw_not_implemented() {
-  // CouchDB's chttpd:error_info(not_implemented).
-  throw HttpError(501, "not_implemented", "this feature is not yet implemented");
-}
-
-std::string dquote(std::string_view s) {
-  std::string out = "\"";
-  out.append(s);
-  out.push_back('"');
-  return out;
-}
-
-// mochiweb_util:unquote with '+' as a space (chttpd's decode_plus_to_space default). A malformed
-// escape is kept as it is, as mochiweb does.
-std::string unquote(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '+') {
-      out.push_back(' ');
-    } else if (s[i] == '%' && i + 2 < s.size() && hex_digit(s[i + 1]) >= 0 &&
-               hex_digit(s[i + 2]) >= 0) {
-      out.push_back(static_cast<char>(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2])));
-      i += 2;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
-
-std::optional<std::string> header(const Request& req, field f) {
-  auto it = req.find(f);
-  if (it == req.end()) return std::nullopt;
-  return std::string(it->value());
-}
-
-std::string doc_location(const Call& call, std::string_view id) {
-  return absolute_uri(call, "/" + url_encode(call.path.at(0)) + "/" + url_encode(id));
-}
-
-// ---- Revisions as CouchDB parses them ---------------------------------------------------------
-
-// couch_doc:parse_rev's acceptance, which is wider than RevId::parse: "N-rest" with N an Erlang
-// integer (sign allowed), and rest 32 hex digits when it is 32 bytes long and N != 0. Returns the
-// canonical text ("pos-hash", hex lowercased) used to compare two revisions of a _local document.
-std::optional<std::string> couch_rev_text(std::string_view text) {
-  const std::size_t dash = text.find('-');
-  if (dash == std::string_view::npos) return std::nullopt;
-  std::string_view pos = text.substr(0, dash);
-  std::string_view hash = text.substr(dash + 1);
-  bool negative = false;
-  if (!pos.empty() && (pos.front() == '+' || pos.front() == '-')) {
-    negative = pos.front() == '-';
-    pos.remove_prefix(1);
-  }
-  if (pos.empty() || pos.size() > 18) return std::nullopt;
-  std::int64_t n = 0;
-  for (char c : pos) {
-    if (c < '0' || c > '9') return std::nullopt;
-    n = n * 10 + (c - '0');
-  }
-  if (negative) n = -n;
-  std::string h(hash);
-  if (n != 0 && h.size() == 32) {
-    for (char c : h)
-      if (hex_digit(c) < 0) return std::nullopt;
-    h = core::ascii_lower(h);
-  }
-  return std::to_string(n) + "-" + h;
-}
-
-// A document revision from the URL or a header: 400 "Invalid rev format" unless RevId::parse
-// accepts it (a narrowing of CouchDB's parse_rev: revisions of documents never have pos 0).
-core::RevId parse_rev_or_throw(std::string_view text) {
-  auto rev = core::RevId::parse(text);
-  if (!rev) throw_invalid_rev();
-  return std::move(*rev);
-}
-
-std::string local_rev_or_throw(std::string_view text) {
-  auto rev = couch_rev_text(text);
-  if (!rev) throw_invalid_rev();
-  return std::move(*rev);
-}
-
-// The If-Match header as a revision (chttpd_db:extract_header_rev strips the quotes).
-std::optional<std::string> if_match_text(const Request& req) {
-  auto value = header(req, field::if_match);
-  if (!value) return std::nullopt;
-  std::string_view v = *value;
-  while (!v.empty() && v.front() == '"') v.remove_prefix(1);
-  while (!v.empty() && v.back() == '"') v.remove_suffix(1);
-  return std::string(v);
-}
-
-// chttpd_db:couch_doc_from_req + extract_header_rev: the revision an edit is based on, from the
-// body, ?rev= and If-Match, which must agree.
-template <typename Rev>
-std::optional<Rev> merge_revs(std::optional<Rev> body, std::optional<Rev> query,
-                              std::optional<Rev> if_match) {
-  if (body) {
-    if (query && *query != *body)
-      throw_bad_request("Document rev from request body and query string have different values");
-    if (if_match && *if_match != *body)
-      throw_bad_request("Document rev and etag have different values");
-    return body;
-  }
-  if (query && if_match && *query != *if_match)
-    throw_bad_request("Document rev and etag have different values");
-  return query ? query : if_match;
-}
-
-// ---- The request's target ---------------------------------------------------------------------
-
-struct Target {
-  std::string id;
-  bool local = false;
-  std::vector<std::string> rest;  // path segments after the document (an attachment name)
-};
-
-// chttpd_db:db_req's dispatch of /{db}/... to a document.
-Target resolve_target(const Call& call) {
-  const auto& p = call.path;
-  Target t;
-  if (p.at(1) == "_local") {
-    if (p.size() == 2) throw_bad_request("Invalid _local document id.");
-    if (p.size() > 3) throw_bad_request("_local documents do not accept attachments.");
-    t.id = std::string(kLocalPrefix) + p[2];
-  } else if (p[1] == "_design" && p.size() > 2) {
-    t.id = "_design/" + p[2];
-    t.rest.assign(p.begin() + 3, p.end());
-  } else {
-    t.id = p[1];
-    t.rest.assign(p.begin() + 2, p.end());
-  }
-  t.local = t.id.starts_with(kLocalPrefix);
-  return t;
-}
-
-// ---- Query parameters (chttpd_db:parse_doc_query) ---------------------------------------------
-
-struct DocQuery {
-  std::optional<std::string> rev_text;  // the last ?rev=, format-checked
-  bool open_revs_all = false;
-  std::optional<std::vector<std::string>> open_revs;  // non-empty list
-  bool revs = false, revs_info = false, conflicts = false, deleted_conflicts = false;
-  bool local_seq = false, latest = false, deleted = false;
-  bool new_edits = true;
-  bool attachments = false, att_encoding_info = false;
-  std::optional<std::vector<std::string>> atts_since;
-};
-
-std::vector<std::string> parse_rev_list(const std::string& json_text) {
-  const Json j = parse_json_or_throw(json_text);
-  if (!j.is_array()) throw_bad_request("Invalid list of revisions");
-  std::vector<std::string> out;
-  for (const Json& r : j) {
-    if (!r.is_string() || !couch_rev_text(r.get_ref<const std::string&>())) throw_invalid_rev();
-    out.push_back(r.get<std::string>());
-  }
-  return out;
-}
-
-// Parameters are applied in order, as CouchDB's foldl does; only the exact value "true" turns an
-// option on, anything else is ignored (not an error), and unknown parameters are ignored.
-DocQuery parse_doc_query(const Call& call) {
-  DocQuery q;
-  for (const auto& [key, value] : call.query.params()) {
-    const bool on = value == "true";
-    if (key == "meta" && on) {
-      q.revs_info = q.conflicts = q.deleted_conflicts = true;
-    } else if (key == "revs" && on) {
-      q.revs = true;
-    } else if (key == "revs_info" && on) {
-      q.revs_info = true;
-    } else if (key == "conflicts" && on) {
-      q.conflicts = true;
-    } else if (key == "deleted_conflicts" && on) {
-      q.deleted_conflicts = true;
-    } else if (key == "local_seq" && on) {
-      q.local_seq = true;
-    } else if (key == "latest" && on) {
-      q.latest = true;
-    } else if (key == "deleted" && on) {
-      q.deleted = true;
-    } else if (key == "rev") {
-      if (!couch_rev_text(value)) throw_invalid_rev();
-      q.rev_text = value;
-    } else if (key == "open_revs") {
-      q.open_revs_all = value == "all";
-      q.open_revs.reset();
-      if (!q.open_revs_all) {
-        auto revs = parse_rev_list(value);
-        if (!revs.empty()) q.open_revs = std::move(revs);  // [] means "no open_revs" in CouchDB
-      }
-    } else if (key == "atts_since") {
-      q.atts_since = parse_rev_list(value);
-      q.attachments = true;  // chttpd_db: atts_since implies attachments
-    } else if (key == "attachments" && on) {
-      q.attachments = true;
-    } else if (key == "att_encoding_info" && on) {
-      q.att_encoding_info = true;
-    } else if (key == "new_edits" && (value == "true" || value == "false")) {
-      q.new_edits = on;
-    }
-  }
-  return q;
-}
-
-// ---- Responses --------------------------------------------------------------------------------
-
-// A document's 304 also carries Cache-Control, as every document answer does.
-Response not_modified(const Request& req, std::string_view etag) {
-  Response r = not_modified_response(req, etag);
-  r.set(field::cache_control, "must-revalidate");
-  return r;
-}
-
-// A document answer with its ETag, or 304 when the client has it (chttpd:etag_respond).
-Response doc_response(const Request& req, std::string body,
-                      const std::optional<std::string>& etag) {
-  if (etag && if_none_match_has(req, *etag)) return not_modified(req, *etag);
-  Response r = raw_json_response(req, Status::ok, std::move(body));
-  if (etag) r.set(field::etag, *etag);
-  return r;
-}
-
-// {"ok":true,"id":...,"rev":...} with ETag (and Location when given).
-Response update_response(const Call& call, Status status, std::string_view id, std::string_view rev,
-                         std::string_view etag, std::string_view location = {}) {
-  // Written directly, not built as a Json and dumped: it was 5% of a PUT's instructions.
-  std::string body = "{\"ok\":true,\"id\":";
-  core::JsonWriter w(body, false);  // as json_response: invalid UTF-8 replaced, not thrown
-  w.string(id);
-  body.append(",\"rev\":");
-  w.string(rev);
-  body.push_back('}');
-  Response r = raw_json_response(call.req, status, std::move(body));
-  r.set(field::etag, etag);
-  if (!location.empty()) r.set(field::location, location);
-  return r;
-}
-
-// couch_httpd:make_etag for _local documents: an opaque hash of the revision and body, in quotes
-// and base 36 like CouchDB's (which hashes the Erlang term; clients only compare it).
-std::string local_etag(std::string_view doc_json) {
-  auto fnv = [&](std::uint64_t h) {
-    for (char c : doc_json) {
-      h ^= static_cast<unsigned char>(c);
-      h *= 0x100000001b3ULL;
-    }
-    return h;
-  };
-  auto base36 = [](std::uint64_t v) {
-    static constexpr char kDigits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
-    std::string s;
-    do {
-      s.insert(s.begin(), kDigits[v % 36]);
-      v /= 36;
-    } while (v != 0);
-    return s;
-  };
-  return dquote(base36(fnv(0xcbf29ce484222325ULL)) + base36(fnv(0x84222325cbf29ce4ULL)));
-}
 
 // The attachment options of a read.
 void set_att_options(core::DocReadOptions& o, const DocQuery& q) {
@@ -507,7 +235,7 @@ Response send_doc(const Call& call, storage::Transaction& tr, const core::DbRef&
   core::RenderedAtts rendered;
   auto json = core::branch_doc_json(tr, db, id, all, b, o, &rendered);
   if (!json.ok()) return storage_error_response(call.req, json.error());
-  if (json->empty()) throw_couch(core::doc_not_found());  // none of its fields is public
+  if (json->empty()) throw HttpError(err::not_found());  // none of its fields is public
   if (etag && o.public_fields && if_none_match_has(call.req, *etag))
     return not_modified(call.req, *etag);
   if (!multipart || !rendered.any) return doc_response(call.req, std::move(*json), etag);
@@ -554,10 +282,9 @@ Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRe
   }
   // Answered, not thrown: unwinding made a GET of a missing document cost 60% more server CPU
   // than one of a present document (35-37 us against 22).
-  if (all.empty()) return couch_error_response(call.req, core::doc_not_found());
+  if (all.empty()) return error_response(call.req, err::not_found());
   const core::StoredBranch& winner = all.back();
-  if (winner.branch.deleted && !q.deleted)
-    return couch_error_response(call.req, core::doc_deleted());
+  if (winner.branch.deleted && !q.deleted) return error_response(call.req, err::doc_deleted());
   core::DocReadOptions o;
   fields.apply(o);
   o.revs = q.revs;
@@ -587,7 +314,7 @@ Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const
     if (q.open_revs) revs = open_revs_ids(q);
     auto all = core::read_branches(tr, db, t.id, storage::Snapshot::yes);
     if (!all.ok()) return storage_error_response(call.req, all.error());
-    if (!revs && all->empty()) throw_couch(core::doc_not_found());
+    if (!revs && all->empty()) throw HttpError(err::not_found());
     const bool multipart = accepts_media_type(call.req, "multipart/mixed");
     auto r = read_open_revs(tr, db, t.id, *all, revs, q, multipart, fields);
     if (!r.ok()) return storage_error_response(call.req, r.error());
@@ -604,7 +331,7 @@ Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const
     if (!all.ok()) return storage_error_response(call.req, all.error());
     auto found = core::find_revision(tr, db, t.id, *all, *o.rev);
     if (!found.ok()) return storage_error_response(call.req, found.error());
-    if (!*found) throw_couch(core::doc_not_found());
+    if (!*found) throw HttpError(err::not_found());
     return send_doc(call, tr, db, t.id, *all, **found, o, dquote(o.rev->str()), deferred);
   }
   return get_winner(call, tr, db, t.id, q, fields, deferred);
@@ -632,19 +359,19 @@ std::string spliced_rev(std::string_view json, std::string_view id) {
 Response get_local(const Call& call, const core::DbRef& db, const Target& t, const DocQuery& q) {
   // Local documents live outside the revision tree, so open_revs and ?rev= (which CouchDB looks up
   // in that tree) never find them.
-  if (q.open_revs_all) throw_couch(core::doc_not_found());
+  if (q.open_revs_all) throw HttpError(err::not_found());
   if (q.open_revs) {
     OpenRevsResult r;
     for (const std::string& rev : *q.open_revs) r.missing.push_back(local_rev_or_throw(rev));
     auto tr = call.store().create_transaction();
     return open_revs_response(call, tr, db, r, nullptr);
   }
-  if (q.rev_text && !q.latest) throw_couch(core::doc_not_found());
+  if (q.rev_text && !q.latest) throw HttpError(err::not_found());
   auto tr = call.store().create_transaction();
   auto r = core::get_local_json(tr, db, t.id);
   if (!r.ok()) return storage_error_response(call.req, r.error());
   // A missing checkpoint (every replication's first read) answered, not thrown.
-  if (core::failed(*r)) return couch_error_response(call.req, std::get<core::CouchError>(*r));
+  if (core::failed(*r)) return error_response(call.req, std::get<core::CouchError>(*r));
   std::string json = std::get<std::string>(std::move(*r));
   const std::string etag = local_etag(json);
   if (q.revs) {
@@ -668,8 +395,8 @@ struct WriteResult {
 std::optional<Response> refusal(const Call& call, const WriteResult& w) {
   const auto* e = std::get_if<core::CouchError>(&w.outcome);
   if (e == nullptr) return std::nullopt;
-  if (e->status == 401) throw_couch(*e);
-  return couch_error_response(call.req, *e);
+  if (e->status == 401) throw HttpError(*e);
+  return error_response(call.req, *e);
 }
 
 // Writes one item and answers with render(its result), or with its refusal (see write_and_render:
@@ -712,7 +439,7 @@ core::DocWriteBatch::Item local_item(std::string id, std::optional<std::string> 
 // The text of the new revision, or throws the per-document error (a 401, or a refusal of a
 // batch=ok write that is not a PUT: see write_one).
 std::string written_rev(const WriteResult& w) {
-  if (const auto* e = std::get_if<core::CouchError>(&w.outcome)) throw_couch(*e);
+  if (const auto* e = std::get_if<core::CouchError>(&w.outcome)) throw HttpError(*e);
   if (!w.local_rev.empty()) return w.local_rev;
   return std::get<core::UpdateResult>(w.outcome).rev.str();
 }
@@ -720,18 +447,18 @@ std::string written_rev(const WriteResult& w) {
 // The request body as a JSON value (not yet known to be an object).
 Json request_json(const Request& req) {
   if (req.body().empty() && !req.has_content_length() && !req.chunked())
-    throw_bad_request("Missing request body");
+    throw HttpError(err::bad_request("Missing request body"));
   return parse_json_body(req, false, core::JsonNumbers::exact);
 }
 
 void check_size(const Call& call, const core::ParsedDoc& d) {
   if (d.body.size() > call.ctx.max_document_size)
-    throw HttpError(413, "document_too_large", d.id.value_or(""));  // couch_doc: the body's _id
+    throw HttpError(err::document_too_large(d.id.value_or("")));  // couch_doc: the body's _id
 }
 
 core::ParsedDoc parse_doc_or_throw(const Json& j, bool with_body_term = false) {
   auto parsed = core::parse_doc(j, with_body_term);
-  if (auto* e = std::get_if<core::CouchError>(&parsed)) throw_couch(std::move(*e));
+  if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(std::move(*e));
   return std::get<core::ParsedDoc>(std::move(parsed));
 }
 
@@ -763,8 +490,8 @@ MaybeResponse put_local(Call& call, const Target& t, const DocQuery& q, Json j) 
   if (auto r = if_match_text(call.req)) im_rev = local_rev_or_throw(*r);
   auto base = merge_revs(body_rev, qs_rev, im_rev);
   if (!q.new_edits && !base)
-    throw_bad_request(
-        "When `new_edits: false`, the document needs `_rev` or `_revisions` specified");
+    throw HttpError(err::bad_request(
+        "When `new_edits: false`, the document needs `_rev` or `_revisions` specified"));
   const bool deleted = d.deleted;
   co_return co_await write_one(
       call, local_item(t.id, base, deleted, d.body), [&](const WriteResult& w) -> Response {
@@ -790,8 +517,8 @@ core::DocWriteBatch::Item put_item(const Call& call, const Target& t, const DocQ
     return interactive_item(t.id, std::move(rev), d.deleted, std::move(d.body),
                             std::move(d.body_term));
   if (!rev)
-    throw_bad_request(
-        "When `new_edits: false`, the document needs `_rev` or `_revisions` specified");
+    throw HttpError(err::bad_request(
+        "When `new_edits: false`, the document needs `_rev` or `_revisions` specified"));
   core::DocWriteBatch::Item it;
   it.replicated = true;
   it.replicated_doc.id = t.id;
@@ -811,9 +538,11 @@ Json put_body(const Call& call, std::vector<MultipartPart>& parts) {
   const std::string_view ctype = call.req[field::content_type];
   if (!core::ascii_lower(ctype).starts_with("multipart/related")) return request_json(call.req);
   auto boundary = multipart_boundary(ctype);
-  if (!boundary) throw_bad_request("Invalid multipart/related request: no boundary");
+  if (!boundary)
+    throw HttpError(err::bad_request("Invalid multipart/related request: no boundary"));
   auto parsed = parse_multipart(call.req.body(), *boundary);
-  if (!parsed || parsed->empty()) throw_bad_request("Invalid multipart/related request body");
+  if (!parsed || parsed->empty())
+    throw HttpError(err::bad_request("Invalid multipart/related request body"));
   parts = std::move(*parsed);
   return parse_json_or_throw(parts.front().body, core::JsonNumbers::exact);
 }
@@ -824,26 +553,28 @@ std::vector<core::AttUpload> upload_atts(const Call& call, const core::ParsedDoc
                                          const std::vector<MultipartPart>& parts) {
   if (!has_attachments(d)) return {};
   auto parsed = core::parse_attachments_json(*d.attachments, call.ctx.max_attachment_size);
-  if (auto* e = std::get_if<core::CouchError>(&parsed)) throw_couch(std::move(*e));
+  if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(std::move(*e));
   auto atts = std::get<std::vector<core::AttUpload>>(std::move(parsed));
   std::size_t next = 1;
   for (core::AttUpload& u : atts) {
     if (!u.follows) continue;
-    if (next >= parts.size()) throw_bad_request("Attachment data missing for " + u.name);
+    if (next >= parts.size())
+      throw HttpError(err::bad_request("Attachment data missing for " + u.name));
     const std::string_view bytes = parts[next++].body;
     if (bytes.size() > call.ctx.max_attachment_size)
-      throw HttpError(413, "attachment_too_large", u.name);
+      throw HttpError(err::attachment_too_large(u.name));
     if (!u.follows_encoding.empty()) {
       // Encoded bytes (CouchDB's replicator sends gzip-stored attachments as they are stored).
       if (u.follows_encoded_length >= 0 &&
           static_cast<std::size_t>(u.follows_encoded_length) != bytes.size())
-        throw_bad_request("Attachment length mismatch for " + u.name);
-      if (u.follows_length < 0) throw_bad_request("Attachment length missing for " + u.name);
+        throw HttpError(err::bad_request("Attachment length mismatch for " + u.name));
+      if (u.follows_length < 0)
+        throw HttpError(err::bad_request("Attachment length missing for " + u.name));
       core::set_att_encoded_data(u, std::string(bytes), u.follows_encoding, u.follows_length);
       continue;
     }
     if (u.follows_length >= 0 && static_cast<std::size_t>(u.follows_length) != bytes.size())
-      throw_bad_request("Attachment length mismatch for " + u.name);
+      throw HttpError(err::bad_request("Attachment length mismatch for " + u.name));
     core::set_att_data(u, std::string(bytes));
   }
   return atts;
@@ -860,14 +591,14 @@ core::ParsedDoc checked_put_doc(const Call& call, const core::DbRef& db, const T
     const bool rewrite = db.name == core::kUsersDb || db.name == core::kReplicatorDb;
     Json checked = rewrite ? j : Json::object();
     checked["_id"] = t.id;
-    if (auto e = check_doc_write(call, db, checked)) throw_couch(std::move(*e));
+    if (auto e = check_doc_write(call, db, checked)) throw HttpError(std::move(*e));
     if (rewrite) j = std::move(checked);
   }
   core::ParsedDoc d = parse_doc_or_throw(j, new_edits);
   check_size(call, d);
   if (auto e = core::validate_design_doc(t.id, j, core::Partitioned{db.partitioned}))
-    throw_couch(std::move(*e));
-  if (auto e = check_design_functions(call, t.id, j)) throw_couch(std::move(*e));
+    throw HttpError(std::move(*e));
+  if (auto e = check_design_functions(call, t.id, j)) throw HttpError(std::move(*e));
   return d;
 }
 
@@ -879,19 +610,19 @@ boost::asio::awaitable<std::pair<core::ParsedDoc, std::vector<core::AttUpload>>>
     std::vector<std::string>& own) {
   const std::string_view ctype = call.req[field::content_type];
   auto boundary = multipart_boundary(ctype);
-  if (!boundary) throw_bad_request("Invalid multipart/related request: no boundary");
+  if (!boundary)
+    throw HttpError(err::bad_request("Invalid multipart/related request: no boundary"));
   MultipartReader reader(
       [&call](std::string& out, std::size_t max) { return call.stream.read_body(out, max); },
       *boundary);
   std::vector<std::pair<std::string, std::string>> headers;
   if (!co_await reader.next_part(headers))
-    throw_bad_request("Invalid multipart/related request body");
+    throw HttpError(err::bad_request("Invalid multipart/related request body"));
   std::string text;
   // The JSON part: a document, with its attachments as stubs or "follows".
   const std::size_t text_max = call.ctx.max_document_size + (1u << 20);
   while (co_await reader.read(text, 256 * 1024) > 0) {
-    if (text.size() > text_max)
-      throw HttpError(413, "too_large", "the request entity is too large");
+    if (text.size() > text_max) throw HttpError(err::too_large());
   }
   Json j = parse_json_or_throw(text, core::JsonNumbers::exact);
   text = std::string();
@@ -899,7 +630,7 @@ boost::asio::awaitable<std::pair<core::ParsedDoc, std::vector<core::AttUpload>>>
   std::vector<core::AttUpload> atts;
   if (!has_attachments(d)) co_return std::make_pair(std::move(d), std::move(atts));
   auto parsed = core::parse_attachments_json(*d.attachments, call.ctx.max_attachment_size);
-  if (auto* e = std::get_if<core::CouchError>(&parsed)) throw_couch(std::move(*e));
+  if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(std::move(*e));
   atts = std::get<std::vector<core::AttUpload>>(std::move(parsed));
   const AttPull pull = [&reader](
                            std::string& out,
@@ -909,11 +640,12 @@ boost::asio::awaitable<std::pair<core::ParsedDoc, std::vector<core::AttUpload>>>
   for (core::AttUpload& u : atts) {
     if (!u.follows) continue;
     if (!co_await reader.next_part(headers))
-      throw_bad_request("Attachment data missing for " + u.name);
+      throw HttpError(err::bad_request("Attachment data missing for " + u.name));
     core::AttUpload up = u;
     if (!u.follows_encoding.empty()) {
       // Encoded bytes (CouchDB's replicator sends gzip-stored attachments as they are stored).
-      if (u.follows_length < 0) throw_bad_request("Attachment length missing for " + u.name);
+      if (u.follows_length < 0)
+        throw HttpError(err::bad_request("Attachment length missing for " + u.name));
       up.info.encoding = u.follows_encoding;
       up.info.length = u.follows_length;
     }
@@ -924,7 +656,7 @@ boost::asio::awaitable<std::pair<core::ParsedDoc, std::vector<core::AttUpload>>>
         u.follows_encoding.empty()
             ? u.follows_length >= 0 && u.follows_length != up.info.length
             : u.follows_encoded_length >= 0 && u.follows_encoded_length != up.info.encoded_length;
-    if (mismatch) throw_bad_request("Attachment length mismatch for " + u.name);
+    if (mismatch) throw HttpError(err::bad_request("Attachment length mismatch for " + u.name));
     u = std::move(up);
   }
   co_return std::make_pair(std::move(d), std::move(atts));
@@ -934,7 +666,7 @@ MaybeResponse put_doc_write(Call& call, const core::DbRef& db, const Target& t, 
                             core::ParsedDoc d, std::vector<core::AttUpload> atts);
 
 MaybeResponse put_doc(Call& call, const core::DbRef& db, const Target& t, const DocQuery& q) {
-  if (auto e = core::validate_docid(t.id)) throw_couch(std::move(*e));
+  if (auto e = core::validate_docid(t.id)) throw HttpError(std::move(*e));
   if (call.stream.body_streamed() && !t.local) {
     // Whatever goes wrong, the bytes streamed for an edit that did not happen must not stay.
     std::vector<std::string> own;
@@ -989,7 +721,7 @@ MaybeResponse delete_doc(Call& call, const core::DbRef& db, const Target& t) {
   if (t.local) {
     auto r = core::get_local_json(tr, db, t.id);
     if (!r.ok()) co_return storage_error_response(call.req, r.error());
-    if (core::failed(*r)) throw_couch(std::get<core::CouchError>(*r));
+    if (core::failed(*r)) throw HttpError(std::get<core::CouchError>(*r));
     std::optional<std::string> qs_rev, im_rev;
     if (auto r2 = call.query.get("rev")) qs_rev = local_rev_or_throw(*r2);
     if (auto r2 = if_match_text(call.req)) im_rev = local_rev_or_throw(*r2);
@@ -1004,13 +736,13 @@ MaybeResponse delete_doc(Call& call, const core::DbRef& db, const Target& t) {
   auto winner = core::read_winner(tr, db, t.id, storage::Snapshot::yes);
   if (!winner.ok()) co_return storage_error_response(call.req, winner.error());
   // Answered, not thrown (as refusal above).
-  if (!*winner) co_return couch_error_response(call.req, core::doc_not_found());
-  if ((*winner)->branch.deleted) co_return couch_error_response(call.req, core::doc_deleted());
+  if (!*winner) co_return error_response(call.req, err::not_found());
+  if ((*winner)->branch.deleted) co_return error_response(call.req, err::doc_deleted());
   // The tombstone's body: {} (in _replicator, with the "owner" the rules give it).
   std::string tombstone_body = "{}";
   {
     Json tombstone{{"_id", t.id}, {"_deleted", true}};
-    if (auto e = check_doc_write(call, db, tombstone)) throw_couch(std::move(*e));
+    if (auto e = check_doc_write(call, db, tombstone)) throw HttpError(std::move(*e));
     if (db.name == core::kReplicatorDb) {
       Json body = Json::object();
       for (auto it = tombstone.begin(); it != tombstone.end(); ++it)
@@ -1038,13 +770,13 @@ struct Destination {
 
 // couch_httpd_db:parse_copy_destination_header.
 Destination parse_destination(const Request& req) {
-  auto value = header(req, field::destination);
-  if (!value) throw_bad_request("Destination header is mandatory for COPY.");
+  auto value = header_value(req, field::destination);
+  if (!value) throw HttpError(err::bad_request("Destination header is mandatory for COPY."));
   if (value->starts_with("http://") || value->starts_with("https://"))
-    throw_bad_request("Destination URL must be relative.");
+    throw HttpError(err::bad_request("Destination URL must be relative."));
   Destination d;
   const std::size_t qm = value->find('?');
-  d.id = unquote(std::string_view(*value).substr(0, qm));
+  d.id = unquote_plus(std::string_view(*value).substr(0, qm));
   if (qm != std::string::npos) {
     std::string_view qs = std::string_view(*value).substr(qm + 1);
     const std::size_t eq = qs.find('=');
@@ -1074,11 +806,11 @@ std::optional<SourceDoc> read_source(const Call& call, storage::Transaction& tr,
   if (rev) {
     for (const auto& b : *all)
       if (b.branch.leaf == *rev) chosen = &b;
-    if (!chosen) throw_couch(core::doc_not_found());
+    if (!chosen) throw HttpError(err::not_found());
   } else {
-    if (all->empty()) throw_couch(core::doc_not_found());
+    if (all->empty()) throw HttpError(err::not_found());
     chosen = &all->back();
-    if (chosen->branch.deleted) throw_couch(core::doc_deleted());
+    if (chosen->branch.deleted) throw HttpError(err::doc_deleted());
   }
   auto rec = core::read_rev(tr, db, id, chosen->branch.leaf);
   if (!rec.ok()) return failure = storage_error_response(call.req, rec.error()), std::nullopt;
@@ -1089,10 +821,10 @@ std::optional<SourceDoc> read_source(const Call& call, storage::Transaction& tr,
 std::optional<SourceDoc> read_local_source(const Call& call, storage::Transaction& tr,
                                            const core::DbRef& db, const std::string& id,
                                            bool has_rev, std::optional<Response>& failure) {
-  if (has_rev) throw_couch(core::doc_not_found());  // not in the revision tree (see get_local)
+  if (has_rev) throw HttpError(err::not_found());  // not in the revision tree (see get_local)
   auto r = core::get_local_json(tr, db, id);
   if (!r.ok()) return failure = storage_error_response(call.req, r.error()), std::nullopt;
-  if (core::failed(*r)) throw_couch(std::get<core::CouchError>(*r));
+  if (core::failed(*r)) throw HttpError(std::get<core::CouchError>(*r));
   Json j = Json::parse(std::get<std::string>(*r));
   j.erase("_id");
   j.erase("_rev");
@@ -1110,15 +842,15 @@ MaybeResponse copy_doc(Call& call, const core::DbRef& db, const Target& t) {
     src_rev_text = qs ? qs : im;
   }
   const Destination dest = parse_destination(call.req);
-  if (auto e = core::validate_docid(dest.id)) throw_couch(std::move(*e));
+  if (auto e = core::validate_docid(dest.id)) throw HttpError(std::move(*e));
   if (dest.id.starts_with("_design/") || db.name == core::kUsersDb) {
     // The copy's body is not known yet; a design destination needs a db admin, and _users
     // documents are written through PUT (their passwords must be hashed there).
     Json probe{{"_id", dest.id}};
     if (db.name == core::kUsersDb && !call.user.is_server_admin())
-      throw HttpError(403, "forbidden", "Only admins may copy documents in the users database.");
+      throw HttpError(err::forbidden("Only admins may copy documents in the users database."));
     if (auto e = check_doc_write(call, db, probe); e && dest.id.starts_with("_design/"))
-      throw_couch(std::move(*e));
+      throw HttpError(std::move(*e));
   }
   const bool dest_local = dest.id.starts_with(kLocalPrefix);
   std::optional<core::RevId> dest_rev;
@@ -1169,8 +901,8 @@ MaybeResponse copy_doc(Call& call, const core::DbRef& db, const Target& t) {
 
 Response post_doc(const Call& call, const Target& t) {
   // couch_httpd:validate_referer, validate_docid, validate_ctype("multipart/form-data").
-  auto referer = header(call.req, field::referer);
-  if (!referer) throw_bad_request("Referer header required.");
+  auto referer = header_value(call.req, field::referer);
+  if (!referer) throw HttpError(err::bad_request("Referer header required."));
   // mochiweb_util:urlsplit: the netloc is only there after a scheme.
   std::string_view ref_host;
   if (auto p = referer->find("://"); p != std::string::npos) {
@@ -1179,11 +911,11 @@ Response post_doc(const Call& call, const Target& t) {
   }
   std::string host = std::string(call.req["X-Forwarded-Host"]);
   if (host.empty()) host = std::string(call.req[field::host]);
-  if (ref_host != host) throw_bad_request("Referer header must match host.");
-  if (auto e = core::validate_docid(t.id)) throw_couch(std::move(*e));
+  if (ref_host != host) throw HttpError(err::bad_request("Referer header must match host."));
+  if (auto e = core::validate_docid(t.id)) throw HttpError(std::move(*e));
   std::string_view ctype = call.req[field::content_type];
   if (ctype.substr(0, ctype.find(';')) != "multipart/form-data")
-    throw HttpError(415, "bad_content_type", "Content-Type must be multipart/form-data");
+    throw HttpError(err::bad_content_type("Content-Type must be multipart/form-data"));
   throw_not_implemented();  // form uploads exist for attachments, which Chaise does not store yet
 }
 

@@ -33,7 +33,7 @@ std::string_view content_type_of(const fs::path& file) {
   return "application/octet-stream";
 }
 
-[[noreturn]] void not_found() { throw HttpError(404, "not_found", "missing"); }
+[[noreturn]] void not_found() { throw HttpError(err::not_found()); }
 
 }  // namespace
 
@@ -58,11 +58,10 @@ Response handle_utils(Call& call) {
     r.set(beast_http::field::location, "/_utils/#login");
     return r;
   }
-  if (dir.empty())
-    throw HttpError(404, "not_found", "no web UI installed: set [chaise] fauxton_dir");
+  if (dir.empty()) throw HttpError(err::not_found("no web UI installed: set [chaise] fauxton_dir"));
   std::error_code ec;
   const fs::path root = fs::canonical(dir, ec);
-  if (ec) throw HttpError(404, "not_found", "no web UI installed at " + dir);
+  if (ec) throw HttpError(err::not_found("no web UI installed at " + dir));
 
   fs::path file = root;
   for (std::size_t i = 1; i < call.path.size(); ++i) {

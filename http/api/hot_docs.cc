@@ -151,7 +151,7 @@ boost::asio::awaitable<void> HotDocs::lead(storage::Database& store, core::TxIdJ
       if (!s.ok()) {
         group[i]->finish(Result(s.error()));
       } else if (batch.db_missing()) {
-        group[i]->finish(Result(core::Outcome<core::RevId>(core::db_not_found())));
+        group[i]->finish(Result(core::Outcome<core::RevId>(err::db_not_found())));
       } else {
         group[i]->finish(Result(batch.results()[i]));
       }

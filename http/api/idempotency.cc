@@ -64,8 +64,8 @@ std::int64_t ttl_ms(const Call& call) {
 }
 
 HttpError key_reused() {
-  return HttpError(422, "unprocessable_entity",
-                   "This Idempotency-Key was used for a different request.");
+  return HttpError(
+      err::unprocessable_entity("This Idempotency-Key was used for a different request."));
 }
 
 }  // namespace
@@ -132,7 +132,7 @@ boost::asio::awaitable<void> IdempotentCall::finish(const Call& call) {
   while (!body_complete_) {
     scratch.clear();
     auto n = co_await call.stream.read_body(scratch, 64 * 1024);
-    if (!n) throw HttpError(400, "bad_request", "Incomplete request body.");
+    if (!n) throw HttpError(err::bad_request("Incomplete request body."));
     if (*n == 0) body_complete_ = true;  // the tap saw it too, unless the stream is not tapped
   }
   finished_ = true;
@@ -152,13 +152,12 @@ boost::asio::awaitable<std::optional<Response>> begin_idempotent(
     co_return std::nullopt;
   auto key = parse_key(header->value());
   if (!key)
-    throw HttpError(400, "bad_request",
-                    "Idempotency-Key must be 1 to 255 printable ASCII characters.");
+    throw HttpError(
+        err::bad_request("Idempotency-Key must be 1 to 255 printable ASCII characters."));
   auto idem = std::make_shared<IdempotentCall>(call, std::move(*key), ttl_ms(call),
                                                call.ctx.idempotency_in_flight);
   if (!idem->entered())
-    throw HttpError(409, "conflict",
-                    "A request with this Idempotency-Key is still being processed.");
+    throw HttpError(err::conflict("A request with this Idempotency-Key is still being processed."));
   if (call.stream.body_streamed()) {
     std::weak_ptr<IdempotentCall> weak = idem;
     tap([weak](std::string_view bytes, bool end) {
@@ -197,23 +196,22 @@ boost::asio::awaitable<Response> write_and_render(const Call& call, core::DocWri
   if (call.idem) {
     co_await call.idem->finish(call);
     if (!batch.fits_one_round())
-      throw HttpError(413, "too_large",
-                      "A request with an Idempotency-Key must fit in one transaction: at most " +
-                          std::to_string(core::DocWriteBatch::kDocsPerTransactionMax) +
-                          " documents and " +
-                          std::to_string(core::DocWriteBatch::kBodyBytesPerTransactionMax) +
-                          " bytes of bodies, each document id once.");
+      throw HttpError(err::too_large(
+          "A request with an Idempotency-Key must fit in one transaction: at most " +
+          std::to_string(core::DocWriteBatch::kDocsPerTransactionMax) + " documents and " +
+          std::to_string(core::DocWriteBatch::kBodyBytesPerTransactionMax) +
+          " bytes of bodies, each document id once."));
     batch.set_idempotency(call.idem->request(), [&](const core::DocWriteBatch& b) {
       try {
         return stored_response(render(b));
       } catch (const HttpError& e) {
-        return stored_response(couch_error_response(call.req, e.error()));
+        return stored_response(error_response(call.req, e.error()));
       }
     });
   }
   const storage::Status s = co_await run_doc_batch(call, batch);
   if (!s.ok()) co_return storage_error_response(call.req, s.error());
-  if (batch.db_missing()) throw HttpError(core::db_not_found());
+  if (batch.db_missing()) throw HttpError(err::db_not_found());
   if (batch.idem_mismatch()) throw key_reused();
   if (batch.replayed()) co_return replayed_response(call.req, *batch.replayed());
   if (batch.rendered()) co_return replayed_response(call.req, *batch.rendered(), false);

@@ -95,7 +95,7 @@ std::vector<std::pair<std::string, Json>> read_design_doc_bodies(const Call& cal
   for (bool more = true; more;) {
     auto m = value_or_throw(cursor.next_page(tr, 1000, rows));
     more = m;
-    if (rows.size() > 10'000) throw HttpError(500, "unknown_error", "too many design documents");
+    if (rows.size() > 10'000) throw HttpError(err::unknown_error("too many design documents"));
   }
   std::vector<std::pair<std::string, Json>> out;
   for (const std::string& row : rows) {
@@ -134,16 +134,16 @@ std::optional<core::CouchError> check_design_functions(const Call& call, std::st
       if (std::string_view(part) == "reduce" && source.starts_with("_")) continue;
       auto r = call.ctx.js->compiles(source);
       if (auto* e = std::get_if<core::js::JsError>(&r))
-        return core::CouchError{400, "compilation_error",
-                                std::string("Compilation of the ") + part + " function in the '" +
-                                    it.key() + "' view failed: " + e->reason};
+        return err::compilation_error(std::string("Compilation of the ") + part +
+                                      " function in the '" + it.key() +
+                                      "' view failed: " + e->reason);
     }
   }
   return std::nullopt;
 }
 
 core::js::Engine& js_engine(const Call& call) {
-  if (!call.ctx.js) throw HttpError(500, "unknown_error", "no JavaScript engine in this server");
+  if (!call.ctx.js) throw HttpError(err::unknown_error("no JavaScript engine in this server"));
   return *call.ctx.js;
 }
 

@@ -19,6 +19,7 @@
 #include "core/util/digest.h"
 #include "http/api/idempotency.h"
 #include "http/api/js_request.h"
+#include "http/api/pages.h"
 #include "http/api/request.h"
 #include "http/api/router.h"
 #include "http/api/txn.h"
@@ -146,14 +147,14 @@ boost::asio::awaitable<Response> build_unique(const Call& call, const core::DbRe
   const std::string ddoc = doc["_id"].get<std::string>();
   core::UniqueIndexDef def{core::unique_index_id(ddoc, name, map), ddoc, name, map, false};
   auto claim = core::UniqueBuildClaim::take(def.id);
-  if (!claim) throw HttpError(409, "conflict", "Index " + name + " is being built");
+  if (!claim) throw HttpError(err::conflict("Index " + name + " is being built"));
 
   if (write_ddoc) {
     core::DocWriteBatch batch = index_ddoc_batch(call, db, ddoc, doc, false);
     batch.register_unique(def);
     storage::Status s = co_await run_doc_batch(call, batch);
     ok_or_throw(s);
-    if (batch.db_missing()) throw HttpError(core::db_not_found());
+    if (batch.db_missing()) throw HttpError(err::db_not_found());
     if (auto* e = std::get_if<core::CouchError>(&*batch.results().at(0))) throw HttpError(*e);
   } else {
     storage::Status s =
@@ -235,94 +236,101 @@ boost::asio::awaitable<Response> build_unique(const Call& call, const core::DbRe
       });
   ok_or_throw(s);
   if (!kept)
-    throw HttpError(409, "conflict", "Index " + name + " was changed while it was being built");
+    throw HttpError(err::conflict("Index " + name + " was changed while it was being built"));
   co_return created;
 }
 
-MaybeResponse create_index(Call& call, const core::DbRef& db) {
-  const Json raw = parse_json_object_body(call.req);
-  OrderedJson body = OrderedJson::parse(raw.dump());
+// A boolean option of POST /{db}/_index: nullopt when absent; anything but true or false, 400.
+std::optional<bool> index_option(const OrderedJson& body, const char* key) {
+  if (!body.contains(key)) return std::nullopt;
+  if (!body[key].is_boolean())
+    throw HttpError(err::bad_request("Invalid value for " + std::string(key) + ": " +
+                                     body[key].dump() + " (true or false)"));
+  return body[key].get<bool>();
+}
+
+// What POST /{db}/_index asks for (mango_httpd:handle_index_req, mango_idx:new).
+struct IndexRequest {
+  OrderedJson fields;  // as given
+  OrderedJson map;     // {"fields": {name: "asc"|"desc"}, "partial_filter_selector": ...}
+  std::string name;
+  std::string ddoc;  // with its "_design/" prefix
+  // mango_opts:validate_partitioned/1: true or false; absent means the database's default.
+  std::optional<bool> partitioned;
+  bool unique = false;  // Chaise's unique indexes (core/index/unique_index.h)
+  bool sync = false;    // Chaise's synchronous indexes (core/index/sync_index.h)
+};
+
+IndexRequest parse_index_request(const OrderedJson& body) {
   if (!body.contains("index"))
-    throw HttpError(400, "missing_required_key", "Missing required key: index");
+    throw HttpError(err::missing_required_key("Missing required key: index"));
   const std::string type = body.value("type", "json");
   if (type == "text" || type == "nouveau")
-    throw HttpError(400, "invalid_index",
-                    "Invalid index type: " + type +
-                        " (text indexes need a search service, which Chaise does not have)");
-  if (type != "json") throw HttpError(400, "invalid_index", "Invalid index type: " + type);
+    throw HttpError(
+        err::invalid_index("Invalid index type: " + type +
+                           " (text indexes need a search service, which Chaise does not have)"));
+  if (type != "json") throw HttpError(err::invalid_index("Invalid index type: " + type));
   const OrderedJson& index = body["index"];
   if (!index.is_object() || !index.contains("fields"))
-    throw HttpError(400, "missing_required_key", "Missing required key: fields");
-  auto fields = core::parse_mango_fields(index["fields"], "index");
-  if (auto* e = std::get_if<core::CouchError>(&fields)) throw HttpError(*e);
-  if (std::get<std::vector<core::MangoField>>(fields).empty())
-    throw HttpError(400, "invalid_index", "Index fields must not be empty");
-  for (const auto& f : std::get<std::vector<core::MangoField>>(fields))
-    if (f.descending != std::get<std::vector<core::MangoField>>(fields)[0].descending)
-      throw HttpError(400, "unsupported_mixed_sort",
-                      "Sorts currently only support a single direction for all fields.");
-  OrderedJson map = OrderedJson::object();
+    throw HttpError(err::missing_required_key("Missing required key: fields"));
+  auto parsed = core::parse_mango_fields(index["fields"], "index");
+  if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(*e);
+  const auto& fields = std::get<std::vector<core::MangoField>>(parsed);
+  if (fields.empty()) throw HttpError(err::invalid_index("Index fields must not be empty"));
+  IndexRequest r;
+  r.fields = index["fields"];
   OrderedJson field_map = OrderedJson::object();
-  for (const auto& f : std::get<std::vector<core::MangoField>>(fields))
+  for (const auto& f : fields) {
+    if (f.descending != fields[0].descending)
+      throw HttpError(err::unsupported_mixed_sort(
+          "Sorts currently only support a single direction for all fields."));
     field_map[f.name] = f.descending ? "desc" : "asc";
-  map["fields"] = field_map;
+  }
+  r.map = OrderedJson::object();
+  r.map["fields"] = field_map;
   OrderedJson partial = OrderedJson::object();
   if (index.contains("partial_filter_selector")) {
     auto sel = core::Selector::parse(index["partial_filter_selector"]);
     if (auto* e = std::get_if<core::CouchError>(&sel)) throw HttpError(*e);
     partial = core::normalize_selector(index["partial_filter_selector"]);
   }
-  map["partial_filter_selector"] = partial;
-  // mango_opts:validate_partitioned/1: true or false; absent means the database's default.
-  std::optional<bool> partitioned;
-  if (body.contains("partitioned")) {
-    if (!body["partitioned"].is_boolean())
-      throw HttpError(
-          400, "bad_request",
-          "Invalid value for partitioned: " + body["partitioned"].dump() + " (true or false)");
-    partitioned = body["partitioned"].get<bool>();
-  }
-  // Chaise's unique indexes (core/index/unique_index.h).
-  bool unique = false;
-  if (body.contains("unique")) {
-    if (!body["unique"].is_boolean())
-      throw HttpError(400, "bad_request",
-                      "Invalid value for unique: " + body["unique"].dump() + " (true or false)");
-    unique = body["unique"].get<bool>();
-  }
-  // Chaise's synchronous indexes (core/index/sync_index.h): an option of the design document.
-  bool sync = false;
-  if (body.contains("sync_index")) {
-    if (!body["sync_index"].is_boolean())
-      throw HttpError(
-          400, "bad_request",
-          "Invalid value for sync_index: " + body["sync_index"].dump() + " (true or false)");
-    sync = body["sync_index"].get<bool>();
-  }
+  r.map["partial_filter_selector"] = partial;
+  r.partitioned = index_option(body, "partitioned");
+  r.unique = index_option(body, "unique").value_or(false);
+  r.sync = index_option(body, "sync_index").value_or(false);
   // Default names: a digest of the definition (and of the name for the design document, so
   // that two names for one definition are two indexes, as in CouchDB).
   const std::string hash =
-      md5_hex(map.dump() + (unique ? "\nunique" : "") + (sync ? "\nsync_index" : ""));
-  const std::string name =
+      md5_hex(r.map.dump() + (r.unique ? "\nunique" : "") + (r.sync ? "\nsync_index" : ""));
+  r.name =
       body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : hash;
-  std::string ddoc = body.contains("ddoc") && body["ddoc"].is_string()
-                         ? body["ddoc"].get<std::string>()
-                         : md5_hex(map.dump() + '\0' + name);
-  if (!ddoc.starts_with("_design/")) ddoc = "_design/" + ddoc;
+  r.ddoc = body.contains("ddoc") && body["ddoc"].is_string()
+               ? body["ddoc"].get<std::string>()
+               : md5_hex(r.map.dump() + '\0' + r.name);
+  if (!r.ddoc.starts_with("_design/")) r.ddoc = "_design/" + r.ddoc;
+  return r;
+}
 
+MaybeResponse create_index(Call& call, const core::DbRef& db) {
+  const Json raw = parse_json_object_body(call.req);
+  const IndexRequest req = parse_index_request(OrderedJson::parse(raw.dump()));
+  const OrderedJson& map = req.map;
+  const std::string& name = req.name;
+  const std::string& ddoc = req.ddoc;
+  const std::optional<bool> partitioned = req.partitioned;
+  const bool unique = req.unique, sync = req.sync;
   DesignDocs existing = read_design_docs(call, db);
   OrderedJson doc = OrderedJson::object();
   if (auto it = existing.bodies.find(ddoc); it != existing.bodies.end()) {
     doc = it->second;
     if (doc.value("language", "") != "query")
-      throw HttpError(400, "invalid_index",
-                      "Design document " + ddoc + " is not a Mango index design document");
+      throw HttpError(
+          err::invalid_index("Design document " + ddoc + " is not a Mango index design document"));
     // mango_idx:set_ddoc_partitioned/2: an existing design document keeps its option, and an
     // index asking for another one (or for none when it has one) is refused.
     if (core::ddoc_partitioned_option(doc) != partitioned)
-      throw HttpError(
-          400, "invalid_partitioned_option",
-          "Requested partitioned option does not match existing value on design document " + ddoc);
+      throw HttpError(err::invalid_partitioned_option(
+          "Requested partitioned option does not match existing value on design document " + ddoc));
     if (doc.contains("views") && doc["views"].contains(name) &&
         doc["views"][name].contains("map") && doc["views"][name]["map"] == map &&
         core::view_declared_unique(doc["views"][name]) == unique &&
@@ -349,7 +357,7 @@ MaybeResponse create_index(Call& call, const core::DbRef& db) {
   OrderedJson view = OrderedJson::object();
   view["map"] = map;
   view["reduce"] = "_count";
-  view["options"] = OrderedJson{{"def", OrderedJson{{"fields", index["fields"]}}}};
+  view["options"] = OrderedJson{{"def", OrderedJson{{"fields", req.fields}}}};
   if (unique) view["options"]["unique"] = true;
   doc["views"][name] = view;
   if (partitioned && !doc.contains("_rev")) {
@@ -389,7 +397,7 @@ MaybeResponse delete_index(Call& call, const core::DbRef& db, std::string ddoc,
   auto it = existing.bodies.find(ddoc);
   if (it == existing.bodies.end() || !it->second.contains("views") ||
       !it->second["views"].contains(name) || it->second.value("language", "") != "query")
-    throw HttpError(404, "not_found", "Index not found");
+    throw HttpError(err::not_found("Index not found"));
   OrderedJson doc = it->second;
   doc["views"].erase(name);
   co_return co_await write_index_ddoc(call, db, ddoc, doc, doc["views"].empty(), [&] {
@@ -438,15 +446,15 @@ struct FindRequest {
 
 std::int64_t non_negative(const OrderedJson& v, const char* name) {
   if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
-    throw HttpError(400, "invalid_argument",
-                    std::string("Invalid value for ") + name + ": " + v.dump());
+    throw HttpError(
+        err::invalid_argument(std::string("Invalid value for ") + name + ": " + v.dump()));
   return v.get<std::int64_t>();
 }
 
 FindRequest parse_find(const OrderedJson& body) {
   FindRequest r;
   if (!body.contains("selector"))
-    throw HttpError(400, "missing_required_key", "Missing required key: selector");
+    throw HttpError(err::missing_required_key("Missing required key: selector"));
   r.selector = body["selector"];
   auto sel = core::Selector::parse(r.selector);
   if (auto* e = std::get_if<core::CouchError>(&sel)) throw HttpError(*e);
@@ -455,11 +463,11 @@ FindRequest parse_find(const OrderedJson& body) {
   if (body.contains("skip")) r.skip = non_negative(body["skip"], "skip");
   if (body.contains("fields")) {
     if (!body["fields"].is_array())
-      throw HttpError(400, "invalid_argument", "fields must be a list of strings");
+      throw HttpError(err::invalid_argument("fields must be a list of strings"));
     r.fields.emplace();
     for (const auto& f : body["fields"]) {
       if (!f.is_string())
-        throw HttpError(400, "invalid_argument", "fields must be a list of strings");
+        throw HttpError(err::invalid_argument("fields must be a list of strings"));
       r.fields->push_back(f.get<std::string>());
     }
   }
@@ -469,8 +477,8 @@ FindRequest parse_find(const OrderedJson& body) {
     r.sort = std::get<std::vector<core::MangoField>>(std::move(s));
     for (const auto& f : r.sort)
       if (f.descending != r.sort[0].descending)
-        throw HttpError(400, "unsupported_mixed_sort",
-                        "Sorts currently only support a single direction for all fields.");
+        throw HttpError(err::unsupported_mixed_sort(
+            "Sorts currently only support a single direction for all fields."));
   }
   if (body.contains("use_index")) {
     const OrderedJson& u = body["use_index"];
@@ -490,8 +498,7 @@ FindRequest parse_find(const OrderedJson& body) {
     auto decoded = core::base64_decode(body["bookmark"].get<std::string>());
     OrderedJson b = decoded ? OrderedJson::parse(*decoded, nullptr, false) : OrderedJson();
     if (!b.is_object() || !b.contains("seen") || !b["seen"].is_number_integer())
-      throw HttpError(400, "invalid_bookmark",
-                      "Invalid bookmark value: " + body["bookmark"].dump());
+      throw HttpError(err::invalid_bookmark("Invalid bookmark value: " + body["bookmark"].dump()));
     r.skip += b["seen"].get<std::int64_t>();
   }
   r.execution_stats = body.value("execution_stats", false) == true;
@@ -561,12 +568,51 @@ Plan choose(const FindRequest& r, const std::vector<core::MangoIndex>& indexes, 
   for (const auto& f : r.sort) id_sort = id_sort && f.name == "_id";
   if (!id_sort) {  // mango_idx:mango_sort_error/2
     const char* which = !db_partitioned ? "" : partition_query ? " partitioned" : " global";
-    throw HttpError(400, "no_usable_index",
-                    std::string("No") + which +
-                        " index exists for this sort, try indexing by the sort fields.");
+    throw HttpError(
+        err::no_usable_index(std::string("No") + which +
+                             " index exists for this sort, try indexing by the sort fields."));
   }
   p.warning = "No matching index found, create an index to optimize query time.";
   return p;
+}
+
+// POST /{db}/_explain: the plan _find would follow (mango_httpd:handle_explain_req).
+OrderedJson explain_plan(const Call& call, const core::DbRef& db, const OrderedJson& body,
+                         const FindRequest& r, const Plan& plan, bool descending) {
+  OrderedJson out = OrderedJson::object();
+  out["dbname"] = db.name;
+  out["index"] = plan.index ? index_json(*plan.index) : all_docs_index_json();
+  out["partitioned"] = db.partitioned;
+  out["selector"] = r.selector;
+  OrderedJson opts = OrderedJson::object();
+  if (call.partition) opts["partition"] = *call.partition;
+  opts["use_index"] = r.use_index ? OrderedJson(*r.use_index) : OrderedJson::array();
+  opts["bookmark"] = "nil";
+  opts["limit"] = r.limit;
+  opts["skip"] = r.skip;
+  opts["sort"] = body.contains("sort") ? body["sort"] : OrderedJson::object();
+  opts["fields"] = r.fields ? OrderedJson(*r.fields) : OrderedJson("all_fields");
+  opts["conflicts"] = r.conflicts;
+  out["opts"] = opts;
+  out["limit"] = r.limit;
+  out["skip"] = r.skip;
+  out["fields"] = r.fields ? OrderedJson(*r.fields) : OrderedJson("all_fields");
+  if (plan.index) {
+    auto range = core::mango_range(*plan.index, r.selector);
+    OrderedJson mr = OrderedJson::object();
+    mr["include_docs"] = true;
+    mr["view_type"] = "map";
+    mr["reduce"] = false;
+    mr["start_key"] = range.start ? *range.start : OrderedJson::array();
+    mr["end_key"] = range.end ? *range.end : OrderedJson::array({"<MAX>"});
+    mr["direction"] = descending ? "rev" : "fwd";
+    mr["stable"] = false;
+    mr["update"] = r.update ? "true" : "false";
+    mr["conflicts"] = r.conflicts ? "true" : "undefined";
+    out["mrargs"] = mr;
+  }
+  out["covering"] = false;
+  return out;
 }
 
 MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
@@ -579,40 +625,8 @@ MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
   const bool descending = !r.sort.empty() && r.sort[0].descending;
 
   if (explain) {
-    OrderedJson out = OrderedJson::object();
-    out["dbname"] = db.name;
-    out["index"] = plan.index ? index_json(*plan.index) : all_docs_index_json();
-    out["partitioned"] = db.partitioned;
-    out["selector"] = r.selector;
-    OrderedJson opts = OrderedJson::object();
-    if (call.partition) opts["partition"] = *call.partition;
-    opts["use_index"] = r.use_index ? OrderedJson(*r.use_index) : OrderedJson::array();
-    opts["bookmark"] = "nil";
-    opts["limit"] = r.limit;
-    opts["skip"] = r.skip;
-    opts["sort"] = body.contains("sort") ? body["sort"] : OrderedJson::object();
-    opts["fields"] = r.fields ? OrderedJson(*r.fields) : OrderedJson("all_fields");
-    opts["conflicts"] = r.conflicts;
-    out["opts"] = opts;
-    out["limit"] = r.limit;
-    out["skip"] = r.skip;
-    out["fields"] = r.fields ? OrderedJson(*r.fields) : OrderedJson("all_fields");
-    if (plan.index) {
-      auto range = core::mango_range(*plan.index, r.selector);
-      OrderedJson mr = OrderedJson::object();
-      mr["include_docs"] = true;
-      mr["view_type"] = "map";
-      mr["reduce"] = false;
-      mr["start_key"] = range.start ? *range.start : OrderedJson::array();
-      mr["end_key"] = range.end ? *range.end : OrderedJson::array({"<MAX>"});
-      mr["direction"] = descending ? "rev" : "fwd";
-      mr["stable"] = false;
-      mr["update"] = r.update ? "true" : "false";
-      mr["conflicts"] = r.conflicts ? "true" : "undefined";
-      out["mrargs"] = mr;
-    }
-    out["covering"] = false;
-    co_return ordered_response(call.req, Status::ok, out);
+    co_return ordered_response(call.req, Status::ok,
+                               explain_plan(call, db, body, r, plan, descending));
   }
 
   const auto started = std::chrono::steady_clock::now();
@@ -643,7 +657,21 @@ MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
     if (matched <= r.skip) return;
     results.push_back(project(doc, r.fields));
   };
+  // Pages of the index (or of _all_docs) in transactions of their own, until `limit` results.
   std::vector<std::string> rows;
+  auto scan = [&](auto& cursor) {
+    for (bool more = true; more && static_cast<std::int64_t>(results.size()) < r.limit;) {
+      auto tr = call.store().create_transaction();
+      more = Pages::read(cursor, tr, 500, rows);
+      for (const std::string& row : rows) {
+        ++keys_examined;
+        if (static_cast<std::int64_t>(results.size()) >= r.limit) break;
+        OrderedJson j = OrderedJson::parse(row, nullptr, false);
+        if (j.is_object() && j.contains("doc")) consider(j["doc"]);
+      }
+      rows.clear();
+    }
+  };
   if (plan.index) {
     auto tr0 = call.store().create_transaction();
     core::js::DesignDoc dd = load_design_doc(tr0, db, plan.index->ddoc.substr(8));
@@ -652,7 +680,7 @@ MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
     auto group = std::make_shared<const core::ViewGroup>(std::get<core::ViewGroup>(std::move(g)));
     if (r.update) co_await build_index(call, db, *group);
     auto view = group->index_of(plan.index->name);
-    if (!view) throw HttpError(404, "not_found", "missing_named_view");
+    if (!view) throw HttpError(err::not_found("missing_named_view"));
     core::ViewQuery q;
     q.view = *view;
     if (group->partitioned) q.partition = call.partition.value_or("");
@@ -669,19 +697,7 @@ MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
       q.end_key = range.end;
     }
     core::ViewCursor cursor(db, group, q, call.ctx.js);
-    for (bool more = true; more && static_cast<std::int64_t>(results.size()) < r.limit;) {
-      auto tr = call.store().create_transaction();
-      auto m = value_or_throw(cursor.next_page(tr, 500, rows));
-      if (auto* e = std::get_if<core::CouchError>(&m)) throw HttpError(*e);
-      more = std::get<bool>(m);
-      for (const std::string& row : rows) {
-        ++keys_examined;
-        if (static_cast<std::int64_t>(results.size()) >= r.limit) break;
-        OrderedJson j = OrderedJson::parse(row, nullptr, false);
-        if (j.is_object() && j.contains("doc")) consider(j["doc"]);
-      }
-      rows.clear();
-    }
+    scan(cursor);
   } else {
     core::AllDocsQuery q;
     q.include_docs = true;
@@ -694,18 +710,7 @@ MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
       q.end_key = hi;
     }
     core::AllDocsCursor cursor(db, q);
-    for (bool more = true; more && static_cast<std::int64_t>(results.size()) < r.limit;) {
-      auto tr = call.store().create_transaction();
-      auto m = value_or_throw(cursor.next_page(tr, 500, rows));
-      more = m;
-      for (const std::string& row : rows) {
-        ++keys_examined;
-        if (static_cast<std::int64_t>(results.size()) >= r.limit) break;
-        OrderedJson j = OrderedJson::parse(row, nullptr, false);
-        if (j.is_object() && j.contains("doc")) consider(j["doc"]);
-      }
-      rows.clear();
-    }
+    scan(cursor);
   }
   OrderedJson out = OrderedJson::object();
   out["docs"] = results;
@@ -747,7 +752,7 @@ MaybeResponse handle_mango(Call& call, const core::DbRef& db) {
       co_return co_await delete_index(call, db, "_design/" + call.path[3], call.path[5]);
     }
   }
-  throw HttpError(404, "not_found", "missing");
+  throw HttpError(err::not_found());
 }
 
 }  // namespace chaise::http

@@ -31,14 +31,13 @@ constexpr std::array<std::string_view, 9> kBlacklisted = {"daemons",
 void check_blacklist(std::string_view section) {
   for (std::string_view s : kBlacklisted) {
     if (s == section) {
-      throw HttpError(403, "forbidden",
-                      "Config section blacklisted for modification over HTTP API.");
+      throw HttpError(err::forbidden("Config section blacklisted for modification over HTTP API."));
     }
   }
 }
 
 config::Config& config_or_throw(const Call& call) {
-  if (call.ctx.config == nullptr) throw HttpError(404, "not_found", "missing");
+  if (call.ctx.config == nullptr) throw HttpError(err::not_found());
   return *call.ctx.config;
 }
 
@@ -87,22 +86,23 @@ Response config_request(Call& call) {
     }
     return json_response(call.req, Status::ok, out);
   }
-  if (path.size() > 5) throw HttpError(404, "not_found", "missing");
+  if (path.size() > 5) throw HttpError(err::not_found());
   const std::string& key = path[4];
   if (is_get(call)) {
     const auto value = config.get(section, key);
-    if (!value) throw HttpError(404, "not_found", "unknown_config_value");
+    if (!value) throw HttpError(err::not_found("unknown_config_value"));
     return json_response(call.req, Status::ok, Json(*value));
   }
   if (call.is(beast_http::verb::put)) {
     check_blacklist(section);
     const Json body = parse_json_body(call.req, false);
-    if (!body.is_string()) throw_bad_request("a JSON string expected");
+    if (!body.is_string()) throw HttpError(err::bad_request("a JSON string expected"));
     std::string value = body.get<std::string>();
     const auto first = value.find_first_not_of(" \t\r\n");
     const auto last = value.find_last_not_of(" \t\r\n");
     value = first == std::string::npos ? std::string() : value.substr(first, last - first + 1);
-    if (auto problem = config::validate(section, key, value)) throw_bad_request(*problem);
+    if (auto problem = config::validate(section, key, value))
+      throw HttpError(err::bad_request(*problem));
     if (section == "admins" && !core::parse_admin_hash(value)) {
       // couch_password_hasher: an admin's plain password never reaches the file.
       const auto snapshot = config.snapshot();
@@ -115,7 +115,7 @@ Response config_request(Call& call) {
     try {
       old = config.set(section, key, value, persist);
     } catch (const config::ConfigError& e) {
-      throw HttpError(500, "unknown_error", e.what());
+      throw HttpError(err::unknown_error(e.what()));
     }
     apply_live(section, key, value);
     return json_response(call.req, Status::ok, Json(old.value_or("")));
@@ -126,9 +126,9 @@ Response config_request(Call& call) {
     try {
       old = config.remove(section, key, persist);
     } catch (const config::ConfigError& e) {
-      throw HttpError(500, "unknown_error", e.what());
+      throw HttpError(err::unknown_error(e.what()));
     }
-    if (!old) throw HttpError(404, "not_found", "unknown_config_value");
+    if (!old) throw HttpError(err::not_found("unknown_config_value"));
     apply_live(section, key, std::nullopt);
     return json_response(call.req, Status::ok, Json(*old));
   }
@@ -139,8 +139,8 @@ Response config_request(Call& call) {
 
 Response handle_node(Call& call) {
   const auto& path = call.path;
-  if (path.size() == 1) throw_bad_request("Incomplete path to _node request");
-  if (path[1] != "_local" && path[1] != kNodeName) throw HttpError(404, "not_found", "missing");
+  if (path.size() == 1) throw HttpError(err::bad_request("Incomplete path to _node request"));
+  if (path[1] != "_local" && path[1] != kNodeName) throw HttpError(err::not_found());
   if (path.size() == 2) {
     if (!is_get(call)) throw_method_not_allowed("GET");
     return json_response(call.req, Status::ok, Json{{"name", kNodeName}});
@@ -148,10 +148,10 @@ Response handle_node(Call& call) {
   if (path[2] == "_config") return config_request(call);
   if (path[2] == "_stats" || path[2] == "_prometheus") {
     if (!is_get(call)) throw_method_not_allowed("GET");
-    if (call.ctx.metrics == nullptr) throw HttpError(404, "not_found", "missing");
+    if (call.ctx.metrics == nullptr) throw HttpError(err::not_found());
     const storage::StoreStats store = call.store().stats();
     if (path[2] == "_prometheus") {
-      if (path.size() != 3) throw HttpError(404, "not_found", "missing");
+      if (path.size() != 3) throw HttpError(err::not_found());
       Response r = json_response(call.req, Status::ok, Json::object());
       r.set(beast_http::field::content_type, "text/plain; version=2.0");
       r.body() = call.ctx.metrics->prometheus(store);
@@ -170,7 +170,7 @@ Response handle_node(Call& call) {
     }
     return json_response(call.req, Status::ok, node);
   }
-  throw HttpError(404, "not_found", "missing");
+  throw HttpError(err::not_found());
 }
 
 }  // namespace chaise::http

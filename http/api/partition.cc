@@ -18,11 +18,11 @@ namespace {
 
 // couch_partition:validate_partition.
 void validate_partition(const std::string& p) {
-  if (p.empty()) throw HttpError(400, "illegal_partition", "Partition must not be empty");
+  if (p.empty()) throw HttpError(err::illegal_partition("Partition must not be empty"));
   if (p.front() == '_')
-    throw HttpError(400, "illegal_partition", "Partition must not start with an underscore");
+    throw HttpError(err::illegal_partition("Partition must not start with an underscore"));
   if (p.find(':') != std::string::npos)
-    throw HttpError(400, "illegal_partition", "Partition must not contain a colon");
+    throw HttpError(err::illegal_partition("Partition must not contain a colon"));
 }
 
 bool served_below_partition(const std::vector<std::string>& rest) {
@@ -43,10 +43,10 @@ bool enter_partition(Call& call) {
   const std::string partition = call.path.at(2);
   validate_partition(partition);
   const core::DbRef db = open_db_or_throw(call);
-  if (!db.partitioned) throw HttpError(400, "bad_request", "database is not partitioned");
+  if (!db.partitioned) throw HttpError(err::bad_request("database is not partitioned"));
   if (call.path.size() == 3) return false;
   std::vector<std::string> rest(call.path.begin() + 3, call.path.end());
-  if (!served_below_partition(rest)) throw HttpError(404, "not_found", "missing");
+  if (!served_below_partition(rest)) throw HttpError(err::not_found());
   std::vector<std::string> path{call.path[0]};
   path.insert(path.end(), rest.begin(), rest.end());
   call.path = std::move(path);

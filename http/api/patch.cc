@@ -32,9 +32,9 @@ PatchKind patch_kind(const Request& req) {
   type = core::ascii_lower(type);
   if (type == "application/merge-patch+json" || type == "application/json") return PatchKind::merge;
   if (type == "application/json-patch+json") return PatchKind::json_patch;
-  throw HttpError(415, "bad_content_type",
-                  "Content-Type must be application/merge-patch+json, application/json or "
-                  "application/json-patch+json");
+  throw HttpError(err::bad_content_type(
+      "Content-Type must be application/merge-patch+json, application/json or "
+      "application/json-patch+json"));
 }
 
 std::optional<core::RevId> expected_rev(const Call& call) {
@@ -44,12 +44,12 @@ std::optional<core::RevId> expected_rev(const Call& call) {
     while (!v.empty() && v.front() == '"') v.remove_prefix(1);
     while (!v.empty() && v.back() == '"') v.remove_suffix(1);
     if (text && *text != v)
-      throw HttpError(400, "bad_request", "Document rev and etag have different values.");
+      throw HttpError(err::bad_request("Document rev and etag have different values."));
     text = std::string(v);
   }
   if (!text) return std::nullopt;
   auto rev = core::RevId::parse(*text);
-  if (!rev) throw HttpError(400, "bad_request", "Invalid rev format");
+  if (!rev) throw HttpError(err::bad_request("Invalid rev format"));
   return rev;
 }
 
@@ -57,18 +57,18 @@ std::optional<core::RevId> expected_rev(const Call& call) {
 
 MaybeResponse patch_document(Call& call, const core::DbRef& db, const std::string& id, bool local) {
   if (local)
-    throw HttpError(400, "bad_request", "PATCH does not apply to _local documents: use PUT.");
+    throw HttpError(err::bad_request("PATCH does not apply to _local documents: use PUT."));
   if (db.name == core::kUsersDb || db.name == core::kReplicatorDb)
-    throw HttpError(400, "bad_request", "PATCH does not apply in " + db.name + ": use PUT.");
+    throw HttpError(err::bad_request("PATCH does not apply in " + db.name + ": use PUT."));
   if (auto e = core::validate_docid(id)) throw HttpError(*e);
   if (id.starts_with("_design/")) require_db_admin(call);
   const PatchKind kind = patch_kind(call.req);
-  if (call.req.body().empty()) throw HttpError(400, "bad_request", "Missing request body");
+  if (call.req.body().empty()) throw HttpError(err::bad_request("Missing request body"));
   const Json patch = parse_json_body(call.req, false, core::JsonNumbers::exact);
   if (kind == PatchKind::json_patch) {
     if (auto e = core::check_json_patch(patch)) throw HttpError(*e);
   } else if (!patch.is_object()) {
-    throw HttpError(400, "bad_request", "A JSON Merge Patch of a document must be an object");
+    throw HttpError(err::bad_request("A JSON Merge Patch of a document must be an object"));
   }
   const std::size_t max_size = call.ctx.max_document_size;
 
@@ -80,22 +80,20 @@ MaybeResponse patch_document(Call& call, const core::DbRef& db, const std::strin
                                              const core::RevId&) -> core::Outcome<std::string> {
     auto parsed = core::parse_json_text(body, core::JsonNumbers::exact);
     auto* current = std::get_if<Json>(&parsed);
-    if (current == nullptr)
-      return core::CouchError{500, "unknown_error", "stored body is not JSON"};
+    if (current == nullptr) return err::unknown_error("stored body is not JSON");
     core::PatchResult r = kind == PatchKind::merge ? core::merge_patch(std::move(*current), patch)
                                                    : core::json_patch(std::move(*current), patch);
     if (auto* e = std::get_if<core::CouchError>(&r)) return std::move(*e);
     const Json& doc = std::get<Json>(r);
     for (auto it = doc.begin(); it != doc.end(); ++it)
       if (it.key().starts_with('_'))
-        return core::CouchError{400, "doc_validation", "Bad special document member: " + it.key()};
+        return err::doc_validation("Bad special document member: " + it.key());
     std::string out = core::dump_json(doc, false);
-    if (out.size() > max_size) return core::CouchError{413, "document_too_large", id};
+    if (out.size() > max_size) return err::document_too_large(id);
     return out;
   };
   const auto render = [&](const core::Outcome<core::RevId>& o) -> Response {
-    if (const auto* e = std::get_if<core::CouchError>(&o))
-      return couch_error_response(call.req, *e);
+    if (const auto* e = std::get_if<core::CouchError>(&o)) return error_response(call.req, *e);
     const std::string rev = std::get<core::RevId>(o).str();
     Response r =
         json_response(call.req, Status::created, Json{{"ok", true}, {"id", id}, {"rev", rev}});

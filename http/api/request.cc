@@ -15,14 +15,14 @@ Json parse_json_body(const Request& req, bool require_json_type, core::JsonNumbe
   if (require_json_type) {
     const std::string_view type = req[beast_http::field::content_type];
     if (type.substr(0, type.find(';')) != "application/json")
-      throw HttpError(415, "bad_content_type", "Content-Type must be application/json");
+      throw HttpError(err::bad_content_type("Content-Type must be application/json"));
   }
   return parse_json_or_throw(req.body(), numbers);
 }
 
 Json parse_json_object_body(const Request& req, bool require_json_type, core::JsonNumbers numbers) {
   Json j = parse_json_body(req, require_json_type, numbers);
-  if (!j.is_object()) throw_bad_request("Request body must be a JSON object");
+  if (!j.is_object()) throw HttpError(err::bad_request("Request body must be a JSON object"));
   return j;
 }
 
@@ -40,20 +40,14 @@ Response raw_json_response(const Request& req, Status status, std::string body) 
   return response;
 }
 
-Response couch_error_response(const Request& req, const core::CouchError& e) {
-  return error_response(req, static_cast<Status>(e.status), e.error, e.reason);
-}
-
 Response storage_error_response(const Request& req, storage::Error e) {
   switch (e) {
     case storage::Error::transaction_too_large:
     case storage::Error::value_too_large:
     case storage::Error::key_too_large:
-      return error_response(req, Status::payload_too_large, "too_large",
-                            "the request entity is too large");
+      return error_response(req, err::too_large());
     default:
-      return error_response(req, Status::internal_server_error, "unknown_error",
-                            std::string(storage::error_name(e)));
+      return error_response(req, core::storage_failure(e));
   }
 }
 
@@ -153,7 +147,7 @@ bool accepts_media_type(const Request& req, std::string_view type) {
 }
 
 void throw_method_not_allowed(std::string_view allowed) {
-  HttpError e(405, "method_not_allowed", "Only " + std::string(allowed) + " allowed");
+  HttpError e(err::method_not_allowed("Only " + std::string(allowed) + " allowed"));
   e.allow = std::string(allowed);
   throw e;
 }
@@ -161,7 +155,7 @@ void throw_method_not_allowed(std::string_view allowed) {
 void require_json_content_type(const Call& call) {
   const std::string_view type = call.req[beast_http::field::content_type];
   if (type.substr(0, type.find(';')) != "application/json")
-    throw HttpError(415, "bad_content_type", "Content-Type must be application/json");
+    throw HttpError(err::bad_content_type("Content-Type must be application/json"));
 }
 
 void require_method(const Call& call, std::string_view allowed) {

@@ -70,7 +70,6 @@ Json parse_json_object_body(const Request& req, bool require_json_type = true,
 
 // A response whose body is already-serialized JSON (documents are spliced, not re-serialized).
 Response raw_json_response(const Request& req, Status status, std::string body);
-Response couch_error_response(const Request& req, const core::CouchError& e);
 // A storage error that survived the retry loop: 500 unknown_error (io_error, limits) or, for the
 // FoundationDB size limits a client can cause, 413.
 Response storage_error_response(const Request& req, storage::Error e);

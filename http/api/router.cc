@@ -220,7 +220,7 @@ void add_unauthorized_headers(const Request& request, bool secure, const RouterC
 // and, for a 401, chttpd's headers above.
 Response error_answer(const Request& request, bool secure, const RouterContext& ctx,
                       const core::CouchError& error) {
-  Response answer = couch_error_response(request, error);
+  Response answer = error_response(request, error);
   add_unauthorized_headers(request, secure, ctx, error, answer);
   return answer;
 }
@@ -297,7 +297,7 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
   } else {
     try {
       const auto segments = path_segments(request.target());
-      if (!segments) throw HttpError(400, "bad_request", "Invalid request path");
+      if (!segments) throw HttpError(err::bad_request("Invalid request path"));
       Call call{request,
                 stream,
                 context_,
@@ -323,7 +323,7 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
       error = e.error();
       allow = e.allow;
     } catch (const std::exception& e) {
-      error = core::CouchError{500, "unknown_error", e.what()};
+      error = err::unknown_error(e.what());
     }
   }
   streamed_bytes = stream.bytes();

@@ -106,21 +106,12 @@ constexpr std::int64_t kAllDbsRowsMax = std::int64_t{1} << 30;
 // Database infos read per transaction by GET /_dbs_info.
 constexpr std::size_t kInfosPerTransaction = 200;
 
-// couch_mrview_http:parse_boolean (case-insensitive).
-bool parse_bool_param(const Query& query, std::string_view key, bool fallback) {
-  auto v = query.get(key);
-  if (!v) return fallback;
-  const std::string lower = core::ascii_lower(*v);
-  if (lower == "true") return true;
-  if (lower == "false") return false;
-  throw_query_parse_error("Invalid boolean parameter: \"" + *v + "\"");
-}
-
 // couch_mrview_http:parse_pos_int.
 std::optional<std::int64_t> parse_non_negative_param(const Query& query, std::string_view key) {
   auto v = query.get_int(key);  // "Invalid value for integer: ..." when not an integer
   if (v && *v < 0)
-    throw_query_parse_error("Invalid value for positive integer: \"" + *query.get(key) + "\"");
+    throw HttpError(
+        err::query_parse_error("Invalid value for positive integer: \"" + *query.get(key) + "\""));
   return v;
 }
 
@@ -145,8 +136,8 @@ std::optional<NameBound> name_bound(const Query& query, std::string_view key,
 // nothing.
 std::optional<core::AllDbsQuery> all_dbs_query(const Query& query) {
   core::AllDbsQuery q;
-  q.descending = parse_bool_param(query, "descending", false);
-  q.inclusive_end = parse_bool_param(query, "inclusive_end", true);
+  q.descending = query.get_bool("descending", false);
+  q.inclusive_end = query.get_bool("inclusive_end", true);
   // Beyond kAllDbsRowsMax a limit means "no limit" and a skip "skip everything"; clamping also
   // keeps core::list_dbs's limit + skip from overflowing.
   if (auto limit = parse_non_negative_param(query, "limit"))
@@ -191,7 +182,7 @@ std::vector<std::string> list_dbs(storage::Transaction& tr, const Query& query) 
 // GET /_all_dbs
 Response all_dbs(const Call& call) {
   if (call.path.size() > 1) {
-    if (is_get(call)) throw HttpError(core::doc_not_found());
+    if (is_get(call)) throw HttpError(err::not_found());
     throw_method_not_allowed("GET,HEAD");
   }
   if (!is_get(call)) throw_method_not_allowed("GET,HEAD");
@@ -211,7 +202,7 @@ std::optional<Json> info_of(storage::Transaction& tr, const std::string& name) {
 // GET /_dbs_info (every database, _all_dbs parameters), POST /_dbs_info {"keys": [...]}.
 Response dbs_info(const Call& call) {
   if (call.path.size() > 1) {
-    if (is_get(call) || call.is(beast_http::verb::post)) throw HttpError(core::doc_not_found());
+    if (is_get(call) || call.is(beast_http::verb::post)) throw HttpError(err::not_found());
     throw_method_not_allowed("GET,HEAD,POST");
   }
   Json out = Json::array();
@@ -231,9 +222,9 @@ Response dbs_info(const Call& call) {
   require_json_content_type(call);
   const Json body = parse_json_object_body(call.req, false);
   const auto keys = body.find("keys");
-  if (keys == body.end()) throw_bad_request("`keys` member must exist.");
-  if (!keys->is_array()) throw_bad_request("`keys` member must be an array.");
-  if (keys->size() > kDbsInfoKeysMax) throw_bad_request("too_many_keys");
+  if (keys == body.end()) throw HttpError(err::bad_request("`keys` member must exist."));
+  if (!keys->is_array()) throw HttpError(err::bad_request("`keys` member must be an array."));
+  if (keys->size() > kDbsInfoKeysMax) throw HttpError(err::bad_request("too_many_keys"));
   auto tr = call.store().create_transaction();
   for (const Json& key : *keys) {
     std::optional<Json> info;
@@ -270,12 +261,13 @@ Response uuids(const Call& call) {
   std::int64_t count = 1;
   if (auto text = call.query.get("count")) {
     auto parsed = parse_count(*text);
-    if (!parsed) throw_bad_request("count must be a positive integer");
+    if (!parsed) throw HttpError(err::bad_request("count must be a positive integer"));
     count = *parsed;
   }
   // CouchDB's order: too large first, then negative; 0 is allowed and gives an empty list.
-  if (count > call.ctx.uuids_max_count) throw_bad_request("count parameter too large");
-  if (count < 0) throw_bad_request("count must be a positive integer");
+  if (count > call.ctx.uuids_max_count)
+    throw HttpError(err::bad_request("count parameter too large"));
+  if (count < 0) throw HttpError(err::bad_request("count must be a positive integer"));
   Json list = Json::array();
   std::string all;
   for (std::int64_t i = 0; i < count; ++i) {
@@ -298,13 +290,13 @@ Response uuids(const Call& call) {
 [[noreturn]] void not_a_database(const Call& call) {
   const std::string& name = call.path.front();
   if (call.path.size() == 1 && call.is(beast_http::verb::put))
-    throw HttpError(core::illegal_database_name(name));
+    throw HttpError(core::bad_db_name(name));
   if (call.path.size() == 1 && call.is(beast_http::verb::delete_) && call.query.has("rev")) {
-    throw_bad_request(
+    throw HttpError(err::bad_request(
         "You tried to DELETE a database with a ?=rev parameter. Did you mean to DELETE a "
-        "document instead?");
+        "document instead?"));
   }
-  throw HttpError(core::db_not_found());
+  throw HttpError(err::db_not_found());
 }
 
 }  // namespace
@@ -326,9 +318,9 @@ MaybeResponse handle_server(Call& call) {
   }
   if (first == "_replicate" || first == "_scheduler") {
     // Chaise is a replication peer, not a replicator: say so rather than "no such database".
-    throw HttpError(501, "not_implemented",
-                    "Chaise does not run replications; run CouchDB's or PouchDB's replicator "
-                    "against it");
+    throw HttpError(err::not_implemented(
+        "Chaise does not run replications; run CouchDB's or PouchDB's replicator "
+        "against it"));
   }
   not_a_database(call);
 }

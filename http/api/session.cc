@@ -25,7 +25,8 @@ std::optional<std::string> form_value(const std::vector<std::pair<std::string, s
 
 // couch_httpd:absolute_uri for ?next= / ?fail=: must start with "/".
 std::string redirect_uri(const Call& call, const std::string& path) {
-  if (path.empty() || path.front() != '/') throw_bad_request("path must begin with a /.");
+  if (path.empty() || path.front() != '/')
+    throw HttpError(err::bad_request("path must begin with a /."));
   return absolute_uri(call, path);
 }
 
@@ -37,19 +38,20 @@ Response login(Call& call) {
   } else if (type.starts_with("application/json")) {
     const Json body = parse_json_object_body(call.req, false);
     for (const auto& [k, v] : body.items()) {
-      if (!v.is_string()) throw_bad_request("Values in the request body must be strings");
+      if (!v.is_string())
+        throw HttpError(err::bad_request("Values in the request body must be strings"));
       form.emplace_back(k, v.get<std::string>());
     }
   } else {
-    throw HttpError(415, "bad_content_type",
-                    "Content-Type must be 'application/x-www-form-urlencoded' or "
-                    "'application/json'");
+    throw HttpError(
+        err::bad_content_type("Content-Type must be 'application/x-www-form-urlencoded' or "
+                              "'application/json'"));
   }
   const auto name = form_value(form, "name");
   const auto username = form_value(form, "username");
-  if (!name && !username) throw_bad_request("request body must contain a username");
+  if (!name && !username) throw HttpError(err::bad_request("request body must contain a username"));
   if (name && username && *name != *username) {
-    throw_bad_request("request body contains different usernames");
+    throw HttpError(err::bad_request("request body contains different usernames"));
   }
   const std::string user = name ? *name : *username;
   const std::string password = form_value(form, "password").value_or("");
@@ -58,8 +60,10 @@ Response login(Call& call) {
   if (result.error) throw HttpError(*result.error);
   if (!result.user) {
     const auto fail = call.query.get("fail");
-    Response r = error_response(call.req, fail ? Status::found : Status::unauthorized,
-                                "unauthorized", "Name or password is incorrect.");
+    // With ?fail=..., CouchDB sends the 401's body with a 302 to that page.
+    core::CouchError wrong = err::unauthorized("Name or password is incorrect.");
+    if (fail) wrong.status = static_cast<int>(Status::found);
+    Response r = error_response(call.req, wrong);
     r.set(beast_http::field::set_cookie, result.set_cookie);
     if (fail) r.set(beast_http::field::location, redirect_uri(call, *fail));
     return r;
@@ -78,7 +82,7 @@ Response login(Call& call) {
 
 Response session_info(Call& call) {
   if (!call.user.name && call.query.get("basic") == "true") {
-    throw HttpError(401, "unauthorized", "Please login.");
+    throw HttpError(err::unauthorized("Please login."));
   }
   Json info = Json::object();
   Json handlers = Json::array();
@@ -113,10 +117,10 @@ Response logout(Call& call) {
 }  // namespace
 
 Response handle_session(Call& call) {
-  if (call.path.size() != 1) throw HttpError(404, "not_found", "missing");
+  if (call.path.size() != 1) throw HttpError(err::not_found());
   if (is_get(call)) return session_info(call);
   if (call.is(beast_http::verb::post)) {
-    if (call.ctx.auth == nullptr) throw HttpError(404, "not_found", "missing");
+    if (call.ctx.auth == nullptr) throw HttpError(err::not_found());
     return login(call);
   }
   if (call.is(beast_http::verb::delete_)) return logout(call);

@@ -17,6 +17,7 @@
 #include "http/api/hot_docs.h"
 #include "http/api/idempotency.h"
 #include "http/api/js_request.h"
+#include "http/api/pages.h"
 #include "http/api/request.h"
 #include "http/api/router.h"
 #include "http/api/txn.h"
@@ -29,7 +30,7 @@ namespace {
 using core::OrderedJson;
 
 [[noreturn]] void query_error(const std::string& reason) {
-  throw HttpError(400, "query_parse_error", reason);
+  throw HttpError(err::query_parse_error(reason));
 }
 
 enum class UpdateMode { yes, no, lazy };
@@ -51,8 +52,7 @@ bool parse_bool(const Param& p, const std::string& name) {
     if (!p.json->is_boolean()) query_error("Invalid boolean parameter: " + p.json->dump());
     return p.json->get<bool>();
   }
-  if (*p.text == "true") return true;
-  if (*p.text == "false") return false;
+  if (auto b = parse_boolean(*p.text)) return *b;
   (void)name;
   query_error("Invalid boolean parameter: \"" + *p.text + "\"");
 }
@@ -254,28 +254,19 @@ boost::asio::awaitable<bool> write_view(const Call& call, const core::DbRef& db,
   }
   head += "\"rows\":[\r\n";
   bool started = false;
-  bool first = true;
+  RowJoiner joiner;
   std::vector<std::string> rows;
-  for (bool more = true, first_page = true; more; first_page = false) {
-    auto page_tr = store.create_transaction();
-    if (!first_page) page_tr.disable_read_cache();  // a long stream reads its blocks once
-    auto m = value_or_throw(cursor.next_page(page_tr, call.ctx.stream_page_rows, rows));
-    if (auto* e = std::get_if<core::CouchError>(&m)) {
-      if (!started) throw HttpError(*e);
-      co_return false;  // cut off mid-stream
-    }
-    more = std::get<bool>(m);
+  Pages pages(store);
+  for (bool more = true; more;) {
+    std::optional<core::CouchError> failure;
+    more = pages.read_next(cursor, call.ctx.stream_page_rows, rows, started ? &failure : nullptr);
+    if (failure) co_return false;  // cut off mid-stream
     std::string chunk;
     if (!started) {
       started = true;
       chunk = head;
     }
-    for (std::string& row : rows) {
-      if (!first) chunk += ",\r\n";
-      first = false;
-      chunk += row;
-    }
-    rows.clear();
+    joiner.append(chunk, rows);
     if (!chunk.empty() && !co_await emit(chunk)) co_return false;
   }
   if (!started && !co_await emit(head)) co_return false;
@@ -289,10 +280,9 @@ MaybeResponse view(Call& call, const core::DbRef& db, const std::string& ddoc,
   if (call.is(beast_http::verb::post)) body = parse_json_object_body(call.req);
   auto g = load_group(call, db, ddoc);
   auto index = g->index_of(name);
-  if (!index) throw HttpError(404, "not_found", "missing_named_view");
+  if (!index) throw HttpError(err::not_found("missing_named_view"));
   if (g->language != "javascript")
-    throw HttpError(400, "bad_request",
-                    "views in language `" + g->language + "` are not supported");
+    throw HttpError(err::bad_request("views in language `" + g->language + "` are not supported"));
   // couch_mrview_util:validate_args, checked against CouchDB 3.5.
   if (g->partitioned && !call.partition)
     query_error("`partition` parameter is mandatory for queries to this view.");
@@ -302,9 +292,9 @@ MaybeResponse view(Call& call, const core::DbRef& db, const std::string& ddoc,
   std::vector<ViewRequest> requests;
   if (queries) {
     if (!body || !body->contains("queries") || !(*body)["queries"].is_array())
-      throw_bad_request("`queries` member must be a array.");
+      throw HttpError(err::bad_request("`queries` member must be a array."));
     for (const Json& one : (*body)["queries"]) {
-      if (!one.is_object()) throw_bad_request("Each query must be a JSON object.");
+      if (!one.is_object()) throw HttpError(err::bad_request("Each query must be a JSON object."));
       std::vector<std::pair<std::string, Param>> params;
       for (auto it = one.begin(); it != one.end(); ++it)
         params.push_back({it.key(), Param{OrderedJson::parse(it.value().dump()), std::nullopt}});
@@ -413,20 +403,19 @@ boost::asio::awaitable<std::optional<Response>> hot_update(
     // On the newer revision the handler chose not to save this document as it did at first.
     if (!doc.is_object() || !doc.contains("_id") || doc["_id"] != *doc_id ||
         doc.value("_deleted", false) == true)
-      return core::conflict();
+      return err::conflict();
     Json body_out = Json::object();
     for (auto it = doc.begin(); it != doc.end(); ++it)
       if (!it.key().starts_with("_")) body_out[it.key()] = it.value();
     std::string out = body_out.dump();
-    if (out.size() > max_size) return core::CouchError{413, "document_too_large", *doc_id};
+    if (out.size() > max_size) return err::document_too_large(*doc_id);
     resp = Json::parse(a.response_json, nullptr, false);
     if (!resp.is_object()) resp = Json::object();
     answered_doc = a.doc_json;
     return out;
   };
   const auto answer = [&](const core::Outcome<core::RevId>& o) -> Response {
-    if (const auto* e = std::get_if<core::CouchError>(&o))
-      return couch_error_response(call.req, *e);
+    if (const auto* e = std::get_if<core::CouchError>(&o)) return error_response(call.req, *e);
     return render(update_status(resp, 201), std::get<core::RevId>(o).str());
   };
   if (call.idem) {
@@ -446,7 +435,7 @@ boost::asio::awaitable<std::optional<Response>> hot_update(
 MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::string& ddoc,
                              const std::string& name, const std::optional<std::string>& doc_id) {
   if (call.is(beast_http::verb::get))
-    throw HttpError(405, "method_not_allowed", "Update functions do not allow GET");
+    throw HttpError(err::method_not_allowed("Update functions do not allow GET"));
   core::js::Engine& engine = js_engine(call);
   core::js::DesignDoc d;
   std::string current = "null";
@@ -462,8 +451,8 @@ MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::strin
     Json parsed = Json::parse(d.json, nullptr, false);
     if (!parsed.contains("updates") || !parsed["updates"].is_object() ||
         !parsed["updates"].contains(name))
-      throw HttpError(404, "not_found",
-                      "missing function updates." + name + " on design doc _design/" + ddoc);
+      throw HttpError(
+          err::not_found("missing function updates." + name + " on design doc _design/" + ddoc));
   }
   Json req = js_request_object(call, doc_id);
   auto r = engine.update(d, name, current, req.dump());
@@ -487,7 +476,7 @@ MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::strin
     } else if (resp.contains("base64") && resp["base64"].is_string()) {
       auto decoded = core::base64_decode(resp["base64"].get<std::string>());
       if (!decoded)
-        throw HttpError(500, "render_error", "invalid base64 in the update handler's response");
+        throw HttpError(err::render_error("invalid base64 in the update handler's response"));
       body_text = std::move(*decoded);
       content_type = "application/binary";
     } else if (resp.contains("body")) {
@@ -520,9 +509,9 @@ MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::strin
   if (!a.doc_json.empty() && a.doc_json != "null") {
     Json doc = Json::parse(a.doc_json, nullptr, false);
     if (!doc.is_object())
-      throw HttpError(500, "render_error", "the update handler's document is not an object");
+      throw HttpError(err::render_error("the update handler's document is not an object"));
     if (!doc.contains("_id") || !doc["_id"].is_string())
-      throw HttpError(500, "render_error", "Document id must be a string");
+      throw HttpError(err::render_error("Document id must be a string"));
     // Saved like a PUT of the document (couch_mrview_show: couch_db:update_doc as the user).
     const std::string id = doc["_id"].get<std::string>();
     if (auto err = check_doc_write(call, db, doc)) throw HttpError(*err);
@@ -530,7 +519,7 @@ MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::strin
     u.id = id;
     if (doc.contains("_rev") && doc["_rev"].is_string()) {
       auto rev = core::RevId::parse(doc["_rev"].get<std::string>());
-      if (!rev) throw HttpError(400, "bad_request", "Invalid rev format");
+      if (!rev) throw HttpError(err::bad_request("Invalid rev format"));
       u.base_rev = *rev;
     }
     u.deleted = doc.value("_deleted", false) == true;
@@ -584,7 +573,7 @@ MaybeResponse handle_design_action(Call& call, const core::DbRef& db, const std:
     if (rest.size() == 3) id = rest[2];
     co_return co_await update_handler(call, db, ddoc, rest[1], id);
   }
-  throw HttpError(501, "not_implemented", "this feature is not yet implemented");
+  throw HttpError(err::not_implemented());
 }
 
 MaybeResponse view_cleanup(Call& call, const core::DbRef& db) {

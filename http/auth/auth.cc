@@ -38,7 +38,7 @@ constexpr std::size_t kVerifiedEntriesMax = 100'000;
 constexpr std::string_view kLockoutReason =
     "Account is temporarily locked due to multiple authentication failures";
 
-std::vector<std::string> split_list(std::string_view text) {
+std::vector<std::string> split_names(std::string_view text) {
   std::vector<std::string> out;
   std::string current;
   for (char c : text) {
@@ -140,10 +140,6 @@ std::string cookie_header(const Client& client, const AuthSettings& s, std::stri
   return out;
 }
 
-core::CouchError unauthorized(std::string reason) {
-  return core::CouchError{401, "unauthorized", std::move(reason)};
-}
-
 }  // namespace
 
 AuthSettings auth_settings(const config::Sections& values, bool admin_party) {
@@ -172,7 +168,7 @@ AuthSettings auth_settings(const config::Sections& values, bool admin_party) {
   if (same_site == "strict") s.same_site = "Strict";
   s.cookie_domain = config::get_auth(values, "cookie_domain");
   std::vector<std::string> algorithms;
-  for (const auto& alg : split_list(config::get_auth(values, "hash_algorithms", "sha256, sha"))) {
+  for (const auto& alg : split_names(config::get_auth(values, "hash_algorithms", "sha256, sha"))) {
     if (alg == "sha256" || alg == "sha") algorithms.push_back(alg);
   }
   if (algorithms.empty()) algorithms.push_back("sha256");
@@ -185,7 +181,7 @@ AuthSettings auth_settings(const config::Sections& values, bool admin_party) {
   s.x_auth_username = config::get_auth(values, "x_auth_username", s.x_auth_username);
   s.x_auth_roles = config::get_auth(values, "x_auth_roles", s.x_auth_roles);
   s.x_auth_token = config::get_auth(values, "x_auth_token", s.x_auth_token);
-  s.public_fields = split_list(config::get_auth(values, "public_fields"));
+  s.public_fields = split_names(config::get_auth(values, "public_fields"));
   s.user_rules.prf = config::get_auth(values, "pbkdf2_prf", "sha256");
   s.user_rules.password_rules =
       core::parse_password_rules(config::get_auth(values, "password_regexp"));
@@ -436,7 +432,7 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
       if (accept) {
         result.user.name = std::string(user->value());
         if (const auto roles = req.find(s->x_auth_roles); roles != req.end()) {
-          result.user.roles = split_list(roles->value());
+          result.user.roles = split_names(roles->value());
         }
         result.handler = "proxy";
         return result;
@@ -472,7 +468,8 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
       }
     }
     if (!parts) {
-      result.error = core::bad_request("Malformed AuthSession cookie. Please clear your cookies.");
+      result.error =
+          core::err::bad_request("Malformed AuthSession cookie. Please clear your cookies.");
       return result;
     }
     const auto& [name, time_hex, mac] = *parts;
@@ -504,7 +501,7 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
 
   // HTTP Basic.
   if (basic.invalid_base64) {
-    result.error = core::bad_request("Authorization header has invalid base64 value");
+    result.error = core::err::bad_request("Authorization header has invalid base64 value");
     return result;
   }
   if (basic.name) {
@@ -512,8 +509,8 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
     const auto creds =
         verify_login(*s, *basic.name, basic.password, client.address, locked, basic.digest);
     if (!creds) {
-      result.error = locked ? core::CouchError{403, "forbidden", std::string(kLockoutReason)}
-                            : unauthorized("Name or password is incorrect.");
+      result.error = locked ? core::err::forbidden(std::string(kLockoutReason))
+                            : core::err::unauthorized("Name or password is incorrect.");
       return result;
     }
     result.user = creds->user;
@@ -532,7 +529,7 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
     const bool session_login =
         req.method() == beast_http::verb::post &&
         (req.target() == "/_session" || req.target().starts_with("/_session?"));
-    if (!session_login) result.error = unauthorized("Authentication required.");
+    if (!session_login) result.error = core::err::unauthorized("Authentication required.");
   }
   return result;
 }
@@ -544,7 +541,7 @@ Authenticator::Login Authenticator::login(std::string_view name, std::string_vie
   bool locked = false;
   const auto creds = verify_login(*s, name, password, client.address, locked);
   if (locked) {
-    out.error = core::CouchError{403, "forbidden", std::string(kLockoutReason)};
+    out.error = core::err::forbidden(std::string(kLockoutReason));
     return out;
   }
   if (!creds) {

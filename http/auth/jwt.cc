@@ -23,13 +23,6 @@ using OJson = nlohmann::ordered_json;
 // The claim checks jwtf knows (alg is always made).
 constexpr std::string_view kChecks[] = {"exp", "iat", "iss", "kid", "nbf", "typ", "sig"};
 
-core::CouchError bad_request(std::string reason) {
-  return core::CouchError{400, "bad_request", std::move(reason)};
-}
-core::CouchError unauthorized(std::string reason) {
-  return core::CouchError{401, "unauthorized", std::move(reason)};
-}
-
 struct Alg {
   std::string_view name;
   std::string_view kty;  // the [jwt_keys] prefix
@@ -240,75 +233,75 @@ JwtSettings jwt_settings(const config::Sections& values) {
 
 std::variant<core::UserCtx, core::CouchError> verify_jwt(std::string_view token,
                                                          const JwtSettings& s, std::int64_t now) {
-  if (s.misconfigured)
-    return core::CouchError{500, "misconfigured_server", "JWT is not configured correctly"};
+  if (s.misconfigured) return core::err::misconfigured_server("JWT is not configured correctly");
   const auto dot1 = token.find('.');
   const auto dot2 = dot1 == std::string_view::npos ? dot1 : token.find('.', dot1 + 1);
   if (dot2 == std::string_view::npos || token.find('.', dot2 + 1) != std::string_view::npos)
-    return bad_request("Malformed token");
+    return core::err::bad_request("Malformed token");
   const std::string_view header_b64 = token.substr(0, dot1);
   const std::string_view payload_b64 = token.substr(dot1 + 1, dot2 - dot1 - 1);
   const std::string_view sig_b64 = token.substr(dot2 + 1);
 
   const auto header = decode_part(header_b64);
-  if (!header) return bad_request("Malformed token");
-  if (!header->is_object()) return bad_request("Not an object");
+  if (!header) return core::err::bad_request("Malformed token");
+  if (!header->is_object()) return core::err::bad_request("Not an object");
   // typ: checked when required; a present one must be "JWT" then.
   const OJson* typ = member(*header, "typ");
   if (required(s, "typ") != nullptr) {
-    if (typ == nullptr) return bad_request("Missing typ header parameter");
-    if (*typ != "JWT") return bad_request("Invalid typ header parameter");
+    if (typ == nullptr) return core::err::bad_request("Missing typ header parameter");
+    if (*typ != "JWT") return core::err::bad_request("Invalid typ header parameter");
   }
   const OJson* alg_claim = member(*header, "alg");
-  if (alg_claim == nullptr) return bad_request("Missing alg header parameter");
+  if (alg_claim == nullptr) return core::err::bad_request("Missing alg header parameter");
   const Alg* alg =
       alg_claim->is_string() ? find_alg(alg_claim->get_ref<const std::string&>()) : nullptr;
-  if (alg == nullptr) return bad_request("Invalid alg header parameter");
+  if (alg == nullptr) return core::err::bad_request("Invalid alg header parameter");
 
   const auto claims = decode_part(payload_b64);
-  if (!claims) return bad_request("Malformed token");
-  if (!claims->is_object()) return bad_request("Not an object");
+  if (!claims) return core::err::bad_request("Malformed token");
+  if (!claims->is_object()) return core::err::bad_request("Not an object");
   if (const auto* iss = required(s, "iss")) {
     const OJson* actual = member(*claims, "iss");
-    if (actual == nullptr) return bad_request("Missing iss claim");
-    if (!iss->has_value() || *actual != **iss) return bad_request("Invalid iss claim");
+    if (actual == nullptr) return core::err::bad_request("Missing iss claim");
+    if (!iss->has_value() || *actual != **iss) return core::err::bad_request("Invalid iss claim");
   }
   if (required(s, "iat") != nullptr) {
     const OJson* iat = member(*claims, "iat");
-    if (iat == nullptr) return bad_request("Missing iat claim");
-    if (!iat->is_number_integer()) return bad_request("Invalid iat claim");
+    if (iat == nullptr) return core::err::bad_request("Missing iat claim");
+    if (!iat->is_number_integer()) return core::err::bad_request("Invalid iat claim");
   }
   if (required(s, "nbf") != nullptr) {
     const OJson* nbf = member(*claims, "nbf");
-    if (nbf == nullptr) return bad_request("Missing nbf claim");
-    if (!is_before(*nbf, now)) return unauthorized("nbf not in past");
+    if (nbf == nullptr) return core::err::bad_request("Missing nbf claim");
+    if (!is_before(*nbf, now)) return core::err::unauthorized("nbf not in past");
   }
   if (required(s, "exp") != nullptr) {
     const OJson* exp = member(*claims, "exp");
-    if (exp == nullptr) return bad_request("Missing exp claim");
-    if (!is_after(*exp, now)) return unauthorized("exp not in future");
+    if (exp == nullptr) return core::err::bad_request("Missing exp claim");
+    if (!is_after(*exp, now)) return core::err::unauthorized("exp not in future");
   }
 
   // The key: [jwt_keys] <kty>:<kid>, kid "_default" when the header names none.
   const OJson* kid = member(*header, "kid");
-  if (kid == nullptr && required(s, "kid") != nullptr) return bad_request("Missing kid claim");
+  if (kid == nullptr && required(s, "kid") != nullptr)
+    return core::err::bad_request("Missing kid claim");
   std::string kid_text = "_default";
   if (kid != nullptr) {
-    if (!kid->is_string()) return bad_request("Unknown kid");
+    if (!kid->is_string()) return core::err::bad_request("Unknown kid");
     kid_text = kid->get<std::string>();
   }
   const auto key = s.keys.find(std::string(alg->kty) + ":" + kid_text);
-  if (key == s.keys.end()) return bad_request("Unknown kid");
-  if (key->second.error) return bad_request(*key->second.error);
+  if (key == s.keys.end()) return core::err::bad_request("Unknown kid");
+  if (key->second.error) return core::err::bad_request(*key->second.error);
 
   const auto sig = core::base64url_decode(sig_b64);
   const std::string_view message = token.substr(0, dot2);
   if (alg->kty == "hmac") {
     if (!sig || !verify_hmac(*alg, key->second.hmac_secret, message, *sig))
-      return bad_request("Bad HMAC");
+      return core::err::bad_request("Bad HMAC");
   } else if (!sig || !verify_signature(*alg, static_cast<EVP_PKEY*>(key->second.public_key.get()),
                                        message, *sig)) {
-    return bad_request("Bad signature");
+    return core::err::bad_request("Bad signature");
   }
 
   // Roles: a list of strings, or one comma-separated string.
@@ -328,16 +321,16 @@ std::variant<core::UserCtx, core::CouchError> verify_jwt(std::string_view token,
       user.roles = split_roles(roles->get_ref<const std::string&>());
     } else if (roles->is_array()) {
       for (const OJson& r : *roles) {
-        if (!r.is_string()) return bad_request("Malformed token");
+        if (!r.is_string()) return core::err::bad_request("Malformed token");
         user.roles.push_back(r.get<std::string>());
       }
     } else {
-      return bad_request("Malformed token");
+      return core::err::bad_request("Malformed token");
     }
   }
   const OJson* sub = member(*claims, "sub");
-  if (sub == nullptr) return unauthorized("Token missing sub claim.");
-  if (!sub->is_string()) return bad_request("Malformed token");
+  if (sub == nullptr) return core::err::unauthorized("Token missing sub claim.");
+  if (!sub->is_string()) return core::err::bad_request("Malformed token");
   user.name = sub->get<std::string>();
   return user;
 }

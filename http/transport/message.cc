@@ -24,16 +24,15 @@ Response json_response(const Request& request, Status status, const Json& body) 
   return response;
 }
 
-Response error_response(const Request& request, Status status, std::string_view error,
-                        std::string_view reason) {
-  return json_response(request, status, Json{{"error", error}, {"reason", reason}});
+Response error_response(const Request& request, const core::CouchError& error) {
+  return json_response(request, static_cast<Status>(error.status),
+                       Json{{"error", error.error}, {"reason", error.reason}});
 }
 
 Response method_not_allowed(const Request& request, std::string_view allowed) {
   std::string reason = "Only ";
   reason.append(allowed).append(" allowed");
-  Response response =
-      error_response(request, Status::method_not_allowed, "method_not_allowed", reason);
+  Response response = error_response(request, core::err::method_not_allowed(std::move(reason)));
   response.set(beast_http::field::allow, allowed);
   return response;
 }

@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/util/error.h"
+
 namespace chaise::http {
 
 namespace beast_http = boost::beast::http;
@@ -33,9 +35,8 @@ inline constexpr std::string_view kServerHeader = "Chaise/0.1.0";
 // For a HEAD request the body is dropped and Content-Length still states the GET body's length.
 Response json_response(const Request& request, Status status, const Json& body);
 
-// CouchDB's error shape: {"error": error, "reason": reason}.
-Response error_response(const Request& request, Status status, std::string_view error,
-                        std::string_view reason);
+// CouchDB's error shape, {"error": ..., "reason": ...}, with the error's status.
+Response error_response(const Request& request, const core::CouchError& error);
 
 // 405 {"error":"method_not_allowed","reason":"Only <allowed> allowed"} with an Allow header.
 // `allowed` is CouchDB's comma-separated list, e.g. "GET,HEAD".

@@ -15,7 +15,7 @@ constexpr std::size_t kPartHeaderBytesMax = 16 * 1024;
 constexpr std::size_t kPreambleMax = 64 * 1024;
 
 [[noreturn]] void malformed(const char* what) {
-  throw HttpError(400, "bad_request", std::string("Invalid multipart/related request: ") + what);
+  throw HttpError(err::bad_request(std::string("Invalid multipart/related request: ") + what));
 }
 
 }  // namespace

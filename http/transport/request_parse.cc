@@ -3,6 +3,8 @@
 
 #include <charconv>
 
+#include "core/util/ascii.h"
+
 namespace chaise::http {
 
 int hex_digit(char c) {
@@ -36,7 +38,7 @@ std::optional<std::string> decode(std::string_view in, bool plus_is_space) {
 
 std::string decode_component(std::string_view in) {
   auto out = decode(in, true);
-  if (!out) throw_bad_request("Invalid URL encoding");
+  if (!out) throw HttpError(err::bad_request("Invalid URL encoding"));
   return std::move(*out);
 }
 
@@ -66,12 +68,18 @@ std::optional<std::string> Query::get(std::string_view key) const {
   return std::nullopt;
 }
 
+std::optional<bool> parse_boolean(std::string_view text) {
+  const std::string lower = core::ascii_lower(text);
+  if (lower == "true") return true;
+  if (lower == "false") return false;
+  return std::nullopt;
+}
+
 bool Query::get_bool(std::string_view key, bool fallback) const {
   auto v = get(key);
   if (!v) return fallback;
-  if (*v == "true") return true;
-  if (*v == "false") return false;
-  throw_query_parse_error("Invalid boolean parameter: \"" + *v + "\"");
+  if (auto b = parse_boolean(*v)) return *b;
+  throw HttpError(err::query_parse_error("Invalid boolean parameter: \"" + *v + "\""));
 }
 
 std::optional<std::int64_t> Query::get_int(std::string_view key) const {
@@ -80,7 +88,7 @@ std::optional<std::int64_t> Query::get_int(std::string_view key) const {
   std::int64_t out = 0;
   auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
   if (ec != std::errc() || p != v->data() + v->size())
-    throw_query_parse_error("Invalid value for integer: \"" + *v + "\"");
+    throw HttpError(err::query_parse_error("Invalid value for integer: \"" + *v + "\""));
   return out;
 }
 
@@ -92,11 +100,28 @@ std::optional<Json> Query::get_json(std::string_view key) const {
 
 Json parse_json_or_throw(std::string_view text, core::JsonNumbers numbers) {
   auto parsed = core::parse_json_text(text, numbers);
-  if (auto* reason = std::get_if<std::string>(&parsed)) throw_bad_request(*reason);
+  if (auto* reason = std::get_if<std::string>(&parsed)) throw HttpError(err::bad_request(*reason));
   return std::move(std::get<Json>(parsed));
 }
 
 std::optional<std::string> percent_decode(std::string_view in) { return decode(in, false); }
+
+std::string unquote_plus(std::string_view in) {
+  std::string out;
+  out.reserve(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == '+') {
+      out.push_back(' ');
+    } else if (in[i] == '%' && i + 2 < in.size() && hex_digit(in[i + 1]) >= 0 &&
+               hex_digit(in[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(hex_digit(in[i + 1]) * 16 + hex_digit(in[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(in[i]);
+    }
+  }
+  return out;
+}
 
 std::string url_encode(std::string_view text) {
   static constexpr char kHex[] = "0123456789ABCDEF";

@@ -20,26 +20,20 @@ namespace chaise::http {
 
 using Json = nlohmann::ordered_json;
 
+// The table of CouchDB's errors (core/util/error.h): `throw HttpError(err::forbidden("..."))`.
+namespace err = core::err;
+
 // A CouchDB error answer, thrown by request helpers and endpoints; Router::handle converts it.
+// Every error is a core::CouchError, built from the table; this is its one thrown form.
 class HttpError : public std::runtime_error {
  public:
   explicit HttpError(core::CouchError e) : std::runtime_error(e.reason), error_(std::move(e)) {}
-  HttpError(int status, std::string error, std::string reason)
-      : HttpError(core::CouchError{status, std::move(error), std::move(reason)}) {}
   const core::CouchError& error() const { return error_; }
   std::string allow;  // 405: the Allow header
 
  private:
   core::CouchError error_;
 };
-
-[[noreturn]] inline void throw_bad_request(std::string reason) {
-  throw HttpError(core::bad_request(std::move(reason)));
-}
-// 400 query_parse_error, CouchDB's answer to a malformed query parameter.
-[[noreturn]] inline void throw_query_parse_error(std::string reason) {
-  throw HttpError(400, "query_parse_error", std::move(reason));
-}
 
 // Query string parameters, percent-decoded ('+' is a space, as Erlang's parse_qs does).
 class Query {
@@ -50,7 +44,8 @@ class Query {
   // The first value of `key`, or nullopt.
   std::optional<std::string> get(std::string_view key) const;
   bool has(std::string_view key) const { return get(key).has_value(); }
-  // "true"/"false"; anything else: 400 query_parse_error "Invalid boolean parameter: ...".
+  // "true"/"false" in any case (parse_boolean); anything else: 400 query_parse_error "Invalid
+  // boolean parameter: ...".
   bool get_bool(std::string_view key, bool fallback) const;
   // A decimal integer; anything else: 400 query_parse_error "Invalid value for integer: ...".
   std::optional<std::int64_t> get_int(std::string_view key) const;
@@ -61,6 +56,9 @@ class Query {
  private:
   std::vector<std::pair<std::string, std::string>> params_;
 };
+
+// couch_mrview_http:parse_boolean: "true" or "false" in any case; nullopt for anything else.
+std::optional<bool> parse_boolean(std::string_view text);
 
 // Splits the path of a request target ("/db/doc%2Fid?rev=1") into percent-decoded segments
 // (["db", "doc/id"]); the query string is ignored. Splitting happens before decoding, so an encoded
@@ -74,6 +72,10 @@ int hex_digit(char c);
 
 // Percent-decodes a path segment ('+' stays '+'); nullopt for a malformed %-escape.
 std::optional<std::string> percent_decode(std::string_view in);
+
+// mochiweb_util:unquote, as chttpd applies it to a Destination header or a filter's name: %XX
+// decoded, '+' a space, anything else (a malformed escape too) kept as it is.
+std::string unquote_plus(std::string_view in);
 
 // couch_util:url_encode: keeps [A-Za-z0-9_.:-], %-encodes every other byte in uppercase hex.
 std::string url_encode(std::string_view text);

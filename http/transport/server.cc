@@ -67,6 +67,11 @@ constexpr std::size_t kLingerBytesMax = 4 * 1024 * 1024;
 // persistent error does not spin a core.
 constexpr std::chrono::milliseconds kAcceptErrorPause{100};
 
+// The answer, with Retry-After, when the bytes of bodies in flight are over the server's limit.
+core::CouchError too_many_bytes() {
+  return core::err::service_unavailable("Too many request bytes in flight; retry later");
+}
+
 void log_coroutine_exception(const char* what, std::exception_ptr error) {
   if (!error) return;
   try {
@@ -347,8 +352,8 @@ class Session final : public SessionBase {
   asio::awaitable<bool> read_request(beast_http::request_parser<beast_http::string_body>& parser,
                                      bool& streamed);
   // Answers an error the request cannot be read past (413, 431, 400, 501, 503), then closes.
-  asio::awaitable<void> refuse(const Request& header, Status status, std::string_view error,
-                               std::string_view reason, bool retry_later = false);
+  asio::awaitable<void> refuse(const Request& header, const core::CouchError& error,
+                               bool retry_later = false);
   asio::awaitable<void> linger_and_close();
   // Writes a complete response: head and body in one sendmsg when the socket takes them at once
   // (the usual case), the rest asynchronously within write_timeout.
@@ -521,8 +526,9 @@ asio::awaitable<bool> Session<Stream>::read_request(
     // Beast reads "gzip, chunked" as chunked and would hand the handler gzip bytes as the body.
     const std::string_view coding = parser.get()[beast_http::field::transfer_encoding];
     if (!coding.empty() && !beast::iequals(coding, "chunked")) {
-      co_await refuse(parser.get(), Status::not_implemented, "not_implemented",
-                      "Transfer-Encoding " + std::string(coding) + " is not supported");
+      co_await refuse(parser.get(),
+                      core::err::not_implemented("Transfer-Encoding " + std::string(coding) +
+                                                 " is not supported"));
       co_return false;
     }
     const auto length = parser.content_length();
@@ -540,8 +546,7 @@ asio::awaitable<bool> Session<Stream>::read_request(
     if (!streamed && length &&
         !reservation_.add(static_cast<std::size_t>(
             std::min<std::uint64_t>(*length, options.max_request_body_bytes)))) {
-      co_await refuse(parser.get(), Status::service_unavailable, "service_unavailable",
-                      "Too many request bytes in flight; retry later", true);
+      co_await refuse(parser.get(), too_many_bytes(), true);
       co_return false;
     }
   }
@@ -585,19 +590,16 @@ asio::awaitable<bool> Session<Stream>::read_request(
   if (!ec) co_return true;
 
   if (over_in_flight) {
-    co_await refuse(parser.get(), Status::service_unavailable, "service_unavailable",
-                    "Too many request bytes in flight; retry later", true);
+    co_await refuse(parser.get(), too_many_bytes(), true);
   } else if (ec == beast_http::error::body_limit) {
-    co_await refuse(parser.get(), Status::payload_too_large, "too_large",
-                    "the request entity is too large");
+    co_await refuse(parser.get(), core::err::too_large());
   } else if (ec == beast_http::error::header_limit) {
-    co_await refuse(parser.get(), Status::request_header_fields_too_large, "bad_request",
-                    "Request header fields too large");
+    co_await refuse(parser.get(), core::err::header_fields_too_large());
   } else if (ec.category() == error_code(beast_http::error::body_limit).category() &&
              ec != beast_http::error::end_of_stream && ec != beast_http::error::partial_message) {
     // Malformed framing: say so once, then close (the rest of the stream cannot be trusted).
-    co_await refuse(parser.get(), Status::bad_request, "bad_request",
-                    "Malformed HTTP request: " + ec.message());
+    co_await refuse(parser.get(),
+                    core::err::bad_request("Malformed HTTP request: " + ec.message()));
   } else {
     if (ec != beast_http::error::end_of_stream && ec != asio::error::operation_aborted) {
       spdlog::debug("http: connection {} closed: {}", id_, ec.message());
@@ -608,11 +610,10 @@ asio::awaitable<bool> Session<Stream>::read_request(
 }
 
 template <typename Stream>
-asio::awaitable<void> Session<Stream>::refuse(const Request& header, Status status,
-                                              std::string_view error, std::string_view reason,
+asio::awaitable<void> Session<Stream>::refuse(const Request& header, const core::CouchError& error,
                                               bool retry_later) {
   phase_ = Phase::responding;
-  Response response = error_response(header, status, error, reason);
+  Response response = error_response(header, error);
   if (retry_later) response.set(beast_http::field::retry_after, "1");
   response.keep_alive(false);
   co_await write_response(response);

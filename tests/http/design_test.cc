@@ -494,6 +494,8 @@ TEST_F(ViewTest, MapQueryParameters) {
             (std::vector<std::string>{"d2", "d3"}));
   EXPECT_EQ(ids(view("by_n?descending=true&startkey=4&endkey=2")),
             (std::vector<std::string>{"d4", "d3", "d2"}));
+  EXPECT_EQ(ids(view("by_n?descending=TRUE&startkey=4&endkey=2")),
+            (std::vector<std::string>{"d4", "d3", "d2"}));
   EXPECT_EQ(ids(view("by_n?descending=true&startkey=4&endkey=2&inclusive_end=false")),
             (std::vector<std::string>{"d4", "d3"}));
   Json page = view("by_n?skip=2&limit=2");

@@ -69,7 +69,7 @@ class DocumentsTest : public ::testing::Test {
     }
     std::vector<DocWriteBatch::ItemResult> out;
     for (auto& r : batch.results())
-      out.push_back(r.value_or(DocWriteBatch::ItemResult(conflict())));
+      out.push_back(r.value_or(DocWriteBatch::ItemResult(err::conflict())));
     return out;
   }
 
@@ -268,7 +268,7 @@ TEST_F(DocumentsTest, InsertReadUpdate) {
                    std::optional<std::string>("9-00000000000000000000000000000000")}) {
     auto r = write({edit("a", rev, "{}")});
     ASSERT_TRUE(failed(r[0]));
-    EXPECT_EQ(std::get<CouchError>(r[0]), conflict());
+    EXPECT_EQ(std::get<CouchError>(r[0]), err::conflict());
   }
   // The same edit gives the same revision everywhere (deterministic hash).
   create("other");
@@ -279,7 +279,7 @@ TEST_F(DocumentsTest, InsertReadUpdate) {
 TEST_F(DocumentsTest, DeleteRecreateAndCounters) {
   std::string r1 = put("a", std::nullopt, R"({"v":1})");
   std::string r2 = put("a", r1, "{}", true);
-  EXPECT_EQ(get("a"), Outcome<std::string>(doc_deleted()));
+  EXPECT_EQ(get("a"), Outcome<std::string>(err::doc_deleted()));
   EXPECT_EQ(counter(keyspace::kDocCount), 0);
   EXPECT_EQ(counter(keyspace::kDocDelCount), 1);
   // The tombstone is readable by rev.
@@ -289,7 +289,7 @@ TEST_F(DocumentsTest, DeleteRecreateAndCounters) {
   EXPECT_EQ(t["_deleted"], true);
   // Updating the deleted leaf conflicts (RFC 003).
   auto r = write({edit("a", r2, "{}")});
-  EXPECT_EQ(std::get<CouchError>(r[0]), conflict());
+  EXPECT_EQ(std::get<CouchError>(r[0]), err::conflict());
   // Re-creating without a rev extends the tombstone.
   std::string r3 = put("a", std::nullopt, R"({"v":3})");
   EXPECT_EQ(r3.substr(0, 2), "3-");
@@ -305,7 +305,7 @@ TEST_F(DocumentsTest, DeleteRecreateAndCounters) {
   EXPECT_EQ(counter(keyspace::kDocDelCount), 1);
   // Non-leaf revision: conflict.
   auto nl = write({edit("a", r1, "{}")});
-  EXPECT_EQ(std::get<CouchError>(nl[0]), conflict());
+  EXPECT_EQ(std::get<CouchError>(nl[0]), err::conflict());
 }
 
 TEST_F(DocumentsTest, ChangesHaveOneEntryPerDocumentInSequenceOrder) {
@@ -394,7 +394,7 @@ TEST_F(DocumentsTest, InteractiveEditsOfLosingBranchesAndWinnerDeletion) {
   EXPECT_EQ(rows[0]["value"]["rev"], "2-c");
   // Delete the last live leaf: the document is deleted.
   put("d", "2-c", "{}", true);
-  EXPECT_EQ(get("d"), Outcome<std::string>(doc_deleted()));
+  EXPECT_EQ(get("d"), Outcome<std::string>(err::doc_deleted()));
   EXPECT_EQ(counter(keyspace::kDocCount), 0);
   EXPECT_EQ(counter(keyspace::kDocDelCount), 1);
   EXPECT_TRUE(all_docs().empty());
@@ -552,7 +552,7 @@ TEST_F(DocumentsTest, InsertBatchesAmongLiveAndDeletedDocuments) {
   for (int i = 0; i < 60; ++i) {
     const std::string id = "d" + std::to_string(100 + i);
     if (i < 30 && i % 3 == 0) {
-      EXPECT_EQ(std::get<CouchError>(r[i]), conflict()) << id;
+      EXPECT_EQ(std::get<CouchError>(r[i]), err::conflict()) << id;
     } else if (i == 50) {
       ASSERT_FALSE(failed(r[i]));
       EXPECT_EQ(std::get<UpdateResult>(r[i]).rev.pos, 3) << id;
@@ -633,7 +633,7 @@ TEST_F(DocumentsTest, ReplicatedBatchesAmongStoredDocuments) {
 TEST_F(DocumentsTest, DuplicateIdsInOneBatch) {
   auto r = write({edit("x", std::nullopt, "{}"), edit("x", std::nullopt, "{}")});
   EXPECT_FALSE(failed(r[0]));
-  EXPECT_EQ(std::get<CouchError>(r[1]), conflict());
+  EXPECT_EQ(std::get<CouchError>(r[1]), err::conflict());
   // Replicated duplicates are applied one after the other.
   auto rr = write({replicated("y", {"1-a"}), replicated("y", {"2-b", "1-a"})});
   EXPECT_FALSE(failed(rr[0]));
@@ -730,7 +730,7 @@ TEST_F(DocumentsTest, DeleteAndRecreateDatabaseStartsEmpty) {
   create("db");
   EXPECT_EQ(counter(keyspace::kDocCount), 0);
   EXPECT_TRUE(changes().empty());
-  EXPECT_EQ(get("a"), Outcome<std::string>(doc_not_found()));
+  EXPECT_EQ(get("a"), Outcome<std::string>(err::not_found()));
 }
 
 TEST_F(DocumentsTest, JanitorClearsTransactionIdsOfCommittedWrites) {
