@@ -1,6 +1,7 @@
 // Authentication and authorization through the real server: admins from the config, Basic, the
 // AuthSession cookie, proxy headers, /_session, per-database _security, _users, and the startup
 // rules for admins. Expected bodies were checked against CouchDB 3.5.0.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 
 #include <boost/beast/core/detail/base64.hpp>

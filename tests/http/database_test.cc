@@ -1,5 +1,5 @@
-// Integration tests of the server- and database-level endpoints (http/api/server_misc.cc,
-// http/api/database.cc) against the real chaise binary: /_all_dbs, /_dbs_info, /_uuids,
+// Tests of the server- and database-level endpoints (http/api/server_misc.cc,
+// http/api/database.cc), through the router in process (tests/http/in_process.h): /_all_dbs, /_dbs_info, /_uuids,
 // PUT/GET/HEAD/DELETE/POST /{db}, _bulk_docs, _revs_diff, _missing_revs, _revs_limit,
 // _ensure_full_commit, _compact, _view_cleanup, and CouchDB's exact answers to bad requests.
 //
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/http/test_server.h"
+#include "tests/http/in_process.h"
 
 namespace chaise::test {
 namespace {
@@ -46,23 +46,11 @@ std::string hash_of(char c) { return std::string(32, c); }
 
 class DatabaseTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    server_.emplace(dir_.path() / "data");
-    client_ = std::make_unique<HttpClient>(server_->port());
-  }
-
-  void TearDown() override {
-    client_.reset();
-    const ExitStatus status = server_->stop();
-    EXPECT_TRUE(status.exited) << "chaise died from signal " << status.term_signal;
-    EXPECT_EQ(status.exit_code, 0);
-  }
-
-  std::string host() const { return "127.0.0.1:" + std::to_string(server_->port()); }
+  static std::string host() { return std::string(InProcessServer::kHost); }
 
   HttpResponse call(verb method, const std::string& target, std::string body = {},
                     const Headers& headers = {}) {
-    return client_->request(method, target, std::move(body), headers);
+    return server_.request(method, target, std::move(body), headers);
   }
   HttpResponse get(const std::string& target) { return call(verb::get, target); }
   HttpResponse post(const std::string& target, const std::string& body,
@@ -120,9 +108,7 @@ class DatabaseTest : public ::testing::Test {
     EXPECT_EQ(r.header(field::allow), allowed);
   }
 
-  TempDir dir_;
-  std::optional<ServerProcess> server_;
-  std::unique_ptr<HttpClient> client_;
+  InProcessServer server_;
 };
 
 // ---- PUT /{db}
@@ -226,11 +212,11 @@ TEST_F(DatabaseTest, GetDatabaseInfoHasCouchDbShapeAndOrder) {
 
 TEST_F(DatabaseTest, HeadDatabaseHasNoBody) {
   create_db("db");
-  auto r = client_->head("/db");
+  auto r = call(verb::head, "/db");
   EXPECT_EQ(r.status, 200u);
   EXPECT_TRUE(r.body.empty());
   EXPECT_EQ(r.header(field::content_type), "application/json");
-  r = client_->head("/missing");
+  r = call(verb::head, "/missing");
   EXPECT_EQ(r.status, 404u);
   EXPECT_TRUE(r.body.empty());
   // The connection is still usable: the HEAD answers had no body on the wire.
