@@ -88,7 +88,9 @@ TEST_F(UniqueIndexBuildTest, StepsResumeFromTheLastCommitAndFindTheSharedKey) {
     for (int attempt = 0; attempt < 2; ++attempt) {
       auto tr = store_->create_transaction();
       ASSERT_TRUE(build(tr).ok());
-      if (attempt == 1) ASSERT_TRUE(tr.commit().ok());
+      if (attempt == 1) {
+        ASSERT_TRUE(tr.commit().ok());
+      }
     }
     build.committed();
     ++steps;
