@@ -257,7 +257,8 @@ std::string get_string(const Sections& values, std::string_view section, std::st
                        std::string fallback) {
   bool found = false;
   std::string v = lookup(values, section, key, found);
-  return found ? v : fallback;
+  if (found) return v;
+  return fallback;
 }
 
 std::string get_auth(const Sections& values, std::string_view key, std::string fallback) {
@@ -265,7 +266,8 @@ std::string get_auth(const Sections& values, std::string_view key, std::string f
   std::string v = lookup(values, "chttpd_auth", key, found);
   if (found) return v;
   v = lookup(values, "couch_httpd_auth", key, found);
-  return found ? v : fallback;
+  if (found) return v;
+  return fallback;
 }
 
 ServerSettings server_settings(const Sections& values, std::vector<std::string>& warnings) {

@@ -185,7 +185,7 @@ std::string load_or_create_server_uuid(const fs::path& data_dir) {
     }
     return uuid;
   }
-  const std::string uuid = chaise::core::random_hex32();
+  std::string uuid = chaise::core::random_hex32();
   const fs::path temp = data_dir / "server_uuid.tmp";
   {
     std::ofstream out(temp, std::ios::trunc);

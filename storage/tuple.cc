@@ -570,7 +570,7 @@ Tuple& Tuple::add(Element e) {
         if constexpr (std::is_same_v<V, std::int64_t>) {
           return add_int64(v);
         } else {
-          return add(std::move(v));
+          return add(std::forward<decltype(v)>(v));
         }
       },
       std::move(e.value));

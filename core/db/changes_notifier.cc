@@ -65,7 +65,7 @@ std::shared_ptr<ChangesNotifier::Waiter> ChangesNotifier::wait(const DbRef& db,
   return w;
 }
 
-void ChangesNotifier::arm(std::int64_t db_id, std::string key, std::uint64_t generation) {
+void ChangesNotifier::arm(std::int64_t db_id, const std::string& key, std::uint64_t generation) {
   auto tr = store_.create_transaction();
   auto v = tr.get(key, storage::Snapshot::yes);
   const std::int64_t current = v.ok() && v->has_value() ? keyspace::decode_counter(**v) : 0;

@@ -57,7 +57,7 @@ class ChangesNotifier {
     std::shared_ptr<storage::Watch> watch;
     std::vector<std::weak_ptr<WaiterState>> waiters;
   };
-  void arm(std::int64_t db_id, std::string key, std::uint64_t generation);
+  void arm(std::int64_t db_id, const std::string& key, std::uint64_t generation);
   void fired(std::int64_t db_id);
 
   storage::Database& store_;

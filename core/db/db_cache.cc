@@ -26,7 +26,7 @@ ValueCache& value_cache() {
   return c;
 }
 
-std::string db_key(std::string_view name) { return "db\0" + std::string(name); }
+std::string db_key(std::string_view name) { return memo_key("db", name); }
 
 StorageResult<Outcome<OpenedDb>> read_opened(Transaction& tr, std::string_view name) {
   using R = Outcome<OpenedDb>;

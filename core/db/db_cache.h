@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "core/db/databases.h"
@@ -35,9 +36,18 @@ inline constexpr std::size_t kDbCacheEntriesMax = 4096;
 // first (and still takes its read conflict on the name).
 std::optional<DbRef> remembered_db(Transaction& tr, std::string_view name);
 
+// The key a value is remembered under: its kind ("shard_maps") and what it is of (a database's id
+// or name), NUL-separated so that no two pairs share a key.
+inline std::string memo_key(std::string_view kind, std::string_view of) {
+  std::string key(kind);
+  key.push_back('\0');
+  key.append(of);
+  return key;
+}
+
 // Other values that change only in transactions marked touch_metadata() (a database's shard maps,
-// its unique and synchronous index registries), remembered the same way under `key` (which must
-// name the database's id and the kind of value). remembered_read returns the value remembered for
+// its unique and synchronous index registries), remembered the same way under `key` (memo_key of
+// the kind of value and the database's id). remembered_read returns the value remembered for
 // `tr`'s snapshot, else load(tr) -> StorageResult<V>, remembered when it may be. Read conflicts
 // are the caller's to add: a remembered value was not read by `tr`.
 namespace detail {

@@ -88,7 +88,7 @@ StorageResult<std::vector<ShardMap>> read_shard_maps(Transaction& tr, const DbRe
   // Every write reads them: remembered between transactions (core/db/db_cache.h), since only
   // create_db and reshard write them, and both mark their transactions.
   auto remembered = remembered_read<std::vector<ShardMap>>(
-      tr, "shard_maps\0" + std::to_string(db.id),
+      tr, memo_key("shard_maps", std::to_string(db.id)),
       [&](Transaction& t) { return load_shard_maps(t, db); });
   if (!remembered.ok()) return remembered.error();
   std::vector<ShardMap> maps = **remembered;

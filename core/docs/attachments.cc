@@ -317,7 +317,7 @@ std::variant<std::vector<AttUpload>, CouchError> parse_attachments_json(
       u.info.content_type = t->get<std::string>();
     if (auto r = props.find("revpos"); r != props.end() && r->is_number_integer())
       u.info.revpos = r->get<std::int64_t>();
-    auto flag = [&](const char* key) {
+    auto flag = [&props = props](const char* key) {
       auto it = props.find(key);
       return it != props.end() && it->is_boolean() && it->get<bool>();
     };

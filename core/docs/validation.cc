@@ -148,7 +148,7 @@ StorageResult<bool> JsDocValidator::begin(Transaction& tr, const DbRef& db) {
   funcs_.clear();
   failure_.reset();
   auto v =
-      remembered_read<DesignValidators>(tr, "validators\0" + std::to_string(db.id),
+      remembered_read<DesignValidators>(tr, memo_key("validators", std::to_string(db.id)),
                                         [&](Transaction& t) { return load_validators(t, db); });
   if (!v.ok()) return v.error();
   if ((*v)->too_many) {

@@ -186,6 +186,7 @@ std::string new_rev_hash(bool deleted, const std::optional<RevId>& parent, std::
                                     : couch_rev_hash_of_term(deleted, parent, body_term, sigs);
   if (!h.empty()) return h;
   std::vector<std::string> inputs;
+  inputs.reserve(atts.size());
   for (const AttInfo& a : atts) inputs.push_back(a.name + '\0' + a.content_type + '\0' + a.md5);
   return compute_rev_hash(deleted, parent, body, inputs);
 }

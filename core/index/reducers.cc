@@ -432,6 +432,7 @@ std::string Reducer::rereduce(const std::vector<std::string>& partials) const {
   }
   if (!js_) return failure(err::unknown_error("no JavaScript engine"));
   std::vector<std::string> level;
+  level.reserve(parts.size());
   for (std::string_view p : parts) level.emplace_back(p);
   // JavaScript rereduce in calls of at most kRowsPerCall values.
   while (level.size() > 1) {

@@ -73,7 +73,7 @@ StorageResult<std::vector<SyncIndexDef>> read_sync_indexes(Transaction& tr, cons
   // write_sync_indexes marks its transaction), with the read conflict taken all the same.
   const std::string key = db.space.meta_key(keyspace::kSyncIndexes);
   auto r = remembered_read<std::vector<SyncIndexDef>>(
-      tr, "sync_registry\0" + std::to_string(db.id),
+      tr, memo_key("sync_registry", std::to_string(db.id)),
       [&](Transaction& t) -> StorageResult<std::vector<SyncIndexDef>> {
         auto raw = t.get(key, storage::Snapshot::yes);
         if (!raw.ok()) return raw.error();

@@ -119,7 +119,7 @@ StorageResult<std::shared_ptr<const UniqueIndexes>> read_unique_indexes(Transact
   // Every write transaction reads the registry: remembered between transactions (core/db/db_cache.h;
   // write_unique_indexes marks its transaction), with the read conflict taken all the same.
   const std::string key = db.space.meta_key(keyspace::kUniqueIndexes);
-  auto r = remembered_read<UniqueIndexes>(tr, "unique_registry\0" + std::to_string(db.id),
+  auto r = remembered_read<UniqueIndexes>(tr, memo_key("unique_registry", std::to_string(db.id)),
                                           [&](Transaction& t) -> StorageResult<UniqueIndexes> {
                                             auto raw = t.get(key, storage::Snapshot::yes);
                                             if (!raw.ok()) return raw.error();

@@ -681,7 +681,7 @@ class Parser {
     const char e = peek();
     if (e == '8' || e == '9') {  // PCRE takes them literally in a class
       ++i_;
-      *byte = e;
+      *byte = static_cast<unsigned char>(e);
       return true;
     }
     if (e == 'Q' || e == 'E') return unsupported("\\Q and \\E inside a character class");

@@ -197,8 +197,8 @@ std::optional<Term> integer_term(std::string_view literal) {
 // means. Its ERANGE is part of jiffy's rules: glibc sets it on overflow, on underflow to zero and
 // for every denormal result.
 double c_strtod(const std::string& text, bool* range_error) {
-  static const locale_t c_locale = newlocale(LC_NUMERIC_MASK, "C", static_cast<locale_t>(0));
-  if (c_locale == static_cast<locale_t>(0)) {
+  static const locale_t c_locale = newlocale(LC_NUMERIC_MASK, "C", nullptr);
+  if (c_locale == nullptr) {
     std::fputs("chaise: newlocale(\"C\") failed\n", stderr);
     std::abort();
   }

@@ -610,7 +610,7 @@ class FeedWriter {
 // What a live feed waits on between reads: a wake-up from the notifier, its heartbeat/timeout
 // timer, or the client going away. Shared with callbacks that may outlive one wait.
 struct FeedWait {
-  explicit FeedWait(boost::asio::any_io_executor ex) : timer(ex) {}
+  explicit FeedWait(const boost::asio::any_io_executor& ex) : timer(ex) {}
   boost::asio::steady_timer timer;
   bool woken = false;
   bool closed = false;
@@ -710,6 +710,7 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
         throw HttpError(*r.q.doc_filter->failed());
       if (!started) {
         started = true;
+        // NOLINTNEXTLINE(bugprone-use-after-move): once, on the first page (`started`)
         if (!co_await call.stream.begin(std::move(head))) co_return std::nullopt;
         if (!co_await out.open()) co_return std::nullopt;
       }

@@ -139,7 +139,7 @@ boost::asio::awaitable<void> HotDocs::lead(storage::Database& store, core::TxIdJ
     core::DocStepBatch batch(db_name, id, std::move(steps), std::move(cache), js_);
     storage::Status s =
         co_await run_txn(store, [&](storage::Transaction& tr) { return batch(tr); });
-    cache.reset();
+    cache = std::nullopt;
     if (s.ok()) {
       if (janitor != nullptr && !batch.tx_key().empty()) janitor->committed(batch.tx_key());
       cache = batch.take_cache();
@@ -151,7 +151,7 @@ boost::asio::awaitable<void> HotDocs::lead(storage::Database& store, core::TxIdJ
       if (!s.ok()) {
         group[i]->finish(Result(s.error()));
       } else if (batch.db_missing()) {
-        group[i]->finish(Result(core::Outcome<core::RevId>(err::db_not_found())));
+        group[i]->finish(Result(core::Outcome<core::RevId>(core::err::db_not_found())));
       } else {
         group[i]->finish(Result(batch.results()[i]));
       }

@@ -301,7 +301,7 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
       Call call{request,
                 stream,
                 context_,
-                std::move(*segments),
+                *segments,
                 Query::parse(request.target()),
                 std::move(auth.user),
                 std::move(auth.handler),

@@ -266,7 +266,7 @@ std::optional<Authenticator::Creds> Authenticator::lookup(const AuthSettings& s,
   // password or role counts from the very next request.
   auto tr = store_.create_transaction();
   auto doc = core::remembered_read<std::optional<Creds>>(
-      tr, "user_doc\0" + std::string(name),
+      tr, core::memo_key("user_doc", name),
       [&](storage::Transaction& t) { return read_user_creds(t, name); });
   if (!doc.ok() || !**doc) return creds;
   const Creds& user = ***doc;
@@ -482,10 +482,11 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
       if (auto creds = lookup(*s, name)) {
         const std::string key = s->secret + creds->salt;
         const std::string data = name + ":" + time_hex;
-        const bool valid = std::any_of(
-            s->hash_algorithms.begin(), s->hash_algorithms.end(), [&](const std::string& alg) {
-              return core::constant_time_equal(hmac(alg, key, data), mac);
-            });
+        const bool valid =
+            std::any_of(s->hash_algorithms.begin(), s->hash_algorithms.end(),
+                        [&, &mac = mac](const std::string& alg) {
+                          return core::constant_time_equal(hmac(alg, key, data), mac);
+                        });
         if (valid) {
           result.user = creds->user;
           result.handler = "cookie";

@@ -72,7 +72,7 @@ core::CouchError too_many_bytes() {
   return core::err::service_unavailable("Too many request bytes in flight; retry later");
 }
 
-void log_coroutine_exception(const char* what, std::exception_ptr error) {
+void log_coroutine_exception(const char* what, const std::exception_ptr& error) {
   if (!error) return;
   try {
     std::rethrow_exception(error);
@@ -885,7 +885,7 @@ asio::awaitable<void> Server::State::accept_loop(tcp::acceptor& listener, bool t
     const auto executor = session->executor();
     session.reset();
     asio::co_spawn(executor, std::move(*serve),
-                   [](std::exception_ptr e) { log_coroutine_exception("session", e); });
+                   [](const std::exception_ptr& e) { log_coroutine_exception("session", e); });
   }
 }
 
@@ -1021,10 +1021,10 @@ error_code Server::start() {
       return ec;
     }
     asio::co_spawn(s.tls_acceptor->get_executor(), s.accept_loop(*s.tls_acceptor, true),
-                   [](std::exception_ptr e) { log_coroutine_exception("TLS listener", e); });
+                   [](const std::exception_ptr& e) { log_coroutine_exception("TLS listener", e); });
   }
   asio::co_spawn(s.acceptor->get_executor(), s.accept_loop(*s.acceptor, false),
-                 [](std::exception_ptr e) { log_coroutine_exception("listener", e); });
+                 [](const std::exception_ptr& e) { log_coroutine_exception("listener", e); });
 
   {
     std::lock_guard lock(s.mutex);
