@@ -391,27 +391,26 @@ bool prepare_admins(chaise::config::Config& config, const Command& command) {
   return false;
 }
 
-int run(chaise::config::Config& config_store, const chaise::config::ServerSettings& config,
-        const Command& command) {
-  const sigset_t signals = block_shutdown_signals();
-  if (!prepare_admins(config_store, command)) return kExitStartupFailed;
+// Creates the data directory and returns the server's uuid (from the configuration, else the
+// one kept in the data directory, made on first start); nullopt, logged, when either fails.
+std::optional<std::string> prepare_data_dir(const chaise::config::ServerSettings& config) {
   std::error_code fs_error;
   fs::create_directories(config.data_dir, fs_error);
   if (fs_error) {
     spdlog::critical("cannot create data_dir {}: {}", config.data_dir.string(), fs_error.message());
-    return kExitStartupFailed;
+    return std::nullopt;
   }
-  std::string uuid;
   try {
-    uuid = config.uuid ? *config.uuid : load_or_create_server_uuid(config.data_dir);
+    return config.uuid ? *config.uuid : load_or_create_server_uuid(config.data_dir);
   } catch (const std::exception& e) {
     spdlog::critical("server uuid: {}", e.what());
-    return kExitStartupFailed;
+    return std::nullopt;
   }
-  spdlog::info("chaise {} starting: data_dir={} uuid={} fsync={} allocator={}",
-               chaise::http::kChaiseVersion, config.data_dir.string(), uuid, config.fsync,
-               chaise::server::allocator_description());
+}
 
+// The store in <data_dir>/store with the configured options; nullptr, logged, when it cannot open.
+std::unique_ptr<chaise::storage::Database> open_store(
+    const chaise::config::ServerSettings& config) {
   chaise::storage::Options store_options;
   store_options.fsync = config.fsync;
   store_options.block_cache_bytes = config.block_cache_bytes;
@@ -424,9 +423,23 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   if (!opened.ok()) {
     spdlog::critical("cannot open the store in {}: {}", (config.data_dir / "store").string(),
                      chaise::storage::error_name(opened.error()));
-    return kExitStartupFailed;
+    return nullptr;
   }
-  std::unique_ptr<chaise::storage::Database> store = std::move(*opened);
+  return std::move(*opened);
+}
+
+int run(chaise::config::Config& config_store, const chaise::config::ServerSettings& config,
+        const Command& command) {
+  const sigset_t signals = block_shutdown_signals();
+  if (!prepare_admins(config_store, command)) return kExitStartupFailed;
+  const std::optional<std::string> uuid = prepare_data_dir(config);
+  if (!uuid) return kExitStartupFailed;
+  spdlog::info("chaise {} starting: data_dir={} uuid={} fsync={} allocator={}",
+               chaise::http::kChaiseVersion, config.data_dir.string(), *uuid, config.fsync,
+               chaise::server::allocator_description());
+
+  std::unique_ptr<chaise::storage::Database> store = open_store(config);
+  if (!store) return kExitStartupFailed;
 
   auto janitor = std::make_unique<chaise::core::TxIdJanitor>(*store);
   chaise::server::MemoryTrimmer trimmer{std::chrono::seconds(5)};
@@ -443,7 +456,7 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   // Declared before the server; stopped after it and destroyed after the store (see the end).
   auto workers = std::make_unique<chaise::http::WorkerPool>(config.worker_threads);
   chaise::http::RouterContext context;
-  context.server_uuid = uuid;
+  context.server_uuid = *uuid;
   context.workers = workers.get();
   context.js = &js_engine;
   context.store = store.get();

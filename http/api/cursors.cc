@@ -632,6 +632,45 @@ std::string changes_etag(const Call& call, const core::DbRef& db, storage::Trans
   return etag.str();
 }
 
+enum class WaitEnd { changed, timed_out, gone };
+
+// A live feed with nothing (more) to send: waits until database `db` changes past `counter` (the
+// update counter read with the last page), sending heartbeats meanwhile. `gone` when the client
+// left or a write to it failed; `timed_out` after the request's timeout without a change.
+boost::asio::awaitable<WaitEnd> wait_for_change(const Call& call, const core::DbRef& db,
+                                                const ChangesRequest& r, FeedWriter& out,
+                                                const std::shared_ptr<FeedWait>& wait,
+                                                std::int64_t counter) {
+  auto executor = co_await boost::asio::this_coro::executor;
+  bool newline_sent = true;
+  if (out.waiting()) newline_sent = co_await out.newline();
+  if (!newline_sent) co_return WaitEnd::gone;
+  wait->woken = false;
+  auto waiter = call.ctx.notifier->wait(db, counter, [wait, executor] {
+    boost::asio::post(executor, [wait] {
+      wait->woken = true;
+      wait->timer.cancel();
+    });
+  });
+  const auto started = std::chrono::steady_clock::now();
+  for (;;) {
+    const auto interval = std::chrono::milliseconds(r.heartbeat_ms.value_or(r.timeout_ms));
+    wait->timer.expires_after(interval);
+    if (!wait->woken && !wait->closed) {
+      boost::system::error_code ec;
+      co_await wait->timer.async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ec));
+    }
+    if (wait->closed) co_return WaitEnd::gone;  // the client left: free the feed now
+    if (wait->woken) co_return WaitEnd::changed;
+    if (r.heartbeat_ms) {
+      if (!co_await out.heartbeat()) co_return WaitEnd::gone;
+      continue;
+    }
+    if (std::chrono::steady_clock::now() - started >= std::chrono::milliseconds(r.timeout_ms))
+      co_return WaitEnd::timed_out;
+  }
+}
+
 MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
   require_method(call, "GET,HEAD,POST");
   const core::DbRef db = open_db_or_throw(call);
@@ -729,38 +768,9 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
     if (r.feed == Feed::longpoll && emitted > 0) break;
 
     // Nothing (more) to send: wait for the database to change.
-    bool newline_sent = true;
-    if (out.waiting()) newline_sent = co_await out.newline();
-    if (!newline_sent) co_return std::nullopt;
-    wait->woken = false;
-    auto waiter = call.ctx.notifier->wait(db, counter, [wait, executor] {
-      boost::asio::post(executor, [wait] {
-        wait->woken = true;
-        wait->timer.cancel();
-      });
-    });
-    bool timed_out = false;
-    const auto started = std::chrono::steady_clock::now();
-    for (;;) {
-      const auto interval = std::chrono::milliseconds(r.heartbeat_ms.value_or(r.timeout_ms));
-      wait->timer.expires_after(interval);
-      if (!wait->woken && !wait->closed) {
-        boost::system::error_code ec;
-        co_await wait->timer.async_wait(
-            boost::asio::redirect_error(boost::asio::use_awaitable, ec));
-      }
-      if (wait->closed) co_return std::nullopt;  // the client left: free the feed now
-      if (wait->woken) break;
-      if (r.heartbeat_ms) {
-        if (!co_await out.heartbeat()) co_return std::nullopt;
-        continue;
-      }
-      if (std::chrono::steady_clock::now() - started >= std::chrono::milliseconds(r.timeout_ms)) {
-        timed_out = true;
-        break;
-      }
-    }
-    if (timed_out) break;
+    const WaitEnd end = co_await wait_for_change(call, db, r, out, wait, counter);
+    if (end == WaitEnd::gone) co_return std::nullopt;
+    if (end == WaitEnd::timed_out) break;
   }
   auto last_tr = store.create_transaction();
   auto pending = value_or_throw(last_cursor->pending(last_tr));
