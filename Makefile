@@ -10,7 +10,8 @@ SHELL := /bin/bash
 # Debian 12 packages needed to build and test.
 PACKAGES := build-essential cmake ccache libboost-all-dev nlohmann-json3-dev libspdlog-dev \
             libssl-dev zlib1g-dev librocksdb-dev googletest libgtest-dev libbenchmark-dev \
-            libmozjs-102-dev libicu-dev libre2-dev libpcre2-dev libjemalloc-dev pkg-config openssl curl
+            libmozjs-102-dev libicu-dev libre2-dev libpcre2-dev libjemalloc-dev pkg-config openssl curl \
+            lld
 JOBS ?= $(shell nproc)
 BUILD_TYPE ?= RelWithDebInfo
 
@@ -109,7 +110,9 @@ FUZZ_TARGETS := fuzz_json_doc fuzz_rev fuzz_tuple fuzz_sequence fuzz_request_tar
 fuzz: deps fuzz-deps
 	cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCHAISE_FUZZ=ON -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
 	cmake --build build-fuzz -j$(JOBS)
-	for t in $(FUZZ_TARGETS); do
+	# One target: its corpus replayed, then FUZZ_SECONDS of new inputs; $(JOBS) targets at a time.
+	fuzz_one() {
+	  local t="$$1" scratch
 	  scratch="$$(mktemp -d)"
 	  mkdir -p "tests/fuzz/corpus/$$t"
 	  if ! (cd build-fuzz && ./tests/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
@@ -117,11 +120,16 @@ fuzz: deps fuzz-deps
 	         "$$scratch" "$(CURDIR)/tests/fuzz/corpus/$$t") >"$$scratch.log" 2>&1; then
 	    tail -60 "$$scratch.log"
 	    echo "fuzz: $$t failed (the input is in build-fuzz/)" >&2
-	    exit 1
+	    return 1
 	  fi
 	  echo "$$t: $$(grep -E '^stat::number_of_executed_units' "$$scratch.log" | tr -s ' ') in $(FUZZ_SECONDS) s"
 	  rm -rf "$$scratch" "$$scratch.log"
+	}
+	for t in $(FUZZ_TARGETS); do
+	  while [ "$$(jobs -rp | wc -l)" -ge $(JOBS) ]; do wait -n; done
+	  fuzz_one "$$t" &
 	done
+	while [ "$$(jobs -rp | wc -l)" -gt 0 ]; do wait -n; done
 
 asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCHAISE_SANITIZE=address -DCHAISE_BENCH=OFF
