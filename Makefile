@@ -125,11 +125,8 @@ fuzz: deps fuzz-deps
 	  echo "$$t: $$(grep -E '^stat::number_of_executed_units' "$$scratch.log" | tr -s ' ') in $(FUZZ_SECONDS) s"
 	  rm -rf "$$scratch" "$$scratch.log"
 	}
-	for t in $(FUZZ_TARGETS); do
-	  while [ "$$(jobs -rp | wc -l)" -ge $(JOBS) ]; do wait -n; done
-	  fuzz_one "$$t" &
-	done
-	while [ "$$(jobs -rp | wc -l)" -gt 0 ]; do wait -n; done
+	export -f fuzz_one
+	printf '%s\n' $(FUZZ_TARGETS) | xargs -P $(JOBS) -n 1 bash -c 'fuzz_one "$$1"' fuzz
 
 asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCHAISE_SANITIZE=address -DCHAISE_BENCH=OFF
