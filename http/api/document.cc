@@ -916,7 +916,7 @@ Response post_doc(const Call& call, const Target& t) {
   std::string_view ctype = call.req[field::content_type];
   if (ctype.substr(0, ctype.find(';')) != "multipart/form-data")
     throw HttpError(err::bad_content_type("Content-Type must be multipart/form-data"));
-  throw_not_implemented();  // form uploads exist for attachments, which Chaise does not store yet
+  throw_not_implemented();  // the form upload of an attachment is not implemented
 }
 
 // ---- Attachment paths (/{db}/{doc}/{att...}) ---------------------------------------------------
