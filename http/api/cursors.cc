@@ -71,6 +71,12 @@ class Params {
     }
     return query_.get_bool(key, fallback);
   }
+  // chttpd_db:parse_changes_query's reading of a flag: on only for exactly "true" in the query
+  // string, any other value ignored rather than refused (a JSON body's value must be a boolean).
+  bool flag(std::string_view key) const {
+    if (body_ && body_->contains(key)) return boolean(key, false);
+    return query_.get(key) == "true";
+  }
   // CouchDB's parse_pos_int: a non-negative integer.
   std::optional<std::int64_t> non_negative(std::string_view key) const {
     std::optional<std::int64_t> v;
@@ -467,16 +473,16 @@ ChangesRequest parse_changes(const Call& call, const Json* body, const core::DbR
       q.since = *s;
     }
   }
-  q.descending = p.boolean("descending", false);
+  q.descending = p.flag("descending");
   if (auto l = p.non_negative("limit")) q.limit = *l;
   const std::string style = p.string("style").value_or("main_only");
   if (style != "main_only" && style != "all_docs")
     throw HttpError(err::bad_request("Invalid `style` parameter value: " + style));
   q.all_docs_style = style == "all_docs";
-  q.include_docs = p.boolean("include_docs", false);
-  q.conflicts = p.boolean("conflicts", false);
-  q.attachments = p.boolean("attachments", false);
-  q.att_encoding_info = p.boolean("att_encoding_info", false);
+  q.include_docs = p.flag("include_docs");
+  q.conflicts = p.flag("conflicts");
+  q.attachments = p.flag("attachments");
+  q.att_encoding_info = p.flag("att_encoding_info");
   if (auto si = p.string("seq_interval")) {
     std::int64_t n = 0;
     try {

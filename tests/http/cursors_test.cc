@@ -412,6 +412,14 @@ TEST_F(ViewsTest, ChangesNormalFeed) {
   auto now = get("/db/_changes?since=now").json();
   EXPECT_TRUE(now["results"].empty());
   EXPECT_EQ(now["last_seq"], j["last_seq"]);
+  // chttpd_db:parse_changes_query: only "true" turns a flag on; other values are ignored.
+  for (const char* value : {"yes", "TRUE", "1"}) {
+    auto r =
+        get(std::string("/db/_changes?limit=1&include_docs=") + value + "&descending=" + value);
+    ASSERT_EQ(r.status, 200u) << value << ": " << r.body;
+    EXPECT_FALSE(r.json()["results"][0].contains("doc")) << value;
+    EXPECT_EQ(r.json()["last_seq"], first) << value;  // ascending
+  }
   auto desc = get("/db/_changes?descending=true&limit=1").json();
   EXPECT_EQ(desc["results"][0]["id"], "a");
   auto docs = get("/db/_changes?include_docs=true").json();
