@@ -12,6 +12,7 @@
 #include "core/db/keyspace.h"
 #include "core/docs/documents.h"
 #include "storage/database.h"
+#include "tests/core/one_db_store.h"
 
 namespace chaise::core {
 namespace {
@@ -20,31 +21,8 @@ using storage::Database;
 using storage::Status;
 using storage::Transaction;
 
-class IdempotencyTest : public ::testing::Test {
+class IdempotencyTest : public OneDbStore {
  protected:
-  void SetUp() override {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "chaise-idem-XXXXXX").string();
-    dir_ = mkdtemp(tmpl.data());
-    storage::Options o;
-    o.fsync = false;
-    store_ = std::move(Database::open(dir_, o).value());
-    Status s = store_->run([&](Transaction& tr) -> Status {
-      auto r = create_db(tr, "db", false, 1);
-      if (!r.ok()) return r.error();
-      return {};
-    });
-    ASSERT_TRUE(s.ok());
-  }
-  void TearDown() override {
-    store_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-  DbRef db() {
-    auto tr = store_->create_transaction();
-    auto r = open_db(tr, "db");
-    EXPECT_TRUE(r.ok() && !failed(*r));
-    return std::get<DbRef>(*r);
-  }
   std::int64_t counter(std::string_view name) {
     auto tr = store_->create_transaction();
     return *read_counter(tr, db(), name);
@@ -88,8 +66,6 @@ class IdempotencyTest : public ::testing::Test {
     out.mismatch = batch.idem_mismatch();
     return out;
   }
-  std::string dir_;
-  std::unique_ptr<Database> store_;
 };
 
 TEST_F(IdempotencyTest, AnswerCommitsWithTheWriteAndARetryReplaysItWithoutWriting) {

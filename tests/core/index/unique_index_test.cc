@@ -13,6 +13,7 @@
 #include "core/batch/doc_batches.h"
 #include "core/db/keyspace.h"
 #include "storage/database.h"
+#include "tests/core/one_db_store.h"
 
 namespace chaise::core {
 namespace {
@@ -20,34 +21,8 @@ namespace {
 using storage::Database;
 using storage::Status;
 
-class UniqueIndexBuildTest : public ::testing::Test {
+class UniqueIndexBuildTest : public OneDbStore {
  protected:
-  void SetUp() override {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "chaise-unique-XXXXXX").string();
-    dir_ = mkdtemp(tmpl.data());
-    storage::Options o;
-    o.fsync = false;
-    keyspace::set_store_options(o);
-    store_ = std::move(Database::open(dir_, o).value());
-    Status s = store_->run([&](Transaction& tr) -> Status {
-      auto r = create_db(tr, "db", false, 1);
-      if (!r.ok()) return r.error();
-      return {};
-    });
-    ASSERT_TRUE(s.ok());
-  }
-  void TearDown() override {
-    store_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-
-  DbRef db() {
-    auto tr = store_->create_transaction();
-    auto r = open_db(tr, "db");
-    EXPECT_TRUE(r.ok() && !failed(*r));
-    return std::get<DbRef>(*r);
-  }
-
   // Documents d0000.. with "email": "e<i>", except that d0007 and d1100 both hold "e7".
   void load(int n) {
     std::vector<DocWriteBatch::Item> items;
@@ -72,9 +47,6 @@ class UniqueIndexBuildTest : public ::testing::Test {
     return UniqueIndexDef{unique_index_id("_design/u", "email", map), "_design/u", "email", map,
                           false};
   }
-
-  std::string dir_;
-  std::unique_ptr<Database> store_;
 };
 
 TEST_F(UniqueIndexBuildTest, StepsResumeFromTheLastCommitAndFindTheSharedKey) {
