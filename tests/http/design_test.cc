@@ -2,9 +2,9 @@
 // _changes filters (filter=ddoc/name, filter=_view), with CouchDB 3.5's answers.
 #include <gtest/gtest.h>
 
-#include <boost/beast/core/detail/base64.hpp>
 #include <fstream>
 
+#include "tests/http/test_credentials.h"
 #include "tests/http/test_server.h"
 
 namespace chaise::test {
@@ -14,23 +14,19 @@ using beast_http::verb;
 using Json = nlohmann::ordered_json;
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
-std::string base64(std::string_view text) {
-  std::string out(boost::beast::detail::base64::encoded_size(text.size()), '\0');
-  out.resize(boost::beast::detail::base64::encode(out.data(), text.data(), text.size()));
-  return out;
-}
-
 Headers as(std::string_view user, std::string_view password) {
-  return {{"Authorization", "Basic " + base64(std::string(user) + ":" + std::string(password))},
-          {"Content-Type", "application/json"}};
+  return {basic_auth(user, password), {"Content-Type", "application/json"}};
 }
 
 class DesignTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ini_ = dir_.path() / "local.ini";
+    // A short JavaScript time limit (spinning functions time out fast), longer where a sanitizer
+    // slows every function down.
     std::ofstream(ini_) << "[chttpd_auth]\niterations = 10\n[admins]\nadmin = secret\n"
-                           "[couchdb]\nos_process_timeout = 300\n";
+                           "[couchdb]\nos_process_timeout = "
+                        << 300 * kSanitizerSlowdown << "\n";
     server_ = std::make_unique<ServerProcess>(
         dir_.path() / "data",
         std::vector<std::string>{"--no-admin-party", "--config", ini_.string()});

@@ -99,13 +99,13 @@ class InProcessServer {
     CapturedStream stream;
     std::optional<http::Response> answer;
     std::exception_ptr failure;
-    boost::asio::io_context io;
-    boost::asio::co_spawn(io, router_->handle(request, stream),
+    io_.restart();
+    boost::asio::co_spawn(io_, router_->handle(request, stream),
                           [&](std::exception_ptr e, std::optional<http::Response> r) {
                             failure = e;
                             answer = std::move(r);
                           });
-    io.run();
+    io_.run();
     if (failure) std::rethrow_exception(failure);
 
     HttpResponse out;
@@ -122,6 +122,9 @@ class InProcessServer {
 
  private:
   TempDir dir_;
+  // Declared before the store, so destroyed after it: the store's commit thread posts a commit's
+  // completion here and may still be signalling the context when run() has returned.
+  boost::asio::io_context io_;
   std::unique_ptr<storage::Database> store_;
   std::unique_ptr<core::TxIdJanitor> janitor_;
   std::unique_ptr<core::ChangesNotifier> notifier_;
