@@ -613,6 +613,7 @@ void Engine::process_batch(std::vector<std::unique_ptr<CommitRequest>>& batch) {
       drop_snapshot_before(version);
       stat_commits_.fetch_add(accepted.size(), std::memory_order_relaxed);
       stat_batches_.fetch_add(1, std::memory_order_relaxed);
+      if (wo.sync) stat_synced_batches_.fetch_add(1, std::memory_order_relaxed);
       // Under watch_mu_, not via watch_count_: a registration reads the value and inserts its
       // watch under the same mutex, so it either sees this batch's write or is seen here.
       fire_watches(overlay);
@@ -725,6 +726,8 @@ StoreStats Engine::stats() const {
   s.commits = stat_commits_.load(std::memory_order_relaxed);
   s.conflicts = stat_conflicts_.load(std::memory_order_relaxed);
   s.batches = stat_batches_.load(std::memory_order_relaxed);
+  s.synced_batches = stat_synced_batches_.load(std::memory_order_relaxed);
+  s.fsync = options_.fsync;
   std::uint64_t value = 0;
   for (rocksdb::ColumnFamilyHandle* cf : family_cfs_) {
     if (db_->GetIntProperty(cf, "rocksdb.total-sst-files-size", &value)) s.disk_bytes += value;

@@ -128,9 +128,13 @@ class Engine;
 
 // What the store has done since it was opened, and how big it is.
 struct StoreStats {
-  std::uint64_t commits = 0;     // transactions committed
-  std::uint64_t conflicts = 0;   // transactions refused with not_committed
-  std::uint64_t batches = 0;     // commit batches written (one WAL write each)
+  std::uint64_t commits = 0;    // transactions committed
+  std::uint64_t conflicts = 0;  // transactions refused with not_committed
+  std::uint64_t batches = 0;    // commit batches written (one WAL write each)
+  // Commit batches whose WAL write was synced to disk before any of their commits was
+  // acknowledged; equal to `batches` when `fsync` (Options::fsync) is on, 0 when it is off.
+  std::uint64_t synced_batches = 0;
+  bool fsync = false;
   std::uint64_t disk_bytes = 0;  // SST files plus memtables
   // Memory held by design (each bounded by an Options field).
   std::uint64_t block_cache_bytes = 0;  // blocks in the block cache

@@ -218,6 +218,7 @@ class Engine {
   std::atomic<std::uint64_t> stat_commits_{0};
   std::atomic<std::uint64_t> stat_conflicts_{0};
   std::atomic<std::uint64_t> stat_batches_{0};
+  std::atomic<std::uint64_t> stat_synced_batches_{0};
   std::atomic<std::uint64_t> stat_iterators_reused_{0};
   std::atomic<std::uint64_t> stat_range_clears_{0};
   std::atomic<std::size_t> stat_resolver_keys_{0};

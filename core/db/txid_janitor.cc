@@ -38,6 +38,11 @@ std::size_t TxIdJanitor::expired() const {
   return expired_;
 }
 
+std::size_t TxIdJanitor::passes() const {
+  std::lock_guard lock(mu_);
+  return passes_;
+}
+
 std::size_t TxIdJanitor::cleared() const {
   std::lock_guard lock(mu_);
   return cleared_;
@@ -64,6 +69,8 @@ void TxIdJanitor::flush() {
   }
   clear_keys(keys);
   expire_idempotency_records();
+  std::lock_guard lock(mu_);
+  ++passes_;
 }
 
 void TxIdJanitor::expire_idempotency_records() {

@@ -45,6 +45,9 @@ class TxIdJanitor {
   std::size_t cleared() const;
   // Idempotency records cleared so far.
   std::size_t expired() const;
+  // Passes completed so far (timed ones and flush() calls). Once it is two more than a value
+  // read after a write, a whole pass has run after that write.
+  std::size_t passes() const;
 
  private:
   void loop();
@@ -60,6 +63,7 @@ class TxIdJanitor {
   bool stopping_ = false;           // guarded by mu_
   std::size_t cleared_ = 0;         // guarded by mu_
   std::size_t expired_ = 0;         // guarded by mu_
+  std::size_t passes_ = 0;          // guarded by mu_
   std::mutex flush_mu_;             // one clearing pass at a time
   std::thread thread_;
 };

@@ -96,6 +96,11 @@ void IdempotencyInFlight::leave(const std::string& key) {
   keys_.erase(key);
 }
 
+std::size_t IdempotencyInFlight::size() const {
+  std::lock_guard lock(mu_);
+  return keys_.size();
+}
+
 IdempotentCall::IdempotentCall(const Call& call, std::string key, std::int64_t ttl,
                                std::shared_ptr<IdempotencyInFlight> in_flight)
     : body_(std::make_unique<Sha256>()), in_flight_(std::move(in_flight)) {

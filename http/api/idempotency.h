@@ -36,9 +36,10 @@ class IdempotencyInFlight {
  public:
   bool enter(const std::string& key);
   void leave(const std::string& key);
+  std::size_t size() const;
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::set<std::string> keys_;  // guarded by mu_
 };
 

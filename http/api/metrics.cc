@@ -32,6 +32,13 @@ void family(std::string& out, std::string_view name, std::string_view type, std:
   out.append("# TYPE ").append(name).append(" ").append(type).append("\n");
 }
 
+// A family of one unlabelled sample.
+void single(std::string& out, std::string_view name, std::string_view type, std::string_view help,
+            std::uint64_t value) {
+  family(out, name, type, help);
+  out.append(name).append(" ").append(std::to_string(value)).append("\n");
+}
+
 }  // namespace
 
 struct Metrics::Counts {
@@ -81,7 +88,8 @@ Metrics::Counts Metrics::snapshot() const {
   return c;
 }
 
-std::string Metrics::prometheus(const storage::StoreStats& store) const {
+std::string Metrics::prometheus(const storage::StoreStats& store,
+                                const BackgroundCounts& bg) const {
   const Counts c = snapshot();
   std::string out;
   family(out, "couchdb_uptime_seconds", "counter", "uptime of the server");
@@ -140,6 +148,19 @@ std::string Metrics::prometheus(const storage::StoreStats& store) const {
   out.append("chaise_store_commit_batches_total ")
       .append(std::to_string(store.batches))
       .append("\n");
+  single(out, "chaise_store_synced_batches_total", "counter",
+         "commit batches whose WAL write was synced to disk before their commits were acknowledged",
+         store.synced_batches);
+  single(out, "chaise_store_fsync", "gauge",
+         "1 when every commit is synced to disk before it is acknowledged ([chaise] fsync), else 0",
+         store.fsync ? 1 : 0);
+  single(out, "chaise_janitor_passes_total", "counter",
+         "passes of the background janitor (transaction ids and expired idempotency records)",
+         bg.janitor_passes);
+  single(out, "chaise_idempotency_expired_total", "counter",
+         "idempotency records cleared when their time to live ended", bg.idempotency_expired);
+  single(out, "chaise_idempotency_in_flight", "gauge",
+         "Idempotency-Keys whose first request is running now", bg.idempotency_in_flight);
   family(out, "chaise_store_iterators_reused_total", "counter",
          "range reads that sought an iterator another transaction of the same version left");
   out.append("chaise_store_iterators_reused_total ")
@@ -171,7 +192,7 @@ std::string Metrics::prometheus(const storage::StoreStats& store) const {
   return out;
 }
 
-Json Metrics::stats(const storage::StoreStats& store) const {
+Json Metrics::stats(const storage::StoreStats& store, const BackgroundCounts& bg) const {
   const Counts c = snapshot();
   const auto counter = [](std::uint64_t v, std::string_view desc) {
     return Json{{"value", v}, {"type", "counter"}, {"desc", desc}};
@@ -209,7 +230,15 @@ Json Metrics::stats(const storage::StoreStats& store) const {
       {"commits", counter(store.commits, "transactions committed")},
       {"conflicts", counter(store.conflicts, "transactions refused for a conflict")},
       {"commit_batches", counter(store.batches, "commit batches written")},
+      {"synced_batches", counter(store.synced_batches, "commit batches synced to disk")},
+      {"fsync", store.fsync},
       {"size_bytes", gauge(static_cast<std::int64_t>(store.disk_bytes), "size of the store")},
+  };
+  chaise["janitor_passes"] = counter(bg.janitor_passes, "passes of the background janitor");
+  chaise["idempotency"] = {
+      {"expired", counter(bg.idempotency_expired, "idempotency records cleared at their time")},
+      {"in_flight", gauge(static_cast<std::int64_t>(bg.idempotency_in_flight),
+                          "Idempotency-Keys whose first request is running")},
   };
   return Json{{"couchdb", std::move(couchdb)}, {"chaise", std::move(chaise)}};
 }

@@ -1,5 +1,6 @@
 // http/api/metrics.h — what the server has done, for operators: request counts by method and status,
-// request latency, open connections and live feeds, the store's commits, conflicts and size.
+// request latency, open connections and live feeds, the store's commits, conflicts, WAL syncs and
+// size, and what the background janitor has done.
 // Served as GET /_node/_local/_prometheus (Prometheus text, CouchDB's metric names where CouchDB
 // has the metric) and GET /_node/_local/_stats (CouchDB's JSON shape).
 //
@@ -18,6 +19,13 @@
 
 namespace chaise::http {
 
+// What the server's background work has done, read at each scrape.
+struct BackgroundCounts {
+  std::uint64_t janitor_passes = 0;       // janitor passes completed (core::TxIdJanitor)
+  std::uint64_t idempotency_expired = 0;  // idempotency records cleared when their time came
+  std::size_t idempotency_in_flight = 0;  // Idempotency-Keys whose first request runs now
+};
+
 class Metrics {
  public:
   Metrics();
@@ -32,8 +40,8 @@ class Metrics {
     connections_ = std::move(counter);
   }
 
-  std::string prometheus(const storage::StoreStats& store) const;
-  Json stats(const storage::StoreStats& store) const;
+  std::string prometheus(const storage::StoreStats& store, const BackgroundCounts& bg) const;
+  Json stats(const storage::StoreStats& store, const BackgroundCounts& bg) const;
 
   // Upper bounds of the latency histogram's buckets, in seconds.
   static constexpr std::array<double, 14> kBuckets = {

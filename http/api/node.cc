@@ -7,7 +7,9 @@
 
 #include "config/config.h"
 #include "config/settings.h"
+#include "core/db/txid_janitor.h"
 #include "core/security/security.h"
+#include "http/api/idempotency.h"
 #include "http/api/metrics.h"
 #include "http/api/request.h"
 
@@ -150,17 +152,24 @@ Response handle_node(Call& call) {
     if (!is_get(call)) throw_method_not_allowed("GET");
     if (call.ctx.metrics == nullptr) throw HttpError(err::not_found());
     const storage::StoreStats store = call.store().stats();
+    BackgroundCounts bg;
+    if (call.ctx.janitor != nullptr) {
+      bg.janitor_passes = call.ctx.janitor->passes();
+      bg.idempotency_expired = call.ctx.janitor->expired();
+    }
+    if (call.ctx.idempotency_in_flight)
+      bg.idempotency_in_flight = call.ctx.idempotency_in_flight->size();
     if (path[2] == "_prometheus") {
       if (path.size() != 3) throw HttpError(err::not_found());
       Response r = json_response(call.req, Status::ok, Json::object());
       r.set(beast_http::field::content_type, "text/plain; version=2.0");
-      r.body() = call.ctx.metrics->prometheus(store);
+      r.body() = call.ctx.metrics->prometheus(store, bg);
       r.prepare_payload();
       if (call.is(beast_http::verb::head)) r.body().clear();
       return r;
     }
     // /_stats/a/b/...: the part of the tree the path names (null when there is none), as CouchDB.
-    Json node = call.ctx.metrics->stats(store);
+    Json node = call.ctx.metrics->stats(store, bg);
     for (std::size_t i = 3; i < path.size(); ++i) {
       if (!node.is_object() || !node.contains(path[i])) {
         node = nullptr;

@@ -4,12 +4,15 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
-#include <boost/beast/core/detail/base64.hpp>
+#include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
-#include "test_server.h"
+#include "core/util/base64.h"
+#include "tests/http/test_credentials.h"
+#include "tests/http/test_server.h"
 
 namespace chaise::test {
 namespace {
@@ -18,14 +21,8 @@ using beast_http::field;
 using beast_http::verb;
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
-std::string base64(std::string_view text) {
-  std::string out(boost::beast::detail::base64::encoded_size(text.size()), '\0');
-  out.resize(boost::beast::detail::base64::encode(out.data(), text.data(), text.size()));
-  return out;
-}
-
 Headers basic(std::string_view user, std::string_view password) {
-  return {{"Authorization", "Basic " + base64(std::string(user) + ":" + std::string(password))}};
+  return {basic_auth(user, password)};
 }
 
 Headers with(Headers h, std::string name, std::string value) {
@@ -44,11 +41,12 @@ std::string read_file(const fs::path& path) {
 
 void write_file(const fs::path& path, std::string_view text) { std::ofstream(path) << text; }
 
-// "AuthSession=<value>" from a Set-Cookie header.
+// "AuthSession=<value>" from a Set-Cookie header value.
+std::string session_cookie_value(const std::string& set_cookie) {
+  return set_cookie.substr(0, set_cookie.find(';'));
+}
 std::string session_cookie(const HttpResponse& r) {
-  const std::string set = r.header(field::set_cookie);
-  const auto end = set.find(';');
-  return set.substr(0, end);
+  return session_cookie_value(r.header(field::set_cookie));
 }
 
 class AuthTest : public ::testing::Test {
@@ -329,23 +327,50 @@ TEST_F(AuthTest, CookieLoginSessionAndLogout) {
   EXPECT_EQ(call(verb::put, "/_session").status, 405u);
 }
 
+// The cookie's age decides: fresh, refreshed once a tenth of its lifetime has passed, expired at
+// its end. The test mints cookies of any age as CouchDB makes them (HMAC-SHA256 of "name:HEXTIME"
+// keyed with the server secret and the user's salt), so no test waits for the clock.
 TEST_F(AuthTest, CookieIsRefreshedAfterTenthOfItsLifetimeAndExpires) {
-  start("[chttpd_auth]\ntimeout = 3\n");
+  const std::string secret = "cookie-test-secret";
+  start("[chttpd_auth]\ntimeout = 600\nsecret = " + secret + "\n");
+  // The admin's salt: the second field of its stored hash ("-pbkdf2:sha256-<key>,<salt>,<n>").
+  std::ifstream in(ini_);
+  std::string line, salt;
+  while (std::getline(in, line))
+    if (line.starts_with("admin = -pbkdf2")) salt = line.substr(line.find(',') + 1);
+  salt = salt.substr(0, salt.find(','));
+  ASSERT_FALSE(salt.empty());
+  auto mint = [&](std::int64_t stamp) {
+    char hex[24];
+    std::snprintf(hex, sizeof hex, "%llX", static_cast<long long>(stamp));
+    const std::string data = std::string("admin:") + hex;
+    return "AuthSession=" + base64url(data + ":" + hmac_sha256(secret + salt, data));
+  };
+  // A login's cookie is exactly the one minted for its time.
   auto r = call(verb::post, "/_session", "name=admin&password=secret",
                 {{"Content-Type", "application/x-www-form-urlencoded"}});
-  const std::string cookie = session_cookie(r);
-  // Fresh: no new cookie.
-  r = call(verb::get, "/_session", {}, {{"Cookie", cookie}});
-  EXPECT_EQ(r.json()["userCtx"]["name"], "admin");
-  EXPECT_EQ(r.header(field::set_cookie), "");
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
-  r = call(verb::get, "/_all_dbs", {}, {{"Cookie", cookie}});
-  EXPECT_EQ(r.status, 200u);
-  EXPECT_TRUE(r.header(field::set_cookie).starts_with("AuthSession="))
-      << r.header(field::set_cookie);
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-  r = call(verb::get, "/_session", {}, {{"Cookie", cookie}});
-  EXPECT_EQ(r.json()["userCtx"]["name"], nullptr);  // expired
+  const std::string login = session_cookie(r);
+  const auto decoded = core::base64url_decode(login.substr(login.find('=') + 1));
+  ASSERT_TRUE(decoded);
+  const std::string time_hex = decoded->substr(6, decoded->find(':', 6) - 6);
+  EXPECT_EQ(login, mint(std::stoll(time_hex, nullptr, 16)));
+
+  const std::int64_t now = std::time(nullptr);
+  auto name_with = [&](const std::string& cookie, std::string* set_cookie) {
+    auto got = call(verb::get, "/_session", {}, {{"Cookie", cookie}});
+    *set_cookie = got.header(field::set_cookie);
+    return got.json()["userCtx"]["name"];
+  };
+  std::string set_cookie;
+  // Fresh: accepted, no new cookie.
+  EXPECT_EQ(name_with(mint(now), &set_cookie), "admin");
+  EXPECT_EQ(set_cookie, "");
+  // 100 s of 600 gone (more than a tenth): accepted and replaced by a fresh one.
+  EXPECT_EQ(name_with(mint(now - 100), &set_cookie), "admin");
+  ASSERT_TRUE(set_cookie.starts_with("AuthSession=")) << set_cookie;
+  EXPECT_EQ(name_with(session_cookie_value(set_cookie), &set_cookie), "admin");
+  // 601 s old: expired, the caller is anonymous.
+  EXPECT_EQ(name_with(mint(now - 601), &set_cookie), nullptr);
 }
 
 TEST_F(AuthTest, UsersDatabaseRules) {

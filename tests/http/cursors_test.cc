@@ -588,6 +588,15 @@ TEST_F(ViewsTest, ChangesPendingAndLastSeqAsCouchDb) {
   j = feed("filter=_doc_ids&doc_ids=%5B%22zz%22%5D&descending=true");
   EXPECT_EQ(j["pending"], 8);
   EXPECT_EQ(j["last_seq"], update_seq);
+  // `since` is exclusive on the looked-up paths too: a since equal to d2's change leaves it out.
+  j = feed("filter=_doc_ids&doc_ids=%5B%22d2%22,%22d5%22%5D&since=" + seq_of(1));
+  EXPECT_EQ(rows(j), (V{"d5"}));
+  j = feed("filter=_doc_ids&doc_ids=%5B%22d2%22,%22d5%22%5D&since=" + seq_of(4));
+  EXPECT_EQ(rows(j), V{});
+  j = feed("filter=_design&since=" + seq_of(5));
+  EXPECT_EQ(rows(j), (V{"_design/x"}));
+  j = feed("filter=_design&since=" + seq_of(6));
+  EXPECT_EQ(rows(j), V{});
   j = feed("filter=_design");
   EXPECT_EQ(rows(j), (V{"_design/x"}));
   EXPECT_EQ(j["pending"], 7);

@@ -120,6 +120,15 @@ class FeedClient {
     return ended_;
   }
 
+  // Reads until the server ends the response or closes the connection, or the deadline passes.
+  // Returns whether it did either.
+  bool wait_closed(std::chrono::milliseconds within) {
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    while (!ended_ && !eof_)
+      if (!read_some(deadline)) break;
+    return ended_ || eof_;
+  }
+
   const std::string& body() const { return body_; }
   const std::string& head() const { return head_; }
   bool ended() const { return ended_; }

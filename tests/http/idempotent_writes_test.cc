@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tests/http/feed_client.h"
+#include "tests/http/test_credentials.h"
 #include "tests/http/test_server.h"
 
 namespace chaise::test {
@@ -51,6 +52,9 @@ class IdempotencyTest : public ::testing::Test {
     return client_->request(method, target, std::move(body), headers);
   }
   Json db_info() { return call(verb::get, "/db").json(); }
+  long long metric(const std::string& name) {
+    return metric_value(call(verb::get, "/_node/_local/_prometheus").body, name);
+  }
   std::int64_t doc_count() { return db_info()["doc_count"].get<std::int64_t>(); }
 
   // Sends the same request twice under `key`: the second answer must be the first one, replayed,
@@ -166,6 +170,32 @@ TEST_F(IdempotencyTest, AKeyBelongsToOneRequest) {
   EXPECT_EQ(doc_count(), 1);
 }
 
+// A key's stored answer belongs to the user and the target that made it: the same key and body
+// from another user, or to another document, is another request (422), never a replay.
+TEST_F(IdempotencyTest, AKeyIsNotReplayedToAnotherUserOrTarget) {
+  const auto ini = dir_.path() / "two-admins.ini";
+  write_file(ini, "[chttpd_auth]\niterations = 10\n[admins]\nalice = a-secret\nbob = b-secret\n");
+  start({"--no-admin-party", "--config", ini.string()}, false);
+  const Headers alice = {basic_auth("alice", "a-secret"),
+                         {"Content-Type", "application/json"},
+                         {"Idempotency-Key", "k"}};
+  Headers bob = alice;
+  bob[0] = basic_auth("bob", "b-secret");
+  // The fixture's database "db" (empty) is kept.
+  auto first = client_->request(verb::put, "/db/d1", R"({"a":1})", alice);
+  ASSERT_EQ(first.status, 201u) << first.body;
+  EXPECT_EQ(
+      client_->request(verb::put, "/db/d1", R"({"a":1})", alice).header("Idempotent-Replayed"),
+      "true");
+  auto as_bob = client_->request(verb::put, "/db/d1", R"({"a":1})", bob);
+  EXPECT_EQ(as_bob.status, 422u) << as_bob.body;
+  EXPECT_TRUE(as_bob.header("Idempotent-Replayed").empty());
+  auto other_target = client_->request(verb::put, "/db/d2", R"({"a":1})", alice);
+  EXPECT_EQ(other_target.status, 422u) << other_target.body;
+  EXPECT_EQ(client_->request(verb::get, "/db/d2", "", {alice[0]}).status, 404u);
+  EXPECT_EQ(client_->request(verb::get, "/db", "", {alice[0]}).json()["doc_count"], 1);
+}
+
 TEST_F(IdempotencyTest, ARequestTooLargeForOneTransactionIsRefusedWhole) {
   std::string docs = R"({"docs":[)";
   for (int i = 0; i < 10'001; ++i)
@@ -211,7 +241,8 @@ TEST_F(IdempotencyTest, ALostAnswerRetriedLeavesOneDocument) {
   auto all = call(verb::get, "/db/_all_docs").json();
   ASSERT_EQ(all["rows"].size(), 1u);
   EXPECT_EQ(all["rows"][0]["id"], retry.json()["id"]);  // the answer names the one document
-  std::this_thread::sleep_for(100ms);
+  // The replay means the first request's handler is done (it held the key until then): nothing
+  // more can come of it.
   EXPECT_EQ(doc_count(), 1);
 
   // The same without a key: the retry is a second order.
@@ -239,7 +270,8 @@ TEST_F(IdempotencyTest, RecordsSurviveARestartAndExpire) {
   ASSERT_EQ(short_lived.status, 201u);
   EXPECT_EQ(call(verb::post, "/db", R"({"b":1})", with_key("r2")).header("Idempotent-Replayed"),
             "true");
-  std::this_thread::sleep_for(2500ms);  // the time to live, and a janitor pass (every second)
+  // The time to live passes, and a janitor pass (every second) clears the record.
+  ASSERT_TRUE(eventually([&] { return metric("chaise_idempotency_expired_total") >= 1; }, 10s));
   auto later = call(verb::post, "/db", R"({"b":1})", with_key("r2"));
   EXPECT_EQ(later.status, 201u);
   EXPECT_TRUE(later.header("Idempotent-Replayed").empty());
@@ -255,7 +287,7 @@ TEST_F(IdempotencyTest, AKeyInFlightIsAConflictAndStreamedBodiesAreFingerprinted
       c.send_all("PUT /db/doc/big.bin HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                  "application/octet-stream\r\n"
                  "Idempotency-Key: up-1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"));
-  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(eventually([&] { return metric("chaise_idempotency_in_flight") == 1; }));
   auto second = call(verb::put, "/db/doc/big.bin", "hello world",
                      with_key("up-1", "application/octet-stream"));
   EXPECT_EQ(second.status, 409u) << second.body;

@@ -6,14 +6,13 @@
 #include <openssl/ec.h>
 #include <openssl/ecdsa.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/pem.h>
 #include <openssl/rsa.h>
 
-#include <boost/beast/core/detail/base64.hpp>
 #include <fstream>
 
-#include "test_server.h"
+#include "tests/http/test_credentials.h"
+#include "tests/http/test_server.h"
 
 namespace chaise::test {
 namespace {
@@ -21,19 +20,6 @@ namespace {
 using beast_http::field;
 using beast_http::verb;
 using Headers = std::vector<std::pair<std::string, std::string>>;
-
-std::string base64(std::string_view bytes) {
-  std::string out(boost::beast::detail::base64::encoded_size(bytes.size()), '\0');
-  out.resize(boost::beast::detail::base64::encode(out.data(), bytes.data(), bytes.size()));
-  return out;
-}
-
-std::string base64url(std::string_view bytes) {
-  std::string out = base64(bytes);
-  for (char& c : out) c = c == '+' ? '-' : c == '/' ? '_' : c;
-  while (!out.empty() && out.back() == '=') out.pop_back();
-  return out;
-}
 
 using Key = std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)>;
 
@@ -85,11 +71,7 @@ std::string token(const std::string& alg, const nlohmann::json& claims, EVP_PKEY
   const std::string message = base64url(header.dump()) + "." + base64url(claims.dump());
   std::string sig;
   if (alg == "HS256") {
-    unsigned char mac[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    HMAC(EVP_sha256(), kHmacSecret.data(), static_cast<int>(kHmacSecret.size()),
-         reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &len);
-    sig.assign(reinterpret_cast<const char*>(mac), len);
+    sig = hmac_sha256(kHmacSecret, message);
   } else {
     sig = sign(key, message);
     if (alg == "ES256") sig = der_to_jose(sig);
@@ -197,7 +179,7 @@ TEST_F(JwtTest, BearerTokensSignedWithConfiguredKeys) {
           "Bad signature");
 
   // required_claims: {iss, "value"} and nbf, changed through the config API.
-  const Headers admin = {{"Authorization", "Basic " + base64("admin:secret")}};
+  const Headers admin = {basic_auth("admin", "secret")};
   ASSERT_EQ(client_
                 ->request(verb::put, "/_node/_local/_config/jwt_auth/required_claims",
                           R"("exp, nbf, {iss, \"https://issuer\"}")", admin)

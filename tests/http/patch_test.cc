@@ -122,7 +122,13 @@ TEST_F(PatchTest, WritesLeaveTheJanitorNothingToClear) {
     ASSERT_EQ(call(verb::patch, "/db/w" + std::to_string(i), kIncrement, kJsonPatch).status, 201u);
   }
   EXPECT_EQ(commits(), before + 6);
-  std::this_thread::sleep_for(1500ms);  // past a janitor pass
+  auto passes = [&] {
+    return metric_value(call(verb::get, "/_node/_local/_prometheus").body,
+                        "chaise_janitor_passes_total");
+  };
+  const long long passes_before = passes();
+  ASSERT_GE(passes_before, 0);
+  ASSERT_TRUE(eventually([&] { return passes() >= passes_before + 2; }));  // a whole pass ran
   EXPECT_EQ(commits(), before + 6);
   EXPECT_EQ(call(verb::get, "/db/w2").json()["n"], 1);
 }

@@ -502,6 +502,33 @@ TEST_F(ConfiguredServerTest, CommandLineOverridesIniFile) {
   EXPECT_TRUE(fs::exists(dir_.path() / "data" / "server_uuid"));
 }
 
+// [chaise] fsync: with it on (the default) every acknowledged commit's WAL write was synced
+// before the answer; with it off none is, and the server says so in its metrics.
+TEST_F(ConfiguredServerTest, AcknowledgedWritesAreSyncedUnlessFsyncIsOff) {
+  for (const bool fsync : {true, false}) {
+    SCOPED_TRACE(fsync ? "fsync = true" : "fsync = false");
+    ServerProcess& server = start_with_ini(fsync ? "" : "[chaise]\nfsync = false\n");
+    HttpClient client{server.port()};
+    auto metric = [&](const std::string& name) {
+      return metric_value(client.get("/_node/_local/_prometheus").body, name);
+    };
+    const std::string db = fsync ? "/synced" : "/unsynced";
+    ASSERT_EQ(client.request(verb::put, db).status, 201u);
+    const long long synced = metric("chaise_store_synced_batches_total");
+    const long long batches = metric("chaise_store_commit_batches_total");
+    ASSERT_EQ(
+        client.request(verb::put, db + "/doc", R"({"a":1})", {{"Content-Type", "application/json"}})
+            .status,
+        201u);
+    EXPECT_EQ(metric("chaise_store_commit_batches_total"), batches + 1);
+    EXPECT_EQ(metric("chaise_store_synced_batches_total"), fsync ? synced + 1 : 0);
+    EXPECT_EQ(metric("chaise_store_fsync"), fsync ? 1 : 0);
+    EXPECT_EQ(client.get("/_node/_local/_stats/chaise/store/fsync").json(), fsync);
+    expect_clean_stop(server);
+    servers_.clear();
+  }
+}
+
 TEST_F(ConfiguredServerTest, DefaultIniFileIsAccepted) {
   ServerProcess& server = start({"--config", CHAISE_SOURCE_DIR "/config/default.ini"});
   EXPECT_EQ(HttpClient{server.port()}.get("/_up").status, 200u);

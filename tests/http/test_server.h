@@ -32,6 +32,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -197,6 +198,18 @@ inline long long metric_value(const std::string& text, const std::string& name) 
   const std::string prefix = "\n" + name + " ";
   const auto at = text.find(prefix);
   return at == std::string::npos ? -1 : std::stoll(text.substr(at + prefix.size()));
+}
+
+// Checks `done` every 5 ms until it holds or `within` has passed, and returns whether it held: how
+// a test waits for what the server does in the background, instead of sleeping a guessed time.
+template <class Predicate>
+bool eventually(Predicate done, std::chrono::milliseconds within = 5s) {
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  for (;;) {
+    if (done()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 // Writes `text` to `path` (for ini files in tests).

@@ -4,7 +4,9 @@ continuous, with attachments, several revisions, conflicts and deletions; at the
 must hold the same documents, revisions, conflicts and attachment bytes.
 
 Needs a CouchDB reachable at $COUCHDB_URL (default http://admin:admin@127.0.0.1:5990, as
-../shared/ref/start-couchdb.sh starts it); says "skipped" and exits 0 when there is none.
+../shared/ref/start-couchdb.sh starts it). Without one (nothing listens there) it says "skipped"
+and exits 77, which CTest reports as a skip; a server there that is not CouchDB or refuses the
+credentials is a failure.
 Chaise is started from $CHAISE_BINARY on a free loopback port and stopped by pid.
 Bounded: every wait has a deadline; the whole run takes about a minute.
 """
@@ -57,12 +59,24 @@ def rj(method, url, body=None):
         return status, raw
 
 
-def couch_reachable():
+SKIPPED = 77  # CTest's SKIP_RETURN_CODE for this test
+
+
+def couch_absent():
+    """None when CouchDB answers at COUCH with these credentials; else why not, and whether that
+    is an absence (a skip) or a failure."""
     try:
-        status, body = rj("GET", COUCH + "/")
-        return status == 200 and body.get("couchdb") == "Welcome"
-    except OSError:
-        return False
+        status, body = rj("GET", COUCH + "/_session")
+    except OSError as e:
+        return f"no CouchDB at {COUCH} ({e})", True
+    if status == 401:
+        return f"CouchDB at {COUCH} refuses the credentials (401)", False
+    name = body.get("userCtx", {}).get("name") if isinstance(body, dict) else None
+    status_root, root = rj("GET", COUCH + "/")
+    if status != 200 or status_root != 200 or not isinstance(root, dict) or \
+            root.get("couchdb") != "Welcome" or name is None:
+        return f"{COUCH} is not a CouchDB this test can log in to ({status} {body})", False
+    return None
 
 
 class Chaise:
@@ -203,9 +217,11 @@ def wait_for(pred, what, timeout_s=60):
 
 
 def main():
-    if not couch_reachable():
-        print(f"skipped: no CouchDB at {COUCH}")
-        return 0
+    absent = couch_absent()
+    if absent is not None:
+        why, is_skip = absent
+        print(("skipped: " if is_skip else "FAIL: ") + why)
+        return SKIPPED if is_skip else 1
     rng = random.Random(7)
     chaise = Chaise()
     ok = True

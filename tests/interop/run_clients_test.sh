@@ -4,7 +4,7 @@
 #   CHAISE_BINARY=/path/to/chaise bash tests/interop/run_clients_test.sh
 #
 # Needs node and npm. Without them it fails, unless CHAISE_INTEROP_OPTIONAL=1, in which case it
-# prints "skipped: node not installed" and exits 0. It installs nothing system-wide: the npm
+# prints "skipped: node not installed" and exits 77 (CTest's skip). It installs nothing system-wide: the npm
 # packages go to tests/interop/node_modules (npm ci from package-lock.json, when node_modules is
 # missing or older than the lock file).
 set -euo pipefail
@@ -14,7 +14,7 @@ cd "$here"
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   if [[ "${CHAISE_INTEROP_OPTIONAL:-0}" == "1" ]]; then
     echo "skipped: node not installed"
-    exit 0
+    exit 77
   fi
   echo "error: node and npm are needed for the interop client test (apt-get install nodejs npm)," \
        "or set CHAISE_INTEROP_OPTIONAL=1 to skip it" >&2

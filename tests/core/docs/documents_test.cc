@@ -838,14 +838,21 @@ TEST_F(DocumentsTest, NotifierWakesWaitersOnceWithOneWatchPerDatabase) {
   auto w = notifier.wait(db(), before, [&] { immediate = true; });
   EXPECT_TRUE(immediate.load());
   EXPECT_GT(seen(), before);
-  // Writes to another database do not wake this one's waiters.
+  // Writes to another database do not wake this one's waiters: once the notifier has woken a
+  // waiter of "other" for the write, this database's waiter is still asleep.
   create("other");
-  std::atomic<bool> other_woken{false};
-  auto w2 = notifier.wait(db(), seen(), [&] { other_woken = true; });
+  const DbRef other = db("other");
+  auto tr = store_->create_transaction();
+  const std::int64_t other_counter = *read_update_counter(tr, other);
+  std::atomic<bool> this_woken{false}, other_woken{false};
+  auto w2 = notifier.wait(db(), seen(), [&] { this_woken = true; });
+  auto w3 = notifier.wait(other, other_counter, [&] { other_woken = true; });
   DocWriteBatch b("other", {edit("x", std::nullopt, "{}")});
-  ASSERT_TRUE(store_->run([&](Transaction& tr) { return b(tr); }).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  EXPECT_FALSE(other_woken.load());
+  ASSERT_TRUE(store_->run([&](Transaction& t) { return b(t); }).ok());
+  for (int i = 0; i < 2500 && !other_woken.load(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_TRUE(other_woken.load());
+  EXPECT_FALSE(this_woken.load());
 }
 
 TEST_F(DocumentsTest, RevsDiff) {

@@ -83,6 +83,35 @@ TEST_F(UniqueIndexBuildTest, WithoutSharedKeysTheBuildFindsNone) {
   EXPECT_TRUE(build.duplicates().empty());
 }
 
+// Two edits claim one key, interleaved by hand: the second commits between the first's check and
+// its commit. The first's check read the key's range with conflict, so its commit is refused
+// (not_committed: retried, it then sees the holder) and never a second holder of the key.
+TEST_F(UniqueIndexBuildTest, TheLaterOfTwoInterleavedClaimsOfOneKeyDoesNotCommit) {
+  UniqueIndexDef def = email_index();
+  def.ready = true;
+  const std::string body = R"({"email":"same"})";
+  auto claim = [&](Transaction& tr, const char* id) {
+    UniqueIndexes list{def};
+    auto refused = unique_check(tr, db(), list, id, &body);
+    EXPECT_TRUE(refused.ok() && !*refused);
+    EXPECT_TRUE(unique_write(tr, db(), list, id, &body, false).ok());
+  };
+  auto first = store_->create_transaction();
+  claim(first, "a");  // checked: nobody holds the key yet
+  auto second = store_->create_transaction();
+  claim(second, "b");
+  ASSERT_TRUE(second.commit().ok());
+  auto committed = first.commit();
+  ASSERT_FALSE(committed.ok());
+  EXPECT_EQ(committed.error(), storage::Error::not_committed);
+  // Retried, the first edit is refused: "b" holds the key.
+  auto retry = store_->create_transaction();
+  UniqueIndexes list{def};
+  auto refused = unique_check(retry, db(), list, "a", &body);
+  ASSERT_TRUE(refused.ok() && *refused);
+  EXPECT_EQ(refused->value().reason, "unique constraint email violated by b");
+}
+
 TEST(UniqueBuildClaimTest, OneBuildPerIndexUntilItsClaimIsReleased) {
   EXPECT_FALSE(UniqueBuildClaim::held("ix"));
   {
