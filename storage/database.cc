@@ -15,6 +15,7 @@
 #include "storage/database.h"
 
 #include <rocksdb/cache.h>
+#include <rocksdb/convenience.h>
 #include <rocksdb/listener.h>
 #include <rocksdb/options.h>
 #include <rocksdb/perf_level.h>
@@ -360,6 +361,10 @@ Engine::~Engine() {
     watches.swap(watches_);
   }
   for (auto& [k, w] : watches) w->fire(Error::transaction_cancelled);
+  // Flushes and compactions end before the snapshots go: their completion listener
+  // (clear_iterator_shelf) can hold the last reference to a snapshot, whose release needs db_,
+  // and db_.reset() empties db_ before the DB waits for its background work.
+  rocksdb::CancelAllBackgroundWork(db_.get(), /*wait=*/true);
   latest_snapshot_.reset();
   for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
   db_.reset();
