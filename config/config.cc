@@ -171,17 +171,57 @@ void save_to_file(const fs::path& path, std::string_view section, std::string_vi
   fsync_fd_path(path.has_parent_path() ? path.parent_path() : fs::path("."), O_RDONLY);
 }
 
-Config::Config(std::vector<fs::path> files) {
+Config::Config(std::vector<fs::path> files) : files_(std::move(files)) {
+  if (!files_.empty()) writable_ = files_.back();
+  values_ = std::make_shared<const Sections>(read_files());
+}
+
+Sections Config::read_files() const {
   Sections merged;
-  for (std::size_t i = 0; i < files.size(); ++i) {
-    const bool last = i + 1 == files.size();
-    if (last && !fs::exists(files[i])) break;  // created when first written (tools, tests)
-    for (auto& [section, keys] : parse_ini(read_file(files[i]))) {
+  for (std::size_t i = 0; i < files_.size(); ++i) {
+    const bool last = i + 1 == files_.size();
+    if (last && !fs::exists(files_[i])) break;  // created when first written (tools, tests)
+    for (auto& [section, keys] : parse_ini(read_file(files_[i]))) {
       for (auto& [key, value] : keys) merged[section][key] = std::move(value);
     }
   }
-  if (!files.empty()) writable_ = files.back();
-  values_ = std::make_shared<const Sections>(std::move(merged));
+  return merged;
+}
+
+void Config::pin(const std::string& section, const std::string& key, const std::string& value) {
+  set(section, key, value, /*persist=*/false);
+  std::lock_guard lock(mutex_);
+  pinned_[section][key] = value;
+}
+
+std::vector<Config::Change> Config::replace(Sections values) {
+  std::lock_guard lock(mutex_);
+  for (const auto& [section, keys] : pinned_) {
+    for (const auto& [key, value] : keys) values[section][key] = value;
+  }
+  auto next = std::make_shared<const Sections>(std::move(values));
+  std::vector<Change> changes;
+  const auto value_in = [](const Sections& all, const std::string& section,
+                           const std::string& key) -> std::optional<std::string> {
+    const auto s = all.find(section);
+    if (s == all.end()) return std::nullopt;
+    const auto k = s->second.find(key);
+    if (k == s->second.end()) return std::nullopt;
+    return k->second;
+  };
+  for (const auto& [section, keys] : *next) {  // set or changed
+    for (const auto& [key, value] : keys) {
+      if (value_in(*values_, section, key) != value) changes.push_back(Change{section, key, value});
+    }
+  }
+  for (const auto& [section, keys] : *values_) {  // removed
+    for (const auto& [key, unused] : keys) {
+      if (!value_in(*next, section, key)) changes.push_back(Change{section, key, std::nullopt});
+    }
+  }
+  values_ = std::move(next);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  return changes;
 }
 
 Config::Config(Sections values) : values_(std::make_shared<const Sections>(std::move(values))) {}

@@ -59,18 +59,34 @@ class Config {
   // failure to write (ConfigError) leaves the value unchanged.
   std::optional<std::string> set(const std::string& section, const std::string& key,
                                  const std::string& value, bool persist = true);
+  // Sets a value that no file holds and that stays over a reload: command-line settings, and
+  // values that could not be written to the file.
+  void pin(const std::string& section, const std::string& key, const std::string& value);
   // Removes a value; returns the removed one (nullopt: there was none, nothing changed).
   std::optional<std::string> remove(const std::string& section, const std::string& key,
                                     bool persist = true);
 
-  // Changes after every set/remove. Starts at 1.
+  // The files' values as they are now (ConfigError when one cannot be read), and replacing every
+  // value with them: what POST /_node/{node}/_config/_reload does (values set without persisting
+  // are gone after it; pinned ones stay). replace() returns what changed (value nullopt: removed).
+  struct Change {
+    std::string section;
+    std::string key;
+    std::optional<std::string> value;
+  };
+  Sections read_files() const;
+  std::vector<Change> replace(Sections values);
+
+  // Changes after every set/remove/replace. Starts at 1.
   std::uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
   // The file changes are written to (empty: none).
   const std::filesystem::path& writable_file() const { return writable_; }
 
  private:
+  const std::vector<std::filesystem::path> files_;
   mutable std::mutex mutex_;
   Snapshot values_;
+  Sections pinned_;  // guarded by mutex_
   std::filesystem::path writable_;
   std::atomic<std::uint64_t> generation_{1};
 };

@@ -40,6 +40,7 @@ constexpr auto kKeys = std::to_array<Key>({
     {"couchdb", "max_document_size", Kind::kInt, 1, kMax},
     {"couchdb", "max_attachment_size", Kind::kSizeOrInfinity},
     {"couchdb", "default_security", Kind::kOneOf, 0, 0, "admin_only|everyone"},
+    {"couchdb", "single_node", Kind::kBool},
     {"couchdb", "users_db_security_editable", Kind::kBool},
     {"couchdb", "maintenance_mode", Kind::kOneOf, 0, 0, "true|false|nolb"},
     {"couchdb", "os_process_timeout", Kind::kInt, 1, 3'600'000},
@@ -288,6 +289,7 @@ ServerSettings server_settings(const Sections& values, std::vector<std::string>&
   if (auto uuid = get_string(values, "couchdb", "uuid"); !uuid.empty()) s.uuid = uuid;
   s.io_threads = static_cast<unsigned>(get_int(values, "chaise", "io_threads", s.io_threads));
   s.fsync = get_bool(values, "chaise", "fsync", s.fsync);
+  s.single_node = get_bool(values, "couchdb", "single_node", s.single_node);
   s.block_cache_bytes = static_cast<std::size_t>(get_int(
       values, "chaise", "block_cache_bytes", static_cast<std::int64_t>(s.block_cache_bytes)));
   s.write_buffer_bytes = static_cast<std::size_t>(get_int(

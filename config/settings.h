@@ -51,16 +51,17 @@ struct TlsSettings {
 
 // Read once at startup.
 struct ServerSettings {
-  std::string bind_address = "127.0.0.1";                   // [chttpd] bind_address
-  std::uint16_t port = 5984;                                // [chttpd] port
-  std::filesystem::path data_dir = "./data";                // [couchdb] database_dir
-  std::optional<std::string> uuid;                          // [couchdb] uuid
-  unsigned io_threads = 0;                                  // [chaise] io_threads; 0 = one per core
-  bool fsync = true;                                        // [chaise] fsync
-  std::size_t block_cache_bytes = 32u << 20;                // [chaise] block_cache_bytes
-  std::size_t write_buffer_bytes = 16u << 20;               // [chaise] write_buffer_bytes
-  bool table_index_in_cache = true;                         // [chaise] table_index_in_cache
-  std::size_t conflict_window_bytes = 8u << 20;             // [chaise] conflict_window_bytes
+  std::string bind_address = "127.0.0.1";        // [chttpd] bind_address
+  std::uint16_t port = 5984;                     // [chttpd] port
+  std::filesystem::path data_dir = "./data";     // [couchdb] database_dir
+  std::optional<std::string> uuid;               // [couchdb] uuid
+  unsigned io_threads = 0;                       // [chaise] io_threads; 0 = one per core
+  bool fsync = true;                             // [chaise] fsync
+  bool single_node = false;                      // [couchdb] single_node: system databases at start
+  std::size_t block_cache_bytes = 32u << 20;     // [chaise] block_cache_bytes
+  std::size_t write_buffer_bytes = 16u << 20;    // [chaise] write_buffer_bytes
+  bool table_index_in_cache = true;              // [chaise] table_index_in_cache
+  std::size_t conflict_window_bytes = 8u << 20;  // [chaise] conflict_window_bytes
   std::size_t max_request_body_bytes = 64 * 1024 * 1024;    // [chttpd] max_http_request_size
   std::size_t max_document_size = 8'000'000;                // [couchdb] max_document_size
   std::size_t max_attachment_size = 1024ull * 1024 * 1024;  // [couchdb] max_attachment_size

@@ -332,10 +332,14 @@ bool prepare_admins(chaise::config::Config& config, const Command& command) {
   namespace config_ns = chaise::config;
   const auto persist = [&](const std::string& name, const std::string& value) {
     try {
-      config.set("admins", name, value, /*persist=*/true);
+      if (config.writable_file().empty()) {
+        config.pin("admins", name, value);  // no file to keep it: it stays over a reload
+      } else {
+        config.set("admins", name, value, /*persist=*/true);
+      }
     } catch (const config_ns::ConfigError& e) {
       spdlog::warn("cannot store the hashed password of admin '{}': {}", name, e.what());
-      config.set("admins", name, value, /*persist=*/false);
+      config.pin("admins", name, value);
     }
     const char* from_env = std::getenv("COUCHDB_USER");
     if (config.writable_file().empty() && (from_env == nullptr || name != from_env)) {
@@ -408,6 +412,23 @@ std::optional<std::string> prepare_data_dir(const chaise::config::ServerSettings
   }
 }
 
+// [couchdb] single_node: the system databases that are missing are created, with the security
+// object [couchdb] default_security gives new databases. False, logged, when the store fails.
+bool create_system_dbs(chaise::storage::Database& store, const chaise::config::Config& config) {
+  const bool admin_only = config.get("couchdb", "default_security") != "everyone";
+  const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  auto created = chaise::core::create_system_dbs(store, admin_only, now_us);
+  if (!created.ok()) {
+    spdlog::critical("cannot create the system databases: {}",
+                     chaise::storage::error_name(created.error()));
+    return false;
+  }
+  for (const std::string& name : *created) spdlog::info("created system database {}", name);
+  return true;
+}
+
 // The store in <data_dir>/store with the configured options; nullptr, logged, when it cannot open.
 std::unique_ptr<chaise::storage::Database> open_store(
     const chaise::config::ServerSettings& config) {
@@ -440,6 +461,7 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
 
   std::unique_ptr<chaise::storage::Database> store = open_store(config);
   if (!store) return kExitStartupFailed;
+  if (config.single_node && !create_system_dbs(*store, config_store)) return kExitStartupFailed;
 
   auto janitor = std::make_unique<chaise::core::TxIdJanitor>(*store);
   chaise::server::MemoryTrimmer trimmer{std::chrono::seconds(5)};
@@ -560,7 +582,7 @@ int main(int argc, char** argv) {
     if (!command) return 0;
     config = std::make_unique<chaise::config::Config>(command->config_files);
     for (const auto& [section, key, value] : command->overrides) {
-      config->set(section, key, value, /*persist=*/false);
+      config->pin(section, key, value);
     }
     settings = chaise::config::server_settings(*config->snapshot(), warnings);
   } catch (const UsageError& e) {

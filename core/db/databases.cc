@@ -4,6 +4,7 @@
 
 #include "core/db/db_cache.h"
 #include "core/db/shards.h"
+#include "core/security/security.h"
 
 namespace chaise::core {
 
@@ -75,6 +76,36 @@ StorageResult<Outcome<DbRef>> create_db(Transaction& tr, std::string_view name, 
   DbRef db{std::string(name), id, partitioned, now_us, keyspace::DbSpace(id)};
   init_shard_map(tr, db);
   return Outcome<DbRef>(std::move(db));
+}
+
+StorageResult<Outcome<DbRef>> create_db_with_default_security(Transaction& tr,
+                                                              std::string_view name,
+                                                              bool partitioned, std::int64_t now_us,
+                                                              bool admin_only) {
+  auto r = create_db(tr, name, partitioned, now_us);
+  if (r.ok() && !failed(*r))
+    set_security_json(tr, std::get<DbRef>(*r), default_security(admin_only).raw.dump());
+  return r;
+}
+
+bool is_system_db(std::string_view name) {
+  return std::find(kSystemDbs.begin(), kSystemDbs.end(), name) != kSystemDbs.end();
+}
+
+StorageResult<std::vector<std::string>> create_system_dbs(storage::Database& store, bool admin_only,
+                                                          std::int64_t now_us) {
+  std::vector<std::string> created;
+  storage::Status s = store.run([&](Transaction& tr) -> storage::Status {
+    created.clear();
+    for (std::string_view name : kSystemDbs) {
+      auto r = create_db_with_default_security(tr, name, false, now_us, admin_only);
+      if (!r.ok()) return r.error();
+      if (!failed(*r)) created.emplace_back(name);  // else it exists (412 file_exists)
+    }
+    return {};
+  });
+  if (!s.ok()) return s.error();
+  return created;
 }
 
 StorageResult<Outcome<bool>> delete_db(Transaction& tr, std::string_view name) {

@@ -6,6 +6,7 @@
 // them; CouchDB-level outcomes (404, 412, ...) come back as CouchError values.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 #include "core/db/sequence.h"
 #include "core/rev/rev.h"
 #include "core/util/error.h"
+#include "storage/database.h"
 #include "storage/transaction.h"
 
 namespace chaise::core {
@@ -55,6 +57,21 @@ using StorageResult = storage::Result<T>;
 // 412 file_exists if present, 400 illegal_database_name if the name is bad.
 StorageResult<Outcome<DbRef>> create_db(Transaction& tr, std::string_view name, bool partitioned,
                                         std::int64_t now_us);
+// create_db, then the security object a new database gets: CouchDB 3's [couchdb]
+// default_security, admin_only (members: _admin) or everyone (empty). What PUT /{db} does.
+StorageResult<Outcome<DbRef>> create_db_with_default_security(Transaction& tr,
+                                                              std::string_view name,
+                                                              bool partitioned, std::int64_t now_us,
+                                                              bool admin_only);
+
+// The system databases. A server with [couchdb] single_node = true has them from its first
+// start on, as CouchDB 3 creates them then (users can sign up and replications be written at once).
+inline constexpr std::array<std::string_view, 3> kSystemDbs = {"_users", "_replicator",
+                                                               "_global_changes"};
+bool is_system_db(std::string_view name);
+// Creates those of kSystemDbs that do not exist (one transaction); the names it created.
+StorageResult<std::vector<std::string>> create_system_dbs(storage::Database& store, bool admin_only,
+                                                          std::int64_t now_us);
 // Clears every key of the database (one clear_range). 404 if absent.
 StorageResult<Outcome<bool>> delete_db(Transaction& tr, std::string_view name);
 // 404 not_found "Database does not exist." if absent. The read conflicts with a concurrent delete.

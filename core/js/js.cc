@@ -5,6 +5,7 @@
 // is a task on a bounded queue; the caller blocks on its future.
 #include "core/js/js.h"
 
+#include <js-config.h>
 #include <js/CallAndConstruct.h>
 #include <js/CompilationAndEvaluation.h>
 #include <js/Context.h>
@@ -515,5 +516,7 @@ JsResult<bool> Engine::compiles(std::string_view source) {
   return parse_or<bool>(call("compile", nullptr, "[" + json_string(source) + "]"),
                         [](auto) { return true; });
 }
+
+std::string spidermonkey_version() { return std::to_string(MOZJS_MAJOR_VERSION); }
 
 }  // namespace chaise::core::js

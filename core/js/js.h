@@ -69,6 +69,10 @@ struct UpdateAnswer {
   std::string response_json;  // {"code":..,"headers":{..},"body":".."|"json":..|"base64":..}
 };
 
+// The SpiderMonkey major version the engine runs ("102"), as CouchDB reports its own in
+// GET /_node/{node}/_versions.
+std::string spidermonkey_version();
+
 class Engine {
  public:
   explicit Engine(EngineOptions options);

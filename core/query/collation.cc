@@ -2,6 +2,7 @@
 
 #include <unicode/ucol.h>
 #include <unicode/ustring.h>
+#include <unicode/uversion.h>
 
 #include <bit>
 #include <cstring>
@@ -111,6 +112,28 @@ std::string collation_key(const nlohmann::ordered_json& value) {
   std::string out;
   encode(out, value);
   return out;
+}
+
+namespace {
+// couch_util:version_to_binary: the parts joined with dots, trailing zero parts dropped.
+std::string dotted(const UVersionInfo& v) {
+  std::size_t n = U_MAX_VERSION_LENGTH;
+  while (n > 1 && v[n - 1] == 0) --n;
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i > 0) out += '.';
+    out += std::to_string(static_cast<unsigned>(v[i]));
+  }
+  return out;
+}
+}  // namespace
+
+CollationVersions collation_versions() {
+  UVersionInfo library{}, uca{}, col{};
+  u_getVersion(library);
+  ucol_getUCAVersion(collator(), uca);
+  ucol_getVersion(collator(), col);
+  return {dotted(library), dotted(uca), dotted(col)};
 }
 
 }  // namespace chaise::core

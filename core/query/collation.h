@@ -33,6 +33,17 @@ std::string collation_key(const nlohmann::ordered_json& value);
 // The sort key alone for a UTF-8 string (what collation_key puts after the 0x05 tag).
 std::string string_sort_key(std::string_view utf8);
 
+// The versions that decide the collation, as CouchDB's GET /_node/{node}/_versions names them
+// ("collation_driver"): ICU's library, the Unicode Collation Algorithm and the root collator,
+// each dotted without its trailing zero parts ("72.1", "15", "153.120"). Index files built under
+// another collator version may order keys differently.
+struct CollationVersions {
+  std::string library_version;
+  std::string collation_algorithm_version;
+  std::string collator_version;
+};
+CollationVersions collation_versions();
+
 // memcmp order of two encodings: < 0, 0, > 0.
 inline int collate(std::string_view a, std::string_view b) { return a.compare(b); }
 

@@ -57,6 +57,7 @@ struct CouchError {
   X(conflict,                        409,  "conflict",                                             \
     "Document update conflict.")                                                                   \
   X(missing_rev,                     409,  "not_found",                       "missing_rev")       \
+  X(gone,                            410,  "gone",                            "")                  \
   X(file_exists,                     412,  "file_exists",                                          \
     "The database could not be created, the file already exists.")                                 \
   X(missing_stub,                    412,  "missing_stub",                    "")                  \

@@ -13,10 +13,6 @@ namespace chaise::http {
 
 namespace {
 
-bool is_system_db(std::string_view name) {
-  return name == "_users" || name == "_replicator" || name == "_global_changes";
-}
-
 [[noreturn]] void throw_unauthorized(std::string reason) {
   throw HttpError(err::unauthorized(std::move(reason)));
 }
@@ -52,7 +48,7 @@ void authorize_request(const Call& call) {
   const auto& path = call.path;
   if (path.empty() || path[0] == "favicon.ico") return;
   const std::string& first = path[0];
-  if (first.front() == '_' && !is_system_db(first)) {
+  if (first.front() == '_' && !core::is_system_db(first)) {
     if (first == "_all_dbs" || first == "_dbs_info") {
       if (config_true(call, "chttpd", "admin_only_all_dbs", true)) require_server_admin(call);
       return;

@@ -57,7 +57,7 @@ constexpr std::string_view kDbMethods = "DELETE,GET,HEAD,POST";
 // Known CouchDB database endpoints Chaise does not serve yet: answered 501 rather than treated as
 // document ids, so that a client learns the feature is missing.
 constexpr std::string_view kNotImplemented[] = {
-    "_purge",    "_purged_infos", "_purged_infos_limit", "_temp_view", "_auto_purge",
+    "_purge",    "_purged_infos", "_purged_infos_limit", "_auto_purge",
     "_time_seq", "_shards",       "_sync_shards"};
 
 // The database of the request as of `tr`; 404 "Database does not exist." for any name that is
@@ -276,8 +276,7 @@ bool is_system_db_for_partitioning(std::string_view name) {
   auto ends_with = [&](std::string_view suffix) {
     return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
   };
-  return name == "_users" || name == "_replicator" || name == "_global_changes" ||
-         ends_with("/_users") || ends_with("/_replicator");
+  return core::is_system_db(name) || ends_with("/_users") || ends_with("/_replicator");
 }
 
 // PUT /{db}
@@ -300,7 +299,6 @@ MaybeResponse create_database(Call& call) {
   // CouchDB 3's [couchdb] default_security: admin_only unless set to everyone.
   const bool admin_only = call.ctx.config == nullptr ||
                           call.ctx.config->get("couchdb", "default_security") != "everyone";
-  const core::SecurityObject default_security = core::default_security(admin_only);
   // The creation time doubles as this request's mark: a retry after commit_unknown_result that
   // finds the database with our timestamp knows the first attempt committed.
   const std::int64_t created_us = now_us();
@@ -313,13 +311,10 @@ MaybeResponse create_database(Call& call) {
         if (!core::failed(*existing) && std::get<core::DbRef>(*existing).created_us == created_us) {
           return {};
         }
-        auto r = core::create_db(tr, name, partitioned, created_us);
+        auto r =
+            core::create_db_with_default_security(tr, name, partitioned, created_us, admin_only);
         if (!r.ok()) return r.error();
-        if (core::failed(*r)) {
-          error = std::get<core::CouchError>(*r);
-        } else {
-          core::set_security_json(tr, std::get<core::DbRef>(*r), default_security.raw.dump());
-        }
+        if (core::failed(*r)) error = std::get<core::CouchError>(*r);
         return {};
       });
   if (!s.ok()) co_return storage_error_response(call.req, s.error());
@@ -746,6 +741,8 @@ MaybeResponse handle_database(Call& call) {
   }
   if (op == "_find" || op == "_explain" || op == "_index")
     co_return co_await handle_mango(call, db);
+  if (op == "_temp_view")  // any method, as chttpd_view:handle_temp_view_req
+    throw HttpError(err::gone("Temporary views are not supported in CouchDB"));
   if (not_implemented(op)) throw HttpError(err::not_implemented());
   // CouchDB treats any other "/{db}/_xxx[/...]" as a document (or attachment) path: GET finds no
   // such document, PUT is refused for its id.

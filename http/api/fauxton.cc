@@ -1,8 +1,9 @@
 // /_utils: the web UI (Fauxton), served as static files from [chaise] fauxton_dir (by default the
 // pouchdb-fauxton npm package that `make run` installs into ui/). Open to everyone, as CouchDB's
-// is: the UI logs in through /_session like any other client.
+// is: the UI logs in through /_session like any other client. /favicon.ico comes from there too.
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "config/config.h"
@@ -35,7 +36,56 @@ std::string_view content_type_of(const fs::path& file) {
 
 [[noreturn]] void not_found() { throw HttpError(err::not_found()); }
 
+// The bytes of `real` (a regular file of at most kFileBytesMax) as a 200 answer; nullopt when it
+// cannot be read.
+std::optional<Response> file_response(const Call& call, const fs::path& real,
+                                      std::string_view cache_control) {
+  std::error_code ec;
+  if (fs::is_directory(real, ec)) return std::nullopt;
+  const auto size = fs::file_size(real, ec);
+  if (ec || size > kFileBytesMax) return std::nullopt;
+  std::ifstream in(real, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  Response r{Status::ok, call.req.version()};
+  r.set(beast_http::field::server, kServerHeader);
+  r.set(beast_http::field::date, http_date_now());
+  r.set(beast_http::field::content_type, content_type_of(real));
+  r.set(beast_http::field::cache_control, cache_control);
+  r.keep_alive(call.req.keep_alive());
+  r.body() = bytes.str();
+  r.prepare_payload();
+  if (call.is(beast_http::verb::head)) r.body().clear();
+  return r;
+}
+
+std::string ui_dir(const Call& call) {
+  return call.ctx.config ? call.ctx.config->get("chaise", "fauxton_dir").value_or("") : "";
+}
+
 }  // namespace
+
+// chttpd_misc:handle_favicon_req: the icon of the UI's directory, cached for a year; without one,
+// CouchDB's plain-text 404 (with the same caching).
+Response handle_favicon(Call& call) {
+  if (!is_get(call)) throw_method_not_allowed("GET,HEAD");
+  constexpr std::string_view kCache = "public, max-age=31536000";
+  const std::string dir = ui_dir(call);
+  if (!dir.empty()) {
+    if (auto r = file_response(call, fs::path(dir) / "favicon.ico", kCache)) return std::move(*r);
+  }
+  Response r{Status::not_found, call.req.version()};
+  r.set(beast_http::field::server, kServerHeader);
+  r.set(beast_http::field::date, http_date_now());
+  r.set(beast_http::field::content_type, "text/plain");
+  r.set(beast_http::field::cache_control, kCache);
+  r.keep_alive(call.req.keep_alive());
+  r.body() = "Not found.";
+  r.prepare_payload();
+  if (call.is(beast_http::verb::head)) r.body().clear();
+  return r;
+}
 
 Response handle_utils(Call& call) {
   if (!is_get(call)) throw_method_not_allowed("GET,HEAD");
@@ -47,8 +97,7 @@ Response handle_utils(Call& call) {
     r.set(beast_http::field::location, "/_utils/");
     return r;
   }
-  const std::string dir =
-      call.ctx.config ? call.ctx.config->get("chaise", "fauxton_dir").value_or("") : "";
+  const std::string dir = ui_dir(call);
   std::error_code exists_ec;
   if (call.path.size() == 2 && call.path[1] == "session.html" &&
       (dir.empty() || !fs::exists(fs::path(dir) / "session.html", exists_ec))) {
@@ -79,24 +128,9 @@ Response handle_utils(Call& call) {
   const auto [root_end, real_it] =
       std::mismatch(root.begin(), root.end(), real.begin(), real.end());
   if (root_end != root.end()) not_found();
-  if (fs::is_directory(real, ec)) not_found();
-  const auto size = fs::file_size(real, ec);
-  if (ec || size > kFileBytesMax) not_found();
-  std::ifstream in(real, std::ios::binary);
-  if (!in) not_found();
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-
-  Response r{Status::ok, call.req.version()};
-  r.set(beast_http::field::server, kServerHeader);
-  r.set(beast_http::field::date, http_date_now());
-  r.set(beast_http::field::content_type, content_type_of(real));
-  r.set(beast_http::field::cache_control, "private, must-revalidate");
-  r.keep_alive(call.req.keep_alive());
-  r.body() = bytes.str();
-  r.prepare_payload();
-  if (call.is(beast_http::verb::head)) r.body().clear();
-  return r;
+  auto r = file_response(call, real, "private, must-revalidate");
+  if (!r) not_found();
+  return std::move(*r);
 }
 
 }  // namespace chaise::http

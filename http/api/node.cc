@@ -8,6 +8,8 @@
 #include "config/config.h"
 #include "config/settings.h"
 #include "core/db/txid_janitor.h"
+#include "core/js/js.h"
+#include "core/query/collation.h"
 #include "core/security/security.h"
 #include "http/api/idempotency.h"
 #include "http/api/metrics.h"
@@ -75,7 +77,20 @@ Response config_request(Call& call) {
   }
   if (path.size() == 4 && path[3] == "_reload") {
     if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
-    // Chaise keeps no unpersisted values apart from command-line flags, which stay in force.
+    // The ini files are read again and replace every value (changes made without persisting are
+    // gone, as in CouchDB). Files whose values the server could not start with are refused whole,
+    // with the reason, and nothing changes. Startup settings (ports, the store) keep their values
+    // until a restart; the others take effect as a PUT's would.
+    config::Sections fresh;
+    try {
+      fresh = config.read_files();
+      std::vector<std::string> warnings;
+      config::server_settings(fresh, warnings);
+    } catch (const config::ConfigError& e) {
+      throw HttpError(err::bad_request(e.what()));
+    }
+    for (const auto& change : config.replace(std::move(fresh)))
+      apply_live(change.section, change.key, change.value);
     return json_response(call.req, Status::ok, Json{{"ok", true}});
   }
   const std::string& section = path[3];
@@ -139,6 +154,32 @@ Response config_request(Call& call) {
 
 }  // namespace
 
+Response handle_membership(Call& call) {
+  // CouchDB 3.5 crashes with 500 function_clause on a longer path; 404 says what it is.
+  if (call.path.size() != 1) throw HttpError(err::not_found());
+  if (!is_get(call)) throw_method_not_allowed("GET");
+  const Json nodes = Json::array({kNodeName});
+  return json_response(call.req, Status::ok, {{"all_nodes", nodes}, {"cluster_nodes", nodes}});
+}
+
+namespace {
+// GET /_node/{node}/_versions: what decides the answers of JavaScript functions and the order of
+// view keys (CouchDB also names its Erlang, which Chaise has not).
+Response versions(Call& call) {
+  if (!is_get(call)) throw_method_not_allowed("GET");
+  if (call.path.size() != 3) throw HttpError(err::not_found());
+  const core::CollationVersions c = core::collation_versions();
+  return json_response(call.req, Status::ok,
+                       {{"javascript_engine",
+                         {{"version", core::js::spidermonkey_version()}, {"name", "spidermonkey"}}},
+                        {"collation_driver",
+                         {{"name", "libicu"},
+                          {"library_version", c.library_version},
+                          {"collator_version", c.collator_version},
+                          {"collation_algorithm_version", c.collation_algorithm_version}}}});
+}
+}  // namespace
+
 Response handle_node(Call& call) {
   const auto& path = call.path;
   if (path.size() == 1) throw HttpError(err::bad_request("Incomplete path to _node request"));
@@ -148,6 +189,7 @@ Response handle_node(Call& call) {
     return json_response(call.req, Status::ok, Json{{"name", kNodeName}});
   }
   if (path[2] == "_config") return config_request(call);
+  if (path[2] == "_versions") return versions(call);
   if (path[2] == "_stats" || path[2] == "_prometheus") {
     if (!is_get(call)) throw_method_not_allowed("GET");
     if (call.ctx.metrics == nullptr) throw HttpError(err::not_found());

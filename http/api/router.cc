@@ -356,6 +356,7 @@ MaybeResponse Router::dispatch(Call& call) const {
   const auto& path = call.path;
   if (path.empty()) co_return welcome(call.req);
   if (path.size() == 1 && path[0] == "_up") co_return up(call.req);
+  if (path.size() == 1 && path[0] == "favicon.ico") co_return handle_favicon(call);
   if (path[0].front() == '_' && !core::valid_db_name(path[0]))
     co_return co_await handle_server(call);
   if (path.size() == 1) co_return co_await handle_database(call);

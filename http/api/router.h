@@ -116,10 +116,14 @@ bool streams_request_body(const Request& header);
 MaybeResponse handle_server(Call& call);
 // /_session: cookie login, the session's user, logout (http/api/session.cc).
 Response handle_session(Call& call);
-// /_node/{node}/_config...: the config API (http/api/node.cc).
+// /_node/{node}/...: the config API, stats (http/api/node.cc).
 Response handle_node(Call& call);
+// /_membership: the nodes of the cluster, which is this node alone (http/api/node.cc).
+Response handle_membership(Call& call);
 // /_utils: the web UI's static files (http/api/fauxton.cc).
 Response handle_utils(Call& call);
+// /favicon.ico: the UI's icon, or CouchDB's plain-text 404 (http/api/fauxton.cc).
+Response handle_favicon(Call& call);
 // Database level: /{db}, /{db}/_bulk_docs, _revs_diff, _missing_revs, _revs_limit,
 // _ensure_full_commit, _compact, _view_cleanup.
 MaybeResponse handle_database(Call& call);

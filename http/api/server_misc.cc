@@ -308,6 +308,7 @@ MaybeResponse handle_server(Call& call) {
   if (first == "_uuids") co_return uuids(call);
   if (first == "_session") co_return handle_session(call);
   if (first == "_node") co_return handle_node(call);
+  if (first == "_membership") co_return handle_membership(call);
   if (first == "_utils") co_return handle_utils(call);
   if (first == "_active_tasks" && call.path.size() == 1) {
     // CouchDB lists compactions, indexers and replications here; Chaise's compaction runs inside

@@ -351,10 +351,14 @@ std::string Authenticator::ensure_secret() const {
   if (!s->secret.empty()) return s->secret;
   const std::string secret = core::random_hex32();
   try {
-    config_.set("chttpd_auth", "secret", secret);
+    if (config_.writable_file().empty()) {
+      config_.pin("chttpd_auth", "secret", secret);  // no file: it stays over a reload
+    } else {
+      config_.set("chttpd_auth", "secret", secret);
+    }
   } catch (const config::ConfigError& e) {
     spdlog::warn("auth: cannot persist [chttpd_auth] secret: {}", e.what());
-    config_.set("chttpd_auth", "secret", secret, /*persist=*/false);
+    config_.pin("chttpd_auth", "secret", secret);
   }
   return settings()->secret;
 }

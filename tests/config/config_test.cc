@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include "config/settings.h"
@@ -98,6 +100,35 @@ TEST(ConfigStore, LaterFilesWinAndChangesPersistToTheLast) {
   const auto before = c.snapshot();
   c.set("s", "later", "1", false);
   EXPECT_FALSE(before->at("s").contains("later"));
+}
+
+// A reload (POST /_node/{node}/_config/_reload) takes the files as they are now: edits made to
+// them appear, values set without persisting go, pinned values (command line) stay; replace()
+// names each change once.
+TEST(ConfigStore, ReloadTakesTheFilesAndKeepsPinnedValues) {
+  TempFile local;
+  std::ofstream(local.path()) << "[s]\nk = 1\ngone = x\n";
+  Config c(std::vector<fs::path>{local.path()});
+  c.pin("chttpd", "port", "7000");
+  c.set("s", "memory_only", "1", /*persist=*/false);
+  std::ofstream(local.path()) << "[s]\nk = 2\nadded = y\n";  // edited by hand
+  const auto g = c.generation();
+  auto changes = c.replace(c.read_files());
+  EXPECT_GT(c.generation(), g);
+  EXPECT_EQ(c.get("s", "k"), "2");
+  EXPECT_EQ(c.get("s", "added"), "y");
+  EXPECT_EQ(c.get("s", "gone"), std::nullopt);
+  EXPECT_EQ(c.get("s", "memory_only"), std::nullopt);
+  EXPECT_EQ(c.get("chttpd", "port"), "7000");
+  std::map<std::string, std::optional<std::string>> changed;
+  for (const auto& ch : changes) {
+    EXPECT_TRUE(changed.emplace(ch.section + "/" + ch.key, ch.value).second) << ch.key;
+  }
+  EXPECT_EQ(changed,
+            (std::map<std::string, std::optional<std::string>>{{"s/k", "2"},
+                                                               {"s/added", "y"},
+                                                               {"s/gone", std::nullopt},
+                                                               {"s/memory_only", std::nullopt}}));
 }
 
 TEST(Settings, ValidatesKnownKeysAndWarnsAboutUnknownOnes) {

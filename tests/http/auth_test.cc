@@ -699,6 +699,40 @@ TEST_F(AuthTest, ConfigApiReadsWritesAndPersists) {
   EXPECT_EQ(call(verb::get, "/").status, 401u);
 }
 
+// POST /_node/_local/_config/_reload reads the ini files again: an edit made to the file takes
+// effect, a value set without persisting is gone, and a file the server could not start with is
+// refused whole (400, nothing changes).
+TEST_F(AuthTest, ConfigReloadReadsTheFilesAgain) {
+  start();
+  auto value = [&](const std::string& path) {
+    return as_admin(verb::get, "/_node/_local/_config/" + path);
+  };
+  auto r = call(verb::put, "/_node/_local/_config/foo/temp", R"("1")",
+                with(basic("admin", "secret"), "X-Couch-Persist", "false"));
+  ASSERT_EQ(r.status, 200u);
+  write_file(ini_, read_file(ini_) + "\n[foo]\nedited = yes\n");
+  EXPECT_EQ(value("foo/edited").status, 404u);  // not read until the reload
+  EXPECT_EQ(as_admin(verb::get, "/_node/_local/_config/_reload").status, 405u);
+  r = as_admin(verb::post, "/_node/_local/_config/_reload");
+  EXPECT_EQ(r.status, 200u);
+  EXPECT_EQ(r.body, "{\"ok\":true}\n");
+  EXPECT_EQ(value("foo/edited").body, "\"yes\"\n");
+  EXPECT_EQ(value("foo/temp").status, 404u);
+  EXPECT_EQ(call(verb::get, "/_all_dbs", {}, basic("admin", "secret")).status, 200u);
+  // A reloaded setting takes effect as a PUT's would.
+  write_file(ini_, read_file(ini_) + "\n[chttpd]\nrequire_valid_user = true\n");
+  ASSERT_EQ(as_admin(verb::post, "/_node/_local/_config/_reload").status, 200u);
+  EXPECT_EQ(call(verb::get, "/").status, 401u);
+  // A bad value: refused with the reason, the running values stay.
+  const std::string good = read_file(ini_);
+  write_file(ini_, good + "\n[chttpd_auth]\ntimeout = soon\n");
+  r = as_admin(verb::post, "/_node/_local/_config/_reload");
+  EXPECT_EQ(r.status, 400u) << r.body;
+  EXPECT_EQ(r.json()["error"], "bad_request");
+  EXPECT_EQ(value("foo/edited").body, "\"yes\"\n");
+  EXPECT_EQ(value("chttpd_auth/timeout").status, 404u);
+}
+
 TEST_F(AuthTest, CorsPreflightAndResponseHeaders) {
   start(
       "[chttpd]\nenable_cors = true\n[cors]\norigins = http://app.example, http://b.example\n"

@@ -8,6 +8,7 @@
 // handle_dbs_info_req; couch_httpd_misc_handlers.erl handle_uuids_req; fabric_db_info.erl;
 // chttpd.erl error_info, absolute_uri).
 #include <gtest/gtest.h>
+#include <unicode/uversion.h>
 
 #include <memory>
 #include <optional>
@@ -352,6 +353,42 @@ TEST_F(DatabaseTest, UnknownPathsAnswerLikeCouchDb) {
   // Known CouchDB endpoints Chaise lacks say so.
   expect_error(post("/db/_purge", "{}"), 501, "not_implemented",
                "this feature is not yet implemented");
+  // Temporary views are gone (CouchDB 3.5: 410 for any method; 404 when the database is absent).
+  for (verb method : {verb::post, verb::get})
+    expect_error(call(method, "/db/_temp_view", R"({"map":"function(d){emit(1)}"})"), 410, "gone",
+                 "Temporary views are not supported in CouchDB");
+  expect_error(post("/nodb/_temp_view", "{}"), 404, "not_found", "Database does not exist.");
+}
+
+// One node is the whole cluster: its name, as /_node/_local names it (CouchDB 3.5's shape).
+TEST_F(DatabaseTest, MembershipListsThisNode) {
+  auto r = get("/_membership");
+  EXPECT_EQ(r.status, 200u);
+  EXPECT_EQ(r.body, R"({"all_nodes":["nonode@nohost"],"cluster_nodes":["nonode@nohost"]})"
+                    "\n");
+  EXPECT_EQ(get("/_node/_local").json()["name"], "nonode@nohost");
+  expect_method_not_allowed(post("/_membership", "{}"), "GET");
+  expect_error(get("/_membership/x"), 404, "not_found", "missing");
+}
+
+// GET /_node/_local/_versions: the JavaScript engine and the collation's versions, in CouchDB
+// 3.5's shape. CouchDB 3.5 on this machine's ICU 72 reports library 72.1, collator 153.120,
+// algorithm 15: the same ICU orders view keys the same way.
+TEST_F(DatabaseTest, NodeVersionsNameTheEngineAndTheCollation) {
+  auto r = get("/_node/_local/_versions");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  const auto v = r.json();
+  EXPECT_EQ(v["javascript_engine"]["name"], "spidermonkey");
+  EXPECT_TRUE(std::regex_match(v["javascript_engine"]["version"].get<std::string>(),
+                               std::regex("[1-9][0-9]*")))
+      << v;
+  EXPECT_EQ(v["collation_driver"]["name"], "libicu");
+  EXPECT_EQ(v["collation_driver"]["library_version"], U_ICU_VERSION);
+  if (U_ICU_VERSION_MAJOR_NUM == 72) {
+    EXPECT_EQ(v["collation_driver"]["collator_version"], "153.120");
+    EXPECT_EQ(v["collation_driver"]["collation_algorithm_version"], "15");
+  }
+  expect_method_not_allowed(post("/_node/_local/_versions", "{}"), "GET");
 }
 
 // ---- /_all_dbs, /_dbs_info

@@ -529,6 +529,58 @@ TEST_F(ConfiguredServerTest, AcknowledgedWritesAreSyncedUnlessFsyncIsOff) {
   }
 }
 
+// [couchdb] single_node = true: the first start creates _users, _replicator and _global_changes
+// with the default security object (CouchDB 3.5 answers the same), so a user can be created at
+// once; later starts keep them as they are and recreate only what is missing.
+TEST_F(ConfiguredServerTest, SingleNodeStartCreatesTheSystemDatabases) {
+  const std::string ini = "[couchdb]\nsingle_node = true\n";
+  {
+    ServerProcess& server = start_with_ini(ini);
+    HttpClient client{server.port()};
+    EXPECT_EQ(client.get("/_all_dbs").body, R"(["_global_changes","_replicator","_users"])"
+                                            "\n");
+    EXPECT_EQ(client.get("/_users/_security").json(),
+              nlohmann::ordered_json::parse(
+                  R"({"members":{"roles":["_admin"]},"admins":{"roles":["_admin"]}})"));
+    const auto user = client.request(verb::put, "/_users/org.couchdb.user:ann",
+                                     R"({"name":"ann","password":"pw","roles":[],"type":"user"})",
+                                     {{"Content-Type", "application/json"}});
+    EXPECT_EQ(user.status, 201u) << user.body;
+    ASSERT_EQ(client.request(verb::delete_, "/_replicator").status, 200u);
+    expect_clean_stop(server);
+    servers_.clear();
+  }
+  ServerProcess& again = start_with_ini(ini);
+  HttpClient client{again.port()};
+  EXPECT_EQ(client.get("/_all_dbs").body, R"(["_global_changes","_replicator","_users"])"
+                                          "\n");
+  EXPECT_EQ(client.get("/_users/org.couchdb.user:ann").status, 200u);  // kept
+  EXPECT_EQ(client.get("/_replicator").json()["doc_count"], 0);        // recreated empty
+}
+
+// GET /favicon.ico: the UI directory's icon, cached for a year; without one CouchDB 3.5's answer,
+// a plain-text 404 cached the same way.
+TEST_F(ConfiguredServerTest, FaviconComesFromTheUiDirectory) {
+  const fs::path ui = dir_.path() / "ui";
+  fs::create_directories(ui);
+  {
+    ServerProcess& server = start_with_ini("[chaise]\nfauxton_dir = " + ui.string() + "\n");
+    HttpClient client{server.port()};
+    auto missing = client.get("/favicon.ico");
+    EXPECT_EQ(missing.status, 404u);
+    EXPECT_EQ(missing.body, "Not found.");
+    EXPECT_EQ(missing.header(field::content_type), "text/plain");
+    EXPECT_EQ(missing.header(field::cache_control), "public, max-age=31536000");
+    write_file(ui / "favicon.ico", std::string("\0\0\1\0icon", 8));
+    auto icon = client.get("/favicon.ico");
+    EXPECT_EQ(icon.status, 200u);
+    EXPECT_EQ(icon.body, std::string("\0\0\1\0icon", 8));
+    EXPECT_EQ(icon.header(field::content_type), "image/x-icon");
+    EXPECT_EQ(icon.header(field::cache_control), "public, max-age=31536000");
+    EXPECT_EQ(client.request(verb::post, "/favicon.ico").status, 405u);
+  }
+}
+
 TEST_F(ConfiguredServerTest, DefaultIniFileIsAccepted) {
   ServerProcess& server = start({"--config", CHAISE_SOURCE_DIR "/config/default.ini"});
   EXPECT_EQ(HttpClient{server.port()}.get("/_up").status, 200u);
