@@ -7,6 +7,7 @@
 // checks every document against the whole selector; without one it scans _all_docs. Text
 // indexes need a search service CouchDB 3.5 does not ship either: refused with CouchDB's error.
 #include <boost/asio/awaitable.hpp>
+#include <charconv>
 #include <chrono>
 #include <map>
 
@@ -78,7 +79,7 @@ OrderedJson all_docs_index_json() {
 }
 
 Response ordered_response(const Request& req, Status status, const OrderedJson& body) {
-  return raw_json_response(req, status, body.dump() + "\n");
+  return raw_json_response(req, status, body.dump());
 }
 
 // Writes an index design document (`doc` with its "_rev" when it exists), or deletes it, as the
@@ -423,9 +424,27 @@ MaybeResponse list_indexes(Call& call, const core::DbRef& db) {
     }
     list.push_back(std::move(j));
   }
+  // ?limit (at least 1) and ?skip (at least 0, past the end: none), as mango_httpd; CouchDB
+  // answers a bad value with 500, Chaise with 400 and the same error.
+  const auto total = static_cast<std::int64_t>(list.size());
+  auto param = [&](const char* name, std::int64_t fallback, std::int64_t min) {
+    const auto v = call.query.get(name);
+    if (!v) return fallback;
+    std::int64_t n = 0;
+    const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+    if (ec != std::errc{} || end != v->data() + v->size() || n < min)
+      throw HttpError(
+          err::invalid_list_index_params("Index parameter ranges: limit > 1, skip > 0"));
+    return n;
+  };
+  const std::int64_t limit = param("limit", total, 1);
+  const std::int64_t skip = std::min(param("skip", 0, 0), total);
+  OrderedJson page = OrderedJson::array();
+  for (std::int64_t i = skip; i < total && i - skip < limit; ++i)
+    page.push_back(std::move(list[static_cast<std::size_t>(i)]));
   OrderedJson out = OrderedJson::object();
-  out["total_rows"] = list.size();
-  out["indexes"] = list;
+  out["total_rows"] = total;
+  out["indexes"] = std::move(page);
   co_return ordered_response(call.req, Status::ok, out);
 }
 
@@ -442,7 +461,18 @@ struct FindRequest {
   bool execution_stats = false;
   bool conflicts = false;
   bool update = true;
+  bool allow_fallback = true;  // false: no index but the one use_index names (or a usable one)
 };
+
+// A boolean option of a query (mango_opts:validate_bool): absent is `fallback`, anything but
+// true or false is 400 invalid_boolean.
+bool bool_option(const OrderedJson& body, const char* name, bool fallback) {
+  const auto it = body.find(name);
+  if (it == body.end()) return fallback;
+  if (!it->is_boolean())
+    throw HttpError(err::invalid_boolean("Invalid boolean value: " + it->dump()));
+  return it->get<bool>();
+}
 
 std::int64_t non_negative(const OrderedJson& v, const char* name) {
   if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
@@ -501,9 +531,11 @@ FindRequest parse_find(const OrderedJson& body) {
       throw HttpError(err::invalid_bookmark("Invalid bookmark value: " + body["bookmark"].dump()));
     r.skip += b["seen"].get<std::int64_t>();
   }
-  r.execution_stats = body.value("execution_stats", false) == true;
-  r.conflicts = body.value("conflicts", false) == true;
-  if (body.contains("update") && body["update"] == false) r.update = false;
+  r.execution_stats = bool_option(body, "execution_stats", false);
+  r.conflicts = bool_option(body, "conflicts", false);
+  r.update = bool_option(body, "update", true);
+  bool_option(body, "stable", false);  // validated; every answer is from one snapshot
+  r.allow_fallback = bool_option(body, "allow_fallback", true);
   return r;
 }
 
@@ -535,44 +567,66 @@ struct Plan {
 // (and a global query only global ones: mango_idx:filter_partition_indexes/2).
 Plan choose(const FindRequest& r, const std::vector<core::MangoIndex>& indexes, bool db_partitioned,
             bool partition_query) {
-  Plan p;
-  const core::MangoIndex* best = nullptr;
-  bool asked_unusable = false;
-  for (const auto& idx : indexes) {
-    if (idx.partitioned != partition_query || !core::mango_index_usable(idx, r.selector, r.sort)) {
-      if (r.use_index && idx.ddoc == (*r.use_index)[0]) asked_unusable = true;
-      continue;
-    }
-    if (r.use_index) {
-      if (idx.ddoc != (*r.use_index)[0]) continue;
-      if (r.use_index->size() > 1 && idx.name != (*r.use_index)[1]) continue;
-    }
-    if (!best || idx.fields.size() > best->fields.size()) best = &idx;
-  }
-  if (!best && r.use_index) {
-    // The named index cannot answer: CouchDB falls back to another and says so.
-    std::string named =
-        (*r.use_index)[0] + (r.use_index->size() > 1 ? ", " + (*r.use_index)[1] : "");
-    FindRequest any = r;
-    any.use_index.reset();
-    p = choose(any, indexes, db_partitioned, partition_query);
-    (void)asked_unusable;
-    p.warning = named + " was not used because it does not contain a valid index for this query.";
-    return p;
-  }
-  if (best) {
-    p.index = *best;
-    return p;
-  }
+  // mango_idx:get_usable_indexes: the json indexes that can answer, plus _all_docs when the sort
+  // (if any) is by _id; none at all is the sort error.
+  std::vector<const core::MangoIndex*> usable;
+  for (const auto& idx : indexes)
+    if (idx.partitioned == partition_query && core::mango_index_usable(idx, r.selector, r.sort))
+      usable.push_back(&idx);
   bool id_sort = true;
   for (const auto& f : r.sort) id_sort = id_sort && f.name == "_id";
-  if (!id_sort) {  // mango_idx:mango_sort_error/2
+  if (usable.empty() && !id_sort) {  // mango_idx:mango_sort_error/2
     const char* which = !db_partitioned ? "" : partition_query ? " partitioned" : " global";
     throw HttpError(
         err::no_usable_index(std::string("No") + which +
                              " index exists for this sort, try indexing by the sort fields."));
   }
-  p.warning = "No matching index found, create an index to optimize query time.";
+  auto best_of = [](const std::vector<const core::MangoIndex*>& candidates) {
+    const core::MangoIndex* best = nullptr;
+    for (const core::MangoIndex* idx : candidates)
+      if (!best || idx->fields.size() > best->fields.size()) best = idx;
+    return best;
+  };
+  // mango_cursor:create: the indexes use_index names among the usable ones; none (or no
+  // use_index) falls back to the best usable one, unless allow_fallback is false, where only a
+  // choice among several usable indexes (_all_docs counted) is allowed.
+  std::vector<const core::MangoIndex*> named;
+  if (r.use_index) {
+    for (const core::MangoIndex* idx : usable)
+      if (idx->ddoc == (*r.use_index)[0] &&
+          (r.use_index->size() == 1 || idx->name == (*r.use_index)[1]))
+        named.push_back(idx);
+  }
+  auto named_text = [&] {  // "_design/d" or "_design/d, name"
+    return (*r.use_index)[0] + (r.use_index->size() > 1 ? ", " + (*r.use_index)[1] : "");
+  };
+  Plan p;
+  std::vector<std::string> warnings;
+  const core::MangoIndex* chosen = best_of(named);
+  if (!chosen) {
+    const std::size_t usable_count = usable.size() + (id_sort ? 1 : 0);
+    if (!r.allow_fallback && (r.use_index || usable_count <= 1)) {
+      if (!r.use_index)
+        throw HttpError(
+            err::invalid_index("You must specify an index with the `use_index` parameter."));
+      throw HttpError(err::invalid_index(
+          named_text() + " specified by `use_index` could not be found or it is not suitable."));
+    }
+    if (r.use_index)
+      warnings.push_back(named_text() +
+                         " was not used because it does not contain a valid index for this query.");
+    chosen = best_of(usable);
+  }
+  if (chosen) {
+    p.index = *chosen;
+  } else {
+    warnings.emplace_back("No matching index found, create an index to optimize query time.");
+  }
+  if (!warnings.empty()) {
+    std::string joined;
+    for (const std::string& w : warnings) joined += (joined.empty() ? "" : "\n") + w;
+    p.warning = std::move(joined);
+  }
   return p;
 }
 

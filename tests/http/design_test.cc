@@ -916,6 +916,63 @@ TEST_F(MangoTest, JsonIndexesServeSortsAndRanges) {
   EXPECT_EQ(admin(verb::delete_, "/db/_index/people/json/by_age").status, 404u);
 }
 
+// allow_fallback: false refuses a query that no index serves (unless use_index's or a choice
+// among several usable ones), with CouchDB 3.5's errors; the fallback's warnings name both what
+// use_index asked for and the scan. GET /_index pages with limit and skip. Checked against CouchDB.
+TEST_F(MangoTest, AllowFallbackUseIndexWarningsAndIndexPaging) {
+  for (const char* f : {"f1", "f2", "age"})
+    ASSERT_EQ(admin(verb::post, "/db/_index",
+                    Json{{"index", {{"fields", {f}}}},
+                         {"ddoc", std::string("d_") + f},
+                         {"name", std::string("i_") + f}}
+                        .dump())
+                  .status,
+              200u);
+  const Json by_name = {{"name", "bob"}};
+  Json e = find({{"selector", by_name}, {"allow_fallback", false}}, 400);
+  EXPECT_EQ(
+      e,
+      Json::parse(
+          R"({"error":"invalid_index","reason":"You must specify an index with the `use_index` parameter."})"));
+  e = find({{"selector", by_name}, {"use_index", "d_f1"}, {"allow_fallback", false}}, 400);
+  EXPECT_EQ(e["reason"],
+            "_design/d_f1 specified by `use_index` could not be found or it is not suitable.");
+  e = find({{"selector", by_name}, {"use_index", {"d_f1", "nope"}}, {"allow_fallback", false}},
+           400);
+  EXPECT_EQ(e["reason"],
+            "_design/d_f1, nope specified by `use_index` could not be found or it is not "
+            "suitable.");
+  Json r = find({{"selector", by_name}, {"use_index", "d_f1"}});
+  EXPECT_EQ(ids(r), (std::vector<std::string>{"p1"}));
+  EXPECT_EQ(r["warning"],
+            "_design/d_f1 was not used because it does not contain a valid index for this "
+            "query.\nNo matching index found, create an index to optimize query time.");
+  // One usable index for a sort: CouchDB still wants it named when fallback is off.
+  const Json adults = {{"age", {{"$gt", 21}}}};
+  e = find({{"selector", adults}, {"sort", {"age"}}, {"allow_fallback", false}}, 400);
+  EXPECT_EQ(e["error"], "invalid_index");
+  r = find(
+      {{"selector", adults}, {"sort", {"age"}}, {"use_index", "d_age"}, {"allow_fallback", false}});
+  EXPECT_EQ(ids(r), (std::vector<std::string>{"p1", "p2", "p3", "p4", "p5"}));
+  EXPECT_FALSE(r.contains("warning"));
+  // Without a sort, _all_docs is a second usable index: the choice is allowed.
+  EXPECT_EQ(ids(find({{"selector", adults}, {"allow_fallback", false}})).size(), 5u);
+  // Booleans are booleans.
+  EXPECT_EQ(find({{"selector", by_name}, {"conflicts", "no"}}, 400)["error"], "invalid_boolean");
+  EXPECT_EQ(find({{"selector", by_name}, {"allow_fallback", 0}}, 400)["error"], "invalid_boolean");
+  // GET /_index: total_rows counts all (_all_docs too); limit and skip page the list.
+  Json page = admin(verb::get, "/db/_index?limit=2&skip=1").json();
+  EXPECT_EQ(page["total_rows"], 4);
+  ASSERT_EQ(page["indexes"].size(), 2u);
+  EXPECT_EQ(page["indexes"][0]["ddoc"], "_design/d_age");
+  EXPECT_EQ(admin(verb::get, "/db/_index?skip=9").json()["indexes"], Json::array());
+  for (const char* bad : {"limit=0", "limit=x", "skip=-1"}) {
+    auto b = admin(verb::get, std::string("/db/_index?") + bad);
+    EXPECT_EQ(b.status, 400u) << bad;
+    EXPECT_EQ(b.json()["error"], "invalid_list_index_params") << bad;
+  }
+}
+
 TEST_F(MangoTest, PartialIndexesAndErrors) {
   auto created = admin(
       verb::post, "/db/_index",
