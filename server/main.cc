@@ -60,6 +60,9 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int kExitStartupFailed = 1;
+// POST /_node/{node}/_restart raises it: the server stops as for SIGTERM, then executes itself
+// again with the same arguments (same pid, so systemd and supervisors see no exit).
+constexpr int kRestartSignal = SIGUSR2;
 constexpr int kExitUsage = 2;
 
 struct UsageError : std::runtime_error {
@@ -318,6 +321,7 @@ sigset_t block_shutdown_signals() {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGHUP);
+  sigaddset(&signals, kRestartSignal);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   // A peer that vanishes must cost its connection, not the process.
   std::signal(SIGPIPE, SIG_IGN);
@@ -449,8 +453,16 @@ std::unique_ptr<chaise::storage::Database> open_store(
   return std::move(*opened);
 }
 
-int run(chaise::config::Config& config_store, const chaise::config::ServerSettings& config,
-        const Command& command) {
+// How run() ended: the exit code, or a restart asked for.
+struct RunEnd {
+  RunEnd(int code, bool restart_asked = false)  // NOLINT(google-explicit-constructor): exit codes
+      : exit_code(code), restart(restart_asked) {}
+  int exit_code;
+  bool restart;
+};
+
+RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSettings& config,
+           const Command& command) {
   const sigset_t signals = block_shutdown_signals();
   if (!prepare_admins(config_store, command)) return kExitStartupFailed;
   const std::optional<std::string> uuid = prepare_data_dir(config);
@@ -492,6 +504,7 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   context.auth = &authenticator;
   chaise::http::Metrics metrics;
   context.metrics = &metrics;
+  context.restart = [] { ::kill(::getpid(), kRestartSignal); };
   context.access_log =
       chaise::config::get_bool(*config_store.snapshot(), "log", "access_log", true);
   chaise::http::Router router{std::move(context)};
@@ -554,7 +567,12 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
     signal_number = received;
     break;
   }
-  spdlog::info("received {}, shutting down", strsignal(signal_number));
+  const bool restart = signal_number == kRestartSignal;
+  if (restart) {
+    spdlog::info("restart asked for: shutting down, then starting again");
+  } else {
+    spdlog::info("received {}, shutting down", strsignal(signal_number));
+  }
   notify_systemd("STOPPING=1");
   server.stop();
   workers->stop();
@@ -566,7 +584,7 @@ int run(chaise::config::Config& config_store, const chaise::config::ServerSettin
   workers.reset();
   spdlog::info("shutdown complete");
   spdlog::default_logger()->flush();
-  return 0;
+  return RunEnd(0, restart);
 }
 
 }  // namespace
@@ -606,7 +624,14 @@ int main(int argc, char** argv) {
   }
   for (const auto& warning : warnings) spdlog::warn("config: {}", warning);
   try {
-    return run(*config, settings, *command);
+    const RunEnd end = run(*config, settings, *command);
+    if (!end.restart) return end.exit_code;
+    // The same program with the same arguments, in this process: the store is closed and the
+    // listening sockets are gone, so the new image opens them again.
+    std::fflush(stdout);
+    ::execv("/proc/self/exe", argv);
+    spdlog::critical("restart: cannot execute /proc/self/exe again: {}", std::strerror(errno));
+    return kExitStartupFailed;
   } catch (const std::exception& e) {
     spdlog::critical("fatal: {}", e.what());
     return kExitStartupFailed;

@@ -190,6 +190,12 @@ Response handle_node(Call& call) {
   }
   if (path[2] == "_config") return config_request(call);
   if (path[2] == "_versions") return versions(call);
+  if (path[2] == "_restart" && path.size() == 3) {
+    if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
+    if (!call.ctx.restart) throw HttpError(err::not_implemented("this server cannot restart"));
+    call.ctx.restart();
+    return json_response(call.req, Status::ok, Json{{"ok", true}});
+  }
   if (path[2] == "_stats" || path[2] == "_prometheus") {
     if (!is_get(call)) throw_method_not_allowed("GET");
     if (call.ctx.metrics == nullptr) throw HttpError(err::not_found());

@@ -83,6 +83,10 @@ struct RouterContext {
   std::shared_ptr<IdempotencyInFlight> idempotency_in_flight;
   // The group commit of PATCH updates (http/api/hot_docs.h); the Router makes one if unset.
   std::shared_ptr<HotDocs> hot_docs;
+  // Asks the server to stop and start again (POST /_node/{node}/_restart): it returns at once,
+  // and the server restarts once the requests in flight, this one included, are answered.
+  // Unset: the endpoint answers 501.
+  std::function<void()> restart;
 };
 
 using MaybeResponse = boost::asio::awaitable<std::optional<Response>>;

@@ -369,6 +369,9 @@ TEST_F(DatabaseTest, MembershipListsThisNode) {
   EXPECT_EQ(get("/_node/_local").json()["name"], "nonode@nohost");
   expect_method_not_allowed(post("/_membership", "{}"), "GET");
   expect_error(get("/_membership/x"), 404, "not_found", "missing");
+  // A router that was given no way to restart says so (the server's restarts: server_test).
+  expect_error(post("/_node/_local/_restart", ""), 501, "not_implemented",
+               "this server cannot restart");
 }
 
 // GET /_node/_local/_versions: the JavaScript engine and the collation's versions, in CouchDB

@@ -581,6 +581,28 @@ TEST_F(ConfiguredServerTest, FaviconComesFromTheUiDirectory) {
   }
 }
 
+// POST /_node/_local/_restart answers {"ok":true}, then the server stops cleanly and starts
+// again in the same process (same pid; --port 0 gives it a new port, printed as at first start),
+// with its data.
+TEST_F(ConfiguredServerTest, RestartStartsTheServerAgainInTheSameProcess) {
+  ServerProcess& server = start();
+  {
+    HttpClient client{server.port()};
+    ASSERT_EQ(client.request(verb::put, "/kept").status, 201u);
+    EXPECT_EQ(client.get("/_node/_local/_restart").status, 405u);
+    auto r = client.request(verb::post, "/_node/_local/_restart");
+    EXPECT_EQ(r.status, 200u);
+    EXPECT_EQ(r.body, "{\"ok\":true}\n");
+  }
+  const std::string line = server.read_stdout_line(30s, "the server did not start again");
+  ASSERT_TRUE(line.starts_with("chaise listening on 127.0.0.1:")) << line;
+  const auto port = static_cast<std::uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
+  EXPECT_EQ(::kill(server.pid(), 0), 0);  // the same process
+  HttpClient again{port};
+  EXPECT_EQ(again.get("/").status, 200u);
+  EXPECT_EQ(again.get("/kept").status, 200u);
+}
+
 TEST_F(ConfiguredServerTest, DefaultIniFileIsAccepted) {
   ServerProcess& server = start({"--config", CHAISE_SOURCE_DIR "/config/default.ini"});
   EXPECT_EQ(HttpClient{server.port()}.get("/_up").status, 200u);
