@@ -732,6 +732,10 @@ StoreStats Engine::stats() const {
   s.conflicts = stat_conflicts_.load(std::memory_order_relaxed);
   s.batches = stat_batches_.load(std::memory_order_relaxed);
   s.synced_batches = stat_synced_batches_.load(std::memory_order_relaxed);
+  {
+    std::lock_guard lock(mu_);
+    s.commit_queue = pending_.size();
+  }
   s.fsync = options_.fsync;
   std::uint64_t value = 0;
   for (rocksdb::ColumnFamilyHandle* cf : family_cfs_) {

@@ -135,7 +135,8 @@ struct StoreStats {
   // acknowledged; equal to `batches` when `fsync` (Options::fsync) is on, 0 when it is off.
   std::uint64_t synced_batches = 0;
   bool fsync = false;
-  std::uint64_t disk_bytes = 0;  // SST files plus memtables
+  std::uint64_t commit_queue = 0;  // transactions waiting for the commit thread now
+  std::uint64_t disk_bytes = 0;    // SST files plus memtables
   // Memory held by design (each bounded by an Options field).
   std::uint64_t block_cache_bytes = 0;  // blocks in the block cache
   // All the block cache counts against its bound: its blocks, the memtables' reservations and,

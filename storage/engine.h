@@ -187,7 +187,7 @@ class Engine {
 
   // Commit pipeline. pending_ is guarded by mu_; everything below `Resolver` belongs to the commit
   // thread alone.
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::unique_ptr<CommitRequest>> pending_;
   bool stopping_ = false;

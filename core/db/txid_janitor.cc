@@ -38,6 +38,11 @@ std::size_t TxIdJanitor::expired() const {
   return expired_;
 }
 
+std::size_t TxIdJanitor::queued() const {
+  std::lock_guard lock(mu_);
+  return queue_.size();
+}
+
 std::size_t TxIdJanitor::passes() const {
   std::lock_guard lock(mu_);
   return passes_;

@@ -48,6 +48,8 @@ class TxIdJanitor {
   // Passes completed so far (timed ones and flush() calls). Once it is two more than a value
   // read after a write, a whole pass has run after that write.
   std::size_t passes() const;
+  // Keys waiting for the next pass.
+  std::size_t queued() const;
 
  private:
   void loop();

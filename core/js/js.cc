@@ -343,6 +343,11 @@ Engine::~Engine() {
 
 std::size_t Engine::calls() const { return impl_->calls.load(); }
 std::size_t Engine::contexts_rebuilt() const { return impl_->rebuilt.load(); }
+std::size_t Engine::contexts() const { return impl_->workers.size(); }
+std::size_t Engine::queued() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->queue.size();
+}
 
 JsResult<std::string> Engine::call(std::string_view op, const DesignDoc* ddoc,
                                    std::string args_json) {

@@ -119,6 +119,9 @@ class Engine {
   // Calls made, and contexts rebuilt after a timeout or out-of-memory (for tests and _stats).
   std::size_t calls() const;
   std::size_t contexts_rebuilt() const;
+  // The contexts (one thread each), and the calls waiting for one now.
+  std::size_t contexts() const;
+  std::size_t queued() const;
 
  private:
   struct Impl;

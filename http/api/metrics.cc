@@ -84,7 +84,7 @@ Metrics::Counts Metrics::snapshot() const {
   c.auth_failures = auth_failures_.load(std::memory_order_relaxed);
   c.feeds = feeds_.load(std::memory_order_relaxed);
   c.connections = connections_ ? connections_() : 0;
-  c.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  c.uptime_s = uptime_seconds();
   return c;
 }
 

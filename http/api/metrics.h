@@ -41,6 +41,9 @@ class Metrics {
   }
 
   std::string prometheus(const storage::StoreStats& store, const BackgroundCounts& bg) const;
+  double uptime_seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  }
   Json stats(const storage::StoreStats& store, const BackgroundCounts& bg) const;
 
   // Upper bounds of the latency histogram's buckets, in seconds.

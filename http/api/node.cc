@@ -2,8 +2,11 @@
 // only (authorize_request). Chaise is one node, named as a CouchDB without a distribution name
 // calls itself: nonode@nohost; "_local" means it too.
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <array>
+#include <cstdlib>
+#include <fstream>
 
 #include "config/config.h"
 #include "config/settings.h"
@@ -14,6 +17,7 @@
 #include "http/api/idempotency.h"
 #include "http/api/metrics.h"
 #include "http/api/request.h"
+#include "http/transport/workers.h"
 
 namespace chaise::http {
 
@@ -163,6 +167,57 @@ Response handle_membership(Call& call) {
 }
 
 namespace {
+// The value after `label` in a /proc text file (`label` includes its separator); 0 when absent.
+std::uint64_t proc_value(const char* file, std::string_view label) {
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with(label)) return std::strtoull(line.c_str() + label.size(), nullptr, 10);
+  }
+  return 0;
+}
+
+// GET /_node/{node}/_system: CouchDB's fields that mean something for this process. Memory is the
+// resident set and the parts the store holds by design; CouchDB's message queues are the queues
+// work waits in here (commits, worker threads, JavaScript contexts, the janitor); os_proc_count
+// counts JavaScript contexts, as CouchDB counts its couchjs processes; process_count counts
+// threads. A figure /proc does not give (a restricted container) is 0.
+Response system(Call& call) {
+  if (!is_get(call)) throw_method_not_allowed("GET");
+  if (call.path.size() != 3) throw HttpError(err::not_found());
+  const storage::StoreStats store = call.store().stats();
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  const std::uint64_t rss = proc_value("/proc/self/status", "VmRSS:") * 1024;
+  const std::uint64_t held = store.block_cache_bytes + store.memtable_bytes +
+                             store.table_readers_bytes + store.resolver_bytes;
+  const std::size_t js_contexts = call.ctx.js ? call.ctx.js->contexts() : 0;
+  Json memory = {{"other", rss > held ? rss - held : 0},
+                 {"block_cache", store.block_cache_bytes},
+                 {"memtables", store.memtable_bytes},
+                 {"table_readers", store.table_readers_bytes},
+                 {"conflict_window", store.resolver_bytes}};
+  Json queues = {{"commits", store.commit_queue},
+                 {"workers", call.ctx.workers ? call.ctx.workers->queued() : 0},
+                 {"javascript", call.ctx.js ? call.ctx.js->queued() : 0},
+                 {"janitor", call.ctx.janitor ? call.ctx.janitor->queued() : 0}};
+  const auto uptime = call.ctx.metrics ? call.ctx.metrics->uptime_seconds() : 0.0;
+  Json out = {{"uptime", static_cast<std::int64_t>(uptime)},
+              {"memory", std::move(memory)},
+              {"run_queue", call.ctx.workers ? call.ctx.workers->queued() : 0},
+              {"run_queue_dirty_cpu", 0},
+              {"context_switches", usage.ru_nvcsw + usage.ru_nivcsw},
+              {"io_input", proc_value("/proc/self/io", "rchar: ")},
+              {"io_output", proc_value("/proc/self/io", "wchar: ")},
+              {"os_proc_count", js_contexts},
+              {"stale_proc_count", 0},
+              {"process_count", proc_value("/proc/self/status", "Threads:")},
+              {"message_queues", std::move(queues)},
+              {"internal_replication_jobs", 0},
+              {"distribution", Json::object()},
+              {"distribution_events", Json::array()}};
+  return json_response(call.req, Status::ok, out);
+}
+
 // GET /_node/{node}/_versions: what decides the answers of JavaScript functions and the order of
 // view keys (CouchDB also names its Erlang, which Chaise has not).
 Response versions(Call& call) {
@@ -190,6 +245,7 @@ Response handle_node(Call& call) {
   }
   if (path[2] == "_config") return config_request(call);
   if (path[2] == "_versions") return versions(call);
+  if (path[2] == "_system") return system(call);
   if (path[2] == "_restart" && path.size() == 3) {
     if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
     if (!call.ctx.restart) throw HttpError(err::not_implemented("this server cannot restart"));

@@ -11,11 +11,13 @@
 // priority (`nice`) measured no better, so it is off by default.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cstddef>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -42,11 +44,22 @@ class WorkerPool {
   // result (or the exception `work` threw).
   template <typename T>
   boost::asio::awaitable<T> run(boost::asio::awaitable<T> work) {
-    co_return co_await boost::asio::co_spawn(executor(), std::move(work),
+    queued_.fetch_add(1, std::memory_order_relaxed);
+    co_return co_await boost::asio::co_spawn(executor(), started(queued_, std::move(work)),
                                              boost::asio::use_awaitable);
   }
+  // Work handed to run() that no worker has started yet.
+  std::size_t queued() const { return queued_.load(std::memory_order_relaxed); }
 
  private:
+  template <typename T>
+  static boost::asio::awaitable<T> started(std::atomic<std::size_t>& queued,
+                                           boost::asio::awaitable<T> work) {
+    queued.fetch_sub(1, std::memory_order_relaxed);
+    co_return co_await std::move(work);
+  }
+
+  std::atomic<std::size_t> queued_{0};
   boost::asio::io_context ioc_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> guard_;
   std::vector<std::thread> threads_;

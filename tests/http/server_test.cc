@@ -603,6 +603,28 @@ TEST_F(ConfiguredServerTest, RestartStartsTheServerAgainInTheSameProcess) {
   EXPECT_EQ(again.get("/kept").status, 200u);
 }
 
+// GET /_node/_local/_system: CouchDB 3.5's fields, with this process's figures (threads for
+// processes, JavaScript contexts for couchjs processes, its own queues as message queues).
+TEST_F(ConfiguredServerTest, SystemReportsThisProcess) {
+  ServerProcess& server = start_with_ini("[chaise]\njs_contexts = 3\n");
+  HttpClient client{server.port()};
+  ASSERT_EQ(client.request(verb::put, "/db").status, 201u);
+  auto r = client.get("/_node/_local/_system");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  const auto s = r.json();
+  for (const char* key :
+       {"uptime", "run_queue", "run_queue_dirty_cpu", "context_switches", "io_input", "io_output",
+        "os_proc_count", "stale_proc_count", "process_count", "internal_replication_jobs"})
+    EXPECT_TRUE(s[key].is_number_integer()) << key << ": " << s;
+  EXPECT_EQ(s["os_proc_count"], 3);
+  EXPECT_GE(s["process_count"].get<long long>(), 4);  // main, io, workers, JavaScript, store
+  EXPECT_GT(s["io_output"].get<long long>(), 0);      // it has answered requests
+  EXPECT_GT(s["memory"]["other"].get<long long>(), 0);
+  for (const char* queue : {"commits", "workers", "javascript", "janitor"})
+    EXPECT_EQ(s["message_queues"][queue], 0) << queue;  // an idle server waits on nothing
+  EXPECT_EQ(client.request(verb::post, "/_node/_local/_system").status, 405u);
+}
+
 TEST_F(ConfiguredServerTest, DefaultIniFileIsAccepted) {
   ServerProcess& server = start({"--config", CHAISE_SOURCE_DIR "/config/default.ini"});
   EXPECT_EQ(HttpClient{server.port()}.get("/_up").status, 200u);
