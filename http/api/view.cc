@@ -347,6 +347,12 @@ MaybeResponse design_info(Call& call, const core::DbRef& db, const std::string& 
   auto g = load_group(call, db, ddoc);
   auto tr = call.store().create_transaction();
   auto seq = value_or_throw(core::view_index_seq(tr, db, *g, storage::Snapshot::yes));
+  // The database's changes the index has not taken in yet. One node holds one copy of every
+  // shard, so CouchDB's three counts (over the copies it would read) are the same here.
+  core::ChangesQuery behind;
+  behind.since = seq;
+  core::ChangesCursor cursor(db, std::move(behind));
+  const std::int64_t pending = value_or_throw(cursor.pending(tr));
   Json info = Json::object();
   info["name"] = ddoc;
   Json vi = Json::object();
@@ -359,6 +365,8 @@ MaybeResponse design_info(Call& call, const core::DbRef& db, const std::string& 
   vi["compact_running"] = false;
   vi["waiting_clients"] = 0;
   vi["waiting_commit"] = false;
+  vi["updates_pending"] = Json{{"minimum", pending}, {"preferred", pending}, {"total", pending}};
+  vi["collator_versions"] = Json::array({core::collation_versions().collator_version});
   info["view_index"] = vi;
   co_return json_response(call.req, Status::ok, info);
 }

@@ -1,6 +1,7 @@
 // Design documents at work over HTTP: validate_doc_update on every write path, JavaScript
 // _changes filters (filter=ddoc/name, filter=_view), with CouchDB 3.5's answers.
 #include <gtest/gtest.h>
+#include <unicode/uversion.h>
 
 #include <fstream>
 
@@ -731,6 +732,36 @@ TEST_F(ViewTest, ManyRowsPerDocumentStillBuild) {
   ASSERT_EQ(r.status, 200u) << r.body;
   EXPECT_EQ(r.json()["total_rows"], 60'000);
   EXPECT_EQ(admin(verb::get, "/db/_design/many/_view/m").json()["rows"][0]["value"], 60'000);
+}
+
+// GET /{db}/_design/{ddoc}/_info: CouchDB 3.5's members, with updates_pending counting the
+// database's changes the index has not taken in (all three counts alike on one node) and the
+// collator's version (153.120 with ICU 72, as CouchDB reports it on this machine).
+TEST_F(ViewTest, DesignInfoCountsTheChangesTheIndexLacks) {
+  auto info = [&] {
+    auto r = admin(verb::get, "/db/_design/v/_info");
+    EXPECT_EQ(r.status, 200u) << r.body;
+    return r.json();
+  };
+  Json i = info();
+  EXPECT_EQ(i["name"], "v");
+  const Json& vi = i["view_index"];
+  for (const char* key : {"signature", "language", "sizes", "update_seq", "purge_seq",
+                          "updater_running", "compact_running", "waiting_clients", "waiting_commit",
+                          "updates_pending", "collator_versions"})
+    EXPECT_TRUE(vi.contains(key)) << key;
+  // Not built yet: the design document and the 7 documents are pending.
+  EXPECT_EQ(vi["updates_pending"], Json::parse(R"({"minimum":8,"preferred":8,"total":8})"));
+  ASSERT_EQ(vi["collator_versions"].size(), 1u);
+  if (U_ICU_VERSION_MAJOR_NUM == 72) {
+    EXPECT_EQ(vi["collator_versions"][0], "153.120");
+  }
+  view("by_n?limit=1");  // builds the index
+  EXPECT_EQ(info()["view_index"]["updates_pending"]["total"], 0);
+  ASSERT_EQ(admin(verb::post, "/db/_bulk_docs", R"({"docs":[{"_id":"x"},{"_id":"y"}]})").status,
+            201u);
+  EXPECT_EQ(info()["view_index"]["updates_pending"]["total"], 2);
+  EXPECT_EQ(admin(verb::get, "/db/_design/nope/_info").status, 404u);
 }
 
 TEST_F(ViewTest, IndexFollowsEditsDeletesAndDesignChanges) {
