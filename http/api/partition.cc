@@ -54,6 +54,24 @@ bool enter_partition(Call& call) {
   return true;
 }
 
+void partition_from_query(Call& call) {
+  const auto& path = call.path;  // /{db}/... with any /_partition/{p} already taken out
+  const bool all_docs = path.size() == 2 && path[1] == "_all_docs";
+  const bool view = path.size() == 5 && path[1] == "_design" && path[3] == "_view";
+  if (!all_docs && !view) return;
+  const auto partition = call.query.get("partition");
+  if (!partition) return;
+  validate_partition(*partition);
+  if (call.partition) {
+    if (*call.partition != *partition)
+      throw HttpError(err::bad_request("Conflicting value for `partition` in query string"));
+    return;
+  }
+  if (all_docs && !open_db_or_throw(call).partitioned)
+    throw HttpError(err::query_parse_error("`partition` parameter is not supported on this db"));
+  call.partition = *partition;
+}
+
 Response partition_info(Call& call) {
   if (!call.is(beast_http::verb::get) && !call.is(beast_http::verb::head))
     throw_method_not_allowed("GET");

@@ -364,6 +364,7 @@ MaybeResponse Router::dispatch(Call& call) const {
     if (!enter_partition(call)) co_return partition_info(call);
     co_return co_await dispatch(call);
   }
+  partition_from_query(call);
   static const std::array<std::string_view, 4> kViews = {"_all_docs", "_design_docs", "_local_docs",
                                                          "_changes"};
   if (std::find(kViews.begin(), kViews.end(), path[1]) != kViews.end())

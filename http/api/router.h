@@ -152,6 +152,10 @@ MaybeResponse view_cleanup(Call& call, const core::DbRef& db);
 // and, for a sub-endpoint, strips "_partition/{p}" from call.path and sets call.partition
 // (true: dispatch again); false: the request is GET /{db}/_partition/{p}, for partition_info.
 bool enter_partition(Call& call);
+// ?partition=p on a view or _all_docs query (couch_mrview_http): the same request as below
+// /{db}/_partition/p; a different partition in the path is 400, and _all_docs of a database that
+// is not partitioned refuses the parameter. Anything else ignores it, as CouchDB does.
+void partition_from_query(Call& call);
 Response partition_info(Call& call);
 // Streamed cursors (the built-in indexes): /{db}/_all_docs, _design_docs, _local_docs, _all_docs/queries, _changes.
 MaybeResponse handle_cursors(Call& call);

@@ -375,6 +375,23 @@ TEST_F(DesignTest, PartitionEndpoints) {
   expect_error(admin(verb::get, "/db/_partition/a"), 400, "bad_request",
                "database is not partitioned");
   expect_error(admin(verb::get, "/pdb/_partition/a/_changes"), 404, "not_found", "missing");
+
+  // ?partition= on a view or _all_docs is the same query below /_partition/{p}.
+  EXPECT_EQ(admin(verb::get, "/pdb/_design/v/_view/n?partition=b").json()["rows"][0]["value"], 9);
+  Json by_query = admin(verb::get, "/pdb/_all_docs?partition=b").json();
+  EXPECT_EQ(by_query["rows"], admin(verb::get, "/pdb/_partition/b/_all_docs").json()["rows"]);
+  EXPECT_EQ(by_query["rows"].size(), 9u);
+  expect_error(admin(verb::get, "/pdb/_design/v/_view/n?partition=_x"), 400, "illegal_partition",
+               "Partition must not start with an underscore");
+  expect_error(admin(verb::get, "/pdb/_design/v/_view/n?partition="), 400, "illegal_partition",
+               "Partition must not be empty");
+  expect_error(admin(verb::get, "/pdb/_partition/a/_design/v/_view/n?partition=b"), 400,
+               "bad_request", "Conflicting value for `partition` in query string");
+  EXPECT_EQ(admin(verb::get, "/pdb/_partition/a/_all_docs?partition=a").json()["rows"].size(), 20u);
+  expect_error(admin(verb::get, "/pdb/_design/g/_view/n?partition=a"), 400, "query_parse_error",
+               "`partition` parameter is not supported in this design doc");
+  expect_error(admin(verb::get, "/db/_all_docs?partition=a"), 400, "query_parse_error",
+               "`partition` parameter is not supported on this db");
 }
 
 // Mango indexes in a partitioned database are partitioned unless `"partitioned": false`: a
