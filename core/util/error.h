@@ -44,6 +44,8 @@ struct CouchError {
   X(invalid_argument,                400,  "invalid_argument",                "")                  \
   X(invalid_bookmark,                400,  "invalid_bookmark",                "")                  \
   X(invalid_boolean,                 400,  "invalid_boolean",                 "")                  \
+  X(invalid_bulk_docs,               400,  "invalid_bulk_docs",               "")                  \
+  X(invalid_index_name,              400,  "invalid_index_name",              "")                  \
   X(invalid_list_index_params,       400,  "invalid_list_index_params",       "")                  \
   X(invalid_partitioned_option,      400,  "invalid_partitioned_option",      "")                  \
   X(missing_required_key,            400,  "missing_required_key",            "")                  \

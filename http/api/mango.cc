@@ -86,9 +86,11 @@ Response ordered_response(const Request& req, Status status, const OrderedJson& 
 // caller (design documents need a db admin), and answers with `answer()` once it is written
 // (write_and_render: stored with the write under an Idempotency-Key); throws the document's
 // CouchError.
-core::DocWriteBatch index_ddoc_batch(const Call& call, const core::DbRef& db,
-                                     const std::string& ddoc, const OrderedJson& doc,
-                                     bool deleted) {
+// The write of an index design document `ddoc` (`doc`, with its "_rev" when it exists), or its
+// deletion, checked as the caller's write (design documents need a db admin).
+core::DocWriteBatch::Item index_ddoc_item(const Call& call, const core::DbRef& db,
+                                          const std::string& ddoc, const OrderedJson& doc,
+                                          bool deleted) {
   Json as_json = Json::parse(doc.dump());
   if (auto err = check_doc_write(call, db, as_json)) throw HttpError(*err);
   if (!deleted)
@@ -103,8 +105,16 @@ core::DocWriteBatch index_ddoc_batch(const Call& call, const core::DbRef& db,
     for (auto it = doc.begin(); it != doc.end(); ++it)
       if (!it.key().starts_with("_")) stored[it.key()] = it.value();
   u.body = stored.dump();
-  std::vector<core::DocWriteBatch::Item> items(1);
-  items[0].update = std::move(u);
+  core::DocWriteBatch::Item item;
+  item.update = std::move(u);
+  return item;
+}
+
+core::DocWriteBatch index_ddoc_batch(const Call& call, const core::DbRef& db,
+                                     const std::string& ddoc, const OrderedJson& doc,
+                                     bool deleted) {
+  std::vector<core::DocWriteBatch::Item> items;
+  items.push_back(index_ddoc_item(call, db, ddoc, doc, deleted));
   return core::DocWriteBatch(db.name, std::move(items));
 }
 
@@ -404,6 +414,85 @@ MaybeResponse delete_index(Call& call, const core::DbRef& db, std::string ddoc,
   co_return co_await write_index_ddoc(call, db, ddoc, doc, doc["views"].empty(), [&] {
     return json_response(call.req, Status::ok, Json{{"ok", true}});
   });
+}
+
+// POST /{db}/_index/_bulk_delete {"docids": [...]} (mango_httpd): every Mango index of each
+// named design document goes (the document with them when nothing else is left in it), all in
+// one batch; the answer lists each id under "success" or "fail", newest first as CouchDB's
+// fold builds them. CouchDB crashes on a design document with several indexes; here they all go.
+MaybeResponse bulk_delete_indexes(Call& call, const core::DbRef& db) {
+  require_method(call, "POST");
+  require_json_content_type(call);
+  constexpr std::size_t kDocIdsMax = 1000;
+  const OrderedJson body = OrderedJson::parse(parse_json_object_body(call.req).dump());
+  if (!body.contains("docids"))
+    throw HttpError(err::missing_required_key("Missing required key: docids"));
+  const OrderedJson& ids = body["docids"];
+  if (!ids.is_array())
+    throw HttpError(err::invalid_bulk_docs(
+        "Bulk Delete requires an array of non-null docids. Docids: " + ids.dump()));
+  if (ids.size() > kDocIdsMax)
+    throw HttpError(err::bad_request("at most " + std::to_string(kDocIdsMax) + " docids"));
+  if (body.contains("w") && (!body["w"].is_number_integer() || body["w"].get<std::int64_t>() < 1))
+    throw HttpError(err::invalid_argument("Invalid value for w: " + body["w"].dump()));
+  // mango_opts:validate_use_index: "name" or "_design/name".
+  std::vector<std::string> wanted;
+  for (const OrderedJson& id : ids) {
+    const std::string text = id.is_string() ? id.get<std::string>() : std::string();
+    const bool prefixed = text.starts_with("_design/");
+    const std::string name = prefixed ? text.substr(8) : text;
+    if (!id.is_string() || name.empty() || name.find('/') != std::string::npos)
+      throw HttpError(err::invalid_index_name("Invalid index name: " + id.dump()));
+    const std::string ddoc = "_design/" + name;
+    if (std::find(wanted.begin(), wanted.end(), ddoc) == wanted.end()) wanted.push_back(ddoc);
+  }
+  DesignDocs existing = read_design_docs(call, db);
+  std::vector<std::string> written, missing;
+  std::vector<core::DocWriteBatch::Item> items;
+  for (const std::string& ddoc : wanted) {
+    auto it = existing.bodies.find(ddoc);
+    const bool has_index =
+        std::any_of(existing.indexes.begin(), existing.indexes.end(),
+                    [&](const core::MangoIndex& idx) { return idx.ddoc == ddoc; });
+    if (it == existing.bodies.end() || !has_index) {
+      missing.push_back(ddoc);
+      continue;
+    }
+    OrderedJson doc = it->second;
+    for (const core::MangoIndex& idx : existing.indexes)
+      if (idx.ddoc == ddoc) doc["views"].erase(idx.name);
+    items.push_back(index_ddoc_item(call, db, ddoc, doc, doc["views"].empty()));
+    written.push_back(ddoc);
+  }
+  auto answer = [&](const core::DocWriteBatch* b) {
+    OrderedJson success = OrderedJson::array(), fail = OrderedJson::array();
+    for (std::size_t i = written.size(); i-- > 0;) {
+      const auto* e = b ? std::get_if<core::CouchError>(&*b->results().at(i)) : nullptr;
+      OrderedJson entry = OrderedJson::object();
+      entry["id"] = written[i];
+      if (e != nullptr) {
+        entry["error"] = e->error;
+        fail.push_back(std::move(entry));
+      } else {
+        entry["ok"] = true;
+        success.push_back(std::move(entry));
+      }
+    }
+    for (std::size_t i = missing.size(); i-- > 0;) {
+      OrderedJson entry = OrderedJson::object();
+      entry["id"] = missing[i];
+      entry["error"] = "not_found";
+      fail.push_back(std::move(entry));
+    }
+    OrderedJson out = OrderedJson::object();
+    out["success"] = std::move(success);
+    out["fail"] = std::move(fail);
+    return ordered_response(call.req, Status::ok, out);
+  };
+  if (items.empty()) co_return answer(nullptr);
+  core::DocWriteBatch batch(db.name, std::move(items));
+  co_return co_await write_and_render(call, batch,
+                                      [&](const core::DocWriteBatch& b) { return answer(&b); });
 }
 
 MaybeResponse list_indexes(Call& call, const core::DbRef& db) {
@@ -797,6 +886,8 @@ MaybeResponse handle_mango(Call& call, const core::DbRef& db) {
       require_method(call, "GET,HEAD,POST");
       co_return co_await list_indexes(call, db);
     }
+    if (call.path.size() == 3 && call.path[2] == "_bulk_delete")
+      co_return co_await bulk_delete_indexes(call, db);
     if (call.path.size() == 5 && call.path[3] == "json") {
       require_method(call, "DELETE");
       co_return co_await delete_index(call, db, call.path[2], call.path[4]);

@@ -1021,6 +1021,49 @@ TEST_F(MangoTest, AllowFallbackUseIndexWarningsAndIndexPaging) {
   }
 }
 
+// POST /_index/_bulk_delete: each named design document loses its Mango indexes (and goes when
+// nothing else is left); the answer lists successes and failures newest first, CouchDB 3.5's
+// shape and errors.
+TEST_F(MangoTest, BulkDeleteOfIndexes) {
+  auto index = [&](const char* ddoc, const char* field) {
+    ASSERT_EQ(admin(verb::post, "/db/_index",
+                    Json{{"index", {{"fields", {field}}}}, {"ddoc", ddoc}, {"name", field}}.dump())
+                  .status,
+              200u);
+  };
+  index("b1", "age");
+  index("b1", "name");  // two in one design document (CouchDB crashes on that one)
+  index("b2", "team");
+  put_ddoc("js", {{"views", {{"v", {{"map", "function(d){ emit(1); }"}}}}}});
+  auto r = admin(verb::post, "/db/_index/_bulk_delete",
+                 R"({"docids":["b1","_design/b2","js","nope","b1"]})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.json(),
+            Json::parse(R"({"success":[{"id":"_design/b2","ok":true},{"id":"_design/b1","ok":true}],
+                                       "fail":[{"id":"_design/nope","error":"not_found"},{"id":"_design/js","error":"not_found"}]})"));
+  EXPECT_EQ(admin(verb::get, "/db/_index").json()["total_rows"], 1);
+  EXPECT_EQ(admin(verb::get, "/db/_design/b1").status, 404u);
+  EXPECT_EQ(admin(verb::get, "/db/_design/js").status, 200u);
+  const std::pair<const char*, const char*> errors[] = {
+      {R"({"docids":"x"})", "invalid_bulk_docs"},
+      {R"({})", "missing_required_key"},
+      {R"({"docids":[1]})", "invalid_index_name"},
+      {R"({"docids":["a/b"]})", "invalid_index_name"}};
+  for (const auto& [body, error] : errors) {
+    auto e = admin(verb::post, "/db/_index/_bulk_delete", body);
+    EXPECT_EQ(e.status, 400u) << body;
+    EXPECT_EQ(e.json()["error"], error) << body;
+  }
+  EXPECT_EQ(admin(verb::post, "/db/_index/_bulk_delete", R"({"docids":"x"})").json()["reason"],
+            "Bulk Delete requires an array of non-null docids. Docids: \"x\"");
+  EXPECT_EQ(admin(verb::get, "/db/_index/_bulk_delete").status, 405u);
+  // Members may not delete design documents: the request is refused whole.
+  index("b3", "age");
+  add_user_bob_as_member();
+  EXPECT_EQ(user(verb::post, "/db/_index/_bulk_delete", R"({"docids":["b3"]})").status, 403u);
+  EXPECT_EQ(admin(verb::get, "/db/_design/b3").status, 200u);
+}
+
 TEST_F(MangoTest, PartialIndexesAndErrors) {
   auto created = admin(
       verb::post, "/db/_index",
