@@ -36,6 +36,21 @@ std::string_view content_type_of(const fs::path& file) {
 
 [[noreturn]] void not_found() { throw HttpError(err::not_found()); }
 
+// A static answer: `body` with its type and caching (no body for HEAD).
+Response static_answer(const Call& call, Status status, std::string_view content_type,
+                       std::string_view cache_control, std::string body) {
+  Response r{status, call.req.version()};
+  r.set(beast_http::field::server, kServerHeader);
+  r.set(beast_http::field::date, http_date_now());
+  r.set(beast_http::field::content_type, content_type);
+  r.set(beast_http::field::cache_control, cache_control);
+  r.keep_alive(call.req.keep_alive());
+  r.body() = std::move(body);
+  r.prepare_payload();
+  if (call.is(beast_http::verb::head)) r.body().clear();
+  return r;
+}
+
 // The bytes of `real` (a regular file of at most kFileBytesMax) as a 200 answer; nullopt when it
 // cannot be read.
 std::optional<Response> file_response(const Call& call, const fs::path& real,
@@ -48,16 +63,7 @@ std::optional<Response> file_response(const Call& call, const fs::path& real,
   if (!in) return std::nullopt;
   std::ostringstream bytes;
   bytes << in.rdbuf();
-  Response r{Status::ok, call.req.version()};
-  r.set(beast_http::field::server, kServerHeader);
-  r.set(beast_http::field::date, http_date_now());
-  r.set(beast_http::field::content_type, content_type_of(real));
-  r.set(beast_http::field::cache_control, cache_control);
-  r.keep_alive(call.req.keep_alive());
-  r.body() = bytes.str();
-  r.prepare_payload();
-  if (call.is(beast_http::verb::head)) r.body().clear();
-  return r;
+  return static_answer(call, Status::ok, content_type_of(real), cache_control, bytes.str());
 }
 
 std::string ui_dir(const Call& call) {
@@ -75,16 +81,7 @@ Response handle_favicon(Call& call) {
   if (!dir.empty()) {
     if (auto r = file_response(call, fs::path(dir) / "favicon.ico", kCache)) return std::move(*r);
   }
-  Response r{Status::not_found, call.req.version()};
-  r.set(beast_http::field::server, kServerHeader);
-  r.set(beast_http::field::date, http_date_now());
-  r.set(beast_http::field::content_type, "text/plain");
-  r.set(beast_http::field::cache_control, kCache);
-  r.keep_alive(call.req.keep_alive());
-  r.body() = "Not found.";
-  r.prepare_payload();
-  if (call.is(beast_http::verb::head)) r.body().clear();
-  return r;
+  return static_answer(call, Status::not_found, "text/plain", kCache, "Not found.");
 }
 
 Response handle_utils(Call& call) {

@@ -323,8 +323,7 @@ IndexRequest parse_index_request(const OrderedJson& body) {
 }
 
 MaybeResponse create_index(Call& call, const core::DbRef& db) {
-  const Json raw = parse_json_object_body(call.req);
-  const IndexRequest req = parse_index_request(OrderedJson::parse(raw.dump()));
+  const IndexRequest req = parse_index_request(parse_json_object_body(call.req));
   const OrderedJson& map = req.map;
   const std::string& name = req.name;
   const std::string& ddoc = req.ddoc;
@@ -424,7 +423,7 @@ MaybeResponse bulk_delete_indexes(Call& call, const core::DbRef& db) {
   require_method(call, "POST");
   require_json_content_type(call);
   constexpr std::size_t kDocIdsMax = 1000;
-  const OrderedJson body = OrderedJson::parse(parse_json_object_body(call.req).dump());
+  const OrderedJson body = parse_json_object_body(call.req);
   if (!body.contains("docids"))
     throw HttpError(err::missing_required_key("Missing required key: docids"));
   const OrderedJson& ids = body["docids"];
@@ -760,8 +759,7 @@ OrderedJson explain_plan(const Call& call, const core::DbRef& db, const OrderedJ
 
 MaybeResponse find(Call& call, const core::DbRef& db, bool explain) {
   require_method(call, "POST");
-  const Json raw = parse_json_object_body(call.req);
-  const OrderedJson body = OrderedJson::parse(raw.dump());
+  const OrderedJson body = parse_json_object_body(call.req);
   const FindRequest r = parse_find(body);
   DesignDocs d = read_design_docs(call, db);
   const Plan plan = choose(r, d.indexes, db.partitioned, call.partition.has_value());
