@@ -12,7 +12,8 @@
 #   bulk  POST _bulk_docs with 1,000-doc batches, 8 connections                       (docs/s)
 #   scan  _all_docs and _changes (plain, and with include_docs / style=all_docs&include_docs)
 #         of a database of STREAM_DOCS docs, one client                               (rows/s)
-#   hot   one counter document: PATCH increments with 16 and 64 connections (updates/s, p99,
+#   hot   one counter document: PATCH increments, then a JavaScript update handler's increments
+#         (POST _design/u/_update/inc/counter), with 16 and 64 connections (updates/s, p99,
 #         final counter vs acknowledged), then CouchDB-style GET+PUT with 16 and 64 clients
 #   idem  POST /{db} of new docs, 64 connections: without a key, with a new Idempotency-Key per
 #         request, and with every second request a retry of the one before (docs/s, req/s)
@@ -115,18 +116,26 @@ if [[ " $WORKLOADS " == *" put "* ]]; then
 fi
 
 if [[ " $WORKLOADS " == *" hot "* ]]; then
-  for conns in 16 64; do
+  # hot_load <label> <lua script> <conns>: the counter document `counter` of a fresh benchhot
+  # (with the update handler _design/u/_update/inc) under wrk; the final counter against the
+  # acknowledged updates shows whether any was lost.
+  hot_load() {
     make_db benchhot
     curl -s -X PUT -H "$j" -d '{"n":0}' "$base/benchhot/counter" >/dev/null
-    out=$(BENCH_DB=benchhot BENCH_DOC=counter wrk "${wrk_auth[@]}" -t2 -c"$conns" -d"${DURATION}s" --latency \
-          -s "$here/patch_counter.lua" "$base" 2>&1) || true
+    curl -s -X PUT -H "$j" -d '{"updates":{"inc":"function(doc, req) { doc.n = (doc.n || 0) + 1; return [doc, \"ok\"]; }"}}' \
+      "$base/benchhot/_design/u" >/dev/null
+    local out total bad rate p99 n
+    out=$(BENCH_DB=benchhot BENCH_DOC=counter wrk "${wrk_auth[@]}" -t2 -c"$3" -d"${DURATION}s" --latency \
+          -s "$here/$2" "$base" 2>&1) || true
     total=$(awk '/requests in/ {print $1}' <<<"$out")
     bad=$(awk '/Non-2xx/ {print $5}' <<<"$out")
     rate=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
     p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
     n=$(curl -s "$base/benchhot/counter" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("n"))')
-    echo "hot   PATCH increment, one doc, $conns conns: $rate req/s, p99 $p99, ${total:-0} answered, ${bad:-0} not 2xx, counter $n"
-  done
+    echo "hot   $1, one doc, $3 conns: $rate req/s, p99 $p99, ${total:-0} answered, ${bad:-0} not 2xx, counter $n"
+  }
+  for conns in 16 64; do hot_load "PATCH increment" patch_counter.lua "$conns"; done
+  for conns in 16 64; do hot_load "update handler increment" update_counter.lua "$conns"; done
   for clients in 16 64; do
     make_db benchhot
     curl -s -X PUT -H "$j" -d '{"n":0}' "$base/benchhot/counter" >/dev/null

@@ -4,6 +4,7 @@
 #include <random>
 #include <unordered_set>
 
+#include "core/index/filters.h"
 #include "core/index/write_hooks.h"
 #include "core/util/json_text.h"
 
@@ -410,19 +411,218 @@ DocStepBatch::DocStepBatch(std::string db_name, std::string id, std::vector<DocS
       id_(std::move(id)),
       steps_(std::move(steps)),
       cache_(std::move(cache)),
-      results_(steps_.size(), Outcome<RevId>(CouchError{})) {}
+      results_(steps_.size(), Outcome<RevId>(CouchError{})),
+      deferred_(steps_.size(), false) {}
 
 namespace {
 
-// Applies `steps` in order, from `body` at revision `cur`: each accepted step becomes a revision,
-// child of the one before (its hash appended to `chain`; `cur` and `body` move on), and each
-// refused one gets its error in `results` while the next step sees the same body.
+// Where a group's accepted steps stand: the latest revision and body, and the hashes of the new
+// revisions, oldest first.
+struct StepState {
+  RevId cur;
+  std::string body;
+  std::vector<std::string> chain;
+};
+
+// The time an attempt may still spend on steps (DocStepBatch::kStepsTimeMax); steps not begun
+// once it has passed are deferred, except the attempt's first.
+struct StepBudget {
+  std::chrono::steady_clock::time_point until;
+  std::vector<bool>& deferred;
+  bool begun = false;
+  // Whether the next step may begin now; records it as begun.
+  bool next() {
+    if (begun && std::chrono::steady_clock::now() > until) return false;
+    begun = true;
+    return true;
+  }
+};
+
+bool is_timeout(const CouchError& e) {
+  return e.error == "os_process_error" && e.reason == "timeout";
+}
+
+// Accepts `next_body` as the next revision, after the unique indexes' check: its revision, or
+// nullopt with the refusal in `refusal`.
+StorageResult<std::optional<RevId>> accept_step(Transaction& tr, const DbRef& db,
+                                                const std::string& id, IndexWriteHooks& hooks,
+                                                const std::vector<AttInfo>& atts, StepState& st,
+                                                std::string next_body,
+                                                std::optional<CouchError>& refusal) {
+  auto refused = hooks.check(tr, db, id, &next_body);
+  if (!refused.ok()) return refused.error();
+  if (*refused) {
+    refusal = std::move(**refused);
+    return std::optional<RevId>();
+  }
+  const RevId rev{st.cur.pos + 1, new_rev_hash(false, st.cur, next_body, {}, atts)};
+  st.chain.push_back(rev.hash);
+  st.cur = rev;
+  st.body = std::move(next_body);
+  return std::optional<RevId>(rev);
+}
+
+// The script steps `run` (indexes into `steps`, of one design document) in as few entries into
+// the engine as its time budget allows. A call that ran past its time limit voids its entry:
+// the state goes back to where the entry started and the entry runs again without that call.
+storage::Status run_scripts(Transaction& tr, const DbRef& db, const std::string& id,
+                            std::vector<DocStep>& steps, std::vector<std::size_t> run,
+                            js::Engine& engine, const std::vector<AttInfo>& atts,
+                            IndexWriteHooks& hooks, StepState& st, StepBudget& budget,
+                            std::vector<Outcome<RevId>>& results) {
+  using Kind = js::UpdateOutcome::Kind;
+  auto script = [&](std::size_t k) -> ScriptStep& { return *steps[k].script; };
+  // A call that ran past its time limit in an earlier attempt is not run again.
+  std::erase_if(run, [&](std::size_t k) {
+    if (!steps[k].settled) return false;
+    script(k).kind = Kind::failed;
+    results[k] = *steps[k].settled;
+    return true;
+  });
+  // Each writer's validator, as a single-step edit would run it; the functions are the
+  // database's, the same for every writer in one transaction.
+  std::vector<std::shared_ptr<const js::DesignDoc>> functions;
+  std::vector<std::size_t> runnable;
+  for (std::size_t k : run) {
+    ScriptStep& sc = script(k);
+    if (sc.validator) {
+      auto any = sc.validator->begin(tr, db);
+      if (!any.ok()) return any.error();
+      if (sc.validator->failure()) {
+        sc.kind = Kind::failed;
+        results[k] = *sc.validator->failure();
+        continue;
+      }
+      if (*any && !sc.validator->functions().empty()) {
+        functions = sc.validator->functions();
+        sc.call.user_ctx = sc.validator->contexts().user_ctx;
+        sc.call.sec_obj = sc.validator->contexts().sec_obj;
+      }
+    }
+    runnable.push_back(k);
+  }
+  std::size_t done = 0;
+  while (done < runnable.size()) {
+    if (!budget.next()) {
+      for (std::size_t c = done; c < runnable.size(); ++c) budget.deferred[runnable[c]] = true;
+      break;
+    }
+    std::vector<js::UpdateCall> calls;
+    calls.reserve(runnable.size() - done);
+    for (std::size_t c = done; c < runnable.size(); ++c) calls.push_back(script(runnable[c]).call);
+    const StepState start = st;
+    storage::Status failure;
+    const js::Engine::Accept accept = [&](std::size_t c,
+                                          std::string_view body) -> std::optional<std::string> {
+      const std::size_t k = runnable.at(done + c);
+      if (body.size() > script(k).max_body_bytes) {
+        results[k] = err::document_too_large(id);
+        return std::nullopt;
+      }
+      std::optional<CouchError> refusal;
+      auto rev = accept_step(tr, db, id, hooks, atts, st, std::string(body), refusal);
+      if (!rev.ok()) {
+        failure = rev.error();
+        return std::nullopt;
+      }
+      if (!*rev) {
+        results[k] = std::move(*refusal);
+        return std::nullopt;
+      }
+      results[k] = **rev;
+      return (*rev)->str();
+    };
+    auto r = engine.update_many(*script(runnable[done]).ddoc, id, st.cur.str(), st.body, calls,
+                                functions, accept);
+    if (!failure.ok()) return failure;
+    if (auto* e = std::get_if<js::JsError>(&r)) {
+      for (std::size_t c = done; c < runnable.size(); ++c) {
+        script(runnable[c]).kind = Kind::failed;
+        results[runnable[c]] = js_error(*e);
+      }
+      break;
+    }
+    js::UpdateBatch& batch = std::get<js::UpdateBatch>(r);
+    if (batch.timed_out) {
+      st = start;
+      const auto late = runnable.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                               done + *batch.timed_out, runnable.size() - 1));
+      script(*late).kind = Kind::failed;
+      steps[*late].settled = js_error(js::JsError{"os_process_error", "timeout"});
+      results[*late] = *steps[*late].settled;
+      runnable.erase(late);
+      continue;
+    }
+    for (std::size_t c = 0; c < batch.outcomes.size(); ++c) {
+      const std::size_t k = runnable[done + c];
+      js::UpdateOutcome& o = batch.outcomes[c];
+      ScriptStep& sc = script(k);
+      sc.kind = o.kind;
+      sc.response_json = std::move(o.response_json);
+      switch (o.kind) {
+        case Kind::saved:
+        case Kind::refused:
+          break;  // accept() set the outcome
+        case Kind::unsaved:
+        case Kind::declined:
+          results[k] = RevId{};
+          break;
+        case Kind::failed:
+          results[k] = js_error(o.error);
+          break;
+        case Kind::invalid:
+          results[k] =
+              JsDocValidator::verdict_error(o.verdict).value_or(err::unknown_error("null"));
+          break;
+        case Kind::validator_failed:
+          results[k] = CouchError{500, o.error.error, o.error.reason};
+          break;
+      }
+    }
+    done += batch.outcomes.size();
+  }
+  return {};
+}
+
+// Applies `steps` in order, from `st`: each accepted step becomes a revision, child of the one
+// before, and each refused one gets its error in `results` while the next step sees the same
+// body. Adjacent script steps of one design document run together (run_scripts); without an
+// engine, or on a document with attachments, they are declined.
 storage::Status apply_steps(Transaction& tr, const DbRef& db, const std::string& id,
                             std::vector<DocStep>& steps, const std::vector<AttInfo>& atts,
-                            IndexWriteHooks& hooks, RevId& cur, std::string& body,
-                            std::vector<std::string>& chain, std::vector<Outcome<RevId>>& results) {
+                            IndexWriteHooks& hooks, js::Engine* engine, StepState& st,
+                            StepBudget& budget, std::vector<Outcome<RevId>>& results) {
   for (std::size_t i = 0; i < steps.size(); ++i) {
     DocStep& step = steps[i];
+    if (step.settled) {
+      if (step.script) step.script->kind = js::UpdateOutcome::Kind::failed;
+      results[i] = *step.settled;
+      continue;
+    }
+    if (step.script) {
+      std::vector<std::size_t> run{i};
+      while (i + 1 < steps.size() && steps[i + 1].script &&
+             steps[i + 1].script->ddoc->key == step.script->ddoc->key)
+        run.push_back(++i);
+      if (engine == nullptr || !atts.empty()) {
+        for (std::size_t k : run) {
+          steps[k].script->kind = js::UpdateOutcome::Kind::declined;
+          results[k] = RevId{};
+        }
+        continue;
+      }
+      if (auto s = run_scripts(tr, db, id, steps, std::move(run), *engine, atts, hooks, st, budget,
+                               results);
+          !s.ok())
+        return s;
+      continue;
+    }
+    if (!budget.next()) {
+      budget.deferred[i] = true;
+      continue;
+    }
+    RevId& cur = st.cur;
+    std::string& body = st.body;
     if (step.expected && !(*step.expected == cur)) {
       results[i] = err::conflict();
       continue;
@@ -440,22 +640,19 @@ storage::Status apply_steps(Transaction& tr, const DbRef& db, const std::string&
         if (auto e =
                 step.validator->validate(vdu_doc_json(id, cur, nullptr, false, next_body, atts),
                                          vdu_doc_json(id, cur, nullptr, false, body, atts))) {
+          if (is_timeout(*e)) step.settled = *e;
           results[i] = std::move(*e);
           continue;
         }
       }
     }
-    auto refused = hooks.check(tr, db, id, &next_body);
-    if (!refused.ok()) return refused.error();
-    if (*refused) {
-      results[i] = std::move(**refused);
-      continue;
-    }
-    const RevId rev{cur.pos + 1, new_rev_hash(false, cur, next_body, {}, atts)};
-    chain.push_back(rev.hash);
-    results[i] = rev;
-    cur = rev;
-    body = std::move(next_body);
+    std::optional<CouchError> refusal;
+    auto rev = accept_step(tr, db, id, hooks, atts, st, std::move(next_body), refusal);
+    if (!rev.ok()) return rev.error();
+    if (*rev)
+      results[i] = **rev;
+    else
+      results[i] = std::move(*refusal);
   }
   return {};
 }
@@ -491,6 +688,7 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
   }
   tx_id_ = random_tx_id();
   tx_key_.clear();
+  deferred_.assign(steps_.size(), false);
   auto dbr = open_db(tr, db_name_);
   if (!dbr.ok()) return dbr.error();
   if (failed(*dbr)) {
@@ -504,6 +702,10 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
     for (std::size_t i = 0; i < steps_.size(); ++i) {
       const DocStep& step = steps_[i];
       if (!step.idem || !step.render) continue;
+      // A declined call answers through the ordinary write, which stores its own answer; a
+      // deferred one in its own group.
+      if (deferred_[i]) continue;
+      if (step.script && step.script->kind == js::UpdateOutcome::Kind::declined) continue;
       auto found = idem_lookup(tr, db, *step.idem, now_ms, storage::Snapshot::no);
       if (!found.ok()) return found.error();
       auto stored =
@@ -515,7 +717,14 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
   auto winner = read_winner(tr, db, id_, Snapshot::no);
   if (!winner.ok()) return winner.error();
   if (!*winner || (*winner)->branch.deleted) {
-    for (auto& r : results_) r = *winner ? err::doc_deleted() : err::not_found();
+    for (std::size_t i = 0; i < steps_.size(); ++i) {
+      results_[i] = *winner ? err::doc_deleted() : err::not_found();
+      // An update handler is called with no document (it may create one): the ordinary way.
+      if (steps_[i].script) {
+        steps_[i].script->kind = js::UpdateOutcome::Kind::declined;
+        results_[i] = RevId{};
+      }
+    }
     return store_answers();
   }
   const StoredBranch& w = **winner;
@@ -528,12 +737,14 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
     cache_ = Cache{w.branch.leaf, std::move(**rec)};
   }
   const std::vector<AttInfo>& atts = cache_->record.atts;
-  RevId cur = w.branch.leaf;
-  std::string body = cache_->record.body;
-  std::vector<std::string> chain;  // hashes of the new revisions, oldest first
-  if (auto st = apply_steps(tr, db, id_, steps_, atts, *hooks, cur, body, chain, results_);
+  StepState state{w.branch.leaf, cache_->record.body, {}};
+  StepBudget budget{std::chrono::steady_clock::now() + kStepsTimeMax, deferred_};
+  if (auto st = apply_steps(tr, db, id_, steps_, atts, *hooks, js_, state, budget, results_);
       !st.ok())
     return st;
+  const RevId& cur = state.cur;
+  std::string& body = state.body;
+  const std::vector<std::string>& chain = state.chain;
   if (!chain.empty()) {
     auto limit = revs_limit(tr, db);
     if (!limit.ok()) return limit.error();

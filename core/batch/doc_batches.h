@@ -6,6 +6,7 @@
 // hooks every edit runs (core/index/write_hooks.h); the caller runs it, retries included, and commits.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -15,13 +16,11 @@
 
 #include "core/db/idempotency.h"
 #include "core/docs/documents.h"
+#include "core/docs/validation.h"
 #include "core/index/unique_index.h"
+#include "core/js/js.h"
 
 namespace chaise::core {
-
-namespace js {
-class Engine;
-}
 
 // ---- DocWriteBatch: the body of one _bulk_docs / PUT / DELETE transaction ----
 // Usage: add docs, then run `batch(tr)` as a transaction body (retries included) until
@@ -114,6 +113,22 @@ class DocWriteBatch {
 // step is a revision of its own, child of the one before. One transaction writes the last of
 // them, with the others as its ancestors (their bodies are not kept, as after compaction), so
 // _changes shows the last revision of each group. A step never conflicts with the other steps.
+// An update handler's call as a step (DocStep::script): adjacent script steps of one design
+// document run in one entry into the JavaScript engine (js::Engine::update_many), the document
+// entering once. The batch fills in `kind` and `response_json`; the step's outcome is the new
+// revision when saved, the error when failed, and RevId{} when nothing was saved here (unsaved:
+// the handler saved nothing; declined: it saves something other than this document in place,
+// which the caller then writes the ordinary way, as it does when the document has attachments or
+// does not exist).
+struct ScriptStep {
+  std::shared_ptr<const js::DesignDoc> ddoc;
+  js::UpdateCall call;
+  std::shared_ptr<JsDocValidator> validator;  // may be null
+  std::size_t max_body_bytes = 0;             // document_too_large beyond
+  js::UpdateOutcome::Kind kind = js::UpdateOutcome::Kind::failed;
+  std::string response_json;
+};
+
 struct DocStep {
   // The new body (compact JSON object without "_" members) from the current one and its
   // revision, or the error that refuses this step (the next step then sees the same body).
@@ -125,11 +140,19 @@ struct DocStep {
   // An Idempotency-Key: `render(outcome)` is stored under it in the same transaction.
   std::optional<IdemRequest> idem;
   std::function<StoredResponse(const Outcome<RevId>&)> render;
+  // Instead of `apply`, `expected` and `validator`: an update handler's call.
+  std::shared_ptr<ScriptStep> script;
+  // Set by the batch when the step's JavaScript ran past its time limit: its outcome in every
+  // later attempt, which does not run it again (an attempt that ran it may be too old to commit).
+  std::optional<CouchError> settled;
 };
 
 class DocStepBatch {
  public:
   static constexpr std::size_t kStepsPerTransactionMax = 1000;
+  // JavaScript time an attempt spends on steps before it leaves the rest to the next group: well
+  // inside the 5 s a transaction may live (one step still runs past it, up to its own limit).
+  static constexpr std::chrono::milliseconds kStepsTimeMax{1000};
 
   // The revision written last and its record, which the next batch of the same document may
   // start from without reading the body again (it still reads, and conflicts on, the winner).
@@ -147,6 +170,9 @@ class DocStepBatch {
   bool db_missing() const { return db_missing_; }
   // One per step: its new revision or its error (404 when the document is missing or deleted).
   const std::vector<Outcome<RevId>>& results() const { return results_; }
+  // Whether step i was left to a later group (kStepsTimeMax), and taking it back to queue it.
+  bool deferred(std::size_t i) const { return deferred_[i]; }
+  DocStep take_step(std::size_t i) { return std::move(steps_[i]); }
   const std::string& tx_key() const { return tx_key_; }
   std::optional<Cache> take_cache() { return std::move(cache_); }
 
@@ -157,6 +183,7 @@ class DocStepBatch {
   std::vector<DocStep> steps_;
   std::optional<Cache> cache_;
   std::vector<Outcome<RevId>> results_;
+  std::vector<bool> deferred_;
   std::string tx_id_;
   std::string tx_key_;
   int attempts_ = 0;

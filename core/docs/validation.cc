@@ -165,24 +165,33 @@ bool JsDocValidator::last_had_functions(std::string_view db_name) {
   return validated_dbs().contains(db_name);
 }
 
+const JsDocValidator::Contexts& JsDocValidator::contexts() {
+  if (!contexts_) contexts_ = make_contexts_();
+  return *contexts_;
+}
+
+std::optional<CouchError> JsDocValidator::verdict_error(const js::Verdict& v) {
+  switch (v.kind) {
+    case js::Verdict::Kind::ok:
+      return std::nullopt;
+    case js::Verdict::Kind::forbidden:
+      return err::forbidden(v.message);
+    case js::Verdict::Kind::unauthorized:
+      return err::unauthorized(v.message);
+    case js::Verdict::Kind::other:
+      return err::unknown_error(v.message);
+  }
+  return std::nullopt;
+}
+
 std::optional<CouchError> JsDocValidator::validate(std::string_view new_doc,
                                                    std::string_view old_doc) {
   if (failure_) return failure_;
-  if (!funcs_.empty() && !contexts_) contexts_ = make_contexts_();
   for (const auto& d : funcs_) {
-    auto r = engine_.validate(*d, new_doc, old_doc, contexts_->user_ctx, contexts_->sec_obj);
+    const Contexts& c = contexts();
+    auto r = engine_.validate(*d, new_doc, old_doc, c.user_ctx, c.sec_obj);
     if (auto* e = std::get_if<js::JsError>(&r)) return CouchError{500, e->error, e->reason};
-    const js::Verdict& v = std::get<js::Verdict>(r);
-    switch (v.kind) {
-      case js::Verdict::Kind::ok:
-        continue;
-      case js::Verdict::Kind::forbidden:
-        return err::forbidden(v.message);
-      case js::Verdict::Kind::unauthorized:
-        return err::unauthorized(v.message);
-      case js::Verdict::Kind::other:
-        return err::unknown_error(v.message);
-    }
+    if (auto refused = verdict_error(std::get<js::Verdict>(r))) return refused;
   }
   return std::nullopt;
 }

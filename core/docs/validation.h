@@ -37,6 +37,14 @@ class JsDocValidator : public DocValidator {
   StorageResult<bool> begin(Transaction& tr, const DbRef& db) override;
   std::optional<CouchError> validate(std::string_view new_doc, std::string_view old_doc) override;
 
+  // After begin(), for callers that run the functions themselves (js::Engine::update_many): the
+  // design documents whose functions validate() runs, in order; what begin() could not load
+  // instead; what the functions see; and the answer for a function's verdict.
+  const std::vector<std::shared_ptr<const js::DesignDoc>>& functions() const { return funcs_; }
+  const std::optional<CouchError>& failure() const { return failure_; }
+  const Contexts& contexts();
+  static std::optional<CouchError> verdict_error(const js::Verdict& v);
+
   // Design documents looked at per database, at most (CouchDB has no limit; a database with more
   // answers 500 on writes rather than skip a validation function).
   static constexpr std::size_t kDesignDocsMax = 10'000;

@@ -93,15 +93,19 @@ bool native_log(JSContext* cx, unsigned argc, JS::Value* vp) {
 const JSClass kGlobalClass = {
     "global", JSCLASS_GLOBAL_FLAGS, &JS::DefaultGlobalClassOps, nullptr, nullptr, nullptr};
 
-struct Task {
+}  // namespace
+
+struct Engine::Task {
   std::string op;
   std::string ddoc_key;
   std::string ddoc_json;
   std::string args;
   std::promise<JsResult<std::string>> done;
+  // update_many: the caller's accept(), and the call of the batch that runs (set by the engine's
+  // thread; read by the caller once `done` is set).
+  const Accept* accept = nullptr;
+  std::size_t running_call = 0;
 };
-
-}  // namespace
 
 struct Engine::Impl {
   explicit Impl(EngineOptions o) : options(o) {}
@@ -148,22 +152,68 @@ struct Engine::Impl {
   }
   bool stopping_watch = false;
 
-  static bool on_interrupt(JSContext* cx) {
-    auto* flag = static_cast<std::atomic<bool>*>(JS_GetContextPrivate(cx));
-    return !(flag && flag->load());  // false: stop the script, uncatchably
-  }
-
-  // One worker's context and everything rooted in it.
+  // One worker's context and everything rooted in it; the JSContext's private points here.
   struct Context {
+    Impl* impl = nullptr;
+    std::size_t slot = 0;
     JSContext* cx = nullptr;
     std::optional<JS::PersistentRootedObject> global;
     std::atomic<bool> kill{false};
+    Task* task = nullptr;  // the task running on it
   };
+
+  static bool on_interrupt(JSContext* cx) {
+    auto* c = static_cast<Context*>(JS_GetContextPrivate(cx));
+    return !(c && c->kill.load());  // false: stop the script, uncatchably
+  }
+
+  // __chaise_call_begin(i): call i of a batch starts, with a time limit of its own.
+  static bool native_call_begin(JSContext* cx, unsigned argc, JS::Value* vp) {
+    JS::CallArgs args = JS::CallArgsFromVp(argc, vp);
+    auto* c = static_cast<Context*>(JS_GetContextPrivate(cx));
+    double i = 0;
+    if (args.length() > 0 && !JS::ToNumber(cx, args[0], &i)) return false;
+    if (c && c->task) {
+      c->task->running_call = static_cast<std::size_t>(i);
+      std::lock_guard lock(c->impl->watch_mu);
+      Slot& s = c->impl->slots[c->slot];
+      if (!s.interrupted) s.deadline = Clock::now() + c->impl->options.timeout;
+    }
+    args.rval().setUndefined();
+    return true;
+  }
+
+  // __chaise_accept(i, body): the caller's accept() for call i; its revision, or null.
+  static bool native_accept(JSContext* cx, unsigned argc, JS::Value* vp) {
+    JS::CallArgs args = JS::CallArgsFromVp(argc, vp);
+    auto* c = static_cast<Context*>(JS_GetContextPrivate(cx));
+    args.rval().setNull();
+    if (!c || !c->task || !c->task->accept || args.length() < 2) return true;
+    double i = 0;
+    if (!JS::ToNumber(cx, args[0], &i)) return false;
+    JS::RootedString s(cx, JS::ToString(cx, args[1]));
+    if (!s) return false;
+    JS::UniqueChars body = JS_EncodeStringToUTF8(cx, s);
+    if (!body) return false;
+    std::optional<std::string> rev;
+    try {
+      rev = (*c->task->accept)(static_cast<std::size_t>(i), body.get());
+    } catch (const std::exception& e) {  // never through SpiderMonkey's frames
+      spdlog::error("js: accept failed: {}", e.what());
+    }
+    if (rev) {
+      JSString* r = JS_NewStringCopyUTF8N(cx, JS::UTF8Chars(rev->data(), rev->size()));
+      if (!r) return false;
+      args.rval().setString(r);
+    }
+    return true;
+  }
 
   bool build(Context& c) {
     c.cx = JS_NewContext(options.heap_bytes);
     if (!c.cx) return false;
-    JS_SetContextPrivate(c.cx, &c.kill);
+    c.impl = this;
+    JS_SetContextPrivate(c.cx, &c);
     if (!JS::InitSelfHostedCode(c.cx)) return false;
     JS_AddInterruptCallback(c.cx, &Impl::on_interrupt);
     JS::RealmOptions realm;
@@ -173,7 +223,10 @@ struct Engine::Impl {
     c.global.emplace(c.cx, global);
     JSAutoRealm ar(c.cx, global);
     if (!JS::InitRealmStandardClasses(c.cx)) return false;
-    if (!JS_DefineFunction(c.cx, global, "__chaise_log", &native_log, 1, 0)) return false;
+    if (!JS_DefineFunction(c.cx, global, "__chaise_log", &native_log, 1, 0) ||
+        !JS_DefineFunction(c.cx, global, "__chaise_call_begin", &Impl::native_call_begin, 1, 0) ||
+        !JS_DefineFunction(c.cx, global, "__chaise_accept", &Impl::native_accept, 2, 0))
+      return false;
     JS::CompileOptions co(c.cx);
     co.setFileAndLine("prelude.js", 1);
     JS::SourceText<mozilla::Utf8Unit> src;
@@ -217,6 +270,7 @@ struct Engine::Impl {
     }
     watch_cv.notify_all();
     c.kill = true;  // the interrupt callback stops the script if the watchdog fires
+    c.task = &t;
     JsResult<std::string> result = JsError{"os_process_error", "unknown"};
     bool rebuild = false;
     {
@@ -271,6 +325,7 @@ struct Engine::Impl {
       }
     }
     c.kill = false;
+    c.task = nullptr;
     if (!rebuild) JS_MaybeGC(cx);
     return {std::move(result), rebuild};
   }
@@ -279,6 +334,7 @@ struct Engine::Impl {
   // databases run no JavaScript never loads SpiderMonkey's code or allocates its heaps.
   void worker_loop(std::size_t slot) {
     Context c;
+    c.slot = slot;
     for (;;) {
       std::shared_ptr<Task> t;
       {
@@ -358,6 +414,11 @@ JsResult<std::string> Engine::call(std::string_view op, const DesignDoc* ddoc,
     t->ddoc_json = ddoc->json;
   }
   t->args = std::move(args_json);
+  return run_task(t);
+}
+
+JsResult<std::string> Engine::run_task(const std::shared_ptr<Task>& task) {
+  auto t = task;
   auto fut = t->done.get_future();
   {
     std::lock_guard lock(impl_->mu);
@@ -407,6 +468,22 @@ JsResult<T> parse_or(JsResult<std::string>&& r, auto&& f) {
   } catch (const nlohmann::json::exception&) {
     return JsError{"render_error", "unreadable answer from JavaScript"};
   }
+}
+
+// What a validation function's answer says: 1 (it returned), else the value it threw.
+Verdict verdict_of(const nlohmann::ordered_json& j) {
+  Verdict v;
+  if (j == 1 || j == true) return v;
+  auto text = [](const nlohmann::ordered_json& m) {
+    return m.is_string() ? m.get<std::string>() : m.dump();
+  };
+  if (j.is_object() && j.size() == 1) {
+    auto it = j.begin();
+    if (it.key() == "forbidden") return Verdict{Verdict::Kind::forbidden, text(it.value())};
+    if (it.key() == "unauthorized") return Verdict{Verdict::Kind::unauthorized, text(it.value())};
+    return Verdict{Verdict::Kind::other, text(it.value())};
+  }
+  return Verdict{Verdict::Kind::other, text(j)};
 }
 
 }  // namespace
@@ -467,23 +544,68 @@ JsResult<Verdict> Engine::validate(const DesignDoc& ddoc, std::string_view new_d
                                    std::string_view sec_obj) {
   std::string args = "[" + std::string(new_doc) + "," + std::string(old_doc) + "," +
                      std::string(user_ctx) + "," + std::string(sec_obj) + "]";
-  return parse_or<Verdict>(call("validate", &ddoc, std::move(args)),
-                           [](const nlohmann::ordered_json& j) {
-                             Verdict v;
-                             if (j == 1 || j == true) return v;
-                             auto text = [](const nlohmann::ordered_json& m) {
-                               return m.is_string() ? m.get<std::string>() : m.dump();
-                             };
-                             if (j.is_object() && j.size() == 1) {
-                               auto it = j.begin();
-                               if (it.key() == "forbidden")
-                                 return Verdict{Verdict::Kind::forbidden, text(it.value())};
-                               if (it.key() == "unauthorized")
-                                 return Verdict{Verdict::Kind::unauthorized, text(it.value())};
-                               return Verdict{Verdict::Kind::other, text(it.value())};
-                             }
-                             return Verdict{Verdict::Kind::other, text(j)};
-                           });
+  return parse_or<Verdict>(call("validate", &ddoc, std::move(args)), verdict_of);
+}
+
+JsResult<UpdateBatch> Engine::update_many(
+    const DesignDoc& ddoc, std::string_view id, std::string_view rev, std::string_view body,
+    const std::vector<UpdateCall>& calls,
+    const std::vector<std::shared_ptr<const DesignDoc>>& validators, const Accept& accept) {
+  std::string args = "{\"id\":" + json_string(id) + ",\"rev\":" + json_string(rev) +
+                     ",\"body\":" + json_string(body) +
+                     ",\"budgetMs\":" + std::to_string(kUpdateBatchTime.count()) +
+                     ",\"validators\":[";
+  for (std::size_t i = 0; i < validators.size(); ++i) {
+    if (i) args += ',';
+    args += "{\"key\":" + json_string(validators[i]->key) +
+            ",\"json\":" + json_string(validators[i]->json) + "}";
+  }
+  args += "],\"calls\":[";
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    if (i) args += ',';
+    args += "{\"name\":" + json_string(calls[i].name) + ",\"req\":" + calls[i].req +
+            ",\"userCtx\":" + json_string(calls[i].user_ctx) +
+            ",\"secObj\":" + json_string(calls[i].sec_obj) + "}";
+  }
+  args += "]}";
+  auto t = std::make_shared<Task>();
+  t->op = "update_many";
+  t->ddoc_key = ddoc.key;
+  t->ddoc_json = ddoc.json;
+  t->args = std::move(args);
+  t->accept = &accept;
+  JsResult<std::string> raw = run_task(t);
+  if (auto* e = std::get_if<JsError>(&raw)) {
+    if (e->error == "os_process_error" && e->reason == "timeout")
+      return UpdateBatch{{}, t->running_call};
+    return *e;
+  }
+  return parse_or<UpdateBatch>(std::move(raw), [&](const nlohmann::ordered_json& j) {
+    using Kind = UpdateOutcome::Kind;
+    UpdateBatch out;
+    if (!j.is_array() || j.size() > calls.size())
+      throw nlohmann::json::other_error::create(501, "size", nullptr);
+    for (const auto& item : j) {
+      UpdateOutcome o;
+      const std::string& what = item.at(0).get_ref<const std::string&>();
+      if (what == "saved" || what == "unsaved") {
+        o.kind = what == "saved" ? Kind::saved : Kind::unsaved;
+        o.response_json = item.at(1).dump();
+      } else if (what == "declined") {
+        o.kind = Kind::declined;
+      } else if (what == "refused") {
+        o.kind = Kind::refused;
+      } else if (what == "invalid") {
+        o.kind = Kind::invalid;
+        o.verdict = verdict_of(item.at(1));
+      } else {
+        o.kind = what == "error" ? Kind::failed : Kind::validator_failed;
+        o.error = JsError{item.at(1).get<std::string>(), item.at(2).get<std::string>()};
+      }
+      out.outcomes.push_back(std::move(o));
+    }
+    return out;
+  });
 }
 
 JsResult<std::vector<bool>> Engine::filter(const DesignDoc& ddoc, std::string_view name,

@@ -22,7 +22,9 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -69,6 +71,40 @@ struct UpdateAnswer {
   std::string response_json;  // {"code":..,"headers":{..},"body":".."|"json":..|"base64":..}
 };
 
+// One call of Engine::update_many: updates.<name>(doc, req), by a writer whose validation
+// functions see `user_ctx` and `sec_obj` (JSON texts).
+struct UpdateCall {
+  std::string name;
+  std::string req;
+  std::string user_ctx = "null";
+  std::string sec_obj = "null";
+};
+
+// What one call of Engine::update_many came to.
+struct UpdateOutcome {
+  enum class Kind {
+    saved,             // saved in place: accept() took its body and gave its revision
+    unsaved,           // the handler saved nothing (its document was null)
+    declined,          // the handler saved something else: another id, a deletion, not an object
+    refused,           // accept() refused its body
+    failed,            // the handler threw, or could not run: `error`
+    invalid,           // a validation function threw `verdict`
+    validator_failed,  // a validation function could not run: `error`
+  } kind = Kind::failed;
+  std::string response_json;  // saved, unsaved: {"code":..,"headers":{..},"body"|"json"|"base64"}
+  JsError error;              // failed, validator_failed
+  Verdict verdict;            // invalid
+};
+
+// Engine::update_many's answer: one outcome per call run, in order. Fewer than the calls when
+// the batch stopped early: after kUpdateBatchTime, or when call `timed_out` ran past the time
+// limit (it is then the first call not run; the entry was thrown away with everything the calls
+// before it did, the bodies accept() took included).
+struct UpdateBatch {
+  std::vector<UpdateOutcome> outcomes;
+  std::optional<std::size_t> timed_out;
+};
+
 // The SpiderMonkey major version the engine runs ("102"), as CouchDB reports its own in
 // GET /_node/{node}/_versions.
 std::string spidermonkey_version();
@@ -113,6 +149,21 @@ class Engine {
   // updates.<name>(doc, req); doc "null" when there is none.
   JsResult<UpdateAnswer> update(const DesignDoc& ddoc, std::string_view name, std::string_view doc,
                                 std::string_view req);
+  // Update-handler calls of one design document on one document, in one entry into the engine:
+  // the document (`id` at revision `rev`, body `body` without "_" members) enters once; each call
+  // sees what the call before it saved, and a call that fails leaves it as the last saved call
+  // left it. Each save first passes `validators` (validate_doc_update of each, in order), then
+  // accept(call, body), called on the engine's thread, which answers the revision the next call
+  // sees as _rev, or nullopt to refuse the body. Each call has its own time limit; the batch
+  // stops before a call once kUpdateBatchTime has passed (the caller runs the rest in another
+  // entry, so other work gets the context in between).
+  using Accept = std::function<std::optional<std::string>(std::size_t call, std::string_view body)>;
+  static constexpr std::chrono::milliseconds kUpdateBatchTime{20};
+  JsResult<UpdateBatch> update_many(const DesignDoc& ddoc, std::string_view id,
+                                    std::string_view rev, std::string_view body,
+                                    const std::vector<UpdateCall>& calls,
+                                    const std::vector<std::shared_ptr<const DesignDoc>>& validators,
+                                    const Accept& accept);
   // Compiles `source` as a function (nothing is run); used to check design docs on write.
   JsResult<bool> compiles(std::string_view source);
 
@@ -126,7 +177,9 @@ class Engine {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  struct Task;
   JsResult<std::string> call(std::string_view op, const DesignDoc* ddoc, std::string args_json);
+  JsResult<std::string> run_task(const std::shared_ptr<Task>& t);
 };
 
 }  // namespace chaise::core::js

@@ -4,9 +4,12 @@
 // toJSON, isArray, require) and defines one entry point for the C++ side:
 //   __chaise(op, ddocKey, ddocJson, argsJson) -> JSON text {"ok": result} | {"error", "reason"}
 // Compiled functions are cached per design-document key. Embedded into the binary at build time
-// (core/js/CMakeLists.txt); __chaise_log is the native logger the context defines first.
+// (core/js/CMakeLists.txt); __chaise_log, __chaise_call_begin and __chaise_accept are the natives
+// the context defines first.
 (function (global) {
   var nativeLog = global.__chaise_log;
+  var callBegin = global.__chaise_call_begin;  // (i): call i of a batch starts its own time limit
+  var accept = global.__chaise_accept;         // (i, body) -> revision | null (update_many)
   var evalGlobal = eval;  // indirect eval: user code compiles in the global scope
   var MAX_DDOCS = 64;
   var MAX_REDUCE_FUNS = 256;
@@ -51,6 +54,15 @@
     if (Array.isArray(e) && e.length >= 3 && (e[0] === "error" || e[0] === "fatal"))
       return new CouchError(String(e[1]), String(e[2]));
     return null;
+  }
+
+  // What a call that threw answers: [error, reason]. A JavaScript error answers with its name
+  // ("TypeError") as the error, as CouchDB does.
+  function errorPair(e) {
+    var ce = asCouchError(e);
+    if (ce !== null) return [String(ce.error), String(ce.reason)];
+    if (e && typeof e === "object" && "message" in e && e.name) return [String(e.name), String(e.message)];
+    return ["render_error", errstr(e)];
   }
 
   function compile(source, what) {
@@ -287,6 +299,77 @@
       if (typeof resp === "string" || resp === undefined || resp === null) resp = {body: resp || ""};
       return [result[0] === undefined ? null : result[0], resp];
     },
+    // Update-handler calls on one document (id, its revision rev and body text), each on what
+    // the call before it saved, with the database's validation functions run on each save: the
+    // document enters once, and each accepted body leaves once, through __chaise_accept(i, body),
+    // which answers the new revision (or null: refused). A call that fails leaves the document as
+    // the last saved call left it. Per call: ["saved", resp], ["unsaved", resp] (no document),
+    // ["declined"] (another id, a deletion, not an object: not an update in place),
+    // ["refused"], ["error", name, reason] (the handler), ["invalid", thrown] or
+    // ["vdu_error", name, reason] (a validation function). Stops before a call once
+    // args.budgetMs have passed: fewer answers than calls.
+    update_many: function (entry, args) {
+      var id = args.id, rev = args.rev, text = args.body;
+      var vdus = args.validators.map(function (v) { return designDoc(v.key, v.json); });
+      var idJson = JSON.stringify(id);
+      var withMeta = function (body) {
+        return '{"_id":' + idJson + ',"_rev":' + JSON.stringify(rev) + (body.length > 2 ? "," + body.slice(1) : "}");
+      };
+      var start = Date.now(), out = [];
+      for (var i = 0; i < args.calls.length; i++) {
+        if (i > 0 && Date.now() - start > args.budgetMs) break;
+        callBegin(i);
+        var c = args.calls[i];
+        var saved, resp, bodyText;
+        try {
+          current = entry;
+          var answer = ops.update(entry, [c.name, JSON.parse(withMeta(text)), c.req]);
+          saved = answer[0];
+          resp = answer[1];
+          if (saved === null) {
+            out.push(["unsaved", resp]);
+            continue;
+          }
+          if (typeof saved !== "object" || Array.isArray(saved) || saved._id !== id || saved._deleted === true) {
+            out.push(["declined"]);
+            continue;
+          }
+          var body = {};
+          Object.keys(saved).forEach(function (k) { if (k.charAt(0) !== "_") body[k] = saved[k]; });
+          bodyText = JSON.stringify(body);
+          JSON.stringify(resp);  // an answer that cannot be sent fails here, not the whole batch
+        } catch (e) {
+          out.push(["error"].concat(errorPair(e)));
+          continue;
+        }
+        var verdict = null;
+        for (var v = 0; v < vdus.length && verdict === null; v++) {
+          try {
+            current = vdus[v];
+            fun(vdus[v], ["validate_doc_update"]).apply(vdus[v].doc, [
+              JSON.parse(withMeta(bodyText)), JSON.parse(withMeta(text)),
+              JSON.parse(c.userCtx), JSON.parse(c.secObj)]);
+          } catch (e) {
+            if (e && e.name && e.stack) verdict = ["vdu_error"].concat(errorPair(e));
+            else verdict = ["invalid", e === undefined ? null : e];
+          }
+        }
+        current = null;
+        if (verdict !== null) {
+          out.push(verdict);
+          continue;
+        }
+        var next = accept(i, bodyText);
+        if (next === null) {
+          out.push(["refused"]);
+          continue;
+        }
+        text = bodyText;
+        rev = next;
+        out.push(["saved", resp]);
+      }
+      return out;
+    },
     compile: function (_entry, args) {
       compile(args[0], "check");
       return true;
@@ -301,12 +384,8 @@
       var text = JSON.stringify({ok: result});
       return text === undefined ? '{"ok":null}' : text;
     } catch (e) {
-      var ce = asCouchError(e);
-      if (ce !== null) return JSON.stringify({error: ce.error, reason: ce.reason});
-      // A JavaScript error: CouchDB answers with its name ("TypeError") as the error.
-      if (e && typeof e === "object" && "message" in e && e.name)
-        return JSON.stringify({error: String(e.name), reason: String(e.message)});
-      return JSON.stringify({error: "render_error", reason: errstr(e)});
+      var pair = errorPair(e);
+      return JSON.stringify({error: pair[0], reason: pair[1]});
     } finally {
       current = null;
     }

@@ -1,5 +1,6 @@
 #include "http/api/hot_docs.h"
 
+#include <algorithm>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -15,6 +16,7 @@
 
 #include "core/db/txid_janitor.h"
 #include "http/api/txn.h"
+#include "http/transport/workers.h"
 
 namespace chaise::http {
 
@@ -136,18 +138,31 @@ boost::asio::awaitable<void> HotDocs::lead(storage::Database& store, core::TxIdJ
     std::vector<core::DocStep> steps;
     steps.reserve(group.size());
     for (const auto& w : group) steps.push_back(std::move(w->step));
+    const bool scripts = std::any_of(steps.begin(), steps.end(),
+                                     [](const core::DocStep& st) { return st.script != nullptr; });
     core::DocStepBatch batch(db_name, id, std::move(steps), std::move(cache), js_);
-    storage::Status s =
-        co_await run_txn(store, [&](storage::Transaction& tr) { return batch(tr); });
+    auto body = [&](storage::Transaction& tr) { return batch(tr); };
+    storage::Status s = scripts && workers_ != nullptr
+                            ? co_await workers_->run(run_txn(store, body))
+                            : co_await run_txn(store, body);
     cache = std::nullopt;
     if (s.ok()) {
       if (janitor != nullptr && !batch.tx_key().empty()) janitor->committed(batch.tx_key());
       cache = batch.take_cache();
       std::lock_guard lock(mu_);
-      updates_ += group.size();
+      // Steps the group left for later (DocStepBatch::kStepsTimeMax) go first in the next one.
+      std::size_t deferred = 0;
+      for (std::size_t i = group.size(); i-- > 0 && !batch.db_missing();) {
+        if (!batch.deferred(i)) continue;
+        group[i]->step = batch.take_step(i);
+        q->pending.push_front(std::move(group[i]));
+        ++deferred;
+      }
+      updates_ += group.size() - deferred;
       ++groups_;
     }
     for (std::size_t i = 0; i < group.size(); ++i) {
+      if (!group[i]) continue;  // deferred
       if (!s.ok()) {
         group[i]->finish(Result(s.error()));
       } else if (batch.db_missing()) {

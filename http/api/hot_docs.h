@@ -30,10 +30,16 @@ class TxIdJanitor;
 
 namespace chaise::http {
 
+class WorkerPool;
+
 class HotDocs : public std::enable_shared_from_this<HotDocs> {
  public:
-  // `js`: the engine synchronous JavaScript indexes run in (core/index/sync_index.h); may be null.
-  explicit HotDocs(core::js::Engine* js = nullptr) : js_(js) {}
+  // `js`: the engine update handlers and synchronous JavaScript indexes run in; may be null.
+  // `workers`: where a group holding update-handler calls runs its transaction, so that their
+  // JavaScript (bounded only by os_process_timeout) never holds an io thread; may be null (then
+  // it runs where the leader runs).
+  explicit HotDocs(core::js::Engine* js = nullptr, WorkerPool* workers = nullptr)
+      : js_(js), workers_(workers) {}
 
   // Runs `step` on document `id` of database `db_name` in the next group; resumes with its
   // outcome (404 for a missing database) once that group committed, or with the storage error
@@ -57,6 +63,7 @@ class HotDocs : public std::enable_shared_from_this<HotDocs> {
   static constexpr std::chrono::microseconds kLingerPoll{25};
 
   core::js::Engine* js_ = nullptr;
+  WorkerPool* workers_ = nullptr;
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<Queue>> queues_;  // guarded by mu_
   std::size_t updates_ = 0;                                         // guarded by mu_

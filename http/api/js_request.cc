@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "core/db/db_cache.h"
 #include "core/docs/documents.h"
 #include "core/index/cursors.h"
 
@@ -106,15 +107,50 @@ std::vector<std::pair<std::string, Json>> read_design_doc_bodies(const Call& cal
   return out;
 }
 
+namespace {
+
+// A design document as read, or why it could not be.
+using DesignDocRead = core::Outcome<std::shared_ptr<const LoadedDesignDoc>>;
+
+storage::Result<DesignDocRead> read_design_doc(storage::Transaction& tr, const core::DbRef& db,
+                                               const std::string& id) {
+  auto doc = core::get_doc_json(tr, db, id, core::DocReadOptions{});
+  if (!doc.ok()) return doc.error();
+  if (auto* e = std::get_if<core::CouchError>(&*doc)) return DesignDocRead(std::move(*e));
+  std::string& json = std::get<std::string>(*doc);
+  auto loaded = std::make_shared<LoadedDesignDoc>();
+  loaded->body = Json::parse(json, nullptr, false);
+  const std::string rev = loaded->body.is_object() ? loaded->body.value("_rev", "") : "";
+  loaded->js = core::js::DesignDoc{std::to_string(db.id) + '\0' + id + '\0' + rev, std::move(json)};
+  return DesignDocRead(std::shared_ptr<const LoadedDesignDoc>(std::move(loaded)));
+}
+
+}  // namespace
+
+std::shared_ptr<const LoadedDesignDoc> design_doc(storage::Transaction& tr, const core::DbRef& db,
+                                                  const std::string& name) {
+  const std::string id = "_design/" + name;
+  const std::string key = core::memo_key("design_doc", std::to_string(db.id) + '\0' + id);
+  auto found = value_or_throw(core::remembered_read<DesignDocRead>(
+      tr, key, [&](storage::Transaction& t) -> storage::Result<DesignDocRead> {
+        auto r = read_design_doc(t, db, id);
+        // Too large to keep: remembered as absent, so the next request reads it again.
+        if (r.ok() && !core::failed(*r) &&
+            std::get<std::shared_ptr<const LoadedDesignDoc>>(*r)->js.json.size() >
+                kRememberedDesignDocMax)
+          return DesignDocRead(std::shared_ptr<const LoadedDesignDoc>());
+        return r;
+      }));
+  if (const auto* e = std::get_if<core::CouchError>(&*found)) throw HttpError(*e);
+  if (auto d = std::get<std::shared_ptr<const LoadedDesignDoc>>(*found)) return d;
+  auto r = value_or_throw(read_design_doc(tr, db, id));
+  if (const auto* e = std::get_if<core::CouchError>(&r)) throw HttpError(*e);
+  return std::get<std::shared_ptr<const LoadedDesignDoc>>(r);
+}
+
 core::js::DesignDoc load_design_doc(storage::Transaction& tr, const core::DbRef& db,
                                     const std::string& name) {
-  const std::string id = "_design/" + name;
-  auto doc = value_or_throw(core::get_doc_json(tr, db, id, core::DocReadOptions{}));
-  if (auto* e = std::get_if<core::CouchError>(&doc)) throw HttpError(*e);
-  const std::string& json = std::get<std::string>(doc);
-  auto parsed = Json::parse(json, nullptr, false);
-  const std::string rev = parsed.is_object() ? parsed.value("_rev", "") : "";
-  return core::js::DesignDoc{std::to_string(db.id) + '\0' + id + '\0' + rev, json};
+  return design_doc(tr, db, name)->js;
 }
 
 std::optional<core::CouchError> check_design_functions(const Call& call, std::string_view id,

@@ -27,6 +27,17 @@ std::vector<std::pair<std::string, Json>> read_design_doc_bodies(const Call& cal
 
 core::js::DesignDoc load_design_doc(storage::Transaction& tr, const core::DbRef& db,
                                     const std::string& name);
+// The same with its body parsed, shared: design documents up to kRememberedDesignDocMax bytes are
+// remembered between transactions (a design document changes only in a transaction marked
+// touch_metadata(), core/db/db_cache.h), so a function called on every request reads and parses
+// its design document once per revision.
+struct LoadedDesignDoc {
+  core::js::DesignDoc js;
+  Json body;
+};
+inline constexpr std::size_t kRememberedDesignDocMax = 256 * 1024;
+std::shared_ptr<const LoadedDesignDoc> design_doc(storage::Transaction& tr, const core::DbRef& db,
+                                                  const std::string& name);
 
 // CouchDB compiles a JavaScript design document's view functions when it is written
 // (couch_mrview:validate): 400 compilation_error "Compilation of the map function in the 'v'

@@ -161,6 +161,13 @@ std::string Metrics::prometheus(const storage::StoreStats& store,
          "idempotency records cleared when their time to live ended", bg.idempotency_expired);
   single(out, "chaise_idempotency_in_flight", "gauge",
          "Idempotency-Keys whose first request is running now", bg.idempotency_in_flight);
+  single(out, "chaise_hot_doc_updates_total", "counter",
+         "server-side updates of one document (PATCH, update handlers) committed in group commits",
+         bg.hot_doc_updates);
+  single(out, "chaise_hot_doc_groups_total", "counter",
+         "group commits (transactions) those updates took", bg.hot_doc_groups);
+  single(out, "chaise_js_calls_total", "counter", "entries into the JavaScript engine",
+         bg.js_calls);
   family(out, "chaise_store_iterators_reused_total", "counter",
          "range reads that sought an iterator another transaction of the same version left");
   out.append("chaise_store_iterators_reused_total ")
@@ -240,6 +247,11 @@ Json Metrics::stats(const storage::StoreStats& store, const BackgroundCounts& bg
       {"in_flight", gauge(static_cast<std::int64_t>(bg.idempotency_in_flight),
                           "Idempotency-Keys whose first request is running")},
   };
+  chaise["hot_docs"] = {
+      {"updates", counter(bg.hot_doc_updates, "updates committed in group commits")},
+      {"groups", counter(bg.hot_doc_groups, "group commits those updates took")},
+  };
+  chaise["js_calls"] = counter(bg.js_calls, "entries into the JavaScript engine");
   return Json{{"couchdb", std::move(couchdb)}, {"chaise", std::move(chaise)}};
 }
 

@@ -24,6 +24,9 @@ struct BackgroundCounts {
   std::uint64_t janitor_passes = 0;       // janitor passes completed (core::TxIdJanitor)
   std::uint64_t idempotency_expired = 0;  // idempotency records cleared when their time came
   std::size_t idempotency_in_flight = 0;  // Idempotency-Keys whose first request runs now
+  std::uint64_t hot_doc_updates = 0;      // updates committed by group commits (HotDocs)
+  std::uint64_t hot_doc_groups = 0;       // the group commits (transactions) they took
+  std::uint64_t js_calls = 0;             // entries into the JavaScript engine
 };
 
 class Metrics {

@@ -14,6 +14,7 @@
 #include "core/js/js.h"
 #include "core/query/collation.h"
 #include "core/security/security.h"
+#include "http/api/hot_docs.h"
 #include "http/api/idempotency.h"
 #include "http/api/metrics.h"
 #include "http/api/request.h"
@@ -263,6 +264,11 @@ Response handle_node(Call& call) {
     }
     if (call.ctx.idempotency_in_flight)
       bg.idempotency_in_flight = call.ctx.idempotency_in_flight->size();
+    if (call.ctx.hot_docs) {
+      bg.hot_doc_updates = call.ctx.hot_docs->updates();
+      bg.hot_doc_groups = call.ctx.hot_docs->groups();
+    }
+    if (call.ctx.js != nullptr) bg.js_calls = call.ctx.js->calls();
     if (path[2] == "_prometheus") {
       if (path.size() != 3) throw HttpError(err::not_found());
       Response r = json_response(call.req, Status::ok, Json::object());

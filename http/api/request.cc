@@ -60,7 +60,7 @@ Response stream_head(const Request& req) {
   return head;
 }
 
-std::shared_ptr<core::DocValidator> doc_validator(const Call& call) {
+std::shared_ptr<core::JsDocValidator> doc_validator(const Call& call) {
   if (!call.ctx.js || call.path.empty()) return nullptr;
   // validate_doc_update sees CouchDB's userCtx ({"db","name","roles"}) and the _security object
   // open_db_or_throw read (shared, not copied: most writes never run a function).

@@ -130,7 +130,7 @@ ReadRule read_rule(const Call& call, const core::DbRef& db, std::string_view id)
 Response stream_head(const Request& req);
 
 // The validate_doc_update runner for the user of `call` (nullptr without a JavaScript engine).
-std::shared_ptr<core::DocValidator> doc_validator(const Call& call);
+std::shared_ptr<core::JsDocValidator> doc_validator(const Call& call);
 
 // Runs a DocWriteBatch to completion (every round, each its own transaction, without blocking the
 // io thread) and hands each committed round's transaction id to the janitor. Returns the storage

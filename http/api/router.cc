@@ -45,7 +45,8 @@ bool is_get_or_head(const Request& request) {
 Router::Router(RouterContext context) : context_(std::move(context)) {
   if (!context_.idempotency_in_flight)
     context_.idempotency_in_flight = std::make_shared<IdempotencyInFlight>();
-  if (!context_.hot_docs) context_.hot_docs = std::make_shared<HotDocs>(context_.js);
+  if (!context_.hot_docs)
+    context_.hot_docs = std::make_shared<HotDocs>(context_.js, context_.workers);
 }
 
 namespace {
@@ -66,6 +67,8 @@ bool is_heavy_request(const Call& call) {
                      method == beast_http::verb::delete_ || method == beast_http::verb::copy;
   if (write) {
     if (path[0] == "_session" || path[0] == "_users" || path[0] == "_node") return true;
+    // Its JavaScript runs on the workers when it must (http/api/update.cc).
+    if (update_runs_grouped(call)) return false;
     if (core::JsDocValidator::last_had_functions(path[0])) return true;
   }
   if (path.size() == 1) return path[0] == "_dbs_info" || path[0] == "_all_dbs";

@@ -144,6 +144,13 @@ MaybeResponse handle_bulk_get(Call& call, const core::DbRef& db);
 // /{db}/_design/{ddoc}/<rest...>: _view, _info, _update (http/api/view.cc), for an opened database.
 MaybeResponse handle_design_action(Call& call, const core::DbRef& db, const std::string& ddoc,
                                    const std::vector<std::string>& rest);
+// POST|PUT /{db}/_design/{ddoc}/_update/{name}[/{docid}]: an update handler (http/api/update.cc).
+// One on an existing document that can be updated in place runs in the document's group commit
+// (update_runs_grouped: the request names such a document); its JavaScript then runs on the worker
+// pool, whichever thread the request came in on.
+bool update_runs_grouped(const Call& call);
+MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::string& ddoc,
+                             const std::string& name, const std::optional<std::string>& doc_id);
 // Mango: /{db}/_find, /_explain, /_index[/...] (http/api/mango.cc), for an opened database.
 MaybeResponse handle_mango(Call& call, const core::DbRef& db);
 // POST /{db}/_view_cleanup: drops the view indexes no design document names.

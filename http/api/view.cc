@@ -1,6 +1,5 @@
 // Design documents at work: /{db}/_design/{ddoc}/_view/{view} (GET, POST, POST .../queries),
-// /{db}/_design/{ddoc}/_info, /{db}/_design/{ddoc}/_update/{name}[/{docid}], and
-// POST /{db}/_view_cleanup.
+// /{db}/_design/{ddoc}/_info, and POST /{db}/_view_cleanup; _update goes to http/api/update.cc.
 //
 // A view query first brings the index up to date (update=true, the default) in bounded build
 // steps, each its own transaction, then streams rows page by page like _all_docs. Parameters and
@@ -8,14 +7,10 @@
 #include <boost/asio/awaitable.hpp>
 #include <limits>
 
-#include "core/docs/attachments.h"
 #include "core/index/cursors.h"
 #include "core/index/filters.h"
 #include "core/index/view_index.h"
 #include "core/query/collation.h"
-#include "core/security/replicator_docs.h"
-#include "http/api/hot_docs.h"
-#include "http/api/idempotency.h"
 #include "http/api/js_request.h"
 #include "http/api/pages.h"
 #include "http/api/request.h"
@@ -369,183 +364,6 @@ MaybeResponse design_info(Call& call, const core::DbRef& db, const std::string& 
   vi["collator_versions"] = Json::array({core::collation_versions().collator_version});
   info["view_index"] = vi;
   co_return json_response(call.req, Status::ok, info);
-}
-
-// The status of an update handler's answer: its "code", else `fallback`.
-int update_status(const Json& resp, int fallback) {
-  return resp.contains("code") && resp["code"].is_number_integer() ? resp["code"].get<int>()
-                                                                   : fallback;
-}
-
-// An update handler that saves an existing document under its own id goes through the
-// document's group commit (http/api/hot_docs.h), as PATCH does: the handler runs again inside the
-// group's transaction on the latest revision, so concurrent updates never conflict with each
-// other. Its first run (`first`, on `current`) only tells whether that applies: nullopt when the
-// request takes the ordinary path (no document or a new one, a deletion, another id, a document
-// with attachments, a design document, _users, _replicator). `resp` and `answered_doc` receive
-// the run that was saved; `render(status, rev)` answers.
-boost::asio::awaitable<std::optional<Response>> hot_update(
-    Call& call, const core::DbRef& db, core::js::Engine& engine, const core::js::DesignDoc& d,
-    const std::string& name, const std::optional<std::string>& doc_id, const std::string& current,
-    std::string req_text, const core::js::UpdateAnswer& first, Json& resp,
-    std::string& answered_doc,
-    const std::function<Response(int, const std::optional<std::string>&)>& render) {
-  if (!doc_id || current == "null" || doc_id->starts_with("_design/") ||
-      db.name == core::kUsersDb || db.name == core::kReplicatorDb)
-    co_return std::nullopt;
-  const Json existing = Json::parse(current, nullptr, false);
-  if (!existing.is_object() || existing.contains("_attachments")) co_return std::nullopt;
-  const Json saved = Json::parse(first.doc_json, nullptr, false);
-  if (!saved.is_object() || !saved.contains("_id") || saved["_id"] != *doc_id ||
-      saved.value("_deleted", false) == true)
-    co_return std::nullopt;
-  const std::size_t max_size = call.ctx.max_document_size;
-  core::DocStep step;
-  step.validator = doc_validator(call);
-  step.apply = [&, req_text = std::move(req_text)](
-                   const std::string& body, const core::RevId& rev) -> core::Outcome<std::string> {
-    auto r = engine.update(d, name, core::splice_doc(body, *doc_id, rev.str(), {}), req_text);
-    if (auto* e = std::get_if<core::js::JsError>(&r)) return core::js_error(*e);
-    const core::js::UpdateAnswer& a = std::get<core::js::UpdateAnswer>(r);
-    Json doc = Json::parse(a.doc_json, nullptr, false);
-    // On the newer revision the handler chose not to save this document as it did at first.
-    if (!doc.is_object() || !doc.contains("_id") || doc["_id"] != *doc_id ||
-        doc.value("_deleted", false) == true)
-      return err::conflict();
-    Json body_out = Json::object();
-    for (auto it = doc.begin(); it != doc.end(); ++it)
-      if (!it.key().starts_with("_")) body_out[it.key()] = it.value();
-    std::string out = body_out.dump();
-    if (out.size() > max_size) return err::document_too_large(*doc_id);
-    resp = Json::parse(a.response_json, nullptr, false);
-    if (!resp.is_object()) resp = Json::object();
-    answered_doc = a.doc_json;
-    return out;
-  };
-  const auto answer = [&](const core::Outcome<core::RevId>& o) -> Response {
-    if (const auto* e = std::get_if<core::CouchError>(&o)) return error_response(call.req, *e);
-    return render(update_status(resp, 201), std::get<core::RevId>(o).str());
-  };
-  if (call.idem) {
-    co_await call.idem->finish(call);
-    step.idem = call.idem->request();
-    step.render = [&](const core::Outcome<core::RevId>& o) { return stored_response(answer(o)); };
-  }
-  auto outcome = co_await call.ctx.hot_docs->update(call.store(), call.ctx.janitor, db.name,
-                                                    *doc_id, std::move(step));
-  if (!outcome.ok()) co_return storage_error_response(call.req, outcome.error());
-  if (const auto* e = std::get_if<core::CouchError>(&*outcome)) throw HttpError(*e);
-  co_return answer(*outcome);
-}
-
-// couch_mrview_show:handle_doc_update_req: the handler's [doc, response]; the doc (if any) is
-// saved as an interactive edit, the response says the status, headers and body.
-MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::string& ddoc,
-                             const std::string& name, const std::optional<std::string>& doc_id) {
-  if (call.is(beast_http::verb::get))
-    throw HttpError(err::method_not_allowed("Update functions do not allow GET"));
-  core::js::Engine& engine = js_engine(call);
-  core::js::DesignDoc d;
-  std::string current = "null";
-  {
-    auto tr = call.store().create_transaction();
-    d = load_design_doc(tr, db, ddoc);
-    if (doc_id) {
-      auto doc = value_or_throw(core::get_doc_json(tr, db, *doc_id, core::DocReadOptions{}));
-      if (auto* s = std::get_if<std::string>(&doc)) current = *s;
-    }
-  }
-  {
-    Json parsed = Json::parse(d.json, nullptr, false);
-    if (!parsed.contains("updates") || !parsed["updates"].is_object() ||
-        !parsed["updates"].contains(name))
-      throw HttpError(
-          err::not_found("missing function updates." + name + " on design doc _design/" + ddoc));
-  }
-  Json req = js_request_object(call, doc_id);
-  auto r = engine.update(d, name, current, req.dump());
-  if (auto* e = std::get_if<core::js::JsError>(&r)) throw HttpError(core::js_error(*e));
-  const core::js::UpdateAnswer& a = std::get<core::js::UpdateAnswer>(r);
-  Json resp = Json::parse(a.response_json, nullptr, false);
-  if (!resp.is_object()) resp = Json::object();
-  int code =
-      resp.contains("code") && resp["code"].is_number_integer() ? resp["code"].get<int>() : 200;
-  std::string answered_doc = a.doc_json;  // the handler's document (its latest run's)
-  // The answer, from the handler's response and the revision it saved (if any).
-  auto render = [&](int status_code, const std::optional<std::string>& new_rev) -> Response {
-    Response out{static_cast<Status>(status_code), call.req.version()};
-    out.set(beast_http::field::server, kServerHeader);
-    out.set(beast_http::field::date, http_date_now());
-    std::string content_type = "text/html; charset=utf-8";
-    std::string body_text;
-    if (resp.contains("json")) {
-      body_text = resp["json"].dump();
-      content_type = "application/json";
-    } else if (resp.contains("base64") && resp["base64"].is_string()) {
-      auto decoded = core::base64_decode(resp["base64"].get<std::string>());
-      if (!decoded)
-        throw HttpError(err::render_error("invalid base64 in the update handler's response"));
-      body_text = std::move(*decoded);
-      content_type = "application/binary";
-    } else if (resp.contains("body")) {
-      body_text = resp["body"].is_string() ? resp["body"].get<std::string>() : resp["body"].dump();
-    }
-    if (resp.contains("headers") && resp["headers"].is_object()) {
-      for (auto it = resp["headers"].begin(); it != resp["headers"].end(); ++it) {
-        if (!it.value().is_string()) continue;
-        if (it.key() == "Content-Type" || it.key() == "content-type")
-          content_type = it.value().get<std::string>();
-        else
-          out.set(it.key(), it.value().get<std::string>());
-      }
-    }
-    out.set(beast_http::field::content_type, content_type);
-    if (new_rev) out.set("X-Couch-Update-NewRev", *new_rev);
-    if (doc_id || new_rev) {
-      Json doc = Json::parse(answered_doc, nullptr, false);
-      if (doc.is_object() && doc.contains("_id"))
-        out.set("X-Couch-Id", doc["_id"].get<std::string>());
-    }
-    out.body() = std::move(body_text);
-    out.keep_alive(call.req.keep_alive());
-    out.prepare_payload();
-    return out;
-  };
-  if (auto hot = co_await hot_update(call, db, engine, d, name, doc_id, current, req.dump(), a,
-                                     resp, answered_doc, render))
-    co_return std::move(*hot);
-  if (!a.doc_json.empty() && a.doc_json != "null") {
-    Json doc = Json::parse(a.doc_json, nullptr, false);
-    if (!doc.is_object())
-      throw HttpError(err::render_error("the update handler's document is not an object"));
-    if (!doc.contains("_id") || !doc["_id"].is_string())
-      throw HttpError(err::render_error("Document id must be a string"));
-    // Saved like a PUT of the document (couch_mrview_show: couch_db:update_doc as the user).
-    const std::string id = doc["_id"].get<std::string>();
-    if (auto err = check_doc_write(call, db, doc)) throw HttpError(*err);
-    core::DocUpdate u;
-    u.id = id;
-    if (doc.contains("_rev") && doc["_rev"].is_string()) {
-      auto rev = core::RevId::parse(doc["_rev"].get<std::string>());
-      if (!rev) throw HttpError(err::bad_request("Invalid rev format"));
-      u.base_rev = *rev;
-    }
-    u.deleted = doc.value("_deleted", false) == true;
-    Json body = Json::object();
-    for (auto it = doc.begin(); it != doc.end(); ++it)
-      if (!it.key().starts_with("_")) body[it.key()] = it.value();
-    u.body = body.dump();
-    std::vector<core::DocWriteBatch::Item> items(1);
-    items[0].update = std::move(u);
-    core::DocWriteBatch batch(db.name, std::move(items));
-    co_return co_await write_and_render(call, batch, [&](const core::DocWriteBatch& b) {
-      const auto& result = *b.results().at(0);
-      if (auto* e = std::get_if<core::CouchError>(&result)) throw HttpError(*e);
-      return render(resp.contains("code") ? code : 201,
-                    std::get<core::UpdateResult>(result).rev.str());
-    });
-  }
-  co_return render(code, std::nullopt);
 }
 
 }  // namespace

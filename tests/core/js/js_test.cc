@@ -193,6 +193,109 @@ TEST(JsTest, UpdateHandlers) {
             "method_not_allowed");
 }
 
+// update_many: an accept() that hands out revisions "N-r" and records the bodies it took;
+// `refuse` (a body) is refused.
+struct Accepted {
+  std::vector<std::string> bodies;
+  std::string refuse;
+  Engine::Accept fn() {
+    return [this](std::size_t, std::string_view body) -> std::optional<std::string> {
+      if (body == refuse) return std::nullopt;
+      bodies.emplace_back(body);
+      return std::to_string(bodies.size() + 1) + "-r";
+    };
+  }
+};
+
+std::vector<UpdateCall> update_calls(const std::vector<std::string>& names) {
+  std::vector<UpdateCall> out;
+  for (const auto& n : names) out.push_back(UpdateCall{n, R"({"method":"POST"})"});
+  return out;
+}
+
+TEST(JsTest, UpdateManyChainsCallsAndRollsBackFailedOnes) {
+  auto d = ddoc(
+      {{"updates",
+        {{"inc",
+          "function(doc, req){ doc.n += 1; return [doc, {json: {n: doc.n, rev: doc._rev}}]; }"},
+         {"boom", "function(doc, req){ doc.n = 1000; throw(['error', 'bad', 'no']); }"},
+         {"oops", "function(doc, req){ doc.n = 1000; return doc.missing.x; }"},
+         {"none", "function(doc, req){ doc.n = 1000; return [null, 'nothing']; }"},
+         {"other", "function(doc, req){ return [{_id: 'y'}, 'moved']; }"},
+         {"drop", "function(doc, req){ doc._deleted = true; return [doc, 'gone']; }"}}}});
+  Accepted a;
+  auto batch = ok(engine().update_many(
+      d, "x", "1-a", R"({"n":0,"keep":"me"})",
+      update_calls({"inc", "boom", "inc", "oops", "none", "other", "drop", "inc"}), {}, a.fn()));
+  using Kind = UpdateOutcome::Kind;
+  ASSERT_EQ(batch.outcomes.size(), 8u);
+  EXPECT_FALSE(batch.timed_out);
+  std::vector<Kind> kinds;
+  for (const auto& o : batch.outcomes) kinds.push_back(o.kind);
+  EXPECT_EQ(kinds, (std::vector<Kind>{Kind::saved, Kind::failed, Kind::saved, Kind::failed,
+                                      Kind::unsaved, Kind::declined, Kind::declined, Kind::saved}));
+  EXPECT_EQ(batch.outcomes[1].error.error, "bad");
+  EXPECT_EQ(batch.outcomes[3].error.error, "TypeError");
+  EXPECT_EQ(json::parse(batch.outcomes[4].response_json), json::parse(R"({"body":"nothing"})"));
+  // Each saved call saw what the one before saved, with its revision; "_" members are not saved.
+  EXPECT_EQ(a.bodies, (std::vector<std::string>{R"({"n":1,"keep":"me"})", R"({"n":2,"keep":"me"})",
+                                                R"({"n":3,"keep":"me"})"}));
+  EXPECT_EQ(json::parse(batch.outcomes[0].response_json)["json"]["rev"], "1-a");
+  EXPECT_EQ(json::parse(batch.outcomes[2].response_json)["json"]["rev"], "2-r");
+  EXPECT_EQ(json::parse(batch.outcomes[7].response_json)["json"]["rev"], "3-r");
+}
+
+TEST(JsTest, UpdateManyRunsValidatorsAndAcceptOnEachSave) {
+  auto d =
+      ddoc({{"updates",
+             {{"set", "function(doc, req){ doc.n = Number(req.query.n); return [doc, 'ok']; }"}}}});
+  auto v = std::make_shared<const DesignDoc>(
+      ddoc({{"validate_doc_update",
+             "function(n, o, u, s){ if (n.n > 5) throw({forbidden: 'big ' + o.n + ' ' + u.name + ' "
+             "' + s.x});"
+             " if (n.n < 0) null.boom; }"}},
+           "1-v"));
+  std::vector<UpdateCall> calls;
+  for (int n : {1, 7, -1, 2, 4}) {
+    calls.push_back(UpdateCall{"set",
+                               R"({"method":"POST","query":{"n":")" + std::to_string(n) + R"("}})",
+                               R"({"name":"ann"})", R"({"x":"s"})"});
+  }
+  Accepted a;
+  a.refuse = R"({"n":2})";
+  auto batch = ok(engine().update_many(d, "x", "1-a", R"({"n":0})", calls, {v}, a.fn()));
+  using Kind = UpdateOutcome::Kind;
+  ASSERT_EQ(batch.outcomes.size(), 5u);
+  EXPECT_EQ(batch.outcomes[0].kind, Kind::saved);
+  EXPECT_EQ(batch.outcomes[1].kind, Kind::invalid);
+  EXPECT_EQ(batch.outcomes[1].verdict.kind, Verdict::Kind::forbidden);
+  EXPECT_EQ(batch.outcomes[1].verdict.message, "big 1 ann s");
+  EXPECT_EQ(batch.outcomes[2].kind, Kind::validator_failed);
+  EXPECT_EQ(batch.outcomes[2].error.error, "TypeError");
+  EXPECT_EQ(batch.outcomes[3].kind, Kind::refused);
+  EXPECT_EQ(batch.outcomes[4].kind, Kind::saved);
+  EXPECT_EQ(a.bodies, (std::vector<std::string>{R"({"n":1})", R"({"n":4})"}));
+}
+
+TEST(JsTest, UpdateManyNamesTheCallThatTimedOut) {
+  auto d = ddoc({{"updates",
+                  {{"inc", "function(doc, req){ doc.n += 1; return [doc, 'ok']; }"},
+                   {"spin", "function(doc, req){ while (true) {} }"}}}});
+  Accepted a;
+  auto batch = ok(engine().update_many(d, "x", "1-a", R"({"n":0})",
+                                       update_calls({"inc", "inc", "spin", "inc"}), {}, a.fn()));
+  ASSERT_TRUE(batch.timed_out);
+  EXPECT_EQ(*batch.timed_out, 2u);
+  EXPECT_TRUE(batch.outcomes.empty());
+  // Each call has its own time limit: many quick calls are not cut short by the batch's length.
+  a.bodies.clear();
+  auto many = ok(engine().update_many(
+      d, "x", "1-a", R"({"n":0})", update_calls(std::vector<std::string>(500, "inc")), {}, a.fn()));
+  EXPECT_FALSE(many.timed_out);
+  EXPECT_GE(many.outcomes.size(), 1u);
+  EXPECT_EQ(a.bodies.size(), many.outcomes.size());
+}
+
 TEST(JsTest, ARunawayFunctionTimesOutAndHarmsNothingElse) {
   auto d = ddoc({{"views",
                   {{"spin", {{"map", "function(doc){ while (true) {} }"}}},
