@@ -45,7 +45,8 @@ BENCHMARK(UpdateOne)->UseRealTime();
 // range(0) calls per entry; range(1): with a validation function.
 void UpdateMany(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
-  std::vector<UpdateCall> calls(n, UpdateCall{"inc", kReq, R"({"db":"bench","name":"admin","roles":["_admin"]})", "{}"});
+  std::vector<UpdateCall> calls(
+      n, UpdateCall{"inc", kReq, R"({"db":"bench","name":"admin","roles":["_admin"]})", "{}"});
   std::vector<std::shared_ptr<const DesignDoc>> validators;
   if (state.range(1)) validators.push_back(std::make_shared<const DesignDoc>(kValidator));
   std::size_t revs = 0;
@@ -53,8 +54,8 @@ void UpdateMany(benchmark::State& state) {
     return std::to_string(++revs) + "-a";
   };
   for (auto _ : state) {
-    auto r = engine().update_many(kUpdates, "counter", "1-a", R"({"n":0})", calls, validators,
-                                  accept);
+    auto r =
+        engine().update_many(kUpdates, "counter", "1-a", R"({"n":0})", calls, validators, accept);
     benchmark::DoNotOptimize(r);
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * n));

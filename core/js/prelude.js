@@ -175,6 +175,18 @@
     return f;
   }
 
+  // An update function's call: [doc or null, response object].
+  function runUpdate(entry, f, doc, req) {
+    if (req && req.method === "GET")
+      throw new CouchError("method_not_allowed", "Update functions do not allow GET");
+    var result = f.call(entry.doc, doc, req);
+    if (!Array.isArray(result))
+      throw new CouchError("render_error", "undefined response from update function");
+    var resp = result[1];
+    if (typeof resp === "string" || resp === undefined || resp === null) resp = {body: resp || ""};
+    return [result[0] === undefined ? null : result[0], resp];
+  }
+
   function mapOne(fn, doc) {
     emitted = [];
     try {
@@ -288,16 +300,7 @@
       return out;
     },
     update: function (entry, args) {
-      var f = fun(entry, ["updates", args[0]]);
-      var req = args[2];
-      if (req && req.method === "GET")
-        throw new CouchError("method_not_allowed", "Update functions do not allow GET");
-      var result = f.apply(entry.doc, [args[1], req]);
-      if (!Array.isArray(result))
-        throw new CouchError("render_error", "undefined response from update function");
-      var resp = result[1];
-      if (typeof resp === "string" || resp === undefined || resp === null) resp = {body: resp || ""};
-      return [result[0] === undefined ? null : result[0], resp];
+      return runUpdate(entry, fun(entry, ["updates", args[0]]), args[1], args[2]);
     },
     // Update-handler calls on one document (id, its revision rev and body text), each on what
     // the call before it saved, with the database's validation functions run on each save: the
@@ -315,7 +318,7 @@
       var withMeta = function (body) {
         return '{"_id":' + idJson + ',"_rev":' + JSON.stringify(rev) + (body.length > 2 ? "," + body.slice(1) : "}");
       };
-      var start = Date.now(), out = [];
+      var start = Date.now(), out = [], handlers = new Map();
       for (var i = 0; i < args.calls.length; i++) {
         if (i > 0 && Date.now() - start > args.budgetMs) break;
         callBegin(i);
@@ -323,7 +326,12 @@
         var saved, resp, bodyText;
         try {
           current = entry;
-          var answer = ops.update(entry, [c.name, JSON.parse(withMeta(text)), c.req]);
+          var f = handlers.get(c.name);
+          if (f === undefined) {
+            f = fun(entry, ["updates", c.name]);
+            handlers.set(c.name, f);
+          }
+          var answer = runUpdate(entry, f, JSON.parse(withMeta(text)), c.req);
           saved = answer[0];
           resp = answer[1];
           if (saved === null) {
@@ -335,7 +343,8 @@
             continue;
           }
           var body = {};
-          Object.keys(saved).forEach(function (k) { if (k.charAt(0) !== "_") body[k] = saved[k]; });
+          for (var k in saved)
+            if (k.charCodeAt(0) !== 95 && Object.prototype.hasOwnProperty.call(saved, k)) body[k] = saved[k];
           bodyText = JSON.stringify(body);
           JSON.stringify(resp);  // an answer that cannot be sent fails here, not the whole batch
         } catch (e) {

@@ -32,7 +32,9 @@ int update_status(const Json& resp, int fallback) {
 }
 
 // The status of an answer that saved a document: 201 unless the response has a "code".
-int saved_status(const Json& resp) { return resp.contains("code") ? update_status(resp, 200) : 201; }
+int saved_status(const Json& resp) {
+  return resp.contains("code") ? update_status(resp, 200) : 201;
+}
 
 // The handler's response object (an object; anything else answers as an empty one).
 Json response_object(const std::string& json) {
@@ -109,8 +111,8 @@ boost::asio::awaitable<std::optional<Response>> grouped_update(
       return stored_response(answer(o));
     };
   }
-  auto outcome = co_await call.ctx.hot_docs->update(call.store(), call.ctx.janitor, db.name,
-                                                    doc_id, std::move(step));
+  auto outcome = co_await call.ctx.hot_docs->update(call.store(), call.ctx.janitor, db.name, doc_id,
+                                                    std::move(step));
   if (!outcome.ok()) co_return storage_error_response(call.req, outcome.error());
   if (script->kind == Kind::declined) co_return std::nullopt;
   if (const auto* e = std::get_if<core::CouchError>(&*outcome)) throw HttpError(*e);

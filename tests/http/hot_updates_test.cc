@@ -123,8 +123,8 @@ TEST_F(HotUpdatesTest, ACallThatThrowsFailsAloneAndLeavesNoTrace) {
   std::atomic<int> ok{0}, failed{0}, other{0};
   concurrently(server_->port(), 8, 40, [&](HttpClient& client, int, int i) {
     const bool fail = i % 3 == 1;
-    auto r = client.request(verb::post,
-                            std::string("/db/_design/u/_update/inc/counter") + (fail ? "?fail=1" : ""));
+    auto r = client.request(
+        verb::post, std::string("/db/_design/u/_update/inc/counter") + (fail ? "?fail=1" : ""));
     if (!fail && r.status == 201 && r.body == "ok") {
       ++ok;
     } else if (fail && r.status == 500 && r.json()["error"] == "refused" &&
@@ -194,8 +194,9 @@ TEST(HotUpdatesLongLimitTest, ACallPastTheTransactionsLifetimeFailsOnce) {
   HttpClient client(server.port(), 60s);
   ASSERT_EQ(client.request(verb::put, "/db").status, 201u);
   ASSERT_EQ(client.request(verb::put, "/db/counter", R"({"n":0})").status, 201u);
-  ASSERT_EQ(client.request(verb::put, "/db/_design/u",
-                           R"({"updates":{"spin":"function(doc, req) { while (true) {} }"}})")
+  ASSERT_EQ(client
+                .request(verb::put, "/db/_design/u",
+                         R"({"updates":{"spin":"function(doc, req) { while (true) {} }"}})")
                 .status,
             201u);
   const auto t0 = std::chrono::steady_clock::now();
@@ -207,10 +208,12 @@ TEST(HotUpdatesLongLimitTest, ACallPastTheTransactionsLifetimeFailsOnce) {
 }
 
 TEST_F(HotUpdatesTest, ValidationJudgesEachCall) {
-  ASSERT_EQ(call(verb::put, "/db/_design/v",
-                 R"({"validate_doc_update":"function(n, o, u) { if (n.n > 3) throw({forbidden: 'at most 3, was ' + o.n}); if (u.name !== null && u.name !== 'admin') throw({unauthorized: 'who'}); }"})")
-                .status,
-            201u);
+  ASSERT_EQ(
+      call(
+          verb::put, "/db/_design/v",
+          R"({"validate_doc_update":"function(n, o, u) { if (n.n > 3) throw({forbidden: 'at most 3, was ' + o.n}); if (u.name !== null && u.name !== 'admin') throw({unauthorized: 'who'}); }"})")
+          .status,
+      201u);
   put_updates({{"inc", "function(doc, req) { doc.n += 1; return [doc, 'ok']; }"}});
   std::atomic<int> ok{0}, forbidden{0}, other{0};
   concurrently(server_->port(), 8, 5, [&](HttpClient& client, int, int) {
@@ -261,8 +264,9 @@ TEST_F(HotUpdatesTest, CallsThatSaveSomethingElseTakeTheOrdinaryPath) {
       {"copy", "function(doc, req) { return [{_id: 'copy-' + doc.n, n: doc.n}, 'copied']; }"},
       {"drop", "function(doc, req) { doc._deleted = true; return [doc, 'dropped']; }"},
       {"peek", "function(doc, req) { doc.n = 99; return [null, {code: 202, json: {n: doc.n}}]; }"},
-      {"inc", "function(doc, req) { if (!doc) return [{_id: req.id, n: 1}, 'new']; "
-              "doc.n += 1; return [doc, 'up']; }"},
+      {"inc",
+       "function(doc, req) { if (!doc) return [{_id: req.id, n: 1}, 'new']; "
+       "doc.n += 1; return [doc, 'up']; }"},
   });
   auto copied = call(verb::post, "/db/_design/u/_update/copy/counter");
   EXPECT_EQ(copied.status, 201u);
