@@ -299,15 +299,20 @@ std::optional<std::string> att_identity(const AttInfo& a, std::string stored) {
   return gzip_decompress(stored, static_cast<std::size_t>(std::max<std::int64_t>(a.length, 0)));
 }
 
+std::optional<CouchError> validate_att_name(std::string_view name) {
+  if (name.starts_with("_"))
+    return err::bad_request("Attachment name '" + std::string(name) +
+                            "' starts with prohibited character '_'");
+  if (!is_valid_utf8(name)) return err::bad_request("Attachment name is not UTF-8 encoded");
+  return std::nullopt;
+}
+
 std::variant<std::vector<AttUpload>, CouchError> parse_attachments_json(
     const nlohmann::ordered_json& atts, std::size_t max_attachment_size) {
   std::vector<AttUpload> out;
   if (!atts.is_object()) return err::bad_request("Bad special document member: _attachments");
   for (const auto& [name, props] : atts.items()) {
-    if (name.starts_with("_"))
-      return err::bad_request("Attachment name '" + name +
-                              "' starts with prohibited character '_'");
-    if (!is_valid_utf8(name)) return err::bad_request("Attachment name is not UTF-8 encoded");
+    if (auto e = validate_att_name(name)) return std::move(*e);
     AttUpload u;
     u.name = name;
     u.info.name = name;

@@ -157,6 +157,11 @@ void set_att_encoded_data(AttUpload& u, std::string encoded, std::string encodin
 // The identity bytes of stored bytes (gunzip for "gzip"); nullopt if they do not decode.
 std::optional<std::string> att_identity(const AttInfo& a, std::string stored);
 
+// An attachment name a document may hold (chttpd_db:validate_attachment_name): nullopt, or
+// {400, bad_request, "Attachment name '_x' starts with prohibited character '_'"} /
+// "Attachment name is not UTF-8 encoded".
+std::optional<CouchError> validate_att_name(std::string_view name);
+
 // A document's `_attachments` object as uploads, in document order (couch_att:from_json): a
 // member with "stub": true is a stub; "follows": true waits for a multipart part; otherwise
 // "data" must be base64 ({400, bad_request, "Invalid attachment data for <name>"}). content_type

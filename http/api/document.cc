@@ -899,7 +899,22 @@ MaybeResponse copy_doc(Call& call, const core::DbRef& db, const Target& t) {
 
 // ---- POST (multipart/form-data uploads) --------------------------------------------------------
 
-Response post_doc(const Call& call, const Target& t) {
+// The name of a multipart/form-data part and its file name (absent for a plain field).
+struct FormField {
+  std::string name;
+  std::optional<std::string> filename;
+};
+FormField form_field(const MultipartPart& part) {
+  const std::string_view disposition = part.header("content-disposition");
+  return FormField{header_param(disposition, "name").value_or(""),
+                   header_param(disposition, "filename")};
+}
+
+// POST /{db}/{docid} as the upload form of Futon and Fauxton sends it (chttpd_db:db_doc_req):
+// the document from the `_doc` field (JSON), else its revision `_rev` as stored, gets each file of
+// the `_attachments` fields as an attachment named after the file (replacing one of that name).
+// Without `_rev` or `_doc` the form creates the document (CouchDB answers 500 badarg).
+MaybeResponse post_doc(Call& call, const core::DbRef& db, const Target& t) {
   // couch_httpd:validate_referer, validate_docid, validate_ctype("multipart/form-data").
   auto referer = header_value(call.req, field::referer);
   if (!referer) throw HttpError(err::bad_request("Referer header required."));
@@ -916,7 +931,58 @@ Response post_doc(const Call& call, const Target& t) {
   std::string_view ctype = call.req[field::content_type];
   if (ctype.substr(0, ctype.find(';')) != "multipart/form-data")
     throw HttpError(err::bad_content_type("Content-Type must be multipart/form-data"));
-  throw_not_implemented();  // the form upload of an attachment is not implemented
+  if (t.local) throw HttpError(err::bad_request("Attachments are not allowed on local documents"));
+  auto boundary = multipart_boundary(ctype);
+  auto parts = boundary ? parse_multipart(call.req.body(), *boundary) : std::nullopt;
+  if (!parts) throw HttpError(err::bad_request("Invalid multipart/form-data request body"));
+  std::optional<std::string_view> doc_field, rev_field;
+  std::vector<const MultipartPart*> files;
+  for (const MultipartPart& part : *parts) {
+    const FormField f = form_field(part);
+    if (f.name == "_doc") doc_field = part.body;
+    if (f.name == "_rev") rev_field = part.body;
+    if (f.name == "_attachments" && f.filename) files.push_back(&part);
+  }
+  Json j = Json::object();
+  if (doc_field) {
+    j = parse_json_or_throw(*doc_field, core::JsonNumbers::exact);
+  } else if (rev_field) {
+    core::DocReadOptions o;
+    o.rev = parse_rev_or_throw(std::string(*rev_field));
+    auto tr = call.store().create_transaction();
+    auto doc = value_or_throw(core::get_doc_json(tr, db, t.id, o));
+    if (auto* e = std::get_if<core::CouchError>(&doc)) throw HttpError(std::move(*e));
+    j = parse_json_or_throw(std::get<std::string>(doc), core::JsonNumbers::exact);
+  }
+  core::ParsedDoc d = checked_put_doc(call, db, t, j, true);
+  std::vector<core::AttUpload> atts = upload_atts(call, d, {});
+  std::vector<core::AttUpload> uploads;
+  for (const MultipartPart* part : files) {
+    std::string name = *form_field(*part).filename;
+    if (auto e = core::validate_att_name(name)) throw HttpError(std::move(*e));
+    if (part->body.size() > call.ctx.max_attachment_size)
+      throw HttpError(err::attachment_too_large(name));
+    std::erase_if(atts, [&](const core::AttUpload& a) { return a.name == name; });
+    std::erase_if(uploads, [&](const core::AttUpload& a) { return a.name == name; });
+    core::AttUpload u;
+    u.name = name;
+    u.info.name = std::move(name);
+    const std::string_view type = part->header("content-type");
+    u.info.content_type = type.empty() ? "application/octet-stream" : std::string(type);
+    core::set_att_data(u, std::string(part->body));
+    uploads.push_back(std::move(u));
+  }
+  // CouchDB puts the uploads before the attachments the document kept.
+  uploads.insert(uploads.end(), std::make_move_iterator(atts.begin()),
+                 std::make_move_iterator(atts.end()));
+  auto item = interactive_item(t.id, d.rev, d.deleted, std::move(d.body), std::move(d.body_term));
+  item.update.atts = std::move(uploads);
+  if (storage::Status s = co_await preupload_attachments(call, db, item.update.atts); !s.ok())
+    co_return storage_error_response(call.req, s.error());
+  co_return co_await write_one(call, std::move(item), [&](const WriteResult& w) -> Response {
+    const std::string rev = written_rev(w);
+    return update_response(call, Status::created, t.id, rev, dquote(rev));
+  });
 }
 
 // ---- Attachment paths (/{db}/{doc}/{att...}) ---------------------------------------------------
@@ -986,7 +1052,7 @@ MaybeResponse handle_document(Call& call) {
     case verb::copy:
       co_return co_await copy_doc(call, db, t);
     case verb::post:
-      co_return post_doc(call, t);
+      co_return co_await post_doc(call, db, t);
     case verb::patch:
       co_return co_await patch_document(call, db, t.id, t.local);
     default:

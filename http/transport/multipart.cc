@@ -49,8 +49,8 @@ std::string_view MultipartPart::header(std::string_view name) const {
   return {};
 }
 
-std::optional<std::string> multipart_boundary(std::string_view content_type) {
-  std::string_view rest = content_type;
+std::optional<std::string> header_param(std::string_view value, std::string_view name) {
+  std::string_view rest = value;
   while (true) {
     const std::size_t semi = rest.find(';');
     if (semi == std::string_view::npos) return std::nullopt;
@@ -58,12 +58,17 @@ std::optional<std::string> multipart_boundary(std::string_view content_type) {
     std::string_view param = trim(rest.substr(0, rest.find(';')));
     const std::size_t eq = param.find('=');
     if (eq == std::string_view::npos) continue;
-    if (core::ascii_lower(trim(param.substr(0, eq))) != "boundary") continue;
+    if (core::ascii_lower(trim(param.substr(0, eq))) != core::ascii_lower(name)) continue;
     std::string_view v = trim(param.substr(eq + 1));
     if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
-    if (v.empty() || v.size() > 200) return std::nullopt;
     return std::string(v);
   }
+}
+
+std::optional<std::string> multipart_boundary(std::string_view content_type) {
+  auto v = header_param(content_type, "boundary");
+  if (!v || v->empty() || v->size() > 200) return std::nullopt;
+  return v;
 }
 
 std::optional<std::vector<MultipartPart>> parse_multipart(std::string_view body,

@@ -33,6 +33,9 @@ std::optional<std::pair<std::string, std::string>> parse_part_header(std::string
 
 // The boundary parameter of a Content-Type value (quotes removed), or nullopt.
 std::optional<std::string> multipart_boundary(std::string_view content_type);
+// The parameter `name` of a header value with parameters (`type; a=1; b="x y"`), its quotes
+// removed; nullopt when absent. Names compare case-insensitively.
+std::optional<std::string> header_param(std::string_view value, std::string_view name);
 
 // Splits `body` at `boundary`. The preamble before the first delimiter and the epilogue after the
 // closing one are ignored. nullopt when there is no closing delimiter, a part has malformed

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -127,6 +128,77 @@ TEST_F(AttachmentsTest, InlineUploadReadsBackAsStubDataAndBytes) {
   EXPECT_EQ(get("/db/d/h.txt", {{"If-None-Match", raw.header(field::etag)}}).status, 304u);
   expect_error(get("/db/d/nope.txt"), 404, "not_found", "Document is missing attachment");
   expect_error(get("/db/none/x"), 404, "not_found", "missing");
+}
+
+// A multipart/form-data body: (field name, file name or "", content type or "", value).
+std::string form_body(const std::string& boundary,
+                      const std::vector<std::array<std::string, 4>>& fields) {
+  std::string out;
+  for (const auto& [name, file, type, value] : fields) {
+    out += "--" + boundary + "\r\nContent-Disposition: form-data; name=\"" + name + "\"";
+    if (!file.empty()) out += "; filename=\"" + file + "\"";
+    out += "\r\n";
+    if (!type.empty()) out += "Content-Type: " + type + "\r\n";
+    out += "\r\n" + value + "\r\n";
+  }
+  return out + "--" + boundary + "--\r\n";
+}
+
+// The attachment upload form of Futon and Fauxton, as CouchDB 3.5 answers it (the revisions are
+// the ones CouchDB gives the same edits).
+TEST_F(AttachmentsTest, FormUploadAddsAttachmentsAsCouchDbDoes) {
+  ASSERT_EQ(put("/db/d", R"({"a":1})").status, 201u);
+  const std::string referer = "http://127.0.0.1:" + std::to_string(server_->port()) + "/_utils";
+  const Headers form = {{"Content-Type", "multipart/form-data; boundary=XyZ"},
+                        {"Referer", referer}};
+  auto upload = [&](const std::string& doc, const std::vector<std::array<std::string, 4>>& f,
+                    const Headers& h) {
+    return call(verb::post, "/db/" + doc, form_body("XyZ", f), h);
+  };
+  const std::vector<std::array<std::string, 4>> hello = {
+      {"_rev", "", "", rev_of("d")}, {"_attachments", "hello.txt", "text/plain", "hello\n"}};
+
+  expect_error(upload("d", hello, {{"Content-Type", "multipart/form-data; boundary=XyZ"}}), 400,
+               "bad_request", "Referer header required.");
+  expect_error(upload("d", hello,
+                      {{"Content-Type", "multipart/form-data; boundary=XyZ"},
+                       {"Referer", "http://elsewhere.example/"}}),
+               400, "bad_request", "Referer header must match host.");
+  expect_error(upload("d", hello, {{"Content-Type", "application/json"}, {"Referer", referer}}),
+               415, "bad_content_type", "Content-Type must be multipart/form-data");
+
+  auto r = upload("d", hello, form);
+  ASSERT_EQ(r.status, 201u) << r.body;
+  EXPECT_EQ(r.json()["rev"], "2-93978ddc64d9f04c2fb2cfc4a6316171");
+  EXPECT_EQ(r.header("ETag"), "\"2-93978ddc64d9f04c2fb2cfc4a6316171\"");
+  EXPECT_EQ(get("/db/d/hello.txt").body, "hello\n");
+  // A file of a name the document has replaces that attachment; the others stay.
+  r = upload("d",
+             {{"_rev", "", "", rev_of("d")},
+              {"_attachments", "hello.txt", "text/x-a", "hello\n"},
+              {"_attachments", "h2.txt", "text/plain", "second"}},
+             form);
+  ASSERT_EQ(r.status, 201u) << r.body;
+  EXPECT_EQ(r.json()["rev"], "3-cd2a7fdf6eb69687973b3e7797433dc5");
+  auto doc = get("/db/d").json();
+  EXPECT_EQ(doc["a"], 1);
+  EXPECT_EQ(doc["_attachments"]["hello.txt"]["content_type"], "text/x-a");
+  EXPECT_EQ(get("/db/d/h2.txt").body, "second");
+  // A stale revision conflicts; one the document never had is not found.
+  expect_error(upload("d", hello, form), 409, "conflict", "Document update conflict.");
+  expect_error(upload("d", {{"_rev", "", "", "9-abc"}, hello[1]}, form), 404, "not_found",
+               "missing");
+  // `_doc` gives the document itself.
+  r = upload("new2", {{"_doc", "", "", R"({"x":2})"}, hello[1]}, form);
+  ASSERT_EQ(r.status, 201u) << r.body;
+  EXPECT_EQ(r.json()["rev"], "1-e68d20239d2d34f4c064f58e8750f8f7");
+  EXPECT_EQ(get("/db/new2").json()["x"], 2);
+  expect_error(upload("new3", {{"_doc", "", "", R"({})"}, {"_attachments", "_x", "", "y"}}, form),
+               400, "bad_request", "Attachment name '_x' starts with prohibited character '_'");
+  // Neither: the form creates the document (CouchDB answers 500), once.
+  EXPECT_EQ(upload("new4", {hello[1]}, form).status, 201u);
+  EXPECT_EQ(upload("new4", {hello[1]}, form).status, 409u);
+  EXPECT_EQ(get("/db/new4/hello.txt").body, "hello\n");
 }
 
 TEST_F(AttachmentsTest, StubsCarryAttachmentsOverAndUnknownStubsAre412) {
