@@ -359,7 +359,8 @@
               JSON.parse(withMeta(bodyText)), JSON.parse(withMeta(text)),
               JSON.parse(c.userCtx), JSON.parse(c.secObj)]);
           } catch (e) {
-            if (e && e.name && e.stack) verdict = ["vdu_error"].concat(errorPair(e));
+            // A function that does not compile or fails to run, as opposed to one that refuses.
+            if (e instanceof CouchError || (e && e.name && e.stack)) verdict = ["vdu_error"].concat(errorPair(e));
             else verdict = ["invalid", e === undefined ? null : e];
           }
         }

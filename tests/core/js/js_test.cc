@@ -275,6 +275,14 @@ TEST(JsTest, UpdateManyRunsValidatorsAndAcceptOnEachSave) {
   EXPECT_EQ(batch.outcomes[3].kind, Kind::refused);
   EXPECT_EQ(batch.outcomes[4].kind, Kind::saved);
   EXPECT_EQ(a.bodies, (std::vector<std::string>{R"({"n":1})", R"({"n":4})"}));
+  // A validation function that does not compile fails each save, as validate() does.
+  auto broken = std::make_shared<const DesignDoc>(
+      ddoc({{"validate_doc_update", "function(n) { syntax error"}}, "1-b"));
+  auto failed = ok(engine().update_many(d, "x", "1-a", R"({"n":0})", {calls[0]}, {broken}, a.fn()));
+  ASSERT_EQ(failed.outcomes.size(), 1u);
+  EXPECT_EQ(failed.outcomes[0].kind, Kind::validator_failed);
+  EXPECT_EQ(failed.outcomes[0].error.error,
+            err(engine().validate(*broken, "{}", "null", "{}", "{}")).error);
 }
 
 TEST(JsTest, UpdateManyNamesTheCallThatTimedOut) {
