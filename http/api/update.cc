@@ -162,11 +162,14 @@ MaybeResponse ordinary_update(Call& call, const core::DbRef& db,
   u.deleted = saved.deleted;
   u.body = std::move(saved.body);
   u.body_term = std::move(saved.body_term);
-  // The attachments the handler's document names: stubs of the stored ones, or inline data.
+  // The handler's `_attachments`, read as a PUT reads them: stubs keep stored attachments,
+  // base64 "data" adds one (its bytes written first when large, as a PUT's are).
   if (saved.attachments && !saved.attachments->empty()) {
     auto atts = core::parse_attachments_json(*saved.attachments, call.ctx.max_attachment_size);
     if (auto* e = std::get_if<core::CouchError>(&atts)) throw HttpError(std::move(*e));
     u.atts = std::get<std::vector<core::AttUpload>>(std::move(atts));
+    if (storage::Status s = co_await preupload_attachments(call, db, u.atts); !s.ok())
+      co_return storage_error_response(call.req, s.error());
   }
   std::vector<core::DocWriteBatch::Item> items(1);
   items[0].update = std::move(u);

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/http/test_credentials.h"
 #include "tests/http/test_server.h"
 
 namespace chaise::test {
@@ -297,6 +298,30 @@ TEST_F(HotUpdatesTest, CallsThatSaveSomethingElseTakeTheOrdinaryPath) {
   EXPECT_TRUE(fresh.contains("_attachments"));
   EXPECT_EQ(call(verb::get, "/db/fresh/a.txt").body, "hello");
 
+  // A handler may add an attachment as base64 data, as a PUT can.
+  put_updates({{"attach",
+                "function(doc, req) { doc._attachments = doc._attachments || {}; "
+                "doc._attachments['b.txt'] = {content_type: 'text/plain', data: 'Ynll'}; "
+                "return [doc, 'attached']; }"}},
+              {{"_rev", call(verb::get, "/db/_design/u").json()["_rev"]}});
+  EXPECT_EQ(call(verb::post, "/db/_design/u/_update/attach/fresh").status, 201u);
+  EXPECT_EQ(call(verb::get, "/db/fresh/b.txt").body, "bye");
+  EXPECT_EQ(call(verb::get, "/db/fresh/a.txt").body, "hello");
+  // Larger than one transaction may carry: its bytes are written before the document.
+  put_updates(
+      {{"big",
+        "function(doc, req) { doc._attachments['big.bin'] = "
+        "{content_type: 'application/octet-stream', data: req.body}; return [doc, 'ok']; }"}},
+      {{"_rev", call(verb::get, "/db/_design/u").json()["_rev"]}});
+  const std::string megabytes(12 * 1024 * 1024, '\x07');
+  EXPECT_EQ(call(verb::post, "/db/_design/u/_update/big/fresh", base64(megabytes),
+                 {{"Content-Type", "text/plain"}})
+                .status,
+            201u);
+  EXPECT_TRUE(call(verb::get, "/db/fresh/big.bin").body == megabytes);
+
+  put_updates({{"drop", "function(doc, req) { doc._deleted = true; return [doc, 'dropped']; }"}},
+              {{"_rev", call(verb::get, "/db/_design/u").json()["_rev"]}});
   auto dropped = call(verb::post, "/db/_design/u/_update/drop/counter");
   EXPECT_EQ(dropped.status, 201u);
   EXPECT_EQ(call(verb::get, "/db/counter").status, 404u);
