@@ -45,6 +45,8 @@ constexpr auto kKeys = std::to_array<Key>({
     {"couchdb", "maintenance_mode", Kind::kOneOf, 0, 0, "true|false|nolb"},
     {"couchdb", "os_process_timeout", Kind::kInt, 1, 3'600'000},
     {"query_server_config", "reduce_limit", Kind::kBool},
+    {"purge", "max_document_id_number", Kind::kInt, 1, kMax},
+    {"purge", "max_revisions_number", Kind::kInt, 1, kMax},
     {"chaise", "js_contexts", Kind::kInt, 1, 64},
     {"chaise", "js_heap_mb", Kind::kInt, 8, 4096},
     {"chaise", "js_jit", Kind::kBool},

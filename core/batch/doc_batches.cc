@@ -782,4 +782,74 @@ void DocWriteBatch::committed() {
   next_round_ = items_.size();
 }
 
+// ---- PurgeBatch ------------------------------------------------------------------------------
+
+PurgeBatch::PurgeBatch(std::string db_name, std::vector<PurgeRequest> requests)
+    : db_name_(std::move(db_name)), requests_(std::move(requests)), purged_(requests_.size()) {}
+
+storage::Status PurgeBatch::operator()(Transaction& tr) {
+  if (attempts_++ == 0) {
+    tx_id_ = random_tx_id();
+  } else if (!tx_key_.empty()) {
+    auto landed = attempt_landed(tr, tx_key_);
+    if (!landed.ok()) return landed.error();
+    if (*landed) return {};  // that attempt's results stand
+    tx_id_ = random_tx_id();
+  }
+  tx_key_.clear();
+  round_end_ = next_;
+  auto dbr = open_db(tr, db_name_);
+  if (!dbr.ok()) return dbr.error();
+  if (failed(*dbr)) {
+    db_missing_ = true;
+    return {};
+  }
+  const DbRef& db = std::get<DbRef>(*dbr);
+  auto maps = read_shard_maps(tr, db, Snapshot::no);
+  if (!maps.ok()) return maps.error();
+  auto hooks = read_write_hooks(tr, db);
+  if (!hooks.ok()) return hooks.error();
+  auto seq_base = read_counter(tr, db, keyspace::kChangeCount);
+  if (!seq_base.ok()) return seq_base.error();
+  // With conflict: concurrent purges of the database go one after the other.
+  auto purge_base = purge_seq(tr, db, Snapshot::no);
+  if (!purge_base.ok()) return purge_base.error();
+
+  // A document purged twice in one request goes in a later transaction the second time: its
+  // new winner entry is not readable in the transaction that wrote it.
+  std::unordered_set<std::string_view> seen;
+  std::int64_t n = 0;
+  for (std::size_t i = next_; i < requests_.size(); ++i) {
+    const PurgeRequest& r = requests_[i];
+    if (seen.count(r.id) || static_cast<std::size_t>(n) >= kDocsPerTransactionMax) break;
+    if (n > 0 && tr.approximate_size() > kBytesPerTransactionMax) break;
+    seen.insert(r.id);
+    // The log entry sorts before the document's new changes entry: an index takes the purge in
+    // before the change (core/docs/purge.h).
+    const std::int64_t count = *seq_base + n + 1;
+    const SeqSlot change{static_cast<std::uint16_t>(2 * n + 1), count};
+    auto purged = purge_doc(tr, db, r, *maps, change, *hooks);
+    if (!purged.ok()) return purged.error();
+    log_purge(tr, db, r, *purge_base + n + 1, static_cast<std::uint16_t>(2 * n), count);
+    purged_[i] = std::move(*purged);
+    ++n;
+    round_end_ = i + 1;
+  }
+  if (auto st = hooks->finish(tr, db, js_); !st.ok()) return st.error();
+  // Before the counter moves: the trim counts the committed entries from it.
+  auto trimmed = trim_purged_infos(tr, db, n, kTrimMax);
+  if (!trimmed.ok()) return trimmed.error();
+  tr.add(db.space.counter_key(keyspace::kChangeCount), n);
+  tr.add(db.space.counter_key(keyspace::kPurgeSeq), n);
+  tr.add(db.space.meta_key(keyspace::kUpdateCounter), 1);  // wakes waiting feeds
+  if (tr.may_commit_unknown_result()) tx_key_ = record_tx_id(tr, db, tx_id_);
+  return {};
+}
+
+void PurgeBatch::committed() {
+  next_ = round_end_;
+  attempts_ = 0;
+  tx_key_.clear();
+}
+
 }  // namespace chaise::core

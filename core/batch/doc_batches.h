@@ -1,6 +1,7 @@
 // core/batch/doc_batches.h — the transactions that write documents: DocWriteBatch (one _bulk_docs, PUT
 // or DELETE, idempotent under commit_unknown_result via the transaction-ID subspace of RFC 000)
-// and DocStepBatch (the group commit of server-side updates of one document).
+// DocStepBatch (the group commit of server-side updates of one document) and PurgeBatch (one
+// POST /{db}/_purge).
 //
 // Each is a transaction body built from the write path's primitives (core/docs/documents.h) and the
 // hooks every edit runs (core/index/write_hooks.h); the caller runs it, retries included, and commits.
@@ -16,6 +17,7 @@
 
 #include "core/db/idempotency.h"
 #include "core/docs/documents.h"
+#include "core/docs/purge.h"
 #include "core/docs/validation.h"
 #include "core/index/unique_index.h"
 #include "core/js/js.h"
@@ -184,6 +186,46 @@ class DocStepBatch {
   std::optional<Cache> cache_;
   std::vector<Outcome<RevId>> results_;
   std::vector<bool> deferred_;
+  std::string tx_id_;
+  std::string tx_key_;
+  int attempts_ = 0;
+  bool db_missing_ = false;
+};
+
+// ---- PurgeBatch: the body of one POST /{db}/_purge ----
+// Usage as DocWriteBatch: run `batch(tr)` (retries included) and call committed() after each
+// commit until has_more() is false; purged() then holds, per request, the leaves it purged.
+// Each request gets its purge log entry and one update of the database's sequence, as in
+// CouchDB, whether it purged anything or not. Purges of one database go one at a time: each
+// reads the purge counter with conflict, which numbers its entries. Idempotent under
+// commit_unknown_result like DocWriteBatch.
+class PurgeBatch {
+ public:
+  static constexpr std::size_t kDocsPerTransactionMax = 10'000;
+  // Bytes a transaction holds before the remaining documents wait for the next one (bodies
+  // rewritten whole when their delta base goes).
+  static constexpr std::size_t kBytesPerTransactionMax = 4'000'000;
+  // Old purge entries trimmed per transaction.
+  static constexpr std::size_t kTrimMax = 1000;
+
+  PurgeBatch(std::string db_name, std::vector<PurgeRequest> requests);
+  // The engine synchronous JavaScript indexes run in (core/index/sync_index.h).
+  void set_js(js::Engine* js) { js_ = js; }
+  storage::Status operator()(Transaction& tr);
+  void committed();
+  bool has_more() const { return next_ < requests_.size() && !db_missing_; }
+  bool db_missing() const { return db_missing_; }
+  const std::vector<PurgeRequest>& requests() const { return requests_; }
+  const std::vector<std::vector<RevId>>& purged() const { return purged_; }
+  const std::string& tx_key() const { return tx_key_; }
+
+ private:
+  std::string db_name_;
+  std::vector<PurgeRequest> requests_;
+  std::vector<std::vector<RevId>> purged_;
+  std::size_t next_ = 0;       // requests before it are committed
+  std::size_t round_end_ = 0;  // the current attempt handles [next_, round_end_)
+  js::Engine* js_ = nullptr;
   std::string tx_id_;
   std::string tx_key_;
   int attempts_ = 0;

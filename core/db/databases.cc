@@ -160,6 +160,20 @@ StorageResult<std::int64_t> read_counter(Transaction& tr, const DbRef& db, std::
   return v->has_value() ? keyspace::decode_counter(**v) : 0;
 }
 
+StorageResult<Sequence> newest_purge(Transaction& tr, const DbRef& db) {
+  auto [b, e] = db.space.purged().range();
+  auto last = tr.get_range(b, e, 1, Reverse::yes, Snapshot::yes);
+  if (!last.ok()) return last.error();
+  if (last->empty()) return Sequence{};
+  auto t = db.space.purged().unpack(last->front().key);
+  auto seq = t ? Sequence::from_tuple(*t) : std::nullopt;  // (Incarnation, Versionstamp)
+  if (!seq) return storage::Error::io_error;
+  // (PurgedFormat, PurgeSeq, DocId, Revs, Count): core/db/keyspace.h.
+  if (auto v = Tuple::unpack(last->front().value); v && v->size() > 4)
+    seq->count = v->get_int(4).value_or(0);
+  return *seq;
+}
+
 StorageResult<Sequence> update_seq(Transaction& tr, const DbRef& db) {
   // The newest entry over every shard that ever existed (sequences are unique across shards).
   auto maps = read_shard_maps(tr, db, Snapshot::yes);
@@ -178,6 +192,11 @@ StorageResult<Sequence> update_seq(Transaction& tr, const DbRef& db) {
       seq->count = v->get_int(6).value_or(0);
     if (newest < *seq) newest = *seq;
   }
+  // A purge is an update too (CouchDB counts it in update_seq): the newest purge entry, even
+  // when it removed the document whose change was the newest.
+  auto purge = newest_purge(tr, db);
+  if (!purge.ok()) return purge.error();
+  if (newest < *purge) newest = *purge;
   return newest;
 }
 
@@ -223,8 +242,13 @@ StorageResult<DbInfo> db_info(Transaction& tr, const DbRef& db) {
   auto ext = read_counter(tr, db, keyspace::kSizeExternal);
   auto act = read_counter(tr, db, keyspace::kSizeActive);
   auto seq = update_seq(tr, db);
-  for (storage::Error e : {dc.error(), ddc.error(), ext.error(), act.error(), seq.error()})
+  auto purges = read_counter(tr, db, keyspace::kPurgeSeq);
+  auto purge = newest_purge(tr, db);
+  for (storage::Error e : {dc.error(), ddc.error(), ext.error(), act.error(), seq.error(),
+                           purges.error(), purge.error()})
     if (e != storage::Error::success) return e;
+  info.purge_seq = *purge;
+  info.purge_seq.count = *purges;
   info.doc_count = *dc;
   info.doc_del_count = *ddc;
   info.sizes_external = *ext;

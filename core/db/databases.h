@@ -41,6 +41,9 @@ struct DbInfo {
   std::int64_t doc_count = 0;
   std::int64_t doc_del_count = 0;
   Sequence update_seq;
+  // The newest purge entry's sequence, its N the number of purge entries ever written ("0":
+  // nothing was ever purged).
+  Sequence purge_seq;
   std::int64_t sizes_external = 0;
   std::int64_t sizes_active = 0;
   bool partitioned = false;
@@ -91,7 +94,9 @@ struct AllDbsQuery {
 StorageResult<std::vector<std::string>> list_dbs(Transaction& tr, const AllDbsQuery& q);
 
 StorageResult<DbInfo> db_info(Transaction& tr, const DbRef& db);
-// The newest sequence of the database ("0" when it has no changes).
+// The sequence of the newest purge entry ("0" when none), N being its sequence's count.
+StorageResult<Sequence> newest_purge(Transaction& tr, const DbRef& db);
+// The newest sequence of the database: its newest change or purge ("0" when it has none).
 StorageResult<Sequence> update_seq(Transaction& tr, const DbRef& db);
 StorageResult<int> revs_limit(Transaction& tr, const DbRef& db);
 void set_revs_limit(Transaction& tr, const DbRef& db, int limit);

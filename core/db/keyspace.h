@@ -55,6 +55,14 @@
 //   (kUnique, IndexId, kUniqueViolations, DocId)
 //                                          = {"key":..,"conflicts_with":..}: a replicated edit
 //                                            took a key another document held
+//   (kPurged, Incarnation, Versionstamp)   = (PurgedFormat, PurgeSeq, DocId, (RevText...), Count):
+//                                            one purge request's document (core/docs/purge.h),
+//                                            in purge order; the oldest are trimmed past the
+//                                            database's purged_infos_limit
+//   (kMeta, kPurgedInfosLimit)             = purged infos kept (tuple int; absent: 1000)
+//   (kMeta, kPurgeTrimmed)                 = (Trimmed, (Incarnation, Versionstamp)): how many
+//                                            purge entries were trimmed, and the last one's
+//                                            sequence (an index behind it starts again)
 //   (kMeta, kUniqueIndexes)                = JSON list of the unique indexes (core/index/unique_index.h)
 //   (kMeta, kSyncIndexes)                  = JSON list of the synchronous indexes, each ready or
 //                                            not (core/index/sync_index.h)
@@ -109,6 +117,7 @@ inline constexpr std::int64_t kAttRefs = 10;
 inline constexpr std::int64_t kViews = 11;
 inline constexpr std::int64_t kIdem = 12;
 inline constexpr std::int64_t kUnique = 13;
+inline constexpr std::int64_t kPurged = 14;
 
 // Under (kUnique, IndexId) (core/index/unique_index.h).
 inline constexpr std::int64_t kUniqueKeys = 0;
@@ -157,6 +166,7 @@ inline constexpr std::int64_t kRevHeaderFormat = 1;
 // revision: (kRevHeaderDeltaFormat, Deleted, AttList, BasePos, BaseHash:bytes).
 inline constexpr std::int64_t kRevHeaderDeltaFormat = 2;
 inline constexpr std::int64_t kIdemFormat = 1;
+inline constexpr std::int64_t kPurgedFormat = 1;
 
 // Counter names.
 inline constexpr std::string_view kDocCount = "doc_count";
@@ -165,6 +175,9 @@ inline constexpr std::string_view kSizeExternal = "sizes.external";
 inline constexpr std::string_view kSizeActive = "sizes.active";
 // Document changes ever written: the N of the "N-..." sequence text (core/db/sequence.h).
 inline constexpr std::string_view kChangeCount = "change_count";
+// Purge entries ever written: the database's purge_seq (written by atomic add; purges read it
+// with conflict, so each entry's PurgeSeq is exact).
+inline constexpr std::string_view kPurgeSeq = "purge_seq";
 
 // Meta names.
 inline constexpr std::string_view kRevsLimit = "revs_limit";
@@ -174,6 +187,8 @@ inline constexpr std::string_view kSecurity = "security";
 inline constexpr std::string_view kUpdateCounter = "update_counter";
 inline constexpr std::string_view kUniqueIndexes = "unique_indexes";
 inline constexpr std::string_view kSyncIndexes = "sync_indexes";
+inline constexpr std::string_view kPurgedInfosLimit = "purged_infos_limit";
+inline constexpr std::string_view kPurgeTrimmed = "purge_trimmed";
 
 // Config names (kConfig).
 inline constexpr std::string_view kChangesShards = "changes_shards";
@@ -202,7 +217,7 @@ inline Subspace idem_expiry() { return system().sub(Tuple().add(kIdemExpiry)); }
 
 // The subspaces of one database. A handle: copies share one layout of prefixes, and each thread
 // keeps the layouts of the databases it used last, so building or copying the DbRef that every
-// request opens allocates nothing (its fourteen prefixes were built and copied per request, 1-2%
+// request opens allocates nothing (its fifteen prefixes were built and copied per request, 1-2%
 // of a GET's and a PUT's server CPU).
 class DbSpace {
  public:
@@ -222,6 +237,7 @@ class DbSpace {
   const Subspace& views() const { return l_->views; }
   const Subspace& idem() const { return l_->idem; }
   const Subspace& unique() const { return l_->unique; }
+  const Subspace& purged() const { return l_->purged; }
   // One unique index's table (core/index/unique_index.h).
   Subspace unique_index(std::string_view index_id) const {
     return l_->unique.sub(Tuple().add_bytes(index_id));
@@ -304,9 +320,10 @@ class DbSpace {
           att_refs(root.sub(Tuple().add(kAttRefs))),
           views(root.sub(Tuple().add(kViews))),
           idem(root.sub(Tuple().add(kIdem))),
-          unique(root.sub(Tuple().add(kUnique))) {}
+          unique(root.sub(Tuple().add(kUnique))),
+          purged(root.sub(Tuple().add(kPurged))) {}
     Subspace root, revisions, docs, by_id, changes, counters, local, txids, meta, atts, att_refs,
-        views, idem, unique;
+        views, idem, unique, purged;
   };
   // At most this many layouts per thread; past it the thread's set starts again.
   static constexpr std::size_t kLayoutsPerThread = 256;

@@ -36,6 +36,27 @@ StorageResult<std::optional<StoredBranch>> winner_from_range(Transaction& tr, co
 // The leaf `rev` among `all`, or nullptr.
 StoredBranch* find_leaf(std::vector<StoredBranch>& all, const RevId& rev);
 
+// ---- Document-level entries every winner change maintains (write_path.cc) ----
+
+// Clears the changes entry of `id` at `seq`.
+void clear_change(Transaction& tr, const DbRef& db, std::string_view id,
+                  const std::vector<ShardMap>& maps, const Sequence& seq);
+// Adds the changes entry of `id`, whose winner is now `winner`, at this transaction's `slot`.
+void write_change(Transaction& tr, const DbRef& db, std::string_view id, const Branch& winner,
+                  std::int64_t branch_count, const std::vector<ShardMap>& maps, SeqSlot slot);
+// What a document's winner is, for the counters.
+enum class WinnerState { none, live, deleted };
+// doc_count, doc_del_count and the sizes (and a partitioned database's per-partition ones) after
+// the winner of `id` went from `before` to `after`.
+void count_winner_change(Transaction& tr, const DbRef& db, std::string_view id, WinnerState before,
+                         WinnerState after, std::int64_t external_delta, std::int64_t active_delta);
+// The winner `winner` (body `body`, attachments `atts`) of a document whose leaves are `leaves`
+// (the winner among them), as a view's map function sees it: what _changes shows with
+// include_docs=true&conflicts=true.
+StorageResult<std::string> doc_for_views(Transaction& tr, const DbRef& db, std::string_view id,
+                                         std::vector<Branch> leaves, const Branch& winner,
+                                         std::string_view body, const std::vector<AttInfo>& atts);
+
 // ---- Revision records: body chunks and header (records.cc) ----
 
 // Writes revision `rev`'s record: its body in chunks and, when it has one, its header (deleted

@@ -16,6 +16,57 @@ using storage::Reverse;
 using storage::Snapshot;
 using storage::Tuple;
 
+void clear_change(Transaction& tr, const DbRef& db, std::string_view id,
+                  const std::vector<ShardMap>& maps, const Sequence& seq) {
+  // The shard of an entry is the route of its partition key in the map in force at its sequence
+  // (RFC 004): computed, not stored.
+  tr.clear(changes_key(db, route(map_for(maps, seq), partition_key(db, id)), seq));
+}
+
+void write_change(Transaction& tr, const DbRef& db, std::string_view id, const Branch& winner,
+                  std::int64_t branch_count, const std::vector<ShardMap>& maps, SeqSlot slot) {
+  // New entries go to the current map's shard. (Shard, Incarnation, Versionstamp) -> (format,
+  // id, pos, hash, branches, live, count), packed element by element: every edit writes them.
+  std::string ck = db.space.changes().key();
+  storage::pack_int(&ck, route(maps.back(), partition_key(db, id)));
+  storage::pack_int(&ck, keyspace::kIncarnation);
+  storage::append_versionstamp_offset(&ck, storage::pack_incomplete_versionstamp(&ck, slot.order));
+  std::string seq_value;
+  storage::pack_int(&seq_value, keyspace::kSeqFormat);
+  storage::pack_string(&seq_value, id);
+  storage::pack_int(&seq_value, winner.leaf.pos);
+  storage::pack_bytes(&seq_value, winner.leaf.hash);
+  storage::pack_int(&seq_value, branch_count);
+  storage::pack_bool(&seq_value, !winner.deleted);
+  storage::pack_int(&seq_value, slot.count);
+  tr.set_versionstamped_key(ck, seq_value);
+}
+
+void count_winner_change(Transaction& tr, const DbRef& db, std::string_view id, WinnerState before,
+                         WinnerState after, std::int64_t external_delta,
+                         std::int64_t active_delta) {
+  std::int64_t dc = 0, ddc = 0;
+  if (after == WinnerState::live && before != WinnerState::live) dc = 1;
+  if (after != WinnerState::live && before == WinnerState::live) dc = -1;
+  if (after == WinnerState::deleted && before != WinnerState::deleted) ddc = 1;
+  if (after != WinnerState::deleted && before == WinnerState::deleted) ddc = -1;
+  if (dc) tr.add(db.space.counter_key(keyspace::kDocCount), dc);
+  if (ddc) tr.add(db.space.counter_key(keyspace::kDocDelCount), ddc);
+  if (external_delta) tr.add(db.space.counter_key(keyspace::kSizeExternal), external_delta);
+  if (active_delta) tr.add(db.space.counter_key(keyspace::kSizeActive), active_delta);
+  // GET /{db}/_partition/{p} reads the same counters per partition.
+  if (const auto colon = id.find(':');
+      db.partitioned && colon != std::string_view::npos && !id.starts_with("_design/")) {
+    const std::string_view part = id.substr(0, colon);
+    if (dc) tr.add(db.space.partition_counter_key(part, keyspace::kDocCount), dc);
+    if (ddc) tr.add(db.space.partition_counter_key(part, keyspace::kDocDelCount), ddc);
+    if (external_delta)
+      tr.add(db.space.partition_counter_key(part, keyspace::kSizeExternal), external_delta);
+    if (active_delta)
+      tr.add(db.space.partition_counter_key(part, keyspace::kSizeActive), active_delta);
+  }
+}
+
 storage::Status apply_edit(Transaction& tr, const DbRef& db, std::string_view id, const EditPlan& p,
                            const std::vector<ShardMap>& maps, SeqSlot slot) {
   const auto body_size = static_cast<std::int64_t>(p.body.size());
@@ -54,26 +105,8 @@ storage::Status apply_edit(Transaction& tr, const DbRef& db, std::string_view id
   const Branch& winner = added_wins ? p.added : p.best_other->branch;
   const std::int64_t winner_size = added_wins ? body_size : p.best_other->body_size;
   // changes: clear the old entry (its key is the old winner's Sequence), add the new one.
-  // The shard of an entry is the route of its partition key in the map in force at its sequence
-  // (RFC 004): computed, not stored. New entries go to the current map's shard.
-  const std::string pk = partition_key(db, id);
-  if (p.old_winner && p.old_winner->seq)
-    tr.clear(changes_key(db, route(map_for(maps, *p.old_winner->seq), pk), *p.old_winner->seq));
-  // (Shard, Incarnation, Versionstamp) -> (format, id, pos, hash, branches, live, count), packed
-  // element by element: every edit writes them.
-  std::string ck = db.space.changes().key();
-  storage::pack_int(&ck, route(maps.back(), pk));
-  storage::pack_int(&ck, keyspace::kIncarnation);
-  storage::append_versionstamp_offset(&ck, storage::pack_incomplete_versionstamp(&ck, slot.order));
-  std::string seq_value;
-  storage::pack_int(&seq_value, keyspace::kSeqFormat);
-  storage::pack_string(&seq_value, id);
-  storage::pack_int(&seq_value, winner.leaf.pos);
-  storage::pack_bytes(&seq_value, winner.leaf.hash);
-  storage::pack_int(&seq_value, p.branch_count);
-  storage::pack_bool(&seq_value, !winner.deleted);
-  storage::pack_int(&seq_value, slot.count);
-  tr.set_versionstamped_key(ck, seq_value);
+  if (p.old_winner && p.old_winner->seq) clear_change(tr, db, id, maps, *p.old_winner->seq);
+  write_change(tr, db, id, winner, p.branch_count, maps, slot);
   // by_id: live documents only. Design documents' entries are remembered between transactions
   // (the validation functions, core/docs/validation.cc): writing one marks the transaction.
   if (id.starts_with("_design/")) tr.touch_metadata();
@@ -93,30 +126,13 @@ storage::Status apply_edit(Transaction& tr, const DbRef& db, std::string_view id
   } else {
     tr.clear(db.space.by_id_key(id));
   }
-  // Counters by transition of the winner's state.
-  const bool was_live = p.old_winner && !p.old_winner->branch.deleted;
-  const bool was_deleted = p.old_winner && p.old_winner->branch.deleted;
-  const bool is_live = !winner.deleted;
-  std::int64_t dc = 0, ddc = 0;
-  if (is_live && !was_live) dc = 1;
-  if (!is_live && was_live) dc = -1;
-  if (!is_live && !was_deleted) ddc = 1;
-  if (is_live && was_deleted) ddc = -1;
-  if (dc) tr.add(db.space.counter_key(keyspace::kDocCount), dc);
-  if (ddc) tr.add(db.space.counter_key(keyspace::kDocDelCount), ddc);
+  const auto state = [](const std::optional<StoredBranch>& b) {
+    return !b ? WinnerState::none : b->branch.deleted ? WinnerState::deleted : WinnerState::live;
+  };
   const std::int64_t ext_delta = winner_size - (p.old_winner ? p.old_winner->body_size : 0);
-  if (ext_delta) tr.add(db.space.counter_key(keyspace::kSizeExternal), ext_delta);
-  if (active_delta) tr.add(db.space.counter_key(keyspace::kSizeActive), active_delta);
-  // GET /{db}/_partition/{p} reads the same counters per partition.
-  if (const auto colon = id.find(':');
-      db.partitioned && colon != std::string_view::npos && !id.starts_with("_design/")) {
-    const std::string_view part = id.substr(0, colon);
-    if (dc) tr.add(db.space.partition_counter_key(part, keyspace::kDocCount), dc);
-    if (ddc) tr.add(db.space.partition_counter_key(part, keyspace::kDocDelCount), ddc);
-    if (ext_delta) tr.add(db.space.partition_counter_key(part, keyspace::kSizeExternal), ext_delta);
-    if (active_delta)
-      tr.add(db.space.partition_counter_key(part, keyspace::kSizeActive), active_delta);
-  }
+  count_winner_change(tr, db, id, state(p.old_winner),
+                      winner.deleted ? WinnerState::deleted : WinnerState::live, ext_delta,
+                      active_delta);
   return storage::Status{};
 }
 
@@ -191,33 +207,38 @@ std::string new_rev_hash(bool deleted, const std::optional<RevId>& parent, std::
   return compute_rev_hash(deleted, parent, body, inputs);
 }
 
-namespace {
-
-// The winner after edit `p` as a view's map function sees it (what _changes shows with
-// include_docs=true&conflicts=true), rendered before apply_edit writes it: the new winner's
-// revision key is not readable in its own transaction.
 StorageResult<std::string> doc_for_views(Transaction& tr, const DbRef& db, std::string_view id,
-                                         const EditPlan& p, const Branch& winner,
+                                         std::vector<Branch> leaves, const Branch& winner,
                                          std::string_view body, const std::vector<AttInfo>& atts) {
   std::vector<std::string> tail;
-  if (p.branch_count > 1) {
-    auto before = read_branches(tr, db, id, Snapshot::yes);
-    if (!before.ok()) return before.error();
-    std::vector<Branch> leaves;
-    for (const StoredBranch& sb : *before)
-      if (!p.removed || sb.key != p.removed->key) leaves.push_back(sb.branch);
-    leaves.push_back(p.added);
-    std::sort(leaves.begin(), leaves.end(),
-              [](const Branch& x, const Branch& y) { return winner_less(y, x); });  // best first
-    std::vector<std::string> conflicts;
-    for (const Branch& l : leaves)
-      if (!l.deleted && !(l.leaf == winner.leaf)) conflicts.push_back(l.leaf.str());
-    if (!conflicts.empty()) tail.push_back("\"_conflicts\":" + rev_array(conflicts));
-  }
+  std::sort(leaves.begin(), leaves.end(),
+            [](const Branch& x, const Branch& y) { return winner_less(y, x); });  // best first
+  std::vector<std::string> conflicts;
+  for (const Branch& l : leaves)
+    if (!l.deleted && !(l.leaf == winner.leaf)) conflicts.push_back(l.leaf.str());
+  if (!conflicts.empty()) tail.push_back("\"_conflicts\":" + rev_array(conflicts));
   auto am = attachments_member(tr, db, winner, atts, DocReadOptions{}, nullptr);
   if (!am.ok()) return am.error();
   if (!am->empty()) tail.push_back(std::move(*am));
   return append_members(splice_doc(body, id, winner.leaf.str(), {}), tail);
+}
+
+namespace {
+
+// Every leaf of the document after edit `p` (none but the added one when it has a single
+// branch), read before apply_edit writes it: the new winner's revision key is not readable in
+// its own transaction.
+StorageResult<std::vector<Branch>> leaves_after(Transaction& tr, const DbRef& db,
+                                                std::string_view id, const EditPlan& p) {
+  std::vector<Branch> leaves;
+  if (p.branch_count > 1) {
+    auto before = read_branches(tr, db, id, Snapshot::yes);
+    if (!before.ok()) return before.error();
+    for (const StoredBranch& sb : *before)
+      if (!p.removed || sb.key != p.removed->key) leaves.push_back(sb.branch);
+  }
+  leaves.push_back(p.added);
+  return leaves;
 }
 
 }  // namespace
@@ -261,7 +282,9 @@ StorageResult<std::optional<CouchError>> edit_hooks(Transaction& tr, const DbRef
   if (rendered) {
     std::optional<std::string> doc;
     if (body) {
-      auto r = doc_for_views(tr, db, id, p, winner, *body, atts);
+      auto leaves = leaves_after(tr, db, id, p);
+      if (!leaves.ok()) return leaves.error();
+      auto r = doc_for_views(tr, db, id, std::move(*leaves), winner, *body, atts);
       if (!r.ok()) return r.error();
       doc = std::move(*r);
     }

@@ -4,8 +4,10 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <unordered_set>
 
 #include "core/db/keyspace.h"
+#include "core/docs/purge.h"
 #include "core/index/cursors.h"
 #include "core/index/mango_index.h"
 #include "core/index/reduce_tree.h"
@@ -291,6 +293,16 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
                                          js::Engine& js) {
   auto since = view_index_seq(tr, db, g, Snapshot::no);
   if (!since.ok()) return since.error();
+  if (!since->is_zero()) {
+    // Purge entries this index has not taken in were trimmed: it starts again.
+    auto trimmed = purges_trimmed_through(tr, db, Snapshot::yes);
+    if (!trimmed.ok()) return trimmed.error();
+    if (*since < *trimmed) {
+      auto [b, e] = index_space(db, g).range();
+      tr.clear_range(b, e);
+      *since = Sequence{};
+    }
+  }
   ChangesQuery q;
   q.since = *since;
   q.include_docs = true;
@@ -300,49 +312,94 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
   std::vector<std::string> rows;
   auto more = cursor.next_page(tr, kDocsPerStep, rows);
   if (!more.ok()) return more.error();
-  if (rows.empty()) {
+  // Documents purged after the index's sequence lose their rows, in sequence order with the
+  // changes (a purged document that stays has a change after its purge). An index never built
+  // has no rows to lose.
+  std::vector<PurgedInfo> purges;
+  if (!since->is_zero()) {
+    auto p = purged_infos(tr, db, *since, kDocsPerStep);
+    if (!p.ok()) return p.error();
+    purges = std::move(*p);
+  }
+  if (rows.empty() && purges.empty()) {
     if (g.sync)
       if (auto st = sync_index_caught_up(tr, db, g.signature); !st.ok()) return st.error();
     return Outcome<bool>(true);
   }
 
-  std::vector<ChangedDoc> changed;
-  std::vector<std::string> docs;
+  struct Event {
+    Sequence seq;
+    std::string id;
+    std::optional<OrderedJson> doc;  // a change's document, when the views map it
+  };
+  std::vector<Event> changes;
   std::size_t bytes = 0;
   for (const std::string& row : rows) {
     OrderedJson r = OrderedJson::parse(row, nullptr, false);
     if (!r.is_object() || !r.contains("id")) return storage::Error::io_error;
-    ChangedDoc c;
-    c.id = r["id"].get<std::string>();
+    auto seq = Sequence::parse(r.value("seq", ""));
+    if (!seq) return storage::Error::io_error;
+    Event ev{*seq, r["id"].get<std::string>(), std::nullopt};
     const bool deleted = r.value("deleted", false);
-    const bool design = c.id.starts_with("_design/");
+    const bool design = ev.id.starts_with("_design/");
     if (!deleted && (!design || g.include_design) && r.contains("doc") && r["doc"].is_object()) {
       OrderedJson& d = r["doc"];
       if (g.local_seq) d["_local_seq"] = r["seq"];
-      c.mapped = true;
-      c.doc = docs.size();
-      docs.push_back(d.dump());
-      bytes += docs.back().size();
+      bytes += d.dump().size();
+      ev.doc = std::move(d);
     }
-    changed.push_back(std::move(c));
+    changes.push_back(std::move(ev));
     if (bytes > kBytesPerStep) break;  // the rest waits for the next step
   }
+  // What this step can order: up to the last change read when more may follow, and up to the
+  // last purge read when more may follow.
+  const bool changes_cut = *more || rows.size() >= kDocsPerStep || changes.size() < rows.size();
+  const bool purges_cut = purges.size() >= kDocsPerStep;
+  std::optional<Sequence> bound;
+  if (changes_cut) bound = changes.back().seq;
+  if (purges_cut && (!bound || purges.back().seq < *bound)) bound = purges.back().seq;
+  std::vector<Event> events;
+  std::unordered_set<std::string> changed_ids;
+  for (const Event& c : changes)
+    if (!bound || !(*bound < c.seq)) changed_ids.insert(c.id);
+  std::size_t ci = 0, pi = 0;
+  for (;;) {
+    const bool take_change = ci < changes.size() && (!bound || !(*bound < changes[ci].seq));
+    const bool take_purge = pi < purges.size() && (!bound || !(*bound < purges[pi].seq));
+    if (!take_change && !take_purge) break;
+    if (take_change && (!take_purge || changes[ci].seq < purges[pi].seq)) {
+      events.push_back(std::move(changes[ci++]));
+    } else {
+      // A document changed after its purge loses its old rows through that change.
+      if (!changed_ids.count(purges[pi].id))
+        events.push_back(Event{purges[pi].seq, purges[pi].id, std::nullopt});
+      ++pi;
+    }
+  }
+  const bool cut = changes_cut || purges_cut || ci < changes.size() || pi < purges.size();
 
+  std::vector<ChangedDoc> changed;
+  std::vector<std::string> docs;
+  for (const Event& ev : events) {
+    ChangedDoc c;
+    c.id = ev.id;
+    if (ev.doc) {
+      c.mapped = true;
+      c.doc = docs.size();
+      docs.push_back(ev.doc->dump());
+    }
+    changed.push_back(std::move(c));
+  }
+  // Never empty: a dropped purge has its document's change after it among the events.
   auto indexed = index_docs(tr, db, g, &js, changed, docs, true);
   if (!indexed.ok()) return indexed.error();
   if (auto* e = std::get_if<CouchError>(&*indexed)) return Outcome<bool>(std::move(*e));
   const std::size_t applied = std::get<std::size_t>(*indexed);
-  // Where this step got to: the last change it handled.
-  Sequence reached = *since;
-  {
-    OrderedJson r = OrderedJson::parse(rows[applied - 1], nullptr, false);
-    auto s = Sequence::parse(r.value("seq", ""));
-    if (!s) return storage::Error::io_error;
-    reached = *s;
-  }
+  // Where this step got to: the last event it handled (a purge dropped for a later change of
+  // its document is handled by that change).
+  const Sequence reached = events[applied - 1].seq;
   tr.set(seq_key(db, g), reached.str());
-  // (The cursor says "no more" once it reached its limit: a full step may have more behind it.)
-  const bool caught_up = !*more && rows.size() < kDocsPerStep && applied == rows.size();
+  const bool caught_up = !cut && applied == events.size();
   if (caught_up && g.sync)
     if (auto st = sync_index_caught_up(tr, db, g.signature); !st.ok()) return st.error();
   return Outcome<bool>(caught_up);

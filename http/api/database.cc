@@ -56,9 +56,8 @@ constexpr std::string_view kDbMethods = "DELETE,GET,HEAD,POST";
 
 // Known CouchDB database endpoints Chaise does not serve yet: answered 501 rather than treated as
 // document ids, so that a client learns the feature is missing.
-constexpr std::string_view kNotImplemented[] = {
-    "_purge",    "_purged_infos", "_purged_infos_limit", "_auto_purge",
-    "_time_seq", "_shards",       "_sync_shards"};
+constexpr std::string_view kNotImplemented[] = {"_auto_purge", "_time_seq", "_shards",
+                                                "_sync_shards"};
 
 // The database of the request as of `tr`; 404 "Database does not exist." for any name that is
 // not a database (CouchDB answers 404, not 400, for an invalid name here: only PUT validates).
@@ -732,6 +731,8 @@ MaybeResponse handle_database(Call& call) {
     if (op == "_missing_revs") co_return co_await revs_diff(call, true);
     if (op == "_revs_limit") co_return co_await revs_limit(call, db);
     if (op == "_security") co_return co_await security(call, db);
+    if (op == "_purge" || op == "_purged_infos" || op == "_purged_infos_limit")
+      co_return co_await handle_purge(call, db);
     if (op == "_ensure_full_commit") {
       if (!call.is(beast_http::verb::post)) throw_method_not_allowed("POST");
       require_json_content_type(call);

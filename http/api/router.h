@@ -139,6 +139,9 @@ MaybeResponse patch_document(Call& call, const core::DbRef& db, const std::strin
 // Attachments: /{db}/{docid}/{attname...} (GET, HEAD, PUT, DELETE), for an opened database.
 MaybeResponse handle_attachment(Call& call, const core::DbRef& db, const std::string& doc_id,
                                 const std::string& name);
+// POST /{db}/_purge, GET /{db}/_purged_infos, GET|PUT /{db}/_purged_infos_limit
+// (http/api/purge.cc), for an opened database.
+MaybeResponse handle_purge(Call& call, const core::DbRef& db);
 // POST /{db}/_bulk_get, for an opened database.
 MaybeResponse handle_bulk_get(Call& call, const core::DbRef& db);
 // /{db}/_design/{ddoc}/<rest...>: _view, _info, _update (http/api/view.cc), for an opened database.

@@ -81,8 +81,8 @@ Json db_info_json(const core::DbInfo& info) {
   // replicator accepts without comparing (couch_replicator_scheduler_job.erl do_checkpoint).
   body["instance_start_time"] = "0";
   body["db_name"] = info.name;
-  // Nothing has ever been purged (POST /{db}/_purge answers 501), so the purge sequence is 0.
-  body["purge_seq"] = 0;
+  // CouchDB's is "N-<opaque>", N the purges; Chaise's has the form of update_seq.
+  body["purge_seq"] = info.purge_seq.str();
   body["update_seq"] = info.update_seq.str();
   // No files: the "file" size is the live data, like "active".
   body["sizes"] = {{"file", info.sizes_active},

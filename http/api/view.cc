@@ -7,6 +7,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <limits>
 
+#include "core/docs/purge.h"
 #include "core/index/cursors.h"
 #include "core/index/filters.h"
 #include "core/index/view_index.h"
@@ -355,7 +356,9 @@ MaybeResponse design_info(Call& call, const core::DbRef& db, const std::string& 
   vi["language"] = g->language;
   vi["sizes"] = Json{{"file", 0}, {"external", 0}, {"active", 0}};
   vi["update_seq"] = seq.str();
-  vi["purge_seq"] = 0;
+  // The purges the index has taken in: those logged up to its sequence.
+  const auto purged = value_or_throw(core::purged_info_at(tr, db, seq));
+  vi["purge_seq"] = purged ? purged->purge_seq : 0;
   vi["updater_running"] = false;
   vi["compact_running"] = false;
   vi["waiting_clients"] = 0;

@@ -15,6 +15,7 @@
 #include "core/db/changes_notifier.h"
 #include "core/db/keyspace.h"
 #include "core/db/txid_janitor.h"
+#include "core/docs/purge.h"
 #include "core/index/cursors.h"
 #include "storage/database.h"
 #include "storage/tuple.h"
@@ -137,6 +138,23 @@ class DocumentsTest : public ::testing::Test {
       ASSERT_TRUE(rec.ok() && rec->has_value()) << id << " " << i;
       EXPECT_EQ((*rec)->body, bodies[i]) << id << " " << i;
     }
+  }
+
+  // Compacts the database "db" to the end, step by step.
+  CompactStats compact() {
+    std::string cursor;
+    CompactStats stats;
+    for (bool done = false; !done;) {
+      Status s = store_->run([&](Transaction& tr) -> Status {
+        auto r = compact_step(tr, db(), cursor, stats);
+        if (!r.ok()) return r.error();
+        done = *r;
+        return {};
+      });
+      EXPECT_TRUE(s.ok());
+      if (!s.ok()) break;
+    }
+    return stats;
   }
 
   std::int64_t counter(std::string_view name) {
@@ -964,17 +982,7 @@ TEST_F(DocumentsTest, HistoryIsKeptAsDeltasAndReadsBackExactly) {
     }
   }
   // Compaction leaves the leaves only, and sizes.active counts exactly their bodies.
-  std::string cursor;
-  CompactStats stats;
-  for (bool done = false; !done;) {
-    Status s = store_->run([&](Transaction& tr) -> Status {
-      auto r = compact_step(tr, db(), cursor, stats);
-      if (!r.ok()) return r.error();
-      done = *r;
-      return {};
-    });
-    ASSERT_TRUE(s.ok());
-  }
+  const CompactStats stats = compact();
   EXPECT_EQ(stats.bodies_removed, static_cast<std::int64_t>(kEdits + 1));
   auto tr = store_->create_transaction();
   auto gone = read_rev(tr, db(), "h", *RevId::parse(revs[5]));
@@ -1013,6 +1021,157 @@ TEST_F(DocumentsTest, SupersededOneChunkRecordsAreOverwrittenNotCleared) {
   EXPECT_EQ(store_->stats().range_clears, clears + 1);  // the first record's two chunks
   EXPECT_LT(stored_bytes("big"), big_bodies.back().size() + 1000);
   expect_history("big", big_revs, big_bodies);
+}
+
+// ---- Purge ----
+
+class PurgeTest : public DocumentsTest {
+ protected:
+  // Purges `requests` ({id, revs}) and returns, per request, the revisions purged.
+  std::vector<std::vector<std::string>> purge(
+      const std::vector<std::pair<std::string, std::vector<std::string>>>& requests) {
+    std::vector<PurgeRequest> rs;
+    for (const auto& [id, revs] : requests) {
+      PurgeRequest r;
+      r.id = id;
+      for (const std::string& rev : revs) r.revs.push_back(*RevId::parse(rev));
+      rs.push_back(std::move(r));
+    }
+    PurgeBatch batch("db", std::move(rs));
+    while (batch.has_more()) {
+      Status s = store_->run([&](Transaction& tr) { return batch(tr); });
+      EXPECT_TRUE(s.ok()) << storage::error_name(s.error());
+      batch.committed();
+    }
+    std::vector<std::vector<std::string>> out;
+    for (const auto& revs : batch.purged()) {
+      out.emplace_back();
+      for (const RevId& rev : revs) out.back().push_back(rev.str());
+    }
+    return out;
+  }
+  std::size_t keys_in(const std::pair<std::string, std::string>& range) {
+    auto tr = store_->create_transaction();
+    auto kvs =
+        tr.get_range(range.first, range.second, 0, storage::Reverse::no, storage::Snapshot::yes);
+    EXPECT_TRUE(kvs.ok());
+    return kvs->size();
+  }
+  std::vector<PurgedInfo> log() {
+    auto tr = store_->create_transaction();
+    auto infos = purged_infos(tr, db(), Sequence{}, 100000);
+    EXPECT_TRUE(infos.ok());
+    return *infos;
+  }
+};
+
+// A long history kept as deltas, with a conflict branching off an old revision: purging the main
+// leaf removes every revision only it named, keeps the shared ones readable (the one whose delta
+// base went is stored whole), and sizes.active counts what remains.
+TEST_F(PurgeTest, PurgedBranchLeavesNoBodyAndSharedHistoryStaysReadable) {
+  const std::string payload(4000, 'w');
+  auto body_at = [&](int i) { return Json{{"n", i}, {"payload", payload}}.dump(); };
+  std::vector<std::string> revs{put("h", std::nullopt, body_at(0))};
+  std::vector<std::string> bodies{body_at(0)};
+  for (int i = 1; i <= 30; ++i) {
+    bodies.push_back(body_at(i));
+    revs.push_back(put("h", revs.back(), bodies.back()));
+  }
+  const std::string conflict_body = R"({"other":true})";
+  write({replicated("h", {"11-conflict", revs[9], revs[8]}, conflict_body)});
+  EXPECT_EQ(stored_bytes("h") < bodies[0].size() * 3, true);  // the history is deltas
+
+  auto purged = purge({{"h", {revs.back(), revs[5], "7-unknown"}}});
+  ASSERT_EQ(purged.size(), 1u);
+  EXPECT_EQ(purged[0], (std::vector<std::string>{revs.back()}));  // leaves only
+  // The conflict is the winner now; its ancestors read back exactly, the purged ones not at all.
+  Json doc = get_json("h");
+  EXPECT_EQ(doc["_rev"], "11-conflict");
+  EXPECT_EQ(doc["other"], true);
+  expect_history("h", {revs[0], revs[8], revs[9]}, {bodies[0], bodies[8], bodies[9]});
+  {
+    auto tr = store_->create_transaction();
+    for (int i : {10, 11, 20, 30}) {
+      auto rec = read_rev(tr, db(), "h", *RevId::parse(revs[i]));
+      ASSERT_TRUE(rec.ok());
+      EXPECT_FALSE(rec->has_value()) << i;
+    }
+  }
+  EXPECT_EQ(counter(keyspace::kDocCount), 1);
+  EXPECT_EQ(counter(keyspace::kSizeExternal), static_cast<std::int64_t>(conflict_body.size()));
+  // sizes.active is the stored bodies: compaction, which keeps the leaf alone, brings it there.
+  compact();
+  EXPECT_EQ(counter(keyspace::kSizeActive), static_cast<std::int64_t>(conflict_body.size()));
+
+  // The last leaf: nothing of the document is left.
+  EXPECT_EQ(purge({{"h", {"11-conflict"}}})[0], (std::vector<std::string>{"11-conflict"}));
+  EXPECT_TRUE(failed(get("h")));
+  EXPECT_EQ(stored_bytes("h"), 0u);
+  EXPECT_EQ(keys_in(db().space.revisions().range(storage::Tuple().add("h"))), 0u);
+  EXPECT_EQ(keys_in(db().space.by_id().range()), 0u);
+  EXPECT_EQ(keys_in(db().space.changes().range()), 0u);
+  EXPECT_EQ(counter(keyspace::kDocCount), 0);
+  EXPECT_EQ(counter(keyspace::kSizeExternal), 0);
+  EXPECT_EQ(counter(keyspace::kSizeActive), 0);
+  const auto entries = log();
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].purge_seq, 1);
+  EXPECT_EQ(entries[0].revs, (std::vector<std::string>{revs.back(), revs[5], "7-unknown"}));
+  EXPECT_EQ(entries[1].purge_seq, 2);
+}
+
+// Attachment bytes go with the last revision that names them, and stay while another does.
+TEST_F(PurgeTest, AttachmentBytesGoWithTheLastRevisionNamingThem) {
+  auto with_att = [](std::string id, std::string data) {
+    DocWriteBatch::Item it = edit(std::move(id), std::nullopt, R"({"a":1})");
+    AttUpload u;
+    u.name = "file.bin";
+    u.info.content_type = "application/octet-stream";
+    set_att_data(u, std::move(data));
+    it.update.atts.push_back(std::move(u));
+    return it;
+  };
+  const std::string shared(200'000, 's'), own(150'000, 'o');
+  auto r = write({with_att("x", shared), with_att("y", shared), with_att("z", own)});
+  for (const auto& one : r) ASSERT_FALSE(failed(one));
+  auto address_of = [&](const std::string& id) {
+    auto tr = store_->create_transaction();
+    auto rec = read_rev(tr, db(), id,
+                        std::get<UpdateResult>(r[id == "x"   ? 0
+                                                 : id == "y" ? 1
+                                                             : 2])
+                            .rev);
+    EXPECT_TRUE(rec.ok() && rec->has_value());
+    return (*rec)->atts.at(0).address;
+  };
+  const std::string shared_address = address_of("x"), own_address = address_of("z");
+  ASSERT_GT(keys_in(att_chunks_range(db(), shared_address)), 0u);
+  purge({{"x", {std::get<UpdateResult>(r[0]).rev.str()}},
+         {"z", {std::get<UpdateResult>(r[2]).rev.str()}}});
+  EXPECT_EQ(keys_in(att_chunks_range(db(), own_address)), 0u);
+  EXPECT_GT(keys_in(att_chunks_range(db(), shared_address)), 0u);  // y still names them
+  purge({{"y", {std::get<UpdateResult>(r[1]).rev.str()}}});
+  EXPECT_EQ(keys_in(att_chunks_range(db(), shared_address)), 0u);
+  EXPECT_EQ(keys_in(db().space.att_refs().range()), 0u);
+}
+
+// Every request is logged and moves the database's sequence; the log keeps the newest
+// purged_infos_limit entries.
+TEST_F(PurgeTest, LogIsTrimmedToItsLimit) {
+  Status s = store_->run([&](Transaction& tr) -> Status {
+    set_purged_infos_limit(tr, db(), 3);
+    return {};
+  });
+  ASSERT_TRUE(s.ok());
+  for (int i = 0; i < 5; ++i) purge({{"missing" + std::to_string(i), {"1-abc"}}});
+  const auto entries = log();
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[0].id, "missing2");
+  EXPECT_EQ(entries[2].purge_seq, 5);
+  auto tr = store_->create_transaction();
+  EXPECT_EQ(*purges_trimmed_through(tr, db(), storage::Snapshot::yes) < entries[0].seq, true);
+  EXPECT_EQ(*purge_seq(tr, db(), storage::Snapshot::yes), 5);
+  EXPECT_EQ(update_seq(tr, db())->count, 5);  // each request counts as an update
 }
 
 }  // namespace
