@@ -42,6 +42,7 @@
 #include "config/settings.h"
 #include "core/db/changes_notifier.h"
 #include "core/db/databases.h"
+#include "core/db/db_updates.h"
 #include "core/db/keyspace.h"
 #include "core/db/txid_janitor.h"
 #include "core/js/js.h"
@@ -478,6 +479,7 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
   auto janitor = std::make_unique<chaise::core::TxIdJanitor>(*store);
   chaise::server::MemoryTrimmer trimmer{std::chrono::seconds(5)};
   auto notifier = std::make_unique<chaise::core::ChangesNotifier>(*store);
+  auto db_updates = std::make_unique<chaise::core::DbUpdatesRecorder>(*store);
   chaise::http::Authenticator authenticator{config_store, *store, command.admin_party};
 
   chaise::core::js::Engine js_engine{
@@ -500,6 +502,7 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
   context.uuids_max_count = config.uuids_max_count;
   context.janitor = janitor.get();
   context.notifier = notifier.get();
+  context.db_updates = db_updates.get();
   context.config = &config_store;
   context.auth = &authenticator;
   chaise::http::Metrics metrics;
@@ -579,6 +582,7 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
   // The store drains its pending commits, whose callbacks post into the server's io_context or
   // the workers': it goes before the server (and its io_context) and the workers are destroyed.
   notifier.reset();
+  db_updates.reset();
   janitor.reset();
   store.reset();
   workers.reset();

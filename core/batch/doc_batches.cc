@@ -4,6 +4,7 @@
 #include <random>
 #include <unordered_set>
 
+#include "core/db/db_updates.h"
 #include "core/index/filters.h"
 #include "core/index/write_hooks.h"
 #include "core/util/json_text.h"
@@ -375,7 +376,7 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
     tx_key_ = record_tx_id(tr, db, tx_id_);
   }
   if (slots.used > 0) {
-    tr.add(db.space.meta_key(keyspace::kUpdateCounter), 1);  // wakes waiting feeds
+    note_db_updated(tr, db);  // wakes waiting feeds; for _db_updates
     tr.add(db.space.counter_key(keyspace::kChangeCount), slots.used);
   }
   if (idem_) {
@@ -759,7 +760,7 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
     if (auto st = apply_edit(tr, db, id_, plan, *maps, SeqSlot{0, *count_base + 1}); !st.ok())
       return st.error();
     if (auto st = hooks->finish(tr, db, js_); !st.ok()) return st.error();
-    tr.add(db.space.meta_key(keyspace::kUpdateCounter), 1);  // wakes waiting feeds
+    note_db_updated(tr, db);  // wakes waiting feeds; for _db_updates
     tr.add(db.space.counter_key(keyspace::kChangeCount), 1);
     cache_ = Cache{cur, RevRecord{std::move(body), false, atts}};
   }
@@ -841,7 +842,7 @@ storage::Status PurgeBatch::operator()(Transaction& tr) {
   if (!trimmed.ok()) return trimmed.error();
   tr.add(db.space.counter_key(keyspace::kChangeCount), n);
   tr.add(db.space.counter_key(keyspace::kPurgeSeq), n);
-  tr.add(db.space.meta_key(keyspace::kUpdateCounter), 1);  // wakes waiting feeds
+  note_db_updated(tr, db);  // wakes waiting feeds; for _db_updates
   if (tr.may_commit_unknown_result()) tx_key_ = record_tx_id(tr, db, tx_id_);
   return {};
 }

@@ -1,5 +1,7 @@
 #include "core/db/changes_notifier.h"
 
+#include "core/db/db_updates.h"
+
 namespace chaise::core {
 
 StorageResult<std::int64_t> read_update_counter(Transaction& tr, const DbRef& db) {
@@ -40,6 +42,18 @@ std::size_t ChangesNotifier::armed_watches() const {
 std::shared_ptr<ChangesNotifier::Waiter> ChangesNotifier::wait(const DbRef& db,
                                                                std::int64_t seen_counter,
                                                                std::function<void()> wake) {
+  return wait_on(db.id, db.space.meta_key(keyspace::kUpdateCounter), seen_counter, std::move(wake));
+}
+
+std::shared_ptr<ChangesNotifier::Waiter> ChangesNotifier::wait_db_updates(
+    std::int64_t seen_counter, std::function<void()> wake) {
+  return wait_on(kDbUpdatesEntry, db_updates_counter_key(), seen_counter, std::move(wake));
+}
+
+std::shared_ptr<ChangesNotifier::Waiter> ChangesNotifier::wait_on(std::int64_t entry,
+                                                                  const std::string& key,
+                                                                  std::int64_t seen_counter,
+                                                                  std::function<void()> wake) {
   auto w = std::make_shared<WaiterState>();
   w->seen = seen_counter;
   w->wake = std::move(wake);
@@ -47,7 +61,7 @@ std::shared_ptr<ChangesNotifier::Waiter> ChangesNotifier::wait(const DbRef& db,
   std::uint64_t generation = 0;
   {
     std::lock_guard lock(mu_);
-    Entry& e = dbs_[db.id];
+    Entry& e = dbs_[entry];
     if (e.armed && e.known > seen_counter) {
       fire_now = true;
     } else {
@@ -61,7 +75,7 @@ std::shared_ptr<ChangesNotifier::Waiter> ChangesNotifier::wait(const DbRef& db,
     }
   }
   if (fire_now) w->fire();
-  if (arm_now) arm(db.id, db.space.meta_key(keyspace::kUpdateCounter), generation);
+  if (arm_now) arm(entry, key, generation);
   return w;
 }
 

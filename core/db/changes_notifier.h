@@ -2,7 +2,8 @@
 // updates to any database and wakes the feeds waiting on it.
 //
 // One storage watch per database that has waiting feeds (not one per feed), on the database's
-// update counter (keyspace kUpdateCounter, bumped by every document write). When it fires, every
+// update counter (keyspace kUpdateCounter, bumped by every document write); one more for the
+// feeds of /_db_updates, on the database events' counter (core/db/db_updates.h). When it fires, every
 // waiter of that database is woken once and the watch is dropped; the next wait() arms a new one.
 // An idle server with 10,000 waiting feeds therefore holds a handful of watches and uses no CPU.
 //
@@ -45,6 +46,10 @@ class ChangesNotifier {
   // Calls `wake` once, after database `db` changes past `seen_counter` (at once if it already has).
   [[nodiscard]] std::shared_ptr<Waiter> wait(const DbRef& db, std::int64_t seen_counter,
                                              std::function<void()> wake);
+  // The same for the server's database events (core/db/db_updates.h): `seen_counter` is
+  // read_db_updates_counter().
+  [[nodiscard]] std::shared_ptr<Waiter> wait_db_updates(std::int64_t seen_counter,
+                                                        std::function<void()> wake);
 
   std::size_t armed_watches() const;
 
@@ -57,6 +62,10 @@ class ChangesNotifier {
     std::shared_ptr<storage::Watch> watch;
     std::vector<std::weak_ptr<WaiterState>> waiters;
   };
+  // Entries are keyed by database id; kDbUpdatesEntry (no database has it) is the events'.
+  static constexpr std::int64_t kDbUpdatesEntry = -1;
+  std::shared_ptr<Waiter> wait_on(std::int64_t entry, const std::string& key,
+                                  std::int64_t seen_counter, std::function<void()> wake);
   void arm(std::int64_t db_id, const std::string& key, std::uint64_t generation);
   void fired(std::int64_t db_id);
 

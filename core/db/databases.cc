@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/db/db_cache.h"
+#include "core/db/db_updates.h"
 #include "core/db/shards.h"
 #include "core/security/security.h"
 
@@ -75,6 +76,7 @@ StorageResult<Outcome<DbRef>> create_db(Transaction& tr, std::string_view name, 
   tr.set(name_key, Tuple().add(keyspace::kDbFormat).add(id).add(partitioned).add(now_us).pack());
   DbRef db{std::string(name), id, partitioned, now_us, keyspace::DbSpace(id)};
   init_shard_map(tr, db);
+  note_db_event(tr, name, DbEvent::created);
   return Outcome<DbRef>(std::move(db));
 }
 
@@ -118,6 +120,7 @@ StorageResult<Outcome<bool>> delete_db(Transaction& tr, std::string_view name) {
   auto [b, e] = db.space.root().range();
   tr.clear_range(db.space.root().key(), e);
   (void)b;
+  note_db_event(tr, name, DbEvent::deleted);
   return Outcome<bool>(true);
 }
 

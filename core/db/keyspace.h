@@ -101,6 +101,11 @@ inline constexpr std::int64_t kDatabases = 1;
 inline constexpr std::int64_t kDbNames = 0;
 inline constexpr std::int64_t kDbIdCounter = 1;
 inline constexpr std::int64_t kIdemExpiry = 2;
+inline constexpr std::int64_t kDbEventLog = 3;
+inline constexpr std::int64_t kDbEvents = 4;
+inline constexpr std::int64_t kDbEventRow = 5;
+inline constexpr std::int64_t kDbEventLogCounter = 6;
+inline constexpr std::int64_t kDbEventsCounter = 7;
 
 // Under (kDatabases, DbId).
 inline constexpr std::int64_t kMeta = 0;
@@ -167,6 +172,7 @@ inline constexpr std::int64_t kRevHeaderFormat = 1;
 inline constexpr std::int64_t kRevHeaderDeltaFormat = 2;
 inline constexpr std::int64_t kIdemFormat = 1;
 inline constexpr std::int64_t kPurgedFormat = 1;
+inline constexpr std::int64_t kDbEventFormat = 1;
 
 // Counter names.
 inline constexpr std::string_view kDocCount = "doc_count";
@@ -208,6 +214,15 @@ inline std::int64_t decode_counter(std::string_view value) {
   for (std::size_t i = value.size() < 8 ? value.size() : 8; i-- > 0;)
     v = (v << 8) | static_cast<std::uint8_t>(value[i]);
   return static_cast<std::int64_t>(v);
+}
+
+// A counter's value as FoundationDB's atomic add writes it, for a transaction that read the
+// counter with conflict and sets it.
+inline std::string encode_counter(std::int64_t value) {
+  std::string out(8, '\0');
+  auto u = static_cast<std::uint64_t>(value);
+  for (std::size_t i = 0; i < 8; ++i, u >>= 8) out[i] = static_cast<char>(u & 0xff);
+  return out;
 }
 
 inline Subspace system() { return Subspace(Tuple().add(kSystem)); }

@@ -25,13 +25,6 @@ void add_path(std::set<RevKey>& out, const Branch& b) {
   }
 }
 
-std::string encode_counter(std::int64_t v) {
-  std::string out(8, '\0');
-  auto u = static_cast<std::uint64_t>(v);
-  for (std::size_t i = 0; i < 8; ++i, u >>= 8) out[i] = static_cast<char>(u & 0xff);
-  return out;
-}
-
 // The stored revisions of `id` (their bodies' key ranges), in key order: one read each.
 StorageResult<std::vector<RevId>> stored_revisions(Transaction& tr, const DbRef& db,
                                                    std::string_view id) {
@@ -60,7 +53,7 @@ storage::Status drop_att_refs(Transaction& tr, const DbRef& db,
     if (!v.ok()) return v.error();
     const std::int64_t left = (*v ? keyspace::decode_counter(**v) : 0) - n;
     if (left > 0) {
-      tr.set(key, encode_counter(left));
+      tr.set(key, keyspace::encode_counter(left));
       continue;
     }
     auto [ab, ae] = att_chunks_range(db, address);
@@ -72,8 +65,7 @@ storage::Status drop_att_refs(Transaction& tr, const DbRef& db,
 
 }  // namespace
 
-StorageResult<std::vector<RevId>> purge_doc(Transaction& tr, const DbRef& db,
-                                            const PurgeRequest& r,
+StorageResult<std::vector<RevId>> purge_doc(Transaction& tr, const DbRef& db, const PurgeRequest& r,
                                             const std::vector<ShardMap>& maps, SeqSlot slot,
                                             EditHooks& hooks) {
   auto all = read_branches(tr, db, r.id, Snapshot::no);
@@ -120,8 +112,8 @@ StorageResult<std::vector<RevId>> purge_doc(Transaction& tr, const DbRef& db,
       if (rec) {
         std::vector<Branch> leaves;
         for (const StoredBranch& sb : kept) leaves.push_back(sb.branch);
-        auto d = doc_for_views(tr, db, r.id, std::move(leaves), winner->branch, rec->body,
-                               rec->atts);
+        auto d =
+            doc_for_views(tr, db, r.id, std::move(leaves), winner->branch, rec->body, rec->atts);
         if (!d.ok()) return d.error();
         doc = std::move(*d);
       }
@@ -208,13 +200,9 @@ void log_purge(Transaction& tr, const DbRef& db, const PurgeRequest& r, std::int
   storage::append_versionstamp_offset(&key, storage::pack_incomplete_versionstamp(&key, order));
   Tuple revs;
   for (const RevId& rev : r.revs) revs.add(rev.str());
-  tr.set_versionstamped_key(key, Tuple()
-                                     .add(keyspace::kPurgedFormat)
-                                     .add(purge_seq)
-                                     .add(r.id)
-                                     .add(revs)
-                                     .add(count)
-                                     .pack());
+  tr.set_versionstamped_key(
+      key,
+      Tuple().add(keyspace::kPurgedFormat).add(purge_seq).add(r.id).add(revs).add(count).pack());
 }
 
 namespace {
@@ -332,10 +320,10 @@ StorageResult<bool> trim_purged_infos(Transaction& tr, const DbRef& db, std::int
   // Entries this transaction logged are not readable yet (versionstamped keys), and they are
   // the newest: only older ones are trimmed, so at most the committed entries go.
   const std::int64_t committed = *total - trimmed->count;
-  const std::int64_t excess =
-      std::min(committed, committed + written - *limit);
+  const std::int64_t excess = std::min(committed, committed + written - *limit);
   if (excess <= 0) return false;
-  const auto n = static_cast<std::size_t>(std::min<std::int64_t>(excess, static_cast<std::int64_t>(max)));
+  const auto n =
+      static_cast<std::size_t>(std::min<std::int64_t>(excess, static_cast<std::int64_t>(max)));
   auto [b, e] = db.space.purged().range();
   auto kvs = tr.get_range(b, e, static_cast<int>(n), Reverse::no, Snapshot::no);
   if (!kvs.ok()) return kvs.error();

@@ -41,8 +41,7 @@ struct PurgeRequest {
 // them) and returns them, in the order asked, each once. When the document keeps a leaf, its
 // changes entry moves to `slot`. The hooks see the winner change as a replicated edit (never
 // refused). Does not write the purge log: log_purge() does.
-StorageResult<std::vector<RevId>> purge_doc(Transaction& tr, const DbRef& db,
-                                            const PurgeRequest& r,
+StorageResult<std::vector<RevId>> purge_doc(Transaction& tr, const DbRef& db, const PurgeRequest& r,
                                             const std::vector<ShardMap>& maps, SeqSlot slot,
                                             EditHooks& hooks);
 
@@ -52,8 +51,7 @@ void log_purge(Transaction& tr, const DbRef& db, const PurgeRequest& r, std::int
                std::uint16_t order, std::int64_t count);
 
 // Purge entries ever written (what /{db} shows as purge_seq).
-StorageResult<std::int64_t> purge_seq(Transaction& tr, const DbRef& db,
-                                      storage::Snapshot snapshot);
+StorageResult<std::int64_t> purge_seq(Transaction& tr, const DbRef& db, storage::Snapshot snapshot);
 
 struct PurgedInfo {
   Sequence seq;

@@ -26,6 +26,7 @@
 #include "core/db/shards.h"
 #include "core/index/filters.h"
 #include "http/api/etag.h"
+#include "http/api/feeds.h"
 #include "http/api/js_request.h"
 #include "http/api/metrics.h"
 #include "http/api/pages.h"
@@ -313,8 +314,6 @@ MaybeResponse all_docs_queries(Call& call, AllDocsKind kind) {
 
 // ---- _changes ----
 
-enum class Feed { normal, longpoll, continuous, eventsource };
-
 struct ChangesRequest {
   core::ChangesQuery q;
   Feed feed = Feed::normal;
@@ -497,131 +496,6 @@ ChangesRequest parse_changes(const Call& call, const Json* body, const core::DbR
   return r;
 }
 
-// The "seq" of a serialized change row ({"seq":<seq>, ...}) as JSON: a quoted sequence or null.
-// (Sequences are hex digits: no escapes inside the quotes.)
-std::string_view row_seq_json(std::string_view row) {
-  constexpr std::string_view kPrefix = "{\"seq\":";
-  if (!row.starts_with(kPrefix)) return "null";
-  row.remove_prefix(kPrefix.size());
-  if (!row.starts_with('"')) return "null";
-  return row.substr(0, row.find('"', 1) + 1);
-}
-
-// Frames rows of one feed type.
-class FeedWriter {
- public:
-  FeedWriter(ResponseStream& stream, Feed feed) : stream_(stream), feed_(feed) {}
-
-  boost::asio::awaitable<bool> open() {
-    if (feed_ == Feed::normal || feed_ == Feed::longpoll)
-      co_return co_await stream_.write("{\"results\":[\n");
-    co_return true;
-  }
-  boost::asio::awaitable<bool> rows(std::vector<std::string>& rows) {
-    chunk_.clear();
-    for (std::string& row : rows) {
-      switch (feed_) {
-        case Feed::normal:
-        case Feed::longpoll:
-          if (!first_) chunk_ += ",\n";
-          chunk_ += row;
-          break;
-        case Feed::continuous:
-          chunk_ += row;
-          chunk_ += "\n";
-          break;
-        case Feed::eventsource:
-          // The id is the seq as JSON, as CouchDB writes it: "id: \"<seq>\"" or "id: null".
-          chunk_ += "data: ";
-          chunk_ += row;
-          chunk_ += "\nid: ";
-          chunk_ += row_seq_json(row);
-          chunk_ += "\n\n";
-          break;
-      }
-      first_ = false;
-    }
-    rows.clear();
-    if (chunk_.empty()) co_return true;
-    sent_ = true;
-    rows_since_wait_ = true;
-    if (!co_await stream_.write(chunk_)) co_return false;
-    // Live feeds deliver each batch as soon as it exists.
-    if (feed_ != Feed::normal) co_return co_await stream_.flush();
-    co_return true;
-  }
-  // The feed is about to wait for changes. CouchDB (chttpd_db changes_callback
-  // waiting_for_updates) sends an eventsource feed that has sent nothing yet a lone newline.
-  // Returns whether to send that newline (newline()) first.
-  bool waiting() {
-    rows_since_wait_ = false;
-    if (feed_ != Feed::eventsource || sent_) return false;
-    sent_ = true;
-    return true;
-  }
-  boost::asio::awaitable<bool> newline() {
-    // (A named view, not a literal in the co_await expression: GCC 12 miscompiles that.)
-    const std::string_view text = "\n";
-    if (!co_await stream_.write(text)) co_return false;
-    co_return co_await stream_.flush();
-  }
-  boost::asio::awaitable<bool> heartbeat() {
-    // (Kept out of the co_await expression: GCC 12 miscompiles a conditional there.)
-    std::string_view beat = "\n";
-    if (feed_ == Feed::eventsource) beat = "event: heartbeat\ndata: \n\n";
-    sent_ = true;
-    if (!co_await stream_.write(beat)) co_return false;
-    co_return co_await stream_.flush();
-  }
-  // `topology_changed`: a shard feed reached the end of a replaced shard (RFC 004); the consumer
-  // reads GET /{db}/_changes/_meta?since=<last_seq> and moves to the new shards.
-  boost::asio::awaitable<bool> close(const core::Sequence& last_seq, std::int64_t pending,
-                                     bool topology_changed) {
-    std::string tail_fields = "\"last_seq\":" + core::json_string(last_seq.str()) +
-                              ",\"pending\":" + std::to_string(pending);
-    if (topology_changed) tail_fields += ",\"topology_changed\":true";
-    tail_fields += "}\n";
-    switch (feed_) {
-      case Feed::normal:
-      case Feed::longpoll:
-        if (!co_await stream_.write("\n],\n" + tail_fields)) co_return false;
-        break;
-      case Feed::continuous:
-        if (!co_await stream_.write("{" + tail_fields)) co_return false;
-        break;
-      case Feed::eventsource:
-        // CouchDB sends no last_seq event: the stream just ends, with a newline when rows came
-        // since the feed last waited (a feed that timed out ends right after what it sent).
-        if (topology_changed &&
-            !co_await stream_.write("event: topology_changed\ndata: {" + tail_fields + "\n"))
-          co_return false;
-        if (!topology_changed && rows_since_wait_) {
-          const std::string_view text = "\n";  // (named: see newline())
-          if (!co_await stream_.write(text)) co_return false;
-        }
-        break;
-    }
-    co_return co_await stream_.finish();
-  }
-
- private:
-  ResponseStream& stream_;
-  Feed feed_;
-  bool first_ = true;
-  bool sent_ = false;             // anything written after the head
-  bool rows_since_wait_ = false;  // rows written since the last waiting()
-  std::string chunk_;
-};
-
-// What a live feed waits on between reads: a wake-up from the notifier, its heartbeat/timeout
-// timer, or the client going away. Shared with callbacks that may outlive one wait.
-struct FeedWait {
-  explicit FeedWait(const boost::asio::any_io_executor& ex) : timer(ex) {}
-  boost::asio::steady_timer timer;
-  bool woken = false;
-  bool closed = false;
-};
-
 // The ETag of a normal feed (CouchDB sends one, and answers If-None-Match with 304). CouchDB
 // derives it from the database info alone; Chaise's covers what decides the answer: the database,
 // its update_seq, the request (query string and body), and for one shard's feed the shard maps
@@ -638,43 +512,16 @@ std::string changes_etag(const Call& call, const core::DbRef& db, storage::Trans
   return etag.str();
 }
 
-enum class WaitEnd { changed, timed_out, gone };
-
 // A live feed with nothing (more) to send: waits until database `db` changes past `counter` (the
-// update counter read with the last page), sending heartbeats meanwhile. `gone` when the client
-// left or a write to it failed; `timed_out` after the request's timeout without a change.
+// update counter read with the last page), sending heartbeats meanwhile.
 boost::asio::awaitable<WaitEnd> wait_for_change(const Call& call, const core::DbRef& db,
                                                 const ChangesRequest& r, FeedWriter& out,
                                                 const std::shared_ptr<FeedWait>& wait,
                                                 std::int64_t counter) {
-  auto executor = co_await boost::asio::this_coro::executor;
-  bool newline_sent = true;
-  if (out.waiting()) newline_sent = co_await out.newline();
-  if (!newline_sent) co_return WaitEnd::gone;
-  wait->woken = false;
-  auto waiter = call.ctx.notifier->wait(db, counter, [wait, executor] {
-    boost::asio::post(executor, [wait] {
-      wait->woken = true;
-      wait->timer.cancel();
-    });
-  });
-  const auto started = std::chrono::steady_clock::now();
-  for (;;) {
-    const auto interval = std::chrono::milliseconds(r.heartbeat_ms.value_or(r.timeout_ms));
-    wait->timer.expires_after(interval);
-    if (!wait->woken && !wait->closed) {
-      boost::system::error_code ec;
-      co_await wait->timer.async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ec));
-    }
-    if (wait->closed) co_return WaitEnd::gone;  // the client left: free the feed now
-    if (wait->woken) co_return WaitEnd::changed;
-    if (r.heartbeat_ms) {
-      if (!co_await out.heartbeat()) co_return WaitEnd::gone;
-      continue;
-    }
-    if (std::chrono::steady_clock::now() - started >= std::chrono::milliseconds(r.timeout_ms))
-      co_return WaitEnd::timed_out;
-  }
+  const ArmWake arm = [&call, &db, counter](std::function<void()> wake) {
+    return call.ctx.notifier->wait(db, counter, std::move(wake));
+  };
+  co_return co_await wait_for_more(out, wait, arm, r.heartbeat_ms, r.timeout_ms);
 }
 
 MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
@@ -724,12 +571,7 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
 
   auto executor = co_await boost::asio::this_coro::executor;
   auto wait = std::make_shared<FeedWait>(executor);
-  if (live) {
-    call.stream.watch_peer([wait] {
-      wait->closed = true;
-      wait->timer.cancel();
-    });
-  }
+  if (live) FeedWait::watch_client(wait, call.stream);
   core::Sequence since = r.q.since;
   std::int64_t emitted = 0;
   std::optional<core::ChangesCursor> last_cursor;
@@ -781,7 +623,13 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
   auto last_tr = store.create_transaction();
   auto pending = value_or_throw(last_cursor->pending(last_tr));
   const core::Sequence last_seq = r.q.descending ? last_cursor->last_seq() : since;
-  co_await out.close(last_seq, pending, last_cursor->topology_changed());
+  std::string tail = "\"last_seq\":" + core::json_string(last_seq.str()) +
+                     ",\"pending\":" + std::to_string(pending);
+  // `topology_changed`: a shard feed reached the end of a replaced shard (RFC 004); the consumer
+  // reads GET /{db}/_changes/_meta?since=<last_seq> and moves to the new shards.
+  const bool topology_changed = last_cursor->topology_changed();
+  if (topology_changed) tail += ",\"topology_changed\":true";
+  co_await out.close(tail, topology_changed ? "topology_changed" : "");
   co_return std::nullopt;
 }
 

@@ -157,6 +157,9 @@ std::string Metrics::prometheus(const storage::StoreStats& store,
   single(out, "chaise_janitor_passes_total", "counter",
          "passes of the background janitor (transaction ids and expired idempotency records)",
          bg.janitor_passes);
+  single(out, "chaise_db_updates_folds_total", "counter",
+         "transactions of the _db_updates recorder that folded database events into its index",
+         bg.db_updates_folds);
   single(out, "chaise_idempotency_expired_total", "counter",
          "idempotency records cleared when their time to live ended", bg.idempotency_expired);
   single(out, "chaise_idempotency_in_flight", "gauge",
@@ -242,6 +245,8 @@ Json Metrics::stats(const storage::StoreStats& store, const BackgroundCounts& bg
       {"size_bytes", gauge(static_cast<std::int64_t>(store.disk_bytes), "size of the store")},
   };
   chaise["janitor_passes"] = counter(bg.janitor_passes, "passes of the background janitor");
+  chaise["db_updates_folds"] =
+      counter(bg.db_updates_folds, "transactions folding database events for _db_updates");
   chaise["idempotency"] = {
       {"expired", counter(bg.idempotency_expired, "idempotency records cleared at their time")},
       {"in_flight", gauge(static_cast<std::int64_t>(bg.idempotency_in_flight),

@@ -27,6 +27,7 @@ struct BackgroundCounts {
   std::uint64_t hot_doc_updates = 0;      // updates committed by group commits (HotDocs)
   std::uint64_t hot_doc_groups = 0;       // the group commits (transactions) they took
   std::uint64_t js_calls = 0;             // entries into the JavaScript engine
+  std::uint64_t db_updates_folds = 0;     // _db_updates recorder transactions (DbUpdatesRecorder)
 };
 
 class Metrics {

@@ -10,6 +10,7 @@
 
 #include "config/config.h"
 #include "config/settings.h"
+#include "core/db/db_updates.h"
 #include "core/db/txid_janitor.h"
 #include "core/js/js.h"
 #include "core/query/collation.h"
@@ -262,6 +263,7 @@ Response handle_node(Call& call) {
       bg.janitor_passes = call.ctx.janitor->passes();
       bg.idempotency_expired = call.ctx.janitor->expired();
     }
+    if (call.ctx.db_updates != nullptr) bg.db_updates_folds = call.ctx.db_updates->folds();
     if (call.ctx.idempotency_in_flight)
       bg.idempotency_in_flight = call.ctx.idempotency_in_flight->size();
     if (call.ctx.hot_docs) {

@@ -2,10 +2,11 @@
 // (chttpd_db.erl): the purge itself is core::PurgeBatch (core/batch/doc_batches.h), its log
 // core/docs/purge.h. Server admins only (http/api/authz.cc), except GET /{db}/_purged_infos,
 // which members may read.
+#include "core/docs/purge.h"
+
 #include "config/settings.h"
 #include "core/batch/doc_batches.h"
 #include "core/db/txid_janitor.h"
-#include "core/docs/purge.h"
 #include "http/api/request.h"
 #include "http/api/router.h"
 #include "http/api/txn.h"

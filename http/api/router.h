@@ -26,6 +26,7 @@ class Engine;
 struct DbRef;
 class ChangesNotifier;
 class TxIdJanitor;
+class DbUpdatesRecorder;
 }  // namespace chaise::core
 
 #include <functional>
@@ -54,6 +55,8 @@ struct RouterContext {
   storage::Database* store = nullptr;
   // Clears transaction ids of committed document writes; may be nullptr (then they stay).
   core::TxIdJanitor* janitor = nullptr;
+  // The _db_updates recorder, for its metrics (may be null).
+  core::DbUpdatesRecorder* db_updates = nullptr;
   // Wakes waiting longpoll/continuous/eventsource feeds; nullptr: live feeds are refused.
   core::ChangesNotifier* notifier = nullptr;
   // Live feeds: CouchDB's [chttpd] changes_timeout and the heartbeat used for heartbeat=true.
@@ -128,6 +131,8 @@ Response handle_membership(Call& call);
 Response handle_utils(Call& call);
 // /favicon.ico: the UI's icon, or CouchDB's plain-text 404 (http/api/fauxton.cc).
 Response handle_favicon(Call& call);
+// GET /_db_updates: the server's database events (http/api/db_updates.cc).
+MaybeResponse handle_db_updates(Call& call);
 // Database level: /{db}, /{db}/_bulk_docs, _revs_diff, _missing_revs, _revs_limit,
 // _ensure_full_commit, _compact, _view_cleanup.
 MaybeResponse handle_database(Call& call);

@@ -14,6 +14,7 @@
 #include "core/docs/attachments.h"
 #include "core/docs/doc_json.h"
 #include "core/index/filters.h"
+#include "core/security/replicator_docs.h"
 #include "http/api/hot_docs.h"
 #include "http/api/idempotency.h"
 #include "http/api/js_request.h"

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/db/changes_notifier.h"
+#include "core/db/db_updates.h"
 #include "core/db/keyspace.h"
 #include "core/db/txid_janitor.h"
 #include "http/api/router.h"
@@ -69,17 +70,20 @@ class InProcessServer {
     store_ = std::move(*opened);
     janitor_ = std::make_unique<core::TxIdJanitor>(*store_);
     notifier_ = std::make_unique<core::ChangesNotifier>(*store_);
+    db_updates_ = std::make_unique<core::DbUpdatesRecorder>(*store_);
     http::RouterContext context;
     context.server_uuid = "0123456789abcdef0123456789abcdef";
     context.store = store_.get();
     context.janitor = janitor_.get();
     context.notifier = notifier_.get();
+    context.db_updates = db_updates_.get();
     if (tune) tune(context);
     router_ = std::make_unique<http::Router>(std::move(context));
   }
   ~InProcessServer() {
     router_.reset();
     notifier_.reset();
+    db_updates_.reset();
     janitor_.reset();
     store_.reset();
   }
@@ -128,6 +132,7 @@ class InProcessServer {
   std::unique_ptr<storage::Database> store_;
   std::unique_ptr<core::TxIdJanitor> janitor_;
   std::unique_ptr<core::ChangesNotifier> notifier_;
+  std::unique_ptr<core::DbUpdatesRecorder> db_updates_;
   std::unique_ptr<http::Router> router_;
 };
 

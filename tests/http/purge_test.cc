@@ -83,7 +83,9 @@ TEST_F(PurgeHttpTest, PurgedDocumentLeavesNoTrace) {
 
   auto r = purge(R"({"a":[")" + a + R"(","1-bogus","9-abc"],"zz":["1-abc"]})");
   ASSERT_EQ(r.status, 201u) << r.body;
-  EXPECT_EQ(r.body, R"({"purge_seq":null,"purged":{"a":[")" + a + R"("],"zz":[]}})" "\n");
+  EXPECT_EQ(r.body, R"({"purge_seq":null,"purged":{"a":[")" + a +
+                        R"("],"zz":[]}})"
+                        "\n");
 
   auto got = call(verb::get, "/db/a");
   EXPECT_EQ(got.status, 404u);
@@ -99,7 +101,8 @@ TEST_F(PurgeHttpTest, PurgedDocumentLeavesNoTrace) {
   // The log keeps the revisions as asked.
   EXPECT_EQ(call(verb::get, "/db/_purged_infos").body,
             R"({"purged_infos":[{"id":"a","revs":[")" + a +
-                R"(","1-bogus","9-abc"]},{"id":"zz","revs":["1-abc"]}]})" "\n");
+                R"(","1-bogus","9-abc"]},{"id":"zz","revs":["1-abc"]}]})"
+                "\n");
   // A new document of the same id starts a new history.
   EXPECT_EQ(put("a", R"({"v":1})"), a);
 }
@@ -125,7 +128,8 @@ TEST_F(PurgeHttpTest, PurgingOneLeafMovesTheDocumentToANewSequence) {
   EXPECT_EQ(call(verb::get, "/db/c?rev=1-bbb").json()["v"], 2);  // history stays
 
   // A deleted document purged: the tombstone goes, and doc_del_count with it.
-  auto del = call(verb::delete_, "/db/d?rev=" + call(verb::get, "/db/d").json()["_rev"].get<std::string>());
+  auto del = call(verb::delete_,
+                  "/db/d?rev=" + call(verb::get, "/db/d").json()["_rev"].get<std::string>());
   ASSERT_EQ(del.status, 200u);
   EXPECT_EQ(info()["doc_del_count"], 1);
   ASSERT_EQ(purge(R"({"d":[")" + del.json()["rev"].get<std::string>() + R"("]})").status, 201u);
@@ -148,7 +152,8 @@ TEST_F(PurgeHttpTest, RequestsAreCheckedAsCouchDBChecksThem) {
              "Exceeded maximum number of documents.");
   expect_400(R"({"a":["1-a","1-b","1-c","1-d","1-e"],"b":["1-a","1-b","1-c","1-d"]})",
              "Exceeded maximum number of revisions.");
-  EXPECT_EQ(purge(R"({"x":[]})").body, R"({"purge_seq":null,"purged":{"x":[]}})" "\n");
+  EXPECT_EQ(purge(R"({"x":[]})").body, R"({"purge_seq":null,"purged":{"x":[]}})"
+                                       "\n");
   EXPECT_EQ(call(verb::post, "/db/_purge", "{}", {}).status, 415u);
   EXPECT_EQ(call(verb::get, "/db/_purge").status, 405u);
   EXPECT_EQ(call(verb::post, "/db/_purged_infos", "{}").status, 405u);
@@ -163,12 +168,15 @@ TEST_F(PurgeHttpTest, EveryIndexForgetsPurgedDocuments) {
                  R"({"views":{"x":{"map":"function(d){if(d.n)emit(d._id,d.n)}","reduce":"_sum"}}})")
                 .status,
             201u);
-  ASSERT_EQ(call(verb::put, "/db/_design/s",
-                 R"({"options":{"sync_index":true},"views":{"x":{"map":"function(d){if(d.n)emit(d._id,1)}"}}})")
-                .status,
-            201u);
-  ASSERT_EQ(call(verb::post, "/db/_index", R"({"index":{"fields":["n"]},"ddoc":"m","name":"n"})").status,
-            200u);
+  ASSERT_EQ(
+      call(
+          verb::put, "/db/_design/s",
+          R"({"options":{"sync_index":true},"views":{"x":{"map":"function(d){if(d.n)emit(d._id,1)}"}}})")
+          .status,
+      201u);
+  ASSERT_EQ(
+      call(verb::post, "/db/_index", R"({"index":{"fields":["n"]},"ddoc":"m","name":"n"})").status,
+      200u);
   ASSERT_EQ(call(verb::post, "/db/_index",
                  R"({"index":{"fields":["email"]},"name":"email","ddoc":"uniq","unique":true})")
                 .status,
