@@ -48,6 +48,7 @@
 #include "core/js/js.h"
 #include "core/security/security.h"
 #include "http/api/metrics.h"
+#include "http/api/peruser.h"
 #include "http/api/router.h"
 #include "http/auth/auth.h"
 #include "http/transport/server.h"
@@ -480,6 +481,7 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
   chaise::server::MemoryTrimmer trimmer{std::chrono::seconds(5)};
   auto notifier = std::make_unique<chaise::core::ChangesNotifier>(*store);
   auto db_updates = std::make_unique<chaise::core::DbUpdatesRecorder>(*store);
+  auto peruser = std::make_unique<chaise::http::PerUserDbs>(*store, config_store, *notifier);
   chaise::http::Authenticator authenticator{config_store, *store, command.admin_party};
 
   chaise::core::js::Engine js_engine{
@@ -581,6 +583,7 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
   workers->stop();
   // The store drains its pending commits, whose callbacks post into the server's io_context or
   // the workers': it goes before the server (and its io_context) and the workers are destroyed.
+  peruser.reset();
   notifier.reset();
   db_updates.reset();
   janitor.reset();

@@ -15,9 +15,7 @@ using storage::Tuple;
 
 namespace {
 
-storage::Subspace log_space() {
-  return keyspace::system().sub(Tuple().add(keyspace::kDbEventLog));
-}
+storage::Subspace log_space() { return keyspace::system().sub(Tuple().add(keyspace::kDbEventLog)); }
 storage::Subspace rows_space() { return keyspace::system().sub(Tuple().add(keyspace::kDbEvents)); }
 std::string row_of_key(std::string_view type, std::string_view name) {
   return keyspace::system().pack(Tuple().add(keyspace::kDbEventRow).add(type).add(name));
@@ -123,7 +121,8 @@ StorageResult<std::size_t> fold_db_events(Transaction& tr, std::size_t max, std:
   // Key by key: a range tombstone costs RocksDB's reads of the memtable until it is flushed.
   for (const KeyValue& kv : *logged) tr.clear(kv.key);
   from = storage::key_after(logged->back().key);
-  tr.set(db_updates_counter_key(), keyspace::encode_counter(base + static_cast<std::int64_t>(pairs.size())));
+  tr.set(db_updates_counter_key(),
+         keyspace::encode_counter(base + static_cast<std::int64_t>(pairs.size())));
   return logged->size();
 }
 

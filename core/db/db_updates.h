@@ -92,9 +92,9 @@ class DbUpdatesRecorder {
   struct State {
     std::mutex mu;
     std::condition_variable cv;
-    bool stopping = false;    // guarded by mu
-    bool poked = true;        // guarded by mu: a pass is due
-    std::size_t passes = 0;   // guarded by mu
+    bool stopping = false;   // guarded by mu
+    bool poked = true;       // guarded by mu: a pass is due
+    std::size_t passes = 0;  // guarded by mu
   };
   void loop();
   void fold_all();

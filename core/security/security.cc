@@ -207,6 +207,38 @@ SecurityObject default_security(bool admin_only) {
   return sec;
 }
 
+std::string peruser_db_name(std::string_view prefix, std::string_view user) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string name(prefix);
+  for (const char c : user) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b >= 0x10) name.push_back(kHex[b >> 4]);
+    name.push_back(kHex[b & 0xf]);
+  }
+  return name;
+}
+
+std::optional<OJson> security_with_user(const OJson& raw, std::string_view user, bool add) {
+  OJson out = raw.is_object() ? raw : OJson::object();
+  bool changed = false;
+  for (const char* group : {"admins", "members"}) {
+    OJson& g = out[group];
+    if (!g.is_object()) g = OJson::object();
+    OJson& names = g["names"];
+    if (!names.is_array()) names = OJson::array();
+    const auto at = std::find(names.begin(), names.end(), OJson(std::string(user)));
+    if (add && at == names.end()) {
+      names.insert(names.begin(), std::string(user));  // CouchDB: [User | Names]
+      changed = true;
+    } else if (!add && at != names.end()) {
+      names.erase(at);
+      changed = true;
+    }
+  }
+  if (!changed) return std::nullopt;
+  return out;
+}
+
 Outcome<SecurityObject> parse_security(const OJson& body) {
   if (!body.is_object()) return err::bad_request("Security object must be a JSON object");
   SecurityObject sec;

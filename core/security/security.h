@@ -85,6 +85,17 @@ SecurityObject default_security(bool admin_only = true);
 // CouchDB's reasons) when its shape is wrong.
 Outcome<SecurityObject> parse_security(const nlohmann::ordered_json& body);
 
+// --- Per-user databases (couch_peruser) -----------------------------------------------------------
+
+// The database of user `user`: `prefix` and the hex digits of the name's bytes, lowercase, as
+// couch_peruser:user_db_name writes them (integer_to_list(Byte, 16): a byte below 0x10 takes one
+// digit).
+std::string peruser_db_name(std::string_view prefix, std::string_view user);
+// couch_peruser's add_user / remove_user: the security object `raw` with `user` added to (or
+// removed from) the names of admins and members; nullopt when it is already so.
+std::optional<nlohmann::ordered_json> security_with_user(const nlohmann::ordered_json& raw,
+                                                         std::string_view user, bool add);
+
 // couch_db:check_is_admin: a server admin, a name in admins.names or a role in admins.roles.
 bool is_db_admin(const UserCtx& user, const SecurityObject& sec);
 // couch_db:check_is_member: a db admin, anyone when members is empty, a name or role listed there.

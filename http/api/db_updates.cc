@@ -2,10 +2,11 @@
 // global_changes_httpd serves them: feed=normal|longpoll|continuous|eventsource, since (a
 // sequence, or "now"), limit, descending, timeout and heartbeat; rows
 // {"db_name":..,"type":"created"|"updated"|"deleted","seq":..}. Server admins only.
+#include "core/db/db_updates.h"
+
 #include <boost/asio/this_coro.hpp>
 #include <charconv>
 
-#include "core/db/db_updates.h"
 #include "core/docs/doc_json.h"
 #include "http/api/feeds.h"
 #include "http/api/metrics.h"
@@ -130,8 +131,9 @@ MaybeResponse handle_db_updates(Call& call) {
     bool sent = false;
     while (more) {
       std::size_t want = kRowsPerPage;
-      if (r.limit) want = static_cast<std::size_t>(std::min<std::int64_t>(
-                       static_cast<std::int64_t>(want), *r.limit - emitted));
+      if (r.limit)
+        want = static_cast<std::size_t>(
+            std::min<std::int64_t>(static_cast<std::int64_t>(want), *r.limit - emitted));
       if (want == 0) break;
       auto tr = store.create_transaction();
       auto page = value_or_throw(core::read_db_updates(tr, at, want, r.descending));

@@ -100,8 +100,8 @@ boost::asio::awaitable<bool> FeedWriter::close(const std::string& tail_fields,
     case Feed::eventsource:
       // CouchDB sends no last_seq event: the stream just ends, with a newline when rows came
       // since the feed last waited (a feed that timed out ends right after what it sent).
-      if (!tail_event.empty() && !co_await stream_.write("event: " + std::string(tail_event) +
-                                                         "\ndata: {" + tail + "\n"))
+      if (!tail_event.empty() &&
+          !co_await stream_.write("event: " + std::string(tail_event) + "\ndata: {" + tail + "\n"))
         co_return false;
       if (tail_event.empty() && rows_since_wait_) {
         const std::string_view text = "\n";  // (named: see newline())

@@ -80,7 +80,8 @@ struct FeedWait {
 enum class WaitEnd { changed, timed_out, gone };
 
 // Asks the notifier to call `wake` once when there is more (core::ChangesNotifier::wait*).
-using ArmWake = std::function<std::shared_ptr<core::ChangesNotifier::Waiter>(std::function<void()>)>;
+using ArmWake =
+    std::function<std::shared_ptr<core::ChangesNotifier::Waiter>(std::function<void()>)>;
 
 // A live feed with nothing (more) to send: waits until `arm`'s wake-up, sending a heartbeat
 // every `heartbeat_ms` when given. `gone` when the client left or a write to it failed;

@@ -55,13 +55,13 @@ TEST_F(DbUpdatesTest, OneRowPerDatabaseAndEventAtItsNewestSequence) {
     ASSERT_EQ(call(verb::put, "/a/d" + std::to_string(i), "{}").status, 201u);
   ASSERT_EQ(call(verb::delete_, "/b").status, 200u);
   ASSERT_TRUE(newest_is("deleted:b"));
-  EXPECT_EQ(events(), (std::vector<std::string>{"created:a", "created:b", "updated:a",
-                                                "deleted:b"}));
+  EXPECT_EQ(events(),
+            (std::vector<std::string>{"created:a", "created:b", "updated:a", "deleted:b"}));
   // Another update of a moves its one row to the end.
   ASSERT_EQ(call(verb::put, "/a/late", "{}").status, 201u);
   ASSERT_TRUE(newest_is("updated:a"));
-  EXPECT_EQ(events(), (std::vector<std::string>{"created:a", "created:b", "deleted:b",
-                                                "updated:a"}));
+  EXPECT_EQ(events(),
+            (std::vector<std::string>{"created:a", "created:b", "deleted:b", "updated:a"}));
 
   // Paging with since and limit, and descending.
   auto first = call(verb::get, "/_db_updates?limit=2").json();
@@ -74,7 +74,8 @@ TEST_F(DbUpdatesTest, OneRowPerDatabaseAndEventAtItsNewestSequence) {
   EXPECT_TRUE(events("?since=now").empty());
   // The framing of a normal feed, as CouchDB writes it.
   auto raw = call(verb::get, "/_db_updates?limit=1");
-  EXPECT_TRUE(raw.body.starts_with("{\"results\":[\n{\"db_name\":\"a\",\"type\":\"created\",\"seq\":"))
+  EXPECT_TRUE(
+      raw.body.starts_with("{\"results\":[\n{\"db_name\":\"a\",\"type\":\"created\",\"seq\":"))
       << raw.body;
   EXPECT_TRUE(raw.body.ends_with("\"}\n],\n\"last_seq\":" + raw.json()["last_seq"].dump() + "}\n"))
       << raw.body;

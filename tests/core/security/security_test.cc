@@ -130,6 +130,23 @@ TEST(UsersDb, PasswordRegexpRules) {
 }
 
 // couch_replicator_docs:strip_credentials/1's regex, case by case.
+// couch_peruser:user_db_name: the hex of the name's bytes, one digit for a byte below 0x10.
+TEST(PerUser, DatabaseNamesAndSecurityAsCouchDbMakesThem) {
+  EXPECT_EQ(peruser_db_name("userdb-", "bob"), "userdb-626f62");
+  EXPECT_EQ(peruser_db_name("userdb-", "caf\xc3\xa9"), "userdb-636166c3a9");
+  EXPECT_EQ(peruser_db_name("p-", std::string("a\x0a", 2)), "p-61a");
+  auto added =
+      security_with_user(OJson::parse(R"({"admins":{"roles":["_admin"]},"x":1})"), "bob", true);
+  ASSERT_TRUE(added);
+  EXPECT_EQ(added->dump(),
+            R"({"admins":{"roles":["_admin"],"names":["bob"]},"x":1,"members":{"names":["bob"]}})");
+  EXPECT_FALSE(security_with_user(*added, "bob", true));  // already there
+  auto removed = security_with_user(*added, "bob", false);
+  ASSERT_TRUE(removed);
+  EXPECT_EQ((*removed)["admins"]["names"], OJson::array());
+  EXPECT_FALSE(security_with_user(OJson::object(), "bob", false));
+}
+
 TEST(ReplicatorDocs, StripUrlCredentialsAsCouchDbsRegexDoes) {
   EXPECT_EQ(strip_url_credentials("http://u:p@host/db"), "http://host/db");
   EXPECT_EQ(strip_url_credentials("https://u:p@host:5984/db"), "https://host:5984/db");
