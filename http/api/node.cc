@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <array>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 
@@ -19,6 +20,8 @@
 #include "http/api/idempotency.h"
 #include "http/api/metrics.h"
 #include "http/api/request.h"
+#include "http/api/router.h"
+#include "http/api/txn.h"
 #include "http/transport/workers.h"
 
 namespace chaise::http {
@@ -65,6 +68,17 @@ void apply_live(std::string_view section, std::string_view key,
       spdlog::set_level(spdlog::level::from_str(level));
     }
   }
+}
+
+// An [admins] value as it is stored: a plain password is replaced by its hash
+// (couch_password_hasher: an admin's plain password never reaches the file).
+std::string admin_value(const config::Config& config, const std::string& value) {
+  if (core::parse_admin_hash(value)) return value;
+  const auto snapshot = config.snapshot();
+  const std::string prf = config::get_auth(*snapshot, "pbkdf2_prf", "sha256");
+  const std::int64_t iterations =
+      std::max<std::int64_t>(1, config::get_int(*snapshot, "chttpd_auth", "iterations", 600000));
+  return core::format_admin_hash(core::hash_password(value, prf, iterations));
 }
 
 Response config_request(Call& call) {
@@ -126,14 +140,7 @@ Response config_request(Call& call) {
     value = first == std::string::npos ? std::string() : value.substr(first, last - first + 1);
     if (auto problem = config::validate(section, key, value))
       throw HttpError(err::bad_request(*problem));
-    if (section == "admins" && !core::parse_admin_hash(value)) {
-      // couch_password_hasher: an admin's plain password never reaches the file.
-      const auto snapshot = config.snapshot();
-      const std::string prf = config::get_auth(*snapshot, "pbkdf2_prf", "sha256");
-      const std::int64_t iterations = std::max<std::int64_t>(
-          1, config::get_int(*snapshot, "chttpd_auth", "iterations", 600000));
-      value = core::format_admin_hash(core::hash_password(value, prf, iterations));
-    }
+    if (section == "admins") value = admin_value(config, value);
     std::optional<std::string> old;
     try {
       old = config.set(section, key, value, persist);
@@ -159,6 +166,125 @@ Response config_request(Call& call) {
 }
 
 }  // namespace
+
+namespace {
+
+// setup:cluster_system_dbs().
+const std::vector<std::string> kClusterSystemDbs = {"_users", "_replicator"};
+
+// `ensure_dbs_exist`: a list of database names (400 otherwise).
+std::vector<std::string> db_names(const Json& list) {
+  if (!list.is_array()) throw HttpError(err::bad_request("ensure_dbs_exist must be a list"));
+  std::vector<std::string> names;
+  for (const Json& n : list) {
+    if (!n.is_string()) throw HttpError(err::bad_request("ensure_dbs_exist must list names"));
+    names.push_back(n.get<std::string>());
+  }
+  return names;
+}
+
+bool all_exist(const Call& call, const std::vector<std::string>& names) {
+  auto tr = call.store().create_transaction();
+  for (const std::string& name : names) {
+    auto r = value_or_throw(core::open_db(tr, name));
+    if (core::failed(r)) return false;
+  }
+  return true;
+}
+
+bool has_admins(const Call& call) {
+  const auto snapshot = call.ctx.config->snapshot();
+  const auto it = snapshot->find("admins");
+  return it != snapshot->end() && !it->second.empty();
+}
+
+// setup:finish_cluster_int: creates the databases unless all exist (then false).
+boost::asio::awaitable<bool> create_missing(const Call& call,
+                                            const std::vector<std::string>& names) {
+  if (all_exist(call, names)) co_return false;
+  const bool admin_only =
+      call.ctx.config->get("couchdb", "default_security").value_or("admin_only") != "everyone";
+  const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  for (const std::string& name : names) {
+    std::optional<core::CouchError> error;
+    storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) {
+      error.reset();
+      auto r = core::create_db_with_default_security(tr, name, false, now_us, admin_only);
+      if (!r.ok()) return storage::Status(r.error());
+      if (auto* e = std::get_if<core::CouchError>(&*r); e && e->error != "file_exists") error = *e;
+      return storage::Status{};
+    });
+    if (!s.ok()) throw HttpError(core::storage_failure(s.error()));
+    if (error) throw HttpError(*error);
+  }
+  co_return true;
+}
+
+}  // namespace
+
+// /_cluster_setup for a server that is one node (setup_httpd.erl): GET says whether it is set
+// up ("single_node_enabled": admins exist and so do the system databases, or [couchdb]
+// single_node is on), POST enable_single_node sets the admin, bind address and port (in the
+// config file: they apply at the next start) and creates the system databases, POST
+// finish_cluster creates them. Actions that join nodes are refused: there is no other node.
+MaybeResponse handle_cluster_setup(Call& call) {
+  if (call.path.size() != 1) throw HttpError(err::not_found());
+  if (call.ctx.config == nullptr) throw HttpError(err::not_implemented());
+  if (is_get(call)) {
+    std::vector<std::string> dbs = kClusterSystemDbs;
+    if (auto q = call.query.get("ensure_dbs_exist")) dbs = db_names(parse_json_or_throw(*q));
+    const bool single_node = call.ctx.config->get("couchdb", "single_node") == "true";
+    const bool enabled = single_node || (has_admins(call) && all_exist(call, dbs));
+    co_return json_response(call.req, Status::ok,
+                            {{"state", enabled ? "single_node_enabled" : "single_node_disabled"}});
+  }
+  if (!call.is(beast_http::verb::post)) throw_method_not_allowed("GET,POST");
+  require_json_content_type(call);
+  const Json body = parse_json_object_body(call.req, false);
+  const std::string action = body.value("action", "missing");
+  std::vector<std::string> dbs = kClusterSystemDbs;
+  if (body.contains("ensure_dbs_exist")) dbs = db_names(body["ensure_dbs_exist"]);
+  if (action == "enable_single_node") {
+    config::Config& config = *call.ctx.config;
+    const auto text = [&](const char* member) -> std::optional<std::string> {
+      if (!body.contains(member) || body[member].is_null()) return std::nullopt;
+      return body[member].is_string() ? body[member].get<std::string>() : body[member].dump();
+    };
+    const auto username = text("username");
+    auto password = text("password_hash");
+    if (!password) password = text("password");
+    if (!has_admins(call) && (!username || !password))
+      throw HttpError(err::bad_request("Cluster setup requires admin account to be configured"));
+    std::vector<std::pair<std::pair<std::string, std::string>, std::string>> settings;
+    if (username && password)
+      settings.push_back({{"admins", *username}, admin_value(config, *password)});
+    settings.push_back({{"chttpd", "bind_address"}, text("bind_address").value_or("0.0.0.0")});
+    if (auto port = text("port")) settings.push_back({{"chttpd", "port"}, *port});
+    for (const auto& [where, value] : settings) {
+      if (auto problem = config::validate(where.first, where.second, value))
+        throw HttpError(err::bad_request(*problem));
+    }
+    try {
+      for (const auto& [where, value] : settings) config.set(where.first, where.second, value);
+    } catch (const config::ConfigError& e) {
+      throw HttpError(err::unknown_error(e.what()));
+    }
+    co_await create_missing(call, dbs);
+    co_return json_response(call.req, Status::created, {{"ok", true}});
+  }
+  if (action == "finish_cluster") {
+    if (!co_await create_missing(call, dbs))
+      throw HttpError(err::bad_request("Cluster is already finished"));
+    co_return json_response(call.req, Status::created, {{"ok", true}});
+  }
+  if (action == "enable_cluster" || action == "add_node" || action == "remove_node" ||
+      action == "receive_cookie")
+    throw HttpError(err::bad_request(
+        "This server is a single node: use enable_single_node, or finish_cluster"));
+  throw HttpError(err::bad_request("Invalid Action'"));
+}
 
 Response handle_membership(Call& call) {
   // CouchDB 3.5 crashes with 500 function_clause on a longer path; 404 says what it is.

@@ -66,8 +66,8 @@ PerUserDbs::Settings PerUserDbs::settings() const {
   s.enable = config::get_bool(*values, "couch_peruser", "enable", false);
   s.delete_dbs = config::get_bool(*values, "couch_peruser", "delete_dbs", false);
   s.prefix = config::get_string(*values, "couch_peruser", "database_prefix", "userdb-");
-  s.admin_only = config::get_string(*values, "couchdb", "default_security", "admin_only") !=
-                 "everyone";
+  s.admin_only =
+      config::get_string(*values, "couchdb", "default_security", "admin_only") != "everyone";
   return s;
 }
 
@@ -150,8 +150,7 @@ void PerUserDbs::apply(const Settings& s, const std::string& user, bool deleted)
       return update_security(tr, std::get<core::DbRef>(*opened), user, false);
     }
     if (exists) return update_security(tr, std::get<core::DbRef>(*opened), user, true);
-    auto created =
-        core::create_db_with_default_security(tr, name, false, now_us(), s.admin_only);
+    auto created = core::create_db_with_default_security(tr, name, false, now_us(), s.admin_only);
     if (!created.ok()) return created.error();
     if (core::failed(*created)) {
       spdlog::warn("couch_peruser: cannot create {}: {}", name,

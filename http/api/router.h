@@ -125,6 +125,8 @@ MaybeResponse handle_server(Call& call);
 Response handle_session(Call& call);
 // /_node/{node}/...: the config API, stats (http/api/node.cc).
 Response handle_node(Call& call);
+// /_cluster_setup: the setup of a single node (http/api/node.cc).
+MaybeResponse handle_cluster_setup(Call& call);
 // /_membership: the nodes of the cluster, which is this node alone (http/api/node.cc).
 Response handle_membership(Call& call);
 // /_utils: the web UI's static files (http/api/fauxton.cc).

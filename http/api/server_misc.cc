@@ -309,6 +309,7 @@ MaybeResponse handle_server(Call& call) {
   if (first == "_session") co_return handle_session(call);
   if (first == "_node") co_return handle_node(call);
   if (first == "_membership") co_return handle_membership(call);
+  if (first == "_cluster_setup") co_return co_await handle_cluster_setup(call);
   if (first == "_utils") co_return handle_utils(call);
   if (first == "_db_updates") co_return co_await handle_db_updates(call);
   if (first == "_active_tasks" && call.path.size() == 1) {

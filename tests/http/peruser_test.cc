@@ -34,8 +34,7 @@ class PerUserTest : public ::testing::Test {
     return r.json()["rev"];
   }
   void delete_user(const std::string& name, const std::string& rev) {
-    ASSERT_EQ(call(verb::delete_, "/_users/org.couchdb.user:" + name + "?rev=" + rev).status,
-              200u);
+    ASSERT_EQ(call(verb::delete_, "/_users/org.couchdb.user:" + name + "?rev=" + rev).status, 200u);
   }
   bool exists(const std::string& db) { return call(verb::get, "/" + db).status == 200; }
   TempDir dir_;
@@ -82,9 +81,9 @@ TEST_F(PerUserTest, WithoutDeleteDbsTheUserLeavesTheDatabase) {
 TEST_F(PerUserTest, TurnedOnLaterCoversExistingUsersWithItsPrefix) {
   start("");
   add_user("x.y");
-  ASSERT_EQ(call(verb::put, "/_node/_local/_config/couch_peruser/database_prefix", R"("home-")")
-                .status,
-            200u);
+  ASSERT_EQ(
+      call(verb::put, "/_node/_local/_config/couch_peruser/database_prefix", R"("home-")").status,
+      200u);
   EXPECT_FALSE(exists("home-782e79"));  // off by default
   ASSERT_EQ(call(verb::put, "/_node/_local/_config/couch_peruser/enable", R"("true")").status,
             200u);

@@ -379,6 +379,51 @@ class ConfiguredServerTest : public ::testing::Test {
   std::vector<std::unique_ptr<ServerProcess>> servers_;
 };
 
+// /_cluster_setup as Docker images and Ansible roles drive it: enable_single_node stores the admin
+// (hashed), bind address and port in the config file and creates the system databases; then the
+// node reports itself set up, and finish_cluster has nothing left to do.
+TEST_F(ConfiguredServerTest, ClusterSetupOfASingleNode) {
+  ServerProcess& server = start_with_ini("[chttpd_auth]\niterations = 10\n");
+  HttpClient client{server.port()};
+  // Admin party until an admin exists; that admin from then on.
+  std::vector<std::pair<std::string, std::string>> auth;
+  auto post = [&](const std::string& body) {
+    auto headers = auth;
+    headers.emplace_back("Content-Type", "application/json");
+    return client.request(verb::post, "/_cluster_setup", body, headers);
+  };
+  auto get = [&](const std::string& target) { return client.request(verb::get, target, "", auth); };
+  EXPECT_EQ(client.get("/_cluster_setup").body, R"({"state":"single_node_disabled"})"
+                                                "\n");
+  auto r = post(R"({"action":"enable_single_node","username":"boss","password":"pw",)"
+                R"("bind_address":"127.0.0.1","port":5999})");
+  EXPECT_EQ(r.status, 201u) << r.body;
+  EXPECT_EQ(r.body, R"({"ok":true})"
+                    "\n");
+  std::ifstream in(dir_.path() / "chaise.ini");
+  const std::string ini((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(ini.find("boss = -pbkdf2:"), std::string::npos) << ini;
+  EXPECT_NE(ini.find("port = 5999"), std::string::npos) << ini;
+  EXPECT_EQ(ini.find("pw\n"), std::string::npos) << ini;
+  EXPECT_EQ(get("/_cluster_setup").status, 401u);
+  auth = {{"Authorization", "Basic Ym9zczpwdw=="}};  // boss:pw
+  EXPECT_EQ(get("/_users").status, 200u);
+  EXPECT_EQ(get("/_replicator").status, 200u);
+  EXPECT_EQ(get("/_cluster_setup").body, R"({"state":"single_node_enabled"})"
+                                         "\n");
+  r = post(R"({"action":"finish_cluster"})");
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_EQ(r.json()["reason"], "Cluster is already finished");
+  EXPECT_EQ(post(R"({"action":"finish_cluster","ensure_dbs_exist":["extra"]})").status, 201u);
+  EXPECT_EQ(get("/extra").status, 200u);
+  EXPECT_EQ(get("/_cluster_setup?ensure_dbs_exist=[\"nope\"]").body,
+            R"({"state":"single_node_disabled"})"
+            "\n");
+  EXPECT_EQ(post(R"({"action":"bogus"})").json()["reason"], "Invalid Action'");
+  EXPECT_EQ(post(R"({"action":"enable_cluster"})").status, 400u);
+  EXPECT_EQ(client.request(verb::put, "/_cluster_setup", "", auth).status, 405u);
+}
+
 TEST_F(ConfiguredServerTest, BodyOverLimitIs413TooLarge) {
   ServerProcess& server = start_with_ini("[chttpd]\nmax_http_request_size = 1024\n");
   HttpClient client{server.port()};
