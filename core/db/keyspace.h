@@ -26,7 +26,10 @@
 //                                          = (SeqFormat, DocId, RevPos, RevHash, BranchCount,
 //                                          NotDeleted)
 //   (kCounters, Name)                      = little-endian int64, changed only by atomic add
-//   (kLocal, DocId)                        = (LocalFormat, RevCounter, Body)
+//   (kLocal, DocId)                        = (LocalFormat, RevCounter, Body), or for a body over
+//                                            kBodyChunkBytes (LocalChunkedFormat, RevCounter,
+//                                            Chunks) with the body in kLocalChunks
+//   (kLocalChunks, DocId, Chunk)           = a _local document's body, chunks of kBodyChunkBytes
 //   (kTxIds, TxId)                         = "" (idempotency of document updates, RFC 000)
 //   (kIdem, Key, -1)                       = (IdemFormat, Fingerprint:bytes, ExpiresAtMs, Status,
 //                                            (HeaderName, HeaderValue, ...), Body:bytes|null)
@@ -123,6 +126,7 @@ inline constexpr std::int64_t kViews = 11;
 inline constexpr std::int64_t kIdem = 12;
 inline constexpr std::int64_t kUnique = 13;
 inline constexpr std::int64_t kPurged = 14;
+inline constexpr std::int64_t kLocalChunks = 15;
 
 // Under (kUnique, IndexId) (core/index/unique_index.h).
 inline constexpr std::int64_t kUniqueKeys = 0;
@@ -166,6 +170,7 @@ inline constexpr std::int64_t kByIdFormat = 1;
 inline constexpr std::int64_t kByIdBodyOnlyFormat = 2;
 inline constexpr std::int64_t kSeqFormat = 1;
 inline constexpr std::int64_t kLocalFormat = 1;
+inline constexpr std::int64_t kLocalChunkedFormat = 2;
 inline constexpr std::int64_t kRevHeaderFormat = 1;
 // A revision header whose body chunks hold a delta (core/rev/rev_delta.h) against another stored
 // revision: (kRevHeaderDeltaFormat, Deleted, AttList, BasePos, BaseHash:bytes).
@@ -232,7 +237,7 @@ inline Subspace idem_expiry() { return system().sub(Tuple().add(kIdemExpiry)); }
 
 // The subspaces of one database. A handle: copies share one layout of prefixes, and each thread
 // keeps the layouts of the databases it used last, so building or copying the DbRef that every
-// request opens allocates nothing (its fifteen prefixes were built and copied per request, 1-2%
+// request opens allocates nothing (its sixteen prefixes were built and copied per request, 1-2%
 // of a GET's and a PUT's server CPU).
 class DbSpace {
  public:
@@ -253,6 +258,7 @@ class DbSpace {
   const Subspace& idem() const { return l_->idem; }
   const Subspace& unique() const { return l_->unique; }
   const Subspace& purged() const { return l_->purged; }
+  const Subspace& local_chunks() const { return l_->local_chunks; }
   // One unique index's table (core/index/unique_index.h).
   Subspace unique_index(std::string_view index_id) const {
     return l_->unique.sub(Tuple().add_bytes(index_id));
@@ -336,9 +342,10 @@ class DbSpace {
           views(root.sub(Tuple().add(kViews))),
           idem(root.sub(Tuple().add(kIdem))),
           unique(root.sub(Tuple().add(kUnique))),
-          purged(root.sub(Tuple().add(kPurged))) {}
+          purged(root.sub(Tuple().add(kPurged))),
+          local_chunks(root.sub(Tuple().add(kLocalChunks))) {}
     Subspace root, revisions, docs, by_id, changes, counters, local, txids, meta, atts, att_refs,
-        views, idem, unique, purged;
+        views, idem, unique, purged, local_chunks;
   };
   // At most this many layouts per thread; past it the thread's set starts again.
   static constexpr std::size_t kLayoutsPerThread = 256;

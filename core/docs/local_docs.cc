@@ -1,5 +1,7 @@
-// _local documents: (kLocal, DocId) = (kLocalFormat, RevCounter, Body). Never replicated, not in
-// _changes; their revisions are "0-N", N counting the document's writes.
+// _local documents: (kLocal, DocId) = (kLocalFormat, RevCounter, Body), or for a body over one
+// value's worth (FoundationDB's 100,000 bytes) (kLocalChunkedFormat, RevCounter, Chunks) with the
+// body in (kLocalChunks, DocId, Chunk). Never replicated, not in _changes; their revisions are
+// "0-N", N counting the document's writes.
 #include "core/docs/documents.h"
 #include "core/util/json_text.h"
 
@@ -8,6 +10,21 @@ namespace chaise::core {
 using storage::Snapshot;
 using storage::Tuple;
 
+namespace {
+
+std::pair<std::string, std::string> chunks_range(const DbRef& db, std::string_view id) {
+  return db.space.local_chunks().range(Tuple().add(id));
+}
+
+// Whether the stored value `v` keeps its body in chunks.
+bool chunked(const std::optional<std::string>& v) {
+  if (!v) return false;
+  auto t = Tuple::unpack(*v);
+  return t && t->get_int(0) == keyspace::kLocalChunkedFormat;
+}
+
+}  // namespace
+
 StorageResult<Outcome<std::string>> get_local_json(Transaction& tr, const DbRef& db,
                                                    std::string_view id) {
   using R = Outcome<std::string>;
@@ -15,8 +32,20 @@ StorageResult<Outcome<std::string>> get_local_json(Transaction& tr, const DbRef&
   if (!v.ok()) return v.error();
   if (!v->has_value()) return R(err::not_found());
   auto t = Tuple::unpack(**v);
-  if (!t || t->size() != 3 || !t->get_int(1) || !t->get_bytes(2)) return storage::Error::io_error;
-  return R(splice_doc(*t->get_bytes(2), id, "0-" + std::to_string(*t->get_int(1)), {}));
+  if (!t || t->size() != 3 || !t->get_int(0) || !t->get_int(1)) return storage::Error::io_error;
+  const std::string rev = "0-" + std::to_string(*t->get_int(1));
+  if (*t->get_int(0) != keyspace::kLocalChunkedFormat) {
+    if (!t->get_bytes(2)) return storage::Error::io_error;
+    return R(splice_doc(*t->get_bytes(2), id, rev, {}));
+  }
+  auto [b, e] = chunks_range(db, id);
+  auto chunks = tr.get_range(b, e, 0, storage::Reverse::no, Snapshot::yes);
+  if (!chunks.ok()) return chunks.error();
+  if (static_cast<std::int64_t>(chunks->size()) != t->get_int(2).value_or(-1))
+    return storage::Error::io_error;
+  std::string body;
+  for (const storage::KeyValue& kv : *chunks) body += kv.value;
+  return R(splice_doc(body, id, rev, {}));
 }
 
 StorageResult<Outcome<std::string>> put_local(Transaction& tr, const DbRef& db, std::string_view id,
@@ -35,11 +64,25 @@ StorageResult<Outcome<std::string>> put_local(Transaction& tr, const DbRef& db, 
       return R(err::bad_request("Invalid rev format"));
     prev = std::stoll(std::string(r.substr(2)));
   }
+  // The stored value says whether chunks are to be cleared (read with conflict: two writers of
+  // one _local document go one after the other).
+  auto old = tr.get(key, Snapshot::no);
+  if (!old.ok()) return old.error();
+  auto [cb, ce] = chunks_range(db, id);
+  if (chunked(*old)) tr.clear_range(cb, ce);
   if (deleted) {
     tr.clear(key);
     return R(std::string("0-0"));
   }
-  tr.set(key, Tuple().add(keyspace::kLocalFormat).add(prev + 1).add_bytes(body).pack());
+  if (body.size() <= keyspace::kBodyChunkBytes) {
+    tr.set(key, Tuple().add(keyspace::kLocalFormat).add(prev + 1).add_bytes(body).pack());
+  } else {
+    std::int64_t n = 0;
+    for (std::size_t at = 0; at < body.size(); at += keyspace::kBodyChunkBytes, ++n)
+      tr.set(db.space.local_chunks().pack(Tuple().add(id).add(n)),
+             body.substr(at, keyspace::kBodyChunkBytes));
+    tr.set(key, Tuple().add(keyspace::kLocalChunkedFormat).add(prev + 1).add(n).pack());
+  }
   return R("0-" + std::to_string(prev + 1));
 }
 

@@ -717,6 +717,33 @@ TEST_F(DocumentTest, LocalDocumentRevisionSequence) {
   EXPECT_EQ(revs.json()["_revisions"], (Json{{"start", 0}, {"ids", {"3"}}}));
 }
 
+// A _local document may be as large as any document (max_document_size): its body is kept in
+// chunks, each under FoundationDB's value limit.
+TEST_F(DocumentTest, LargeLocalDocumentsReadBackWhole) {
+  const std::string big(1'000'000, 'b');
+  auto p = put("/db/_local/big", R"({"data":")" + big + R"("})");
+  ASSERT_EQ(p.status, 201u) << p.body.substr(0, 200);
+  auto g = get("/db/_local/big");
+  ASSERT_EQ(g.status, 200u);
+  EXPECT_EQ(g.json()["data"], big);
+  EXPECT_EQ(g.json()["_rev"], "0-1");
+  auto listed = get("/db/_local_docs?include_docs=true");
+  ASSERT_EQ(listed.status, 200u);
+  EXPECT_EQ(listed.json()["rows"][0]["doc"]["data"], big);
+  EXPECT_EQ(listed.json()["rows"][0]["value"]["rev"], "0-1");
+  // Smaller again, then larger, then gone: each read is exactly the last write.
+  EXPECT_EQ(put("/db/_local/big", R"({"_rev":"0-1","data":"small"})").status, 201u);
+  EXPECT_EQ(get("/db/_local/big").body,
+            "{\"_id\":\"_local/big\",\"_rev\":\"0-2\",\"data\":\"small\"}\n");
+  const std::string bigger(300'000, 'c');
+  EXPECT_EQ(put("/db/_local/big", R"({"_rev":"0-2","data":")" + bigger + R"("})").status, 201u);
+  EXPECT_EQ(get("/db/_local/big").json()["data"], bigger);
+  EXPECT_EQ(del("/db/_local/big").status, 200u);
+  EXPECT_EQ(get("/db/_local/big").status, 404u);
+  EXPECT_EQ(put("/db/_local/big", R"({"data":"again"})").json()["rev"], "0-1");
+  EXPECT_EQ(get("/db/_local/big").json()["data"], "again");
+}
+
 TEST_F(DocumentTest, LocalDocumentDelete) {
   expect_error(del("/db/_local/none?rev=0-1"), 404, "not_found", "missing");
   create("/db/_local/cp", "{}");
