@@ -200,6 +200,27 @@ inline long long metric_value(const std::string& text, const std::string& name) 
   return at == std::string::npos ? -1 : std::stoll(text.substr(at + prefix.size()));
 }
 
+// The store's commits (chaise_store_commits_total) less those of the _db_updates recorder, which
+// follow writes in the background (chaise_db_updates_folds_total), once the recorder has nothing
+// left to fold: the count is the same twice 100 ms apart (the recorder folds 20 ms after a write).
+// `scrape` returns the text of /_node/_local/_prometheus.
+template <class Scrape>
+long long settled_commits(Scrape scrape) {
+  auto net = [&] {
+    const std::string text = scrape();
+    return metric_value(text, "chaise_store_commits_total") -
+           metric_value(text, "chaise_db_updates_folds_total");
+  };
+  long long last = net();
+  for (int i = 0; i < 50; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const long long now = net();
+    if (now == last) return now;
+    last = now;
+  }
+  return last;
+}
+
 // Checks `done` every 5 ms until it holds or `within` has passed, and returns whether it held: how
 // a test waits for what the server does in the background, instead of sleeping a guessed time.
 template <class Predicate>
