@@ -330,7 +330,7 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
   struct Event {
     Sequence seq;
     std::string id;
-    std::optional<OrderedJson> doc;  // a change's document, when the views map it
+    std::optional<std::string> doc;  // a change's document as the views map it, serialized
   };
   std::vector<Event> changes;
   std::size_t bytes = 0;
@@ -345,8 +345,8 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
     if (!deleted && (!design || g.include_design) && r.contains("doc") && r["doc"].is_object()) {
       OrderedJson& d = r["doc"];
       if (g.local_seq) d["_local_seq"] = r["seq"];
-      bytes += d.dump().size();
-      ev.doc = std::move(d);
+      ev.doc = d.dump();
+      bytes += ev.doc->size();
     }
     changes.push_back(std::move(ev));
     if (bytes > kBytesPerStep) break;  // the rest waits for the next step
@@ -380,13 +380,13 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
 
   std::vector<ChangedDoc> changed;
   std::vector<std::string> docs;
-  for (const Event& ev : events) {
+  for (Event& ev : events) {
     ChangedDoc c;
     c.id = ev.id;
     if (ev.doc) {
       c.mapped = true;
       c.doc = docs.size();
-      docs.push_back(ev.doc->dump());
+      docs.push_back(std::move(*ev.doc));
     }
     changed.push_back(std::move(c));
   }

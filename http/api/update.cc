@@ -163,8 +163,9 @@ MaybeResponse ordinary_update(Call& call, const core::DbRef& db,
   u.deleted = saved.deleted;
   u.body = std::move(saved.body);
   u.body_term = std::move(saved.body_term);
-  // The handler's `_attachments`, read as a PUT reads them: stubs keep stored attachments,
-  // base64 "data" adds one (its bytes written first when large, as a PUT's are).
+  // The handler's `_attachments`, read as a PUT reads them: an entry with "stub": true keeps the
+  // stored attachment of that name, base64 "data" adds one (its bytes written first when large,
+  // as a PUT's are).
   if (saved.attachments && !saved.attachments->empty()) {
     auto atts = core::parse_attachments_json(*saved.attachments, call.ctx.max_attachment_size);
     if (auto* e = std::get_if<core::CouchError>(&atts)) throw HttpError(std::move(*e));
