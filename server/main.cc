@@ -40,6 +40,7 @@
 
 #include "config/config.h"
 #include "config/settings.h"
+#include "core/db/active_tasks.h"
 #include "core/db/changes_notifier.h"
 #include "core/db/databases.h"
 #include "core/db/db_updates.h"
@@ -493,6 +494,7 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
 
   // Declared before the server; stopped after it and destroyed after the store (see the end).
   auto workers = std::make_unique<chaise::http::WorkerPool>(config.worker_threads);
+  chaise::core::ActiveTasks active_tasks;
   chaise::http::RouterContext context;
   context.server_uuid = *uuid;
   context.workers = workers.get();
@@ -505,6 +507,7 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
   context.janitor = janitor.get();
   context.notifier = notifier.get();
   context.db_updates = db_updates.get();
+  context.active_tasks = &active_tasks;
   context.config = &config_store;
   context.auth = &authenticator;
   chaise::http::Metrics metrics;

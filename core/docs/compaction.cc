@@ -43,6 +43,7 @@ StorageResult<bool> compact_step(Transaction& tr, const DbRef& db, std::string& 
       begin = re;  // skip this revision's other chunks
       if (next < re) next = re;
       if (*id != last_id) {
+        ++stats.docs_visited;
         auto all = read_branches(tr, db, *id, Snapshot::no);
         if (!all.ok()) return all.error();
         branches = std::move(*all);

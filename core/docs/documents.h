@@ -237,6 +237,7 @@ StorageResult<std::optional<StoredBranch>> find_revision(Transaction& tr, const 
 struct CompactStats {
   std::int64_t bodies_removed = 0;
   std::int64_t attachments_removed = 0;
+  std::int64_t docs_visited = 0;  // documents whose revisions were looked at (progress)
 };
 // One bounded step; `cursor` (empty to start) says where to resume. Returns true when done.
 StorageResult<bool> compact_step(Transaction& tr, const DbRef& db, std::string& cursor,

@@ -3,8 +3,12 @@
 namespace chaise::core {
 
 CouchError js_error(const js::JsError& e) {
-  if (e.error == "not_found") return CouchError{404, e.error, e.reason};
-  if (e.error == "compilation_error") return CouchError{400, e.error, e.reason};
+  // chttpd:error_info's statuses for the errors a function may throw by name.
+  static constexpr std::pair<std::string_view, int> kStatus[] = {
+      {"bad_request", 400}, {"compilation_error", 400}, {"unauthorized", 401}, {"forbidden", 403},
+      {"not_found", 404},   {"not_acceptable", 406},    {"conflict", 409}};
+  for (const auto& [name, status] : kStatus)
+    if (e.error == name) return CouchError{status, e.error, e.reason};
   return CouchError{500, e.error, e.reason};
 }
 

@@ -290,7 +290,8 @@ StorageResult<Outcome<std::size_t>> index_docs(Transaction& tr, const DbRef& db,
 }  // namespace
 
 StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const ViewGroup& g,
-                                         js::Engine& js) {
+                                         js::Engine& js, std::size_t* applied_out) {
+  if (applied_out != nullptr) *applied_out = 0;
   auto since = view_index_seq(tr, db, g, Snapshot::no);
   if (!since.ok()) return since.error();
   if (!since->is_zero()) {
@@ -395,6 +396,7 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
   if (!indexed.ok()) return indexed.error();
   if (auto* e = std::get_if<CouchError>(&*indexed)) return Outcome<bool>(std::move(*e));
   const std::size_t applied = std::get<std::size_t>(*indexed);
+  if (applied_out != nullptr) *applied_out = applied;
   // Where this step got to: the last event it handled (a purge dropped for a later change of
   // its document is handled by that change).
   const Sequence reached = events[applied - 1].seq;

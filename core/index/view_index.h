@@ -77,8 +77,9 @@ inline constexpr std::size_t kBytesPerStep = 4'000'000;
 // Writes (rows, id entries) one step may hold before the rest waits for the next step; the
 // reduce tree's nodes come on top, well inside FoundationDB's 10 MB.
 inline constexpr std::size_t kWriteBytesPerStep = 4'000'000;
+// `applied`, when given, receives the number of changes (and purges) the step took in.
 StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const ViewGroup& g,
-                                         js::Engine& js);
+                                         js::Engine& js, std::size_t* applied = nullptr);
 
 // Whether the group keeps reduce trees (JavaScript views with a reduce function: Mango's
 // "_count" is never queried). Their synchronous writers take turns (core/index/sync_index.h).

@@ -105,6 +105,9 @@ struct Engine::Task {
   // thread; read by the caller once `done` is set).
   const Accept* accept = nullptr;
   std::size_t running_call = 0;
+  // list: the rows and output of a list function, and whether one of its natives stopped it.
+  std::shared_ptr<ListIo> list_io;
+  bool stopped = false;
 };
 
 struct Engine::Impl {
@@ -167,6 +170,13 @@ struct Engine::Impl {
     return !(c && c->kill.load());  // false: stop the script, uncatchably
   }
 
+  // The call running on `c` starts a time limit of its own from now.
+  static void restart_deadline(Context& c) {
+    std::lock_guard lock(c.impl->watch_mu);
+    Slot& s = c.impl->slots[c.slot];
+    if (!s.interrupted) s.deadline = Clock::now() + c.impl->options.timeout;
+  }
+
   // __chaise_call_begin(i): call i of a batch starts, with a time limit of its own.
   static bool native_call_begin(JSContext* cx, unsigned argc, JS::Value* vp) {
     JS::CallArgs args = JS::CallArgsFromVp(argc, vp);
@@ -175,11 +185,61 @@ struct Engine::Impl {
     if (args.length() > 0 && !JS::ToNumber(cx, args[0], &i)) return false;
     if (c && c->task) {
       c->task->running_call = static_cast<std::size_t>(i);
-      std::lock_guard lock(c->impl->watch_mu);
-      Slot& s = c->impl->slots[c->slot];
-      if (!s.interrupted) s.deadline = Clock::now() + c->impl->options.timeout;
+      restart_deadline(*c);
     }
     args.rval().setUndefined();
+    return true;
+  }
+
+  // __chaise_list_row(): the list's next row (JSON text), or null after the last. Returning false
+  // without an exception stops the script uncatchably: the caller's reader gave up.
+  static bool native_list_row(JSContext* cx, unsigned argc, JS::Value* vp) {
+    JS::CallArgs args = JS::CallArgsFromVp(argc, vp);
+    auto* c = static_cast<Context*>(JS_GetContextPrivate(cx));
+    args.rval().setNull();
+    if (!c || !c->task || !c->task->list_io) return true;
+    std::optional<std::string> row;
+    try {
+      row = c->task->list_io->next_row();
+    } catch (const std::exception&) {  // never through SpiderMonkey's frames
+      c->task->stopped = true;
+      return false;
+    }
+    restart_deadline(*c);
+    if (row) {
+      JSString* r = JS_NewStringCopyUTF8N(cx, JS::UTF8Chars(row->data(), row->size()));
+      if (!r) return false;
+      args.rval().setString(r);
+    }
+    return true;
+  }
+
+  // __chaise_list_output(resp, data): hands the list's output so far to the caller; resp is ""
+  // when start() set nothing new.
+  static bool native_list_output(JSContext* cx, unsigned argc, JS::Value* vp) {
+    JS::CallArgs args = JS::CallArgsFromVp(argc, vp);
+    auto* c = static_cast<Context*>(JS_GetContextPrivate(cx));
+    args.rval().setUndefined();
+    if (!c || !c->task || !c->task->list_io || args.length() < 2) return true;
+    JS::RootedString resp(cx, JS::ToString(cx, args[0]));
+    if (!resp) return false;
+    JS::UniqueChars r = JS_EncodeStringToUTF8(cx, resp);
+    if (!r) return false;
+    JS::RootedString data(cx, JS::ToString(cx, args[1]));
+    if (!data) return false;
+    JS::UniqueChars d = JS_EncodeStringToUTF8(cx, data);
+    if (!d) return false;
+    bool go = false;
+    try {
+      go = c->task->list_io->output(r.get(), d.get());
+    } catch (const std::exception&) {
+      go = false;
+    }
+    if (!go) {
+      c->task->stopped = true;
+      return false;
+    }
+    restart_deadline(*c);
     return true;
   }
 
@@ -225,7 +285,9 @@ struct Engine::Impl {
     if (!JS::InitRealmStandardClasses(c.cx)) return false;
     if (!JS_DefineFunction(c.cx, global, "__chaise_log", &native_log, 1, 0) ||
         !JS_DefineFunction(c.cx, global, "__chaise_call_begin", &Impl::native_call_begin, 1, 0) ||
-        !JS_DefineFunction(c.cx, global, "__chaise_accept", &Impl::native_accept, 2, 0))
+        !JS_DefineFunction(c.cx, global, "__chaise_accept", &Impl::native_accept, 2, 0) ||
+        !JS_DefineFunction(c.cx, global, "__chaise_list_row", &Impl::native_list_row, 0, 0) ||
+        !JS_DefineFunction(c.cx, global, "__chaise_list_output", &Impl::native_list_output, 2, 0))
       return false;
     JS::CompileOptions co(c.cx);
     co.setFileAndLine("prelude.js", 1);
@@ -315,6 +377,9 @@ struct Engine::Impl {
       } else if (timed_out) {
         result = JsError{"os_process_error", "timeout"};
         rebuild = true;
+      } else if (t.stopped && !JS_IsExceptionPending(cx)) {
+        // A list stopped by its caller: the script unwound uncatchably, the context is sound.
+        result = JsError{"os_process_error", "stopped"};
       } else if (JS_IsExceptionPending(cx)) {
         std::string what = pending_exception_text(cx);
         result = JsError{"os_process_error", what};
@@ -328,6 +393,33 @@ struct Engine::Impl {
     c.task = nullptr;
     if (!rebuild) JS_MaybeGC(cx);
     return {std::move(result), rebuild};
+  }
+
+  // A task's answer goes to its list's io, or to the caller waiting on `done`.
+  static void complete(Task& t, JsResult<std::string> raw) {
+    if (!t.list_io) {
+      t.done.set_value(std::move(raw));
+      return;
+    }
+    JsResult<std::string> r = unwrap(std::move(raw));
+    std::shared_ptr<ListIo> io = std::move(t.list_io);
+    if (auto* e = std::get_if<JsError>(&r))
+      io->finished(std::move(*e));
+    else
+      io->finished(true);
+  }
+
+  // {"ok": result} -> result; {"error": e, "reason": r} -> JsError.
+  static JsResult<std::string> unwrap(JsResult<std::string> raw) {
+    if (std::holds_alternative<JsError>(raw)) return raw;
+    const std::string& text = std::get<std::string>(raw);
+    if (text.rfind("{\"ok\":", 0) == 0) return text.substr(6, text.size() - 7);
+    try {
+      auto j = nlohmann::json::parse(text);
+      return JsError{j.value("error", "render_error"), j.value("reason", "")};
+    } catch (const nlohmann::json::exception&) {
+      return JsError{"render_error", "unreadable answer from JavaScript"};
+    }
   }
 
   // A worker's context is built for its first task (and again after a rebuild): a server whose
@@ -353,7 +445,7 @@ struct Engine::Impl {
         }
       }
       if (!c.cx) {
-        t->done.set_value(JsError{"os_process_error", "no JavaScript context"});
+        complete(*t, JsError{"os_process_error", "no JavaScript context"});
         continue;
       }
       std::pair<JsResult<std::string>, bool> outcome;
@@ -366,7 +458,7 @@ struct Engine::Impl {
         destroy(c);
         rebuilt.fetch_add(1);
       }
-      t->done.set_value(std::move(outcome.first));
+      complete(*t, std::move(outcome.first));
     }
     std::unique_lock gate(context_gate());
     destroy(c);
@@ -417,28 +509,21 @@ JsResult<std::string> Engine::call(std::string_view op, const DesignDoc* ddoc,
   return run_task(t);
 }
 
-JsResult<std::string> Engine::run_task(const std::shared_ptr<Task>& task) {
-  auto t = task;
-  auto fut = t->done.get_future();
+bool Engine::enqueue(std::shared_ptr<Task> task) {
   {
     std::lock_guard lock(impl_->mu);
-    if (impl_->queue.size() >= impl_->options.queue_max)
-      return JsError{"os_process_error", "too many JavaScript calls waiting"};
-    impl_->queue.push_back(std::move(t));
+    if (impl_->queue.size() >= impl_->options.queue_max) return false;
+    impl_->queue.push_back(std::move(task));
   }
   impl_->calls.fetch_add(1);
   impl_->work_cv.notify_one();
-  JsResult<std::string> raw = fut.get();
-  if (std::holds_alternative<JsError>(raw)) return raw;
-  // {"ok": result} or {"error": e, "reason": r}
-  const std::string& text = std::get<std::string>(raw);
-  if (text.rfind("{\"ok\":", 0) == 0) return text.substr(6, text.size() - 7);
-  try {
-    auto j = nlohmann::json::parse(text);
-    return JsError{j.value("error", "render_error"), j.value("reason", "")};
-  } catch (const nlohmann::json::exception&) {
-    return JsError{"render_error", "unreadable answer from JavaScript"};
-  }
+  return true;
+}
+
+JsResult<std::string> Engine::run_task(const std::shared_ptr<Task>& task) {
+  auto fut = task->done.get_future();
+  if (!enqueue(task)) return JsError{"os_process_error", "too many JavaScript calls waiting"};
+  return Impl::unwrap(fut.get());
 }
 
 namespace {
@@ -536,6 +621,34 @@ JsResult<std::vector<JsResult<std::string>>> Engine::reduce_many(
         if (out.size() != inputs.size())
           throw nlohmann::json::other_error::create(501, "size", nullptr);
         return out;
+      });
+}
+
+JsResult<std::string> Engine::show(const DesignDoc& ddoc, std::string_view name,
+                                   std::string_view doc, std::string_view req) {
+  std::string args =
+      "[" + json_string(name) + "," + std::string(doc) + "," + std::string(req) + "]";
+  return call("show", &ddoc, std::move(args));
+}
+
+void Engine::list(const DesignDoc& ddoc, std::string_view name, std::string_view head,
+                  std::string_view req, std::shared_ptr<ListIo> io) {
+  auto t = std::make_shared<Task>();
+  t->op = "list";
+  t->ddoc_key = ddoc.key;
+  t->ddoc_json = ddoc.json;
+  t->args = "[" + json_string(name) + "," + std::string(head) + "," + std::string(req) + "]";
+  t->list_io = io;
+  if (!enqueue(std::move(t)))
+    io->finished(JsError{"os_process_error", "too many JavaScript calls waiting"});
+}
+
+JsResult<std::optional<std::string>> Engine::rewrite(const DesignDoc& ddoc, std::string_view req) {
+  return parse_or<std::optional<std::string>>(
+      call("rewrite", &ddoc, "[" + std::string(req) + "]"),
+      [](const nlohmann::ordered_json& j) -> std::optional<std::string> {
+        if (j.is_null()) return std::nullopt;
+        return j.dump();
       });
 }
 

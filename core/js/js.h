@@ -105,6 +105,23 @@ struct UpdateBatch {
   std::optional<std::size_t> timed_out;
 };
 
+// A list function's rows in and its output out while lists.<name> runs, called on the engine's
+// thread in the order the function asks; the function's time limit restarts after each call, as
+// CouchDB's starts afresh for each row it sends its query server.
+class ListIo {
+ public:
+  virtual ~ListIo() = default;
+  // The next row as JSON text ({"id","key","value"[,"doc"]}), or nullopt after the last. Throwing
+  // stops the function at once (uncatchably); the implementation keeps the reason.
+  virtual std::optional<std::string> next_row() = 0;
+  // What the function sent up to a getRow() or its end: `resp`, the response object of start()
+  // ({"code","headers"}) when one was set since the last output, else empty; `data` the text
+  // sent. false stops the function at once (the client is gone).
+  virtual bool output(std::string_view resp, std::string_view data) = 0;
+  // The function ended: true, or its error (after a stop: the stop's). Called once, last.
+  virtual void finished(JsResult<bool> result) = 0;
+};
+
 // The SpiderMonkey major version the engine runs ("102"), as CouchDB reports its own in
 // GET /_node/{node}/_versions.
 std::string spidermonkey_version();
@@ -164,6 +181,18 @@ class Engine {
                                     const std::vector<UpdateCall>& calls,
                                     const std::vector<std::shared_ptr<const DesignDoc>>& validators,
                                     const Accept& accept);
+  // shows.<name>(doc, req); doc "null" when there is none. The response object
+  // ({"code","headers","body"|"json"|"base64"}), with start()/send() and provides() applied.
+  JsResult<std::string> show(const DesignDoc& ddoc, std::string_view name, std::string_view doc,
+                             std::string_view req);
+  // lists.<name>(head, req) over the rows of `io`, run on a context of its own for as long as the
+  // function reads rows; returns at once (a full queue answers through io->finished at once).
+  void list(const DesignDoc& ddoc, std::string_view name, std::string_view head,
+            std::string_view req, std::shared_ptr<ListIo> io);
+  // The design document's "rewrites" function over `req`: the rewrite object it returned
+  // ({"path","method","query","headers","body"} or {"code",...}), or nullopt when it returned
+  // nothing (no rule matched).
+  JsResult<std::optional<std::string>> rewrite(const DesignDoc& ddoc, std::string_view req);
   // Compiles `source` as a function (nothing is run); used to check design docs on write.
   JsResult<bool> compiles(std::string_view source);
 
@@ -180,6 +209,8 @@ class Engine {
   struct Task;
   JsResult<std::string> call(std::string_view op, const DesignDoc* ddoc, std::string args_json);
   JsResult<std::string> run_task(const std::shared_ptr<Task>& t);
+  // Queues `t` for a context; false when the queue is full.
+  bool enqueue(std::shared_ptr<Task> t);
 };
 
 }  // namespace chaise::core::js

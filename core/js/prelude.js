@@ -10,6 +10,8 @@
   var nativeLog = global.__chaise_log;
   var callBegin = global.__chaise_call_begin;  // (i): call i of a batch starts its own time limit
   var accept = global.__chaise_accept;         // (i, body) -> revision | null (update_many)
+  var listRow = global.__chaise_list_row;      // () -> row JSON text | null (list)
+  var listOutput = global.__chaise_list_output;  // (resp JSON text | "", data) (list)
   var evalGlobal = eval;  // indirect eval: user code compiles in the global scope
   var MAX_DDOCS = 64;
   var MAX_REDUCE_FUNS = 256;
@@ -147,6 +149,167 @@
   };
   global.toJSON = function (v) { return JSON.stringify(v); };
   global.isArray = function (v) { return Array.isArray(v); };
+
+  // Media types as show and list functions name them in provides(), and how an Accept header
+  // chooses among them (the fitness and quality rules of RFC 7231, section 5.3.2).
+  var mimesByKey = {}, keysByMime = {};
+  function registerType(key) {
+    var mimes = Array.prototype.slice.call(arguments, 1);
+    mimesByKey[key] = mimes;
+    for (var i = 0; i < mimes.length; i++) keysByMime[mimes[i]] = key;
+  }
+  registerType("all", "*/*");
+  registerType("text", "text/plain; charset=utf-8", "txt");
+  registerType("html", "text/html; charset=utf-8");
+  registerType("xhtml", "application/xhtml+xml", "xhtml");
+  registerType("xml", "application/xml", "text/xml", "application/x-xml");
+  registerType("js", "text/javascript", "application/javascript", "application/x-javascript");
+  registerType("css", "text/css");
+  registerType("ics", "text/calendar");
+  registerType("csv", "text/csv");
+  registerType("rss", "application/rss+xml");
+  registerType("atom", "application/atom+xml");
+  registerType("yaml", "application/x-yaml", "text/yaml");
+  registerType("multipart_form", "multipart/form-data");
+  registerType("url_encoded_form", "application/x-www-form-urlencoded");
+  registerType("json", "application/json", "text/x-json");
+
+  // "type/sub; a=b; q=0.5" -> {type, sub, params (without q), q}
+  function mediaRange(text) {
+    var parts = String(text).split(";");
+    var full = parts[0].trim();
+    if (full === "*") full = "*/*";
+    var slash = full.indexOf("/");
+    var r = {type: slash < 0 ? full : full.slice(0, slash), sub: slash < 0 ? "" : full.slice(slash + 1),
+             params: {}, q: 1};
+    for (var i = 1; i < parts.length; i++) {
+      var eq = parts[i].indexOf("=");
+      if (eq < 0) continue;
+      var k = parts[i].slice(0, eq).trim(), v = parts[i].slice(eq + 1).trim();
+      if (k === "q") {
+        var q = parseFloat(v);
+        r.q = isNaN(q) || q < 0 || q > 1 ? 1 : q;
+      } else {
+        r.params[k] = v;
+      }
+    }
+    return r;
+  }
+  // The supported type the Accept header prefers: the best-fitting range decides the quality;
+  // ties go to the higher quality, then to the type listed later. "" when none is acceptable.
+  function bestMatch(supported, header) {
+    var ranges = String(header).split(",").map(mediaRange);
+    var best = null;
+    for (var i = 0; i < supported.length; i++) {
+      var m = mediaRange(supported[i]), fit = -1, q = 0;
+      for (var j = 0; j < ranges.length; j++) {
+        var r = ranges[j];
+        if ((r.type !== m.type && r.type !== "*" && m.type !== "*") ||
+            (r.sub !== m.sub && r.sub !== "*" && m.sub !== "*")) continue;
+        var f = (r.type === m.type ? 100 : 0) + (r.sub === m.sub ? 10 : 0), ok = true;
+        for (var k in r.params) {
+          if (m.params[k] === r.params[k]) f += 1;
+          else ok = false;
+        }
+        if (ok && f > fit) {
+          fit = f;
+          q = r.q;
+        }
+      }
+      if (best === null || fit > best.fit || (fit === best.fit && q >= best.q))
+        best = {fit: fit, q: q, mime: supported[i]};
+    }
+    return best !== null && best.q > 0 && best.fit >= 0 ? best.mime : "";
+  }
+
+  // provides(key, fn): what a show or list function can answer, chosen by ?format= or Accept.
+  var provided = [], responseType = null;
+  function runProvides(req, ddoc) {
+    var bestKey = null, accept = req && req.headers ? req.headers["Accept"] : undefined;
+    if (req && req.query && req.query.format) {
+      bestKey = req.query.format;
+      responseType = mimesByKey[bestKey] ? mimesByKey[bestKey][0] : null;
+    } else if (accept) {
+      var supported = [];
+      // In place, as CouchDB's query server does: the error below then lists them reversed.
+      provided.reverse().forEach(function (p) {
+        if (mimesByKey[p[0]]) supported = supported.concat(mimesByKey[p[0]]);
+      });
+      responseType = bestMatch(supported, accept);
+      bestKey = keysByMime[responseType];
+    } else {
+      bestKey = provided[0][0];
+      responseType = mimesByKey[bestKey] ? mimesByKey[bestKey][0] : null;
+    }
+    for (var i = 0; i < provided.length; i++)
+      if (provided[i][0] === bestKey) return provided[i][1].call(ddoc);
+    var types = provided.map(function (p) { return (mimesByKey[p[0]] || []).join(", ") || p[0]; });
+    throw new CouchError("not_acceptable", "Content-Type " + (accept || bestKey) +
+                         " not supported, try one of: " + types.join(", "));
+  }
+
+  // start(), send() and getRow(): a show or list function's response head, text and rows.
+  var render = null;  // {chunks, startResp, newHeader, gotRow, lastRow, list}
+  function resetRender(list) {
+    render = {chunks: [], startResp: {}, newHeader: false, gotRow: false, lastRow: false, list: list};
+    provided = [];
+    responseType = null;
+  }
+  function withContentType(resp) {
+    resp.headers = resp.headers || {};
+    if (responseType) resp.headers["Content-Type"] = resp.headers["Content-Type"] || responseType;
+    return resp;
+  }
+  function flush(withHead) {
+    var data = render.chunks.join("");
+    render.chunks = [];
+    var head = withHead ? JSON.stringify(render.startResp) : "";
+    if (withHead) {
+      render.startResp = {};
+      render.newHeader = false;
+    }
+    listOutput(head, data);
+  }
+  global.start = function (resp) {
+    if (render === null) throw new Error("start is only available in show and list functions");
+    render.startResp = resp || {};
+    render.newHeader = true;
+  };
+  global.send = function (chunk) {
+    if (render === null) throw new Error("send is only available in show and list functions");
+    render.chunks.push(String(chunk));
+  };
+  global.getRow = function () {
+    if (render === null || !render.list) throw new Error("getRow is only available in list functions");
+    if (render.lastRow) return null;
+    if (!render.gotRow) {
+      render.gotRow = true;
+      withContentType(render.startResp);
+      render.newHeader = true;
+    }
+    flush(render.newHeader);
+    var row = listRow();
+    if (row === null) {
+      render.lastRow = true;
+      return null;
+    }
+    return JSON.parse(row);
+  };
+  global.provides = function (key, fn) { provided.push([key, fn]); };
+  global.registerType = registerType;
+
+  function wrapResponse(resp) {
+    return typeof resp === "string" ? {body: resp} : resp;
+  }
+  // A function's error as CouchDB's query server reports it: CouchDB errors as they are, anything
+  // else as `type` ("render_error") with the thrown value and its stack.
+  function renderError(e, type) {
+    if (asCouchError(e) !== null || (e && e.error && e.reason)) throw e;
+    var what = typeof e === "string" ? "(new String(" + JSON.stringify(e) + "))" : errstr(e);
+    var msg = "function raised error: " + what + " \nstacktrace: " + (e && e.stack);
+    log(msg);
+    throw new CouchError(type || "render_error", msg);
+  }
 
   function designDoc(key, json) {
     var entry = ddocs.get(key);
@@ -379,6 +542,68 @@
         out.push(["saved", resp]);
       }
       return out;
+    },
+    // shows.<name>(doc, req): the response object, with what start() and send() set and the
+    // provides() the Accept header chose.
+    show: function (entry, args) {
+      var f = fun(entry, ["shows", args[0]]), doc = args[1], req = args[2];
+      try {
+        resetRender(false);
+        var resp = wrapResponse(f.apply(entry.doc, [doc, req]) || {});
+        if (render.chunks.length > 0) {
+          resp.headers = resp.headers || {};
+          var sh = render.startResp.headers || {};
+          for (var h in sh) resp.headers[h] = sh[h];
+          if (render.startResp.code !== undefined && resp.code === undefined) resp.code = render.startResp.code;
+          resp.body = render.chunks.join("") + (resp.body || "");
+          render.chunks = [];
+        }
+        if (provided.length > 0) {
+          var p = wrapResponse(runProvides(req, entry.doc) || {});
+          // Only the chosen function's body counts ("json" there is not read, as in CouchDB).
+          resp.body = (resp.body || "") + render.chunks.join("") + (p.body || "");
+          resp = withContentType(resp);
+        }
+        if (resp === null || typeof resp !== "object" || Array.isArray(resp))
+          throw new CouchError("render_error", "undefined response from show function");
+        return resp;
+      } catch (e) {
+        if (doc === null && req && req.path && req.path.length > 5)
+          throw new CouchError("not_found", "document not found");
+        renderError(e);
+      } finally {
+        render = null;
+      }
+    },
+    // lists.<name>(head, req): the output leaves through __chaise_list_output, the rows come in
+    // through __chaise_list_row; the answer is only whether it ended well.
+    list: function (entry, args) {
+      var f = fun(entry, ["lists", args[0]]), head = args[1], req = args[2];
+      try {
+        resetRender(true);
+        var tail = f.apply(entry.doc, [head, req]);
+        if (provided.length > 0) tail = runProvides(req, entry.doc);
+        if (!render.gotRow) global.getRow();
+        if (tail !== undefined) render.chunks.push(String(tail));
+        flush(render.newHeader);
+        return true;
+      } catch (e) {
+        renderError(e);
+      } finally {
+        render = null;
+      }
+    },
+    // The "rewrites" function over req: null when it dispatches nothing, else the rewrite object.
+    rewrite: function (entry, args) {
+      var f = fun(entry, ["rewrites"]), result;
+      try {
+        result = f.apply(entry.doc, args);
+      } catch (e) {
+        renderError(e, "rewrite_error");
+      }
+      if (!result) return null;
+      if (typeof result === "string") result = {path: result, method: args[0].method};
+      return result;
     },
     compile: function (_entry, args) {
       compile(args[0], "check");

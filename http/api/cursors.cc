@@ -30,6 +30,7 @@
 #include "http/api/js_request.h"
 #include "http/api/metrics.h"
 #include "http/api/pages.h"
+#include "http/api/render.h"
 #include "http/api/request.h"
 #include "http/api/router.h"
 #include "http/api/txn.h"
@@ -206,14 +207,25 @@ void clamp_to_partition(AllDocsRequest& r, const std::optional<std::string>& par
   }
 }
 
-// `offset` < 0: null (CouchDB's answer for _local_docs and for any `keys` query).
-std::string all_docs_head(std::int64_t total, std::int64_t offset, const std::string* seq) {
-  std::string head = "{\"total_rows\":";
+// The members of an all_docs answer before its rows: "total_rows":T,"offset":O[,"update_seq":S]
+// (read in `tr`). An offset of null is CouchDB's answer for _local_docs and for any `keys` query.
+std::string all_docs_head_fields(storage::Transaction& tr, const core::DbRef& db,
+                                 core::AllDocsCursor& cursor, const AllDocsRequest& r) {
+  const auto total = value_or_throw(cursor.total_rows(tr));
+  std::int64_t offset = -1;
+  if (total >= 0 && !r.keys) {
+    auto o = value_or_throw(cursor.offset(tr));
+    offset = r.empty_before_start ? total : o;
+  }
+  std::string head = "\"total_rows\":";
   head += total < 0 ? "null" : std::to_string(total);
   head += ",\"offset\":";
   head += offset < 0 ? "null" : std::to_string(offset);
-  if (seq) head += ",\"update_seq\":" + core::json_string(*seq);
-  return head + ",\"rows\":[\r\n";
+  if (r.update_seq) {
+    auto s = value_or_throw(core::update_seq(tr, db));
+    head += ",\"update_seq\":" + core::json_string(s.str());
+  }
+  return head;
 }
 
 // Writes one all_docs result object (head, rows, tail) through `emit`, page by page.
@@ -223,18 +235,7 @@ boost::asio::awaitable<bool> write_all_docs(const Call& call, const core::DbRef&
   storage::Database& store = call.store();
   auto tr = store.create_transaction();
   core::AllDocsCursor cursor(db, r.q);
-  auto total = value_or_throw(cursor.total_rows(tr));
-  std::int64_t offset = -1;
-  if (total >= 0 && !r.keys) {
-    auto o = value_or_throw(cursor.offset(tr));
-    offset = r.empty_before_start ? total : o;
-  }
-  std::optional<std::string> seq;
-  if (r.update_seq) {
-    auto s = value_or_throw(core::update_seq(tr, db));
-    seq = s.str();
-  }
-  const std::string head = all_docs_head(total, offset, seq ? &*seq : nullptr);
+  const std::string head = "{" + all_docs_head_fields(tr, db, cursor, r) + ",\"rows\":[\r\n";
   if (!co_await emit(head)) co_return false;
   RowJoiner joiner;
   std::string chunk;
@@ -254,6 +255,35 @@ boost::asio::awaitable<bool> write_all_docs(const Call& call, const core::DbRef&
   }
   co_return co_await emit("\r\n]}");
 }
+
+// _all_docs' rows for a list function.
+class AllDocsListRows final : public ListRows {
+ public:
+  AllDocsListRows(const Call& call, const core::DbRef& db, AllDocsRequest r)
+      : call_(call), db_(db), r_(std::move(r)), pages_(call.store()), cursor_(db, r_.q) {
+    auto tr = call.store().create_transaction();
+    head_ = "{" + all_docs_head_fields(tr, db, cursor_, r_) + "}";
+  }
+  const std::string& head() const override { return head_; }
+  bool next_page(std::vector<std::string>& rows, std::optional<core::CouchError>&) override {
+    if (r_.keys) {
+      auto tr = pages_.next_transaction();
+      auto keyed = value_or_throw(core::all_docs_keys(tr, db_, *r_.keys, r_.q));
+      for (std::string& row : keyed) rows.push_back(std::move(row));
+      return false;
+    }
+    if (r_.empty) return false;
+    return pages_.read_next(cursor_, call_.ctx.stream_page_rows, rows);
+  }
+
+ private:
+  const Call& call_;
+  core::DbRef db_;
+  AllDocsRequest r_;
+  Pages pages_;
+  core::AllDocsCursor cursor_;
+  std::string head_;
+};
 
 MaybeResponse all_docs(Call& call, AllDocsKind kind) {
   require_method(call, "GET,HEAD,POST");
@@ -390,8 +420,12 @@ void configure_filter(const Call& call, const std::string& filter, const Params&
   } else if (filter == "_selector") {
     std::optional<Json> sel = p.json("selector");
     if (!sel) throw HttpError(err::bad_request("Selector must be specified in POST payload"));
+    // couch_changes:check_selector: Mango's reasons, all as 400 bad_request.
+    if (!sel->is_object())
+      throw HttpError(err::bad_request("Selector error: expected a JSON object"));
     auto parsed = core::Selector::parse(*sel);
-    if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(*e);
+    if (auto* e = std::get_if<core::CouchError>(&parsed))
+      throw HttpError(err::bad_request(std::move(e->reason)));
     q.selector = std::get<core::Selector>(std::move(parsed));
   } else if (filter == "_view") {
     const std::string view = p.string("view").value_or("");
@@ -698,6 +732,14 @@ MaybeResponse changes_meta(Call& call) {
 }
 
 }  // namespace
+
+std::unique_ptr<ListRows> all_docs_list_rows(const Call& call, const core::DbRef& db,
+                                             const Json* body) {
+  const Params params(call.query, body);
+  AllDocsRequest r = parse_all_docs(params, AllDocsKind::all_docs);
+  clamp_to_partition(r, call.partition);
+  return std::make_unique<AllDocsListRows>(call, db, std::move(r));
+}
 
 MaybeResponse handle_cursors(Call& call) {
   const std::string& view = call.path.at(1);

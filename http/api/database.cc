@@ -26,6 +26,7 @@
 
 #include "config/config.h"
 #include "core/batch/doc_batches.h"
+#include "core/db/active_tasks.h"
 #include "core/db/databases.h"
 #include "core/docs/doc_json.h"
 #include "core/docs/documents.h"
@@ -676,6 +677,16 @@ MaybeResponse compact(Call& call, const core::DbRef& db) {
   }
   std::string cursor;
   core::CompactStats stats;
+  // Shown in _active_tasks while it runs: documents looked at out of those in the database.
+  core::ActiveTasks::Handle task;
+  if (call.ctx.active_tasks != nullptr) {
+    auto tr = call.store().create_transaction();
+    const core::DbInfo info = value_or_throw(core::db_info(tr, db));
+    task = call.ctx.active_tasks->join(
+        "compaction\0" + std::to_string(db.id),
+        Json{{"type", "database_compaction"}, {"database", db.name}, {"phase", "document_copy"}},
+        info.doc_count + info.doc_del_count);
+  }
   for (bool done = false; !done;) {
     std::string attempt_cursor;
     core::CompactStats attempt_stats;
@@ -689,6 +700,7 @@ MaybeResponse compact(Call& call, const core::DbRef& db) {
     });
     if (!s.ok()) co_return storage_error_response(call.req, s.error());
     cursor = std::move(attempt_cursor);
+    if (task) task->add_done(attempt_stats.docs_visited - stats.docs_visited);
     stats = attempt_stats;
   }
   spdlog::info("compacted {}: {} superseded bodies and {} attachment contents removed", db.name,

@@ -16,6 +16,7 @@
 
 #include "core/db/txid_janitor.h"
 #include "http/api/txn.h"
+#include "http/api/wakeup.h"
 #include "http/transport/workers.h"
 
 namespace chaise::http {
@@ -28,6 +29,7 @@ struct HotDocs::Waiter {
   Result result{storage::Error::io_error};  // guarded by mu until done
   bool done = false;                        // guarded by mu
   std::function<void()> resume;             // guarded by mu: set while the caller waits
+  bool ready() const { return done; }       // (async_wait_ready)
 
   void finish(Result r) {
     std::function<void()> go;
@@ -45,31 +47,6 @@ struct HotDocs::Queue {
   std::deque<std::shared_ptr<Waiter>> pending;  // guarded by HotDocs::mu_
   bool leading = false;                         // guarded by HotDocs::mu_
 };
-
-namespace {
-
-// Resumes the awaiting coroutine on its own executor once `w` is done (at once if it already is).
-template <typename W, typename Token>
-auto async_wait_done(std::shared_ptr<W> w, Token&& token) {
-  return boost::asio::async_initiate<Token, void()>(
-      [w](auto handler) {
-        auto executor = boost::asio::get_associated_executor(handler);
-        auto shared = std::make_shared<decltype(handler)>(std::move(handler));
-        std::function<void()> resume = [shared, executor] {
-          boost::asio::post(executor, [shared]() mutable { (*shared)(); });
-        };
-        std::unique_lock lock(w->mu);
-        if (w->done) {
-          lock.unlock();
-          resume();
-        } else {
-          w->resume = std::move(resume);
-        }
-      },
-      token);
-}
-
-}  // namespace
 
 boost::asio::awaitable<Result> HotDocs::update(storage::Database& store, core::TxIdJanitor* janitor,
                                                std::string db_name, std::string id,
@@ -95,7 +72,7 @@ boost::asio::awaitable<Result> HotDocs::update(storage::Database& store, core::T
         lead(store, janitor, std::move(db_name), std::move(id), std::move(key), q),
         boost::asio::detached);
   }
-  co_await async_wait_done(w, boost::asio::use_awaitable);
+  co_await async_wait_ready(w, boost::asio::use_awaitable);
   std::lock_guard lock(w->mu);
   co_return std::move(w->result);
 }

@@ -2,7 +2,9 @@
 
 #include <random>
 
+#include "config/config.h"
 #include "core/db/db_cache.h"
+#include "core/docs/attachments.h"
 #include "core/docs/documents.h"
 #include "core/index/cursors.h"
 
@@ -83,6 +85,90 @@ Json js_request_object(const Call& call, const std::optional<std::string>& doc_i
   req["userCtx"] = user;
   req["secObj"] = call.security->raw;
   return req;
+}
+
+Json js_rewrite_request_object(const Call& call) {
+  Json req = js_request_object(call, std::nullopt);
+  for (const char* field : {"info", "uuid", "id", "form"}) req.erase(field);
+  return req;
+}
+
+ExternalResponse parse_external_response(const Json& resp) {
+  ExternalResponse r;
+  if (!resp.is_object()) return r;
+  for (auto it = resp.begin(); it != resp.end(); ++it) {
+    const std::string& key = it.key();
+    const Json& v = it.value();
+    if (key == "code") {
+      if (v.is_number_integer() && v.get<int>() >= 100 && v.get<int>() <= 999)
+        r.code = v.get<int>();
+    } else if (key == "stop") {
+    } else if (key == "json") {
+      r.body = v.dump();
+      r.json = true;
+      r.content_type = "application/json";
+    } else if (key == "body") {
+      r.body = v.is_string() ? v.get<std::string>() : v.dump();
+      r.json = false;
+      r.content_type = "text/html; charset=utf-8";
+    } else if (key == "base64") {
+      auto decoded = v.is_string() ? core::base64_decode(v.get<std::string>()) : std::nullopt;
+      if (!decoded) throw HttpError(err::render_error("invalid base64 in the response"));
+      r.body = std::move(*decoded);
+      r.json = false;
+      r.content_type = "application/binary";
+    } else if (key == "headers") {
+      if (!v.is_object()) continue;
+      r.headers.clear();
+      for (auto h = v.begin(); h != v.end(); ++h) {
+        const std::string value =
+            h.value().is_string() ? h.value().get<std::string>() : h.value().dump();
+        if (value.find_first_of("\r\n") != std::string::npos) continue;  // no header injection
+        r.headers.emplace_back(h.key(), value);
+      }
+    } else {
+      throw HttpError(core::CouchError{
+          500, "external_response_error",
+          "Invalid data from external server: {" + Json(key).dump() + "," + v.dump() + "}"});
+    }
+  }
+  for (auto h = r.headers.begin(); h != r.headers.end();) {
+    if (boost::beast::iequals(h->first, "Content-Type")) {
+      r.content_type = h->second;
+      h = r.headers.erase(h);
+    } else {
+      ++h;
+    }
+  }
+  return r;
+}
+
+Response external_head(const Call& call, const ExternalResponse& r) {
+  Response out{static_cast<Status>(r.code), call.req.version()};
+  out.set(beast_http::field::server, kServerHeader);
+  out.set(beast_http::field::date, http_date_now());
+  if (r.json) {
+    out.set(beast_http::field::cache_control, "must-revalidate");
+  } else {
+    std::optional<std::string> enabled, value;
+    if (call.ctx.config != nullptr) {
+      enabled = call.ctx.config->get("csp", "showlist_enable");
+      value = call.ctx.config->get("csp", "showlist_header_value");
+    }
+    if (enabled.value_or("true") != "false")
+      out.set("Content-Security-Policy", value.value_or("sandbox"));
+  }
+  out.set(beast_http::field::content_type, r.content_type);
+  for (const auto& [name, value] : r.headers) out.set(name, value);
+  out.keep_alive(call.req.keep_alive());
+  return out;
+}
+
+Response external_response(const Call& call, ExternalResponse r) {
+  Response out = external_head(call, r);
+  out.body() = std::move(r.body);
+  out.prepare_payload();
+  return out;
 }
 
 std::vector<std::pair<std::string, Json>> read_design_doc_bodies(const Call& call,

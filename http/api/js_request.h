@@ -17,6 +17,29 @@ namespace chaise::http {
 //  "userCtx":{"db","name","roles"},"secObj":{..}}. `body` is the request body text, "undefined"
 // when there is none (as CouchDB sends it); `form` the decoded body of a form POST.
 Json js_request_object(const Call& call, const std::optional<std::string>& doc_id);
+// The request object of a rewrites function: the same without "info", "uuid", "id" and "form", as
+// CouchDB's couch_query_servers:rewrite sends it.
+Json js_rewrite_request_object(const Call& call);
+
+// What a design function's response object asks for (chttpd_external:parse_external_response):
+// "code" (200 unless given), "headers", and a body from "json" (application/json), "base64"
+// (decoded; application/binary) or "body" (text/html; charset=utf-8); a Content-Type among the
+// headers wins. Any other member is a 500 external_response_error, as in CouchDB.
+struct ExternalResponse {
+  int code = 200;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;  // Content-Type excluded
+  std::string body;
+  bool json = false;  // sent as CouchDB sends JSON (Cache-Control: must-revalidate)
+};
+ExternalResponse parse_external_response(const Json& resp);
+// Its HTTP head (status and headers, no body). A response that is not JSON carries [csp]
+// showlist_header_value ("sandbox") as Content-Security-Policy unless [csp] showlist_enable is
+// false: show, list and update functions answer on the database's origin, and the policy keeps
+// what they render from acting as that origin.
+Response external_head(const Call& call, const ExternalResponse& r);
+// The complete answer.
+Response external_response(const Call& call, ExternalResponse r);
 
 // The design document `_design/<name>` of the opened database as the JS engine wants it (its key
 // names the database and the revision, so a new revision compiles afresh). 404 as CouchDB.

@@ -28,8 +28,6 @@ namespace chaise::http {
 
 namespace {
 
-constexpr std::string_view kNodeName = "nonode@nohost";
-
 // couch_util:check_config_blacklist: sections that hold code, never changed over HTTP.
 constexpr std::array<std::string_view, 9> kBlacklisted = {"daemons",
                                                           "external",

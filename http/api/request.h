@@ -50,6 +50,8 @@ struct Call {
   std::optional<std::string> partition;
   // Set when the request carries an Idempotency-Key (http/api/idempotency.h).
   std::shared_ptr<IdempotentCall> idem;
+  // How many _rewrite steps made this request (bounded by [chttpd] rewrite_limit).
+  int rewrites = 0;
 
   storage::Database& store() const { return *ctx.store; }
   static const std::shared_ptr<const core::SecurityObject>& no_security() {

@@ -231,6 +231,11 @@ Response error_answer(const Request& request, bool secure, const RouterContext& 
 }  // namespace
 
 MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream) const {
+  return handle_request(request, raw_stream, 0);
+}
+
+MaybeResponse Router::handle_request(const Request& request, ResponseStream& raw_stream,
+                                     int rewrites) const {
   const auto started = std::chrono::steady_clock::now();
   std::string user_name;
   std::size_t streamed_bytes = 0;
@@ -310,7 +315,8 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
                 std::move(auth.handler),
                 Call::no_security(),
                 std::nullopt,
-                nullptr};
+                nullptr,
+                rewrites};
       authorize_request(call);
       if (auto early =
               co_await begin_idempotent(call, [&](std::function<void(std::string_view, bool)> tap) {
@@ -372,9 +378,23 @@ MaybeResponse Router::dispatch(Call& call) const {
                                                          "_changes"};
   if (std::find(kViews.begin(), kViews.end(), path[1]) != kViews.end())
     co_return co_await handle_cursors(call);
+  if (path.size() >= 4 && path[1] == "_design" && path[3] == "_rewrite" && !call.partition)
+    co_return co_await rewrite(call);
   if (path[1].front() == '_' && path[1] != "_design" && path[1] != "_local")
     co_return co_await handle_database(call);
   co_return co_await handle_document(call);
+}
+
+MaybeResponse Router::rewrite(Call& call) const {
+  std::int64_t limit = 100;
+  if (context_.config != nullptr)
+    if (auto v = context_.config->get("chttpd", "rewrite_limit"))
+      limit = std::strtoll(v->c_str(), nullptr, 10);
+  if (call.rewrites >= limit) throw HttpError(err::bad_request("Exceeded rewrite recursion limit"));
+  const core::DbRef db = open_db_or_throw(call);
+  Rewrite r = rewrite_request(call, db);
+  if (r.answer) co_return std::move(*r.answer);
+  co_return co_await handle_request(*r.request, call.stream, call.rewrites + 1);
 }
 
 // GET / -- CouchDB's chttpd_misc:handle_welcome_req.

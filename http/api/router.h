@@ -27,6 +27,7 @@ struct DbRef;
 class ChangesNotifier;
 class TxIdJanitor;
 class DbUpdatesRecorder;
+class ActiveTasks;
 }  // namespace chaise::core
 
 #include <functional>
@@ -57,6 +58,9 @@ struct RouterContext {
   core::TxIdJanitor* janitor = nullptr;
   // The _db_updates recorder, for its metrics (may be null).
   core::DbUpdatesRecorder* db_updates = nullptr;
+  // What runs besides requests (index builds, compactions), for /_active_tasks; nullptr: none
+  // is recorded.
+  core::ActiveTasks* active_tasks = nullptr;
   // Wakes waiting longpoll/continuous/eventsource feeds; nullptr: live feeds are refused.
   core::ChangesNotifier* notifier = nullptr;
   // Live feeds: CouchDB's [chttpd] changes_timeout and the heartbeat used for heartbeat=true.
@@ -94,6 +98,9 @@ struct RouterContext {
 
 using MaybeResponse = boost::asio::awaitable<std::optional<Response>>;
 
+// This node's name, as CouchDB's node() (one node, not distributed: nonode@nohost).
+inline constexpr std::string_view kNodeName = "nonode@nohost";
+
 class Router {
  public:
   explicit Router(RouterContext context);
@@ -106,7 +113,11 @@ class Router {
   const RouterContext& context() const { return context_; }
 
  private:
+  // handle() for a request that `rewrites` _rewrite steps made.
+  MaybeResponse handle_request(const Request& request, ResponseStream& stream, int rewrites) const;
   MaybeResponse dispatch(Call& call) const;
+  // /{db}/_design/{ddoc}/_rewrite[/...]: the rewritten request, answered.
+  MaybeResponse rewrite(Call& call) const;
   Response welcome(const Request& request) const;
   Response up(const Request& request) const;
 
@@ -161,6 +172,17 @@ MaybeResponse handle_design_action(Call& call, const core::DbRef& db, const std:
 bool update_runs_grouped(const Call& call);
 MaybeResponse update_handler(Call& call, const core::DbRef& db, const std::string& ddoc,
                              const std::string& name, const std::optional<std::string>& doc_id);
+// /{db}/_design/{ddoc}/_show/... and _list/...: show and list functions (http/api/render.cc).
+MaybeResponse render_handler(Call& call, const core::DbRef& db, const std::string& ddoc,
+                             const std::vector<std::string>& rest);
+// /{db}/_design/{ddoc}/_rewrite[/...]: the request the design document's "rewrites" make of this
+// one, or the answer a rewrites function gives at once (http/api/rewrite.cc). The router answers
+// the request as if the client had sent it.
+struct Rewrite {
+  std::optional<Request> request;
+  std::optional<Response> answer;
+};
+Rewrite rewrite_request(Call& call, const core::DbRef& db);
 // Mango: /{db}/_find, /_explain, /_index[/...] (http/api/mango.cc), for an opened database.
 MaybeResponse handle_mango(Call& call, const core::DbRef& db);
 // POST /{db}/_view_cleanup: drops the view indexes no design document names.

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/db/active_tasks.h"
 #include "core/db/databases.h"
 #include "core/util/ascii.h"
 #include "http/api/etag.h"
@@ -313,11 +314,12 @@ MaybeResponse handle_server(Call& call) {
   if (first == "_utils") co_return handle_utils(call);
   if (first == "_db_updates") co_return co_await handle_db_updates(call);
   if (first == "_active_tasks" && call.path.size() == 1) {
-    // CouchDB lists compactions, indexers and replications here; Chaise's compaction runs inside
-    // its request and there are no indexers or replication jobs yet, so the list is empty.
+    // Index builds and database compactions while they run (core/db/active_tasks.h).
     require_server_admin(call);
     if (!is_get(call)) throw_method_not_allowed("GET,HEAD");
-    co_return json_response(call.req, Status::ok, Json::array());
+    Json tasks = Json::array();
+    if (call.ctx.active_tasks != nullptr) tasks = call.ctx.active_tasks->list(kNodeName);
+    co_return json_response(call.req, Status::ok, tasks);
   }
   if (first == "_replicate" || first == "_scheduler") {
     // Chaise is a replication peer, not a replicator: say so rather than "no such database".

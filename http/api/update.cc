@@ -47,41 +47,13 @@ Json response_object(const std::string& json) {
 // revision `new_rev` (CouchDB's send_doc_update_response).
 Response update_answer(const Call& call, const Json& resp, int status_code,
                        const std::optional<std::string>& new_rev, const std::string& saved_id) {
-  Response out{static_cast<Status>(status_code), call.req.version()};
-  out.set(beast_http::field::server, kServerHeader);
-  out.set(beast_http::field::date, http_date_now());
-  std::string content_type = "text/html; charset=utf-8";
-  std::string body_text;
-  if (resp.contains("json")) {
-    body_text = resp["json"].dump();
-    content_type = "application/json";
-  } else if (resp.contains("base64") && resp["base64"].is_string()) {
-    auto decoded = core::base64_decode(resp["base64"].get<std::string>());
-    if (!decoded)
-      throw HttpError(err::render_error("invalid base64 in the update handler's response"));
-    body_text = std::move(*decoded);
-    content_type = "application/binary";
-  } else if (resp.contains("body")) {
-    body_text = resp["body"].is_string() ? resp["body"].get<std::string>() : resp["body"].dump();
-  }
-  if (resp.contains("headers") && resp["headers"].is_object()) {
-    for (auto it = resp["headers"].begin(); it != resp["headers"].end(); ++it) {
-      if (!it.value().is_string()) continue;
-      if (it.key() == "Content-Type" || it.key() == "content-type")
-        content_type = it.value().get<std::string>();
-      else
-        out.set(it.key(), it.value().get<std::string>());
-    }
-  }
-  out.set(beast_http::field::content_type, content_type);
+  ExternalResponse r = parse_external_response(resp);
+  r.code = status_code;
   if (new_rev) {
-    out.set("X-Couch-Update-NewRev", *new_rev);
-    out.set("X-Couch-Id", url_encode(saved_id));
+    r.headers.emplace_back("X-Couch-Update-NewRev", *new_rev);
+    r.headers.emplace_back("X-Couch-Id", url_encode(saved_id));
   }
-  out.body() = std::move(body_text);
-  out.keep_alive(call.req.keep_alive());
-  out.prepare_payload();
-  return out;
+  return external_response(call, std::move(r));
 }
 
 // The call of updates.<name> on the existing document `doc_id`, through its group commit;

@@ -7,6 +7,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <limits>
 
+#include "core/db/active_tasks.h"
 #include "core/docs/purge.h"
 #include "core/index/cursors.h"
 #include "core/index/filters.h"
@@ -14,6 +15,7 @@
 #include "core/query/collation.h"
 #include "http/api/js_request.h"
 #include "http/api/pages.h"
+#include "http/api/render.h"
 #include "http/api/request.h"
 #include "http/api/router.h"
 #include "http/api/txn.h"
@@ -269,21 +271,30 @@ boost::asio::awaitable<bool> write_view(const Call& call, const core::DbRef& db,
   co_return co_await emit("\r\n]}");
 }
 
-MaybeResponse view(Call& call, const core::DbRef& db, const std::string& ddoc,
-                   const std::string& name, bool queries) {
-  require_method(call, queries ? "POST" : "GET,HEAD,POST");
-  std::optional<Json> body;
-  if (call.is(beast_http::verb::post)) body = parse_json_object_body(call.req);
+// The view group of `ddoc` and the number of its view `name`, checked for a query as
+// couch_mrview_util:validate_args checks them (against CouchDB 3.5).
+std::pair<std::shared_ptr<const core::ViewGroup>, std::size_t> queried_view(
+    const Call& call, const core::DbRef& db, const std::string& ddoc, const std::string& name) {
   auto g = load_group(call, db, ddoc);
   auto index = g->index_of(name);
   if (!index) throw HttpError(err::not_found("missing_named_view"));
   if (g->language != "javascript")
     throw HttpError(err::bad_request("views in language `" + g->language + "` are not supported"));
-  // couch_mrview_util:validate_args, checked against CouchDB 3.5.
   if (g->partitioned && !call.partition)
     query_error("`partition` parameter is mandatory for queries to this view.");
   if (!g->partitioned && call.partition)
     query_error("`partition` parameter is not supported in this design doc");
+  return {std::move(g), *index};
+}
+
+MaybeResponse view(Call& call, const core::DbRef& db, const std::string& ddoc,
+                   const std::string& name, bool queries) {
+  require_method(call, queries ? "POST" : "GET,HEAD,POST");
+  std::optional<Json> body;
+  if (call.is(beast_http::verb::post)) body = parse_json_object_body(call.req);
+  auto queried = queried_view(call, db, ddoc, name);
+  const std::shared_ptr<const core::ViewGroup> g = std::move(queried.first);
+  const std::optional<std::size_t> index = queried.second;
 
   std::vector<ViewRequest> requests;
   if (queries) {
@@ -338,17 +349,23 @@ MaybeResponse view(Call& call, const core::DbRef& db, const std::string& ddoc,
   co_return std::nullopt;
 }
 
+// The database's changes index `g` has not taken in yet.
+std::int64_t pending_changes(storage::Transaction& tr, const core::DbRef& db,
+                             const core::ViewGroup& g) {
+  core::ChangesQuery behind;
+  behind.since = value_or_throw(core::view_index_seq(tr, db, g, storage::Snapshot::yes));
+  core::ChangesCursor cursor(db, std::move(behind));
+  return value_or_throw(cursor.pending(tr));
+}
+
 MaybeResponse design_info(Call& call, const core::DbRef& db, const std::string& ddoc) {
   require_method(call, "GET,HEAD");
   auto g = load_group(call, db, ddoc);
   auto tr = call.store().create_transaction();
   auto seq = value_or_throw(core::view_index_seq(tr, db, *g, storage::Snapshot::yes));
-  // The database's changes the index has not taken in yet. One node holds one copy of every
-  // shard, so CouchDB's three counts (over the copies it would read) are the same here.
-  core::ChangesQuery behind;
-  behind.since = seq;
-  core::ChangesCursor cursor(db, std::move(behind));
-  const std::int64_t pending = value_or_throw(cursor.pending(tr));
+  // One node holds one copy of every shard, so CouchDB's three counts (over the copies it would
+  // read) are the same here.
+  const std::int64_t pending = pending_changes(tr, db, *g);
   Json info = Json::object();
   info["name"] = ddoc;
   Json vi = Json::object();
@@ -369,16 +386,67 @@ MaybeResponse design_info(Call& call, const core::DbRef& db, const std::string& 
   co_return json_response(call.req, Status::ok, info);
 }
 
+// A view's rows for a list function.
+class ViewListRows final : public ListRows {
+ public:
+  ViewListRows(const Call& call, const core::DbRef& db, std::shared_ptr<const core::ViewGroup> g,
+               const ViewRequest& r)
+      : call_(call), pages_(call.store()), cursor_(db, g, r.q, call.ctx.js) {
+    head_ = "{";
+    auto tr = call.store().create_transaction();
+    if (!cursor_.reducing()) {
+      auto total = value_or_throw(core::view_row_count(tr, db, *g, r.q.view, r.q.partition));
+      auto off = value_or_throw(cursor_.offset(tr));
+      head_ += "\"total_rows\":" + std::to_string(total) +
+               ",\"offset\":" + std::to_string(std::min(off, total));
+    }
+    if (r.update_seq) {
+      auto s = value_or_throw(core::view_index_seq(tr, db, *g, storage::Snapshot::yes));
+      if (head_.size() > 1) head_ += ",";
+      head_ += "\"update_seq\":" + core::json_string(s.str());
+    }
+    head_ += "}";
+  }
+  const std::string& head() const override { return head_; }
+  bool next_page(std::vector<std::string>& rows,
+                 std::optional<core::CouchError>& failure) override {
+    return pages_.read_next(cursor_, call_.ctx.stream_page_rows, rows, &failure);
+  }
+
+ private:
+  const Call& call_;
+  Pages pages_;
+  core::ViewCursor cursor_;
+  std::string head_;
+};
+
 }  // namespace
+
+boost::asio::awaitable<std::unique_ptr<ListRows>> view_list_rows(const Call& call,
+                                                                 const core::DbRef& db,
+                                                                 const std::string& ddoc,
+                                                                 const std::string& view,
+                                                                 const Json* body) {
+  auto queried = queried_view(call, db, ddoc, view);
+  const std::shared_ptr<const core::ViewGroup> g = std::move(queried.first);
+  ViewRequest r = parse_view_params(collect_params(call, body), g->views[queried.second]);
+  r.q.view = queried.second;
+  r.q.partition = call.partition.value_or("");
+  if (r.update != UpdateMode::no) co_await build_index(call, db, *g);
+  co_return std::make_unique<ViewListRows>(call, db, g, r);
+}
 
 boost::asio::awaitable<void> build_index(const Call& call, const core::DbRef& db,
                                          const core::ViewGroup& g) {
   core::js::Engine& engine = js_engine(call);
+  // Shown in _active_tasks from the first step that leaves work for another.
+  core::ActiveTasks::Handle task;
   for (;;) {
     std::optional<core::Outcome<bool>> step;
+    std::size_t applied = 0;
     storage::Status s =
         co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
-          auto r = core::update_step(tr, db, g, engine);
+          auto r = core::update_step(tr, db, g, engine, &applied);
           if (!r.ok()) return r.error();
           step = std::move(*r);
           return {};
@@ -386,6 +454,15 @@ boost::asio::awaitable<void> build_index(const Call& call, const core::DbRef& db
     ok_or_throw(s);
     if (auto* e = std::get_if<core::CouchError>(&*step)) throw HttpError(*e);
     if (std::get<bool>(*step)) break;
+    if (!task && call.ctx.active_tasks != nullptr) {
+      auto tr = call.store().create_transaction();
+      const std::int64_t left = pending_changes(tr, db, g);
+      task = call.ctx.active_tasks->join(
+          std::to_string(db.id) + '\0' + g.signature,
+          Json{{"type", "indexer"}, {"database", db.name}, {"design_document", g.ddoc_id}},
+          left + static_cast<std::int64_t>(applied));
+    }
+    if (task) task->add_done(static_cast<std::int64_t>(applied));
   }
 }
 
@@ -397,6 +474,8 @@ MaybeResponse handle_design_action(Call& call, const core::DbRef& db, const std:
   if (action == "_view" && rest.size() == 3 && rest[2] == "queries")
     co_return co_await view(call, db, ddoc, rest[1], true);
   if (action == "_info" && rest.size() == 1) co_return co_await design_info(call, db, ddoc);
+  if (action == "_show" || action == "_list")
+    co_return co_await render_handler(call, db, ddoc, rest);
   if (action == "_update" && (rest.size() == 2 || rest.size() == 3)) {
     std::optional<std::string> id;
     if (rest.size() == 3) id = rest[2];

@@ -123,15 +123,21 @@ std::string unquote_plus(std::string_view in) {
   return out;
 }
 
-std::string url_encode(std::string_view text) {
+namespace {
+
+// %XX (uppercase) for every byte but ASCII letters, digits and `safe`; a space is '+' when
+// `space_plus`.
+std::string percent_encode(std::string_view text, std::string_view safe, bool space_plus) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   std::string out;
   out.reserve(text.size());
   for (const char c : text) {
     const auto u = static_cast<unsigned char>(c);
     const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-    if (alnum || c == '_' || c == '.' || c == '-' || c == ':') {
+    if (alnum || (c != '\0' && safe.find(c) != std::string_view::npos)) {
       out.push_back(c);
+    } else if (c == ' ' && space_plus) {
+      out.push_back('+');
     } else {
       out.push_back('%');
       out.push_back(kHex[u >> 4]);
@@ -140,6 +146,12 @@ std::string url_encode(std::string_view text) {
   }
   return out;
 }
+
+}  // namespace
+
+std::string quote_plus(std::string_view text) { return percent_encode(text, "_.-~", true); }
+
+std::string url_encode(std::string_view text) { return percent_encode(text, "_.-:", false); }
 
 std::optional<std::vector<std::string>> path_segments(std::string_view target) {
   const std::size_t query = target.find('?');

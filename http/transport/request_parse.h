@@ -79,6 +79,8 @@ std::string unquote_plus(std::string_view in);
 
 // couch_util:url_encode: keeps [A-Za-z0-9_.:-], %-encodes every other byte in uppercase hex.
 std::string url_encode(std::string_view text);
+// mochiweb_util:quote_plus: keeps [A-Za-z0-9_.~-], a space becomes '+', every other byte %XX.
+std::string quote_plus(std::string_view text);
 
 // Client JSON text as a value (core::parse_json_text); 400 bad_request with the parser's reason
 // ("invalid UTF-8 JSON: ...") if it is not JSON or nests deeper than core::kJsonDepthMax.

@@ -826,8 +826,9 @@ TEST_F(DocumentTest, DesignActionsNeedTheDesignDocument) {
   create("/db/_design/app", R"({"views":{}})");
   expect_error(get("/db/_design/app/_view/v"), 404, "not_found", "missing_named_view");
   EXPECT_EQ(get("/db/_design/app/_info").status, 200u);
-  expect_error(get("/db/_design/app/_show/s"), 501, "not_implemented",
-               "this feature is not yet implemented");
+  expect_error(get("/db/_design/app/_show/s"), 404, "not_found", "missing json key: shows");
+  expect_error(get("/db/_design/app/_list/s/v"), 404, "not_found", "missing json key: lists");
+  expect_error(get("/db/_design/app/_rewrite/x"), 404, "rewrite_error", "Invalid path.");
 }
 
 TEST_F(DocumentTest, EncodedSlashInDesignAndLocalIds) {
