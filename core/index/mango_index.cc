@@ -110,25 +110,24 @@ const OrderedJson* field_value(const OrderedJson& doc, const std::vector<std::st
   return cur;
 }
 
-Outcome<std::vector<MangoField>> parse_mango_fields(const OrderedJson& list,
-                                                    std::string_view what) {
-  // CouchDB's invalid_index or invalid_sort.
-  const auto invalid = what == "sort" ? err::invalid_sort : err::invalid_index;
+Outcome<std::vector<MangoField>> parse_mango_fields(const OrderedJson& list) {
   std::vector<MangoField> out;
-  if (!list.is_array()) return invalid(std::string(what) + " fields must be a list");
+  if (!list.is_array())
+    return err::invalid_sort_json("Sort must be an array of sort specs, not: " +
+                                  erlang_term_text(list, true));
   for (const OrderedJson& f : list) {
     MangoField m;
-    if (f.is_string()) {
+    if (f.is_string() && !f.get_ref<const std::string&>().empty()) {
       m.name = f.get<std::string>();
     } else if (f.is_object() && f.size() == 1 && f.begin().value().is_string() &&
                (f.begin().value() == "asc" || f.begin().value() == "desc")) {
       m.name = f.begin().key();
       m.descending = f.begin().value() == "desc";
     } else {
-      return invalid("Invalid " + std::string(what) + " field: " + f.dump());
+      return err::invalid_sort_field("Invalid sort field: " + erlang_term_text(f, true));
     }
     auto path = parse_field_path(m.name);
-    if (!path) return invalid("Invalid field name: " + m.name);
+    if (!path) return err::invalid_field_name("Invalid field name: " + m.name);
     m.path = std::move(*path);
     out.push_back(std::move(m));
   }

@@ -47,9 +47,10 @@ std::optional<std::vector<std::string>> parse_field_path(std::string_view name);
 // The value at `path` in `doc`, if there is one.
 const OrderedJson* field_value(const OrderedJson& doc, const std::vector<std::string>& path);
 
-// The index fields of a sort or an index definition: ["a", {"b": "desc"}] -> fields. A CouchError
-// (400) for a malformed list.
-Outcome<std::vector<MangoField>> parse_mango_fields(const OrderedJson& list, std::string_view what);
+// The index fields of a sort or an index definition: ["a", {"b": "desc"}] -> fields. For a
+// malformed list, mango_sort:new's 400 (invalid_sort_json, invalid_sort_field; both as CouchDB
+// reads an index's fields too) or invalid_field_name.
+Outcome<std::vector<MangoField>> parse_mango_fields(const OrderedJson& list);
 
 // The json indexes a design document body defines (language "query"), in view-name order.
 std::vector<MangoIndex> mango_indexes(const std::string& ddoc_id, const OrderedJson& ddoc,

@@ -101,7 +101,56 @@ void append_erlang_float(std::string& out, double d) {
   }
 }
 
-void append_erlang_binary(std::string& out, const std::string& s) {
+// ~p prints a binary of printable Latin-1 bytes as text: <<"asc">>.
+bool printable_latin1(const std::string& s) {
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    const bool printable = (c >= 32 && c <= 126) || c >= 160 || c == '\n' || c == '\r' ||
+                           c == '\t' || c == '\v' || c == '\b' || c == '\f' || c == 27;
+    if (!printable) return false;
+  }
+  return true;
+}
+
+void append_erlang_binary(std::string& out, const std::string& s, bool pretty) {
+  if (pretty && !s.empty() && printable_latin1(s)) {
+    out += "<<\"";
+    for (const char c : s) {
+      switch (c) {
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\v':
+          out += "\\v";
+          break;
+        case '\b':
+          out += "\\b";
+          break;
+        case '\f':
+          out += "\\f";
+          break;
+        case 27:
+          out += "\\e";
+          break;
+        default:
+          out.push_back(c);
+      }
+    }
+    out += "\">>";
+    return;
+  }
   out += "<<";
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (i > 0) out.push_back(',');
@@ -110,8 +159,9 @@ void append_erlang_binary(std::string& out, const std::string& s) {
   out += ">>";
 }
 
-// Recursion is bounded by the nesting of `j`, a part of a selector (kSelectorDepthMax).
-void append_erlang_term(std::string& out, const Json& j) {
+// Recursion is bounded by the nesting of `j`, a part of a selector (kSelectorDepthMax). `pretty`:
+// as ~p prints it (printable binaries as text, never wrapped), else as ~w.
+void append_erlang_term(std::string& out, const Json& j, bool pretty = false) {
   switch (j.type()) {
     case Json::value_t::null:
       out += "null";
@@ -129,7 +179,7 @@ void append_erlang_term(std::string& out, const Json& j) {
       append_erlang_float(out, j.get<double>());
       return;
     case Json::value_t::string:
-      append_erlang_binary(out, j.get_ref<const std::string&>());
+      append_erlang_binary(out, j.get_ref<const std::string&>(), pretty);
       return;
     case Json::value_t::array: {
       out.push_back('[');
@@ -137,7 +187,7 @@ void append_erlang_term(std::string& out, const Json& j) {
       for (const Json& e : j) {
         if (!first) out.push_back(',');
         first = false;
-        append_erlang_term(out, e);
+        append_erlang_term(out, e, pretty);
       }
       out.push_back(']');
       return;
@@ -149,9 +199,9 @@ void append_erlang_term(std::string& out, const Json& j) {
         if (!first) out.push_back(',');
         first = false;
         out.push_back('{');
-        append_erlang_binary(out, it.key());
+        append_erlang_binary(out, it.key(), pretty);
         out.push_back(',');
-        append_erlang_term(out, it.value());
+        append_erlang_term(out, it.value(), pretty);
         out.push_back('}');
       }
       out += "]}";
@@ -164,7 +214,7 @@ void append_erlang_term(std::string& out, const Json& j) {
   }
 }
 
-// ---- CouchDB's errors (mango_error:info/2 texts; _changes answers them all 400 bad_request) ----
+// ---- CouchDB's errors (mango_error:info/2; _changes answers them all 400 bad_request) ----
 
 CouchError bad_arg(std::string_view op, const Json& arg, std::string_view detail = {}) {
   std::string reason = "Bad argument for operator ";
@@ -172,25 +222,25 @@ CouchError bad_arg(std::string_view op, const Json& arg, std::string_view detail
   reason += ": ";
   append_erlang_term(reason, arg);
   reason += detail;
-  return err::bad_request(std::move(reason));
+  return err::bad_arg(std::move(reason));
 }
 
 CouchError invalid_operator(std::string_view op) {
-  return err::bad_request("Invalid operator: " + std::string(op));
+  return err::invalid_operator("Invalid operator: " + std::string(op));
 }
 
 CouchError not_supported(std::string_view op) {
-  return err::bad_request("Unsupported operator: " + std::string(op));
+  return err::not_supported("Unsupported operator: " + std::string(op));
 }
 
 CouchError bad_field(const Json& selector) {
   std::string reason = "Invalid field normalization on selector: ";
   append_erlang_term(reason, selector);
-  return err::bad_request(std::move(reason));
+  return err::bad_field(std::move(reason));
 }
 
 CouchError invalid_field_name(std::string_view field) {
-  return err::bad_request("Invalid field name: " + std::string(field));
+  return err::invalid_field_name("Invalid field name: " + std::string(field));
 }
 
 // ---- Collation --------------------------------------------------------------------------------
@@ -966,9 +1016,18 @@ Truth match(const Node& n, const Json& value, Collation c) {
 
 // ---- Selector ---------------------------------------------------------------------------------
 
+std::string erlang_term_text(const Json& j, bool pretty) {
+  std::string out;
+  append_erlang_term(out, j, pretty);
+  return out;
+}
+
 std::variant<Selector, CouchError> Selector::parse(const Json& selector) {
-  // couch_changes:check_selector/1 refuses non-objects before normalizing.
-  if (!selector.is_object()) return err::bad_request("Selector error: expected a JSON object");
+  // mango_selector:normalize's error for a non-object (couch_changes:check_selector/1 words
+  // its own; _changes replaces it).
+  if (!selector.is_object())
+    return err::invalid_selector_json("Selector must be a JSON object, not: " +
+                                      erlang_term_text(selector));
   if (deeper_than(selector, kSelectorDepthMax)) {
     return err::bad_request("Selector is nested too deeply: more than " +
                             std::to_string(kSelectorDepthMax) + " levels of arrays and objects");
@@ -981,7 +1040,7 @@ std::variant<Selector, CouchError> Selector::parse(const Json& selector) {
   if (!normalizer.error) root = normalizer.norm_negations(std::move(root));
   if (normalizer.error) return *std::move(normalizer.error);
   if (root.op == Op::kField && root.path.empty()) {
-    return err::bad_request("One or more conditions is missing a field name.");
+    return err::invalid_selector("One or more conditions is missing a field name.");
   }
   return Selector(std::make_shared<const Node>(std::move(root)));
 }

@@ -8,21 +8,22 @@
 //
 // Contract
 // - Selector::parse() never throws except std::bad_alloc. It returns a Selector, or a CouchError
-//   {400, "bad_request", reason}: the status and error _changes gives for every selector CouchDB
-//   cannot normalize, with mango_error's reason text:
-//     not an object             "Selector error: expected a JSON object"
-//     unknown "$op"             "Invalid operator: $op"   (also $regex / $beginsWith with a
-//                                                          non-string argument, as in CouchDB)
-//     $where, $near, ...        "Unsupported operator: $where"
-//     wrong argument            "Bad argument for operator $in: <arg>", <arg> printed as Erlang's
+//   with status 400 and mango_error's error and reason, as _find answers them (_changes answers
+//   every one of them 400 "bad_request" with the same reason, except its own text for a
+//   non-object):
+//     not an object             invalid_selector_json "Selector must be a JSON object, not: <~w>"
+//     unknown "$op"             invalid_operator "Invalid operator: $op"   (also $regex /
+//                                  $beginsWith with a non-string argument, as in CouchDB)
+//     $where, $near, ...        not_supported "Unsupported operator: $where"
+//     wrong argument            bad_arg "Bad argument for operator $in: <arg>", <arg> printed as Erlang's
 //                               ~w prints the decoded JSON: "foo" -> <<102,111,111>>,
 //                               [1,2.5] -> [1,2.5], {"a":null} -> {[{<<97>>,null}]}, 1000.0 ->
 //                               1.0e3
-//     empty path segment        "Invalid field name: a..b"
-//     operator without a field  "One or more conditions is missing a field name."
-//     misplaced $default        "Invalid field normalization on selector: <selector as ~w>"
-//     too deep (Chaise)         "Selector is nested too deeply: more than 64 levels of arrays
-//                               and objects"
+//     empty path segment        invalid_field_name "Invalid field name: a..b"
+//     operator without a field  invalid_selector "One or more conditions is missing a field name."
+//     misplaced $default        bad_field "Invalid field normalization on selector: <~w>"
+//     too deep (Chaise)         bad_request "Selector is nested too deeply: more than 64 levels
+//                               of arrays and objects"
 //   A $regex pattern that is valid PCRE but uses a feature Chaise's engine lacks gets CouchDB's
 //   "Bad argument for operator $regex: <<...>>" followed by " (not supported by Chaise: <what>)".
 //   The first error in CouchDB's order wins: all operators are checked before any field name.
@@ -110,5 +111,10 @@ class Selector {
 
   std::shared_ptr<const selector_detail::Node> root_;  // null for {}: matches everything
 };
+
+// A JSON value as Erlang's ~w prints its jiffy term ("foo" -> <<102,111,111>>, {"a":1} ->
+// {[{<<97>>,1}]}), as CouchDB's error reasons show values; `pretty`: as ~p prints it on one line
+// ("asc" -> <<"asc">>; a binary that is not printable Latin-1 as with ~w).
+std::string erlang_term_text(const nlohmann::ordered_json& j, bool pretty = false);
 
 }  // namespace chaise::core

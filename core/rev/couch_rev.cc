@@ -755,4 +755,56 @@ std::string couch_rev_hash_of_term(bool deleted, const std::optional<RevId>& par
       deleted, parent, [&](EtfWriter& w) { w.bytes().append(body_term); }, atts, body_term.size());
 }
 
+std::string mango_index_gen_name(std::string_view body_json, const MangoIndexNaming& o) {
+  const std::optional<Term> body = JiffyReader(body_json).read_object_document();
+  if (!body) return {};
+  const Term* def = nullptr;
+  for (const Member& m : body->members)
+    if (m.first == "index") def = &m.second;
+  if (def == nullptr || def->kind != Term::Kind::object) return {};
+  EtfWriter w;
+  w.byte(kVersion);
+  w.tuple_header(2);
+  w.term(*def);
+  // lists:usort of the options: sorted by their atom names.
+  w.list_header(6 + (o.sync_index ? 1 : 0) + (o.unique ? 1 : 0));
+  const auto text_or_auto = [&w](const std::optional<std::string>& v) {
+    if (v)
+      w.binary(*v);
+    else
+      w.atom("auto_name");
+  };
+  w.tuple_header(2);
+  w.atom("ddoc");
+  text_or_auto(o.ddoc);
+  w.tuple_header(2);
+  w.atom("def");
+  w.term(*def);
+  w.tuple_header(2);
+  w.atom("name");
+  text_or_auto(o.name);
+  w.tuple_header(2);
+  w.atom("partitioned");
+  w.atom(!o.partitioned ? "db_default" : *o.partitioned ? "true" : "false");
+  if (o.sync_index) {
+    w.tuple_header(2);
+    w.atom("sync_index");
+    w.atom("true");
+  }
+  w.tuple_header(2);
+  w.atom("type");
+  w.binary(o.type);
+  if (o.unique) {
+    w.tuple_header(2);
+    w.atom("unique");
+    w.atom("true");
+  }
+  w.tuple_header(2);
+  w.atom("w");
+  w.integer(o.w);
+  w.nil();
+  if (w.rejected()) return {};
+  return hex(sha1(w.bytes()));
+}
+
 }  // namespace chaise::core

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -87,5 +88,27 @@ class CouchBodyTerm {
 std::string couch_rev_hash_of_term(bool deleted, const std::optional<RevId>& parent,
                                    std::string_view body_term,
                                    const std::vector<CouchAttSig>& atts);
+
+// The options of POST /{db}/_index that name a Mango index created without a name or ddoc.
+struct MangoIndexNaming {
+  std::optional<std::string> ddoc;  // as given ("x" or "_design/x"); nullopt: auto_name
+  std::optional<std::string> name;  // nullopt: auto_name
+  std::optional<bool> partitioned;  // nullopt: db_default
+  std::string type = "json";
+  std::int64_t w = 2;
+  // Chaise's own options (CouchDB refuses them): in the term as {sync_index, true} and
+  // {unique, true} when set, so that such an index is named apart from a plain one.
+  bool sync_index = false;
+  bool unique = false;
+};
+// CouchDB's generated name of a Mango index (mango_idx:gen_name), so that clients and tools that
+// match on it find the same design document on Chaise: the SHA-1, as 40 lowercase hex digits, of
+//   term_to_binary({Def, [{ddoc, D}, {def, Def}, {name, N}, {partitioned, P}, {type, T}, {w, W}]},
+//                  [{minor_version, 1}])
+// where Def is the "index" member of the request body `body_json` as jiffy reads it (keys in
+// their order, a repeated key's last value, nothing normalized) and D, N, P, T, W the options
+// above (atoms auto_name and db_default for those not given). Empty when the body is not an
+// object jiffy reads or has no object "index".
+std::string mango_index_gen_name(std::string_view body_json, const MangoIndexNaming& o);
 
 }  // namespace chaise::core

@@ -49,17 +49,23 @@ std::string sha256(std::string_view data) {
   return digest(md, data, "SHA256");
 }
 
-std::string md5_hex(std::string_view data) {
-  const std::string d = md5(data);
+std::string sha1(std::string_view data) {
+  static const EVP_MD* const md = fetched("SHA1");
+  return digest(md, data, "SHA1");
+}
+
+std::string hex(std::string_view bytes) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
-  out.reserve(2 * d.size());
-  for (const char ch : d) {
+  out.reserve(2 * bytes.size());
+  for (const char ch : bytes) {
     const auto b = static_cast<unsigned char>(ch);
     out.push_back(kHex[b >> 4]);
     out.push_back(kHex[b & 15]);
   }
   return out;
 }
+
+std::string md5_hex(std::string_view data) { return hex(md5(data)); }
 
 }  // namespace chaise::core

@@ -51,6 +51,20 @@ struct CouchError {
   X(missing_required_key,            400,  "missing_required_key",            "")                  \
   X(unsupported_mixed_sort,          400,  "unsupported_mixed_sort",          "")                  \
   X(no_usable_index,                 400,  "no_usable_index",                 "")                  \
+  X(invalid_operator,                400,  "invalid_operator",                "")                  \
+  X(bad_arg,                         400,  "bad_arg",                         "")                  \
+  X(not_supported,                   400,  "not_supported",                   "")                  \
+  X(bad_field,                       400,  "bad_field",                       "")                  \
+  X(invalid_field_name,              400,  "invalid_field_name",              "")                  \
+  X(invalid_selector,                400,  "invalid_selector",                "")                  \
+  X(invalid_selector_json,           400,  "invalid_selector_json",           "")                  \
+  X(invalid_sort_json,               400,  "invalid_sort_json",               "")                  \
+  X(invalid_sort_field,              400,  "invalid_sort_field",              "")                  \
+  X(invalid_fields,                  400,  "invalid_fields",                  "")                  \
+  X(invalid_field,                   400,  "invalid_field",                   "")                  \
+  X(invalid_key,                     400,  "invalid_key",                     "")                  \
+  X(invalid_non_neg_integer,         400,  "invalid_non_neg_integer",         "")                  \
+  X(invalid_pos_integer,             400,  "invalid_pos_integer",             "")                  \
   X(unauthorized,                    401,  "unauthorized",                    "")                  \
   X(forbidden,                       403,  "forbidden",                       "")                  \
   X(not_found,                       404,  "not_found",                       "missing")           \

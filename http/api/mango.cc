@@ -17,6 +17,7 @@
 #include "core/index/mango_index.h"
 #include "core/index/unique_index.h"
 #include "core/index/view_index.h"
+#include "core/rev/couch_rev.h"
 #include "core/util/digest.h"
 #include "http/api/idempotency.h"
 #include "http/api/js_request.h"
@@ -272,19 +273,50 @@ struct IndexRequest {
   bool sync = false;    // Chaise's synchronous indexes (core/index/sync_index.h)
 };
 
-IndexRequest parse_index_request(const OrderedJson& body) {
+// mango_opts:validate_idx_create, in its order: index, type, name, ddoc, w, partitioned (then
+// Chaise's unique and sync_index); any other key is invalid_key.
+void validate_index_options(const OrderedJson& body) {
+  static constexpr std::string_view kKeys[] = {"index", "type",        "name",   "ddoc",
+                                               "w",     "partitioned", "unique", "sync_index"};
   if (!body.contains("index"))
     throw HttpError(err::missing_required_key("Missing required key: index"));
+  const auto invalid_string = [](const OrderedJson& v) {
+    return HttpError(
+        core::CouchError{400, "invalid_string", "Invalid string: " + core::erlang_term_text(v)});
+  };
+  if (body.contains("type") && !body["type"].is_string()) throw invalid_string(body["type"]);
+  for (const char* key : {"name", "ddoc"}) {
+    if (!body.contains(key)) continue;
+    const OrderedJson& v = body[key];
+    if (!v.is_string()) throw invalid_string(v);
+    if (v.get_ref<const std::string&>().empty())
+      throw HttpError(core::CouchError{400, "invalid_empty_string",
+                                       "Index name or ddoc cannot be empty string"});
+  }
+  if (body.contains("w") && !(body["w"].is_number_integer() && body["w"].get<std::int64_t>() > 0))
+    throw HttpError(err::invalid_pos_integer(core::erlang_term_text(body["w"]) +
+                                             " is not an integer greater than zero"));
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) == std::end(kKeys))
+      throw HttpError(err::invalid_key("Invalid key " + it.key() + " for this request."));
+  }
+}
+
+IndexRequest parse_index_request(const OrderedJson& body, std::string_view body_text) {
+  validate_index_options(body);
   const std::string type = body.value("type", "json");
   if (type == "text" || type == "nouveau")
     throw HttpError(
         err::invalid_index("Invalid index type: " + type +
                            " (text indexes need a search service, which Chaise does not have)"));
-  if (type != "json") throw HttpError(err::invalid_index("Invalid index type: " + type));
+  if (type != "json") throw HttpError(err::invalid_index("Invalid type for index: " + type));
   const OrderedJson& index = body["index"];
-  if (!index.is_object() || !index.contains("fields"))
+  if (!index.is_object())
+    throw HttpError(err::invalid_index("JSON indexes must be an object, not: " +
+                                       core::erlang_term_text(index)));
+  if (!index.contains("fields"))
     throw HttpError(err::missing_required_key("Missing required key: fields"));
-  auto parsed = core::parse_mango_fields(index["fields"], "index");
+  auto parsed = core::parse_mango_fields(index["fields"]);
   if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(*e);
   const auto& fields = std::get<std::vector<core::MangoField>>(parsed);
   if (fields.empty()) throw HttpError(err::invalid_index("Index fields must not be empty"));
@@ -309,21 +341,26 @@ IndexRequest parse_index_request(const OrderedJson& body) {
   r.partitioned = index_option(body, "partitioned");
   r.unique = index_option(body, "unique").value_or(false);
   r.sync = index_option(body, "sync_index").value_or(false);
-  // Default names: a digest of the definition (and of the name for the design document, so
-  // that two names for one definition are two indexes, as in CouchDB).
-  const std::string hash =
-      md5_hex(r.map.dump() + (r.unique ? "\nunique" : "") + (r.sync ? "\nsync_index" : ""));
-  r.name =
-      body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : hash;
-  r.ddoc = body.contains("ddoc") && body["ddoc"].is_string()
-               ? body["ddoc"].get<std::string>()
-               : md5_hex(r.map.dump() + '\0' + r.name);
+  // Default names as CouchDB makes them (mango_idx:gen_name), from the request as it came.
+  core::MangoIndexNaming naming;
+  if (body.contains("name") && body["name"].is_string()) naming.name = body["name"];
+  if (body.contains("ddoc") && body["ddoc"].is_string()) naming.ddoc = body["ddoc"];
+  naming.partitioned = r.partitioned;
+  naming.type = type;
+  if (body.contains("w") && body["w"].is_number_integer()) naming.w = body["w"];
+  naming.unique = r.unique;
+  naming.sync_index = r.sync;
+  std::string hash = core::mango_index_gen_name(body_text, naming);
+  // A body jiffy would not read (CouchDB refuses it before naming): named from its JSON value.
+  if (hash.empty()) hash = md5_hex(body.dump());
+  r.name = naming.name.value_or(hash);
+  r.ddoc = naming.ddoc.value_or(hash);
   if (!r.ddoc.starts_with("_design/")) r.ddoc = "_design/" + r.ddoc;
   return r;
 }
 
 MaybeResponse create_index(Call& call, const core::DbRef& db) {
-  const IndexRequest req = parse_index_request(parse_json_object_body(call.req));
+  const IndexRequest req = parse_index_request(parse_json_object_body(call.req), call.req.body());
   const OrderedJson& map = req.map;
   const std::string& name = req.name;
   const std::string& ddoc = req.ddoc;
@@ -552,24 +589,62 @@ struct FindRequest {
   bool allow_fallback = true;  // false: no index but the one use_index names (or a usable one)
 };
 
-// A boolean option of a query (mango_opts:validate_bool): absent is `fallback`, anything but
-// true or false is 400 invalid_boolean.
+// A boolean option of a query (mango_opts:is_boolean): absent is `fallback`, anything but true
+// or false is 400 invalid_boolean.
 bool bool_option(const OrderedJson& body, const char* name, bool fallback) {
   const auto it = body.find(name);
   if (it == body.end()) return fallback;
   if (!it->is_boolean())
-    throw HttpError(err::invalid_boolean("Invalid boolean value: " + it->dump()));
+    throw HttpError(err::invalid_boolean("Invalid boolean value: " + core::erlang_term_text(*it)));
   return it->get<bool>();
 }
 
-std::int64_t non_negative(const OrderedJson& v, const char* name) {
+// mango_opts:is_non_neg_integer.
+std::int64_t non_negative(const OrderedJson& v) {
   if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
-    throw HttpError(
-        err::invalid_argument(std::string("Invalid value for ") + name + ": " + v.dump()));
+    throw HttpError(err::invalid_non_neg_integer(
+        core::erlang_term_text(v) + " is not an integer greater than or equal to zero"));
   return v.get<std::int64_t>();
 }
 
+// mango_opts:validate_use_index: "ddoc", "_design/ddoc", "ddoc/name", "_design/ddoc/name",
+// [ddoc] or [ddoc, name]; null and [] name none. The design document gets its prefix.
+std::optional<std::vector<std::string>> parse_use_index(const OrderedJson& u) {
+  std::vector<std::string> parts;
+  const auto bad = [&u]() {
+    throw HttpError(err::invalid_index_name("Invalid index name: " + core::erlang_term_text(u)));
+  };
+  if (u.is_null()) return std::nullopt;
+  if (u.is_string()) {
+    std::string_view rest = u.get_ref<const std::string&>();
+    for (;;) {
+      const std::size_t slash = rest.find('/');
+      parts.emplace_back(rest.substr(0, slash));
+      if (slash == std::string_view::npos) break;
+      rest.remove_prefix(slash + 1);
+    }
+    if (parts.size() >= 2 && parts[0] == "_design") parts.erase(parts.begin());
+    if (parts.size() > 2) bad();
+  } else if (u.is_array() && u.size() <= 2) {
+    for (const auto& p : u) {
+      if (!p.is_string()) bad();
+      parts.push_back(p.get<std::string>());
+    }
+  } else {
+    bad();
+  }
+  if (parts.empty()) return std::nullopt;
+  if (!parts[0].starts_with("_design/")) parts[0] = "_design/" + parts[0];
+  return parts;
+}
+
+// mango_opts:validate_find, in its order (the first failure wins), then any other key is
+// invalid_key.
 FindRequest parse_find(const OrderedJson& body) {
+  static constexpr std::string_view kKeys[] = {
+      "selector",      "use_index", "bookmark",  "limit", "skip",   "sort",   "fields",
+      "partition",     "r",         "conflicts", "stale", "update", "stable", "execution_stats",
+      "allow_fallback"};
   FindRequest r;
   if (!body.contains("selector"))
     throw HttpError(err::missing_required_key("Missing required key: selector"));
@@ -577,20 +652,25 @@ FindRequest parse_find(const OrderedJson& body) {
   auto sel = core::Selector::parse(r.selector);
   if (auto* e = std::get_if<core::CouchError>(&sel)) throw HttpError(*e);
   r.matcher = std::get<core::Selector>(std::move(sel));
-  if (body.contains("limit")) r.limit = non_negative(body["limit"], "limit");
-  if (body.contains("skip")) r.skip = non_negative(body["skip"], "skip");
-  if (body.contains("fields")) {
-    if (!body["fields"].is_array())
-      throw HttpError(err::invalid_argument("fields must be a list of strings"));
-    r.fields.emplace();
-    for (const auto& f : body["fields"]) {
-      if (!f.is_string())
-        throw HttpError(err::invalid_argument("fields must be a list of strings"));
-      r.fields->push_back(f.get<std::string>());
+  if (body.contains("use_index")) r.use_index = parse_use_index(body["use_index"]);
+  std::int64_t seen = 0;
+  if (body.contains("bookmark")) {
+    const OrderedJson& bm = body["bookmark"];
+    if (!bm.is_null() && !bm.is_string())
+      throw HttpError(err::invalid_bookmark("Invalid bookmark value: " + bm.dump()));
+    if (bm.is_string() && !bm.get_ref<const std::string&>().empty() && bm != "nil") {
+      auto decoded = core::base64_decode(bm.get<std::string>());
+      OrderedJson b = decoded ? OrderedJson::parse(*decoded, nullptr, false) : OrderedJson();
+      if (!b.is_object() || !b.contains("seen") || !b["seen"].is_number_integer())
+        throw HttpError(err::invalid_bookmark("Invalid bookmark value: " + bm.dump()));
+      seen = b["seen"].get<std::int64_t>();
     }
   }
+  if (body.contains("limit")) r.limit = non_negative(body["limit"]);
+  if (body.contains("skip")) r.skip = non_negative(body["skip"]);
+  r.skip += seen;
   if (body.contains("sort")) {
-    auto s = core::parse_mango_fields(body["sort"], "sort");
+    auto s = core::parse_mango_fields(body["sort"]);
     if (auto* e = std::get_if<core::CouchError>(&s)) throw HttpError(*e);
     r.sort = std::get<std::vector<core::MangoField>>(std::move(s));
     for (const auto& f : r.sort)
@@ -598,32 +678,35 @@ FindRequest parse_find(const OrderedJson& body) {
         throw HttpError(err::unsupported_mixed_sort(
             "Sorts currently only support a single direction for all fields."));
   }
-  if (body.contains("use_index")) {
-    const OrderedJson& u = body["use_index"];
-    std::vector<std::string> parts;
-    if (u.is_string()) {
-      parts.push_back(u.get<std::string>());
-    } else if (u.is_array()) {
-      for (const auto& p : u)
-        if (p.is_string()) parts.push_back(p.get<std::string>());
+  if (body.contains("fields")) {
+    const OrderedJson& fields = body["fields"];
+    if (!fields.is_array())
+      throw HttpError(err::invalid_fields("Fields must be an array of strings, not: " +
+                                          core::erlang_term_text(fields)));
+    r.fields.emplace();
+    for (const auto& f : fields) {
+      if (!f.is_string())
+        throw HttpError(
+            err::invalid_field("Invalid JSON for field spec: " + core::erlang_term_text(f)));
+      r.fields->push_back(f.get<std::string>());
     }
-    if (!parts.empty()) {
-      if (!parts[0].starts_with("_design/")) parts[0] = "_design/" + parts[0];
-      r.use_index = std::move(parts);
-    }
+    if (r.fields->empty()) r.fields.reset();  // [] is every field, as in CouchDB
   }
-  if (body.contains("bookmark") && body["bookmark"].is_string() && body["bookmark"] != "nil") {
-    auto decoded = core::base64_decode(body["bookmark"].get<std::string>());
-    OrderedJson b = decoded ? OrderedJson::parse(*decoded, nullptr, false) : OrderedJson();
-    if (!b.is_object() || !b.contains("seen") || !b["seen"].is_number_integer())
-      throw HttpError(err::invalid_bookmark("Invalid bookmark value: " + body["bookmark"].dump()));
-    r.skip += b["seen"].get<std::int64_t>();
+  if (body.contains("r")) {
+    const OrderedJson& v = body["r"];
+    if (!v.is_number_integer() || v.get<std::int64_t>() <= 0)
+      throw HttpError(err::invalid_pos_integer(core::erlang_term_text(v) +
+                                               " is not an integer greater than zero"));
   }
-  r.execution_stats = bool_option(body, "execution_stats", false);
   r.conflicts = bool_option(body, "conflicts", false);
   r.update = bool_option(body, "update", true);
   bool_option(body, "stable", false);  // validated; every answer is from one snapshot
+  r.execution_stats = bool_option(body, "execution_stats", false);
   r.allow_fallback = bool_option(body, "allow_fallback", true);
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) == std::end(kKeys))
+      throw HttpError(err::invalid_key("Invalid key " + it.key() + " for this request."));
+  }
   return r;
 }
 

@@ -914,8 +914,18 @@ TEST_F(MangoTest, FindWithoutAnIndexScansAllDocs) {
   Json e = find({{"selector", {{"age", {{"$gt", 0}}}}}, {"sort", {"age"}}}, 400);
   EXPECT_EQ(e["error"], "no_usable_index");
   EXPECT_EQ(find({{"limit", 1}}, 400)["error"], "missing_required_key");
-  EXPECT_EQ(find({{"selector", {{"a", {{"$bogus", 1}}}}}}, 400)["reason"],
-            "Invalid operator: $bogus");
+  EXPECT_EQ(find({{"selector", {{"a", {{"$bogus", 1}}}}}}, 400),
+            Json({{"error", "invalid_operator"}, {"reason", "Invalid operator: $bogus"}}));
+  // Mango's error names, as CouchDB 3.5 gives them.
+  EXPECT_EQ(find({{"selector", {{"a", {{"$in", 1}}}}}}, 400),
+            Json({{"error", "bad_arg"}, {"reason", "Bad argument for operator $in: 1"}}));
+  EXPECT_EQ(find({{"selector", {{"a", {{"$where", 1}}}}}}, 400)["error"], "not_supported");
+  EXPECT_EQ(find({{"selector", {{"$keyMapMatch", {{"a", 1}}}}}}, 400),
+            Json({{"error", "invalid_selector"},
+                  {"reason", "One or more conditions is missing a field name."}}));
+  EXPECT_EQ(find({{"selector", "x"}}, 400),
+            Json({{"error", "invalid_selector_json"},
+                  {"reason", "Selector must be a JSON object, not: <<120>>"}}));
 }
 
 TEST_F(MangoTest, JsonIndexesServeSortsAndRanges) {
@@ -1062,6 +1072,24 @@ TEST_F(MangoTest, BulkDeleteOfIndexes) {
   add_user_bob_as_member();
   EXPECT_EQ(user(verb::post, "/db/_index/_bulk_delete", R"({"docids":["b3"]})").status, 403u);
   EXPECT_EQ(admin(verb::get, "/db/_design/b3").status, 200u);
+}
+
+TEST_F(MangoTest, UnnamedIndexesGetCouchDBsNames) {
+  // The ids and names CouchDB 3.5 gives these definitions (mango_idx:gen_name).
+  auto r = admin(verb::post, "/db/_index", R"({"index":{"fields":["a"]}})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.json(), Json::parse(R"({"result":"created",
+      "id":"_design/7095fd2321a986309496ad2ac9c3498246175757",
+      "name":"7095fd2321a986309496ad2ac9c3498246175757"})"));
+  r = admin(verb::post, "/db/_index", R"({"index":{"fields":["a"]},"name":"foo"})");
+  EXPECT_EQ(r.json()["id"], "_design/db1a22e6df7577e2844a28bcc06a06c873e8c19d");
+  EXPECT_EQ(r.json()["name"], "foo");
+  r = admin(verb::post, "/db/_index", R"({"index":{"fields":["a"]},"ddoc":"bar"})");
+  EXPECT_EQ(r.json()["id"], "_design/bar");
+  EXPECT_EQ(r.json()["name"], "bf8861589342292f2b578f85c828ae24c1280a6a");
+  // The same definition again: the same index.
+  r = admin(verb::post, "/db/_index", R"({"index":{"fields":["a"]}})");
+  EXPECT_EQ(r.json()["result"], "exists");
 }
 
 TEST_F(MangoTest, PartialIndexesAndErrors) {

@@ -29,7 +29,8 @@ Selector parse_ok_json(const Json& selector) {
 
 Selector parse_ok(std::string_view text) { return parse_ok_json(Json::parse(text)); }
 
-// The reason of the 400 bad_request a selector gets ("" if it is accepted).
+// The reason of the 400 a selector gets ("" if it is accepted), whose error is the one
+// mango_error gives that reason.
 std::string reason_of_json(const Json& selector) {
   auto parsed = Selector::parse(selector);
   auto* e = std::get_if<CouchError>(&parsed);
@@ -38,7 +39,16 @@ std::string reason_of_json(const Json& selector) {
     return "";
   }
   EXPECT_EQ(e->status, 400);
-  EXPECT_EQ(e->error, "bad_request");
+  const std::string& r = e->reason;
+  const char* expected = r.starts_with("Invalid operator")              ? "invalid_operator"
+                         : r.starts_with("Bad argument")                ? "bad_arg"
+                         : r.starts_with("Unsupported operator")        ? "not_supported"
+                         : r.starts_with("Invalid field normalization") ? "bad_field"
+                         : r.starts_with("Invalid field name")          ? "invalid_field_name"
+                         : r.starts_with("One or more conditions")      ? "invalid_selector"
+                         : r.starts_with("Selector must be")            ? "invalid_selector_json"
+                                                                        : "bad_request";
+  EXPECT_EQ(e->error, expected) << r;
   return e->reason;
 }
 
@@ -72,10 +82,11 @@ std::string regex_reason(const std::string& pattern) {
 
 // ---- Parsing and its errors -------------------------------------------------------------------
 
-TEST(SelectorParse, NonObjectGetsTheChangesFeedReason) {
-  for (const char* text : {"[]", "\"x\"", "5", "null", "true"}) {
-    EXPECT_EQ(reason_of(text), "Selector error: expected a JSON object") << text;
-  }
+TEST(SelectorParse, NonObjectGetsMangosReason) {
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {"[]", "[]"}, {"\"x\"", "<<120>>"}, {"5", "5"}, {"null", "null"}, {"true", "true"}};
+  for (const auto& [text, term] : cases)
+    EXPECT_EQ(reason_of(text), std::string("Selector must be a JSON object, not: ") + term) << text;
 }
 
 TEST(SelectorParse, UnknownOperatorIsInvalid) {

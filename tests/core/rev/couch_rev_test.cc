@@ -435,5 +435,66 @@ TEST(CouchRevHash, BodyTermHashesAsTheBodyText) {
   EXPECT_GT(hashed, 8 * (bodies.size() - 6));
 }
 
+// Index names CouchDB 3.5 generated for these POST /{db}/_index bodies (taken from the reference
+// CouchDB side by side).
+TEST(MangoIndexName, MatchesCouchDBs) {
+  struct Case {
+    std::string body;
+    MangoIndexNaming naming;
+    std::string name;
+  };
+  MangoIndexNaming named;
+  named.name = "foo";
+  MangoIndexNaming in_ddoc;
+  in_ddoc.ddoc = "bar";
+  MangoIndexNaming w3;
+  w3.w = 3;
+  MangoIndexNaming global;
+  global.partitioned = false;
+  MangoIndexNaming partitioned;
+  partitioned.partitioned = true;
+  const std::vector<Case> cases = {
+      {R"({"index":{"fields":["a"]}})", {}, "7095fd2321a986309496ad2ac9c3498246175757"},
+      {R"({"index":{"fields":[{"a":"desc"}]}})", {}, "664c20c75b0977128129743277f75c9ff14b7d77"},
+      {R"({"index":{"fields":["a"],"partial_filter_selector":{"b":{"$gt":5}}}})",
+       {},
+       "3ccf2e3182fda7910c9aac60c43259f0c8e9e69f"},
+      {R"({"index":{"fields":["a"]},"name":"foo"})", named,
+       "db1a22e6df7577e2844a28bcc06a06c873e8c19d"},
+      {R"({"index":{"fields":["a"]},"ddoc":"bar"})", in_ddoc,
+       "bf8861589342292f2b578f85c828ae24c1280a6a"},
+      {"{\"index\":{\"fields\":[\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"]}}",
+       {},
+       "1692f9e45ea284963e41a034d6379f99f131c9b3"},
+      {R"({"index":{"fields":["a"]},"w":3})", w3, "df6609f3a9fb35acde3ebe8940bc0132660fa20a"},
+      {R"({"index":{"fields":["a"]},"partitioned":false})", global,
+       "dc72126985b75c60104202280851c9bb0bf94f80"},
+      {R"({"index":{"fields":["a"]},"partitioned":true})", partitioned,
+       "66b4696ec326f06351c182631a70e1ae8a64f4d4"},
+      {R"({"index":{"fields":["n"],"partial_filter_selector":{"x":{"$in":[1,2,300,-1,true,null]}}}})",
+       {},
+       "80c66ca52d19241264a6408af42bfdf8b7840be6"},
+      {R"({"index":{"fields":["a"],"partial_filter_selector":{"x":{"$in":[1,2]}}}})",
+       {},
+       "84cf6afbb45ac1bf108e76303f6e516c534fbffd"},
+      {R"({"index":{"fields":["a"],"fields":["b"]}})",
+       {},
+       "cc58ebcd90f0594926e04cb2306271528aeb381d"},
+      {R"({"index":{"fields":["a"],"partial_filter_selector":{"x":-0.0,"y":100000000000,"z":-3000000000}}})",
+       {},
+       "f3ec2bcf52a930ae501aa48c7d30bc7df64eb21e"},
+      {R"({"index":{"partial_filter_selector":{"x":1.5},"fields":["a"]}})",
+       {},
+       "cb5f05e4b10f09f0e9fbc4b36bd131f45de2e100"},
+  };
+  for (const Case& c : cases) EXPECT_EQ(mango_index_gen_name(c.body, c.naming), c.name) << c.body;
+  // Chaise's own options name an index apart; a body without an object "index" has no name.
+  MangoIndexNaming unique;
+  unique.unique = true;
+  EXPECT_NE(mango_index_gen_name(cases[0].body, unique), cases[0].name);
+  EXPECT_EQ(mango_index_gen_name(R"({"index":["a"]})", {}), "");
+  EXPECT_EQ(mango_index_gen_name("[]", {}), "");
+}
+
 }  // namespace
 }  // namespace chaise::core
