@@ -49,9 +49,9 @@ class ActiveTasks {
     const nlohmann::json fixed_;
     const std::uint64_t number_;
     const std::int64_t started_on_;
-    std::int64_t total_;        // guarded by owner_.mu_
-    std::int64_t done_ = 0;     // guarded by owner_.mu_
-    std::int64_t updated_on_;   // guarded by owner_.mu_
+    std::int64_t total_;       // guarded by owner_.mu_
+    std::int64_t done_ = 0;    // guarded by owner_.mu_
+    std::int64_t updated_on_;  // guarded by owner_.mu_
   };
 
  private:

@@ -12,6 +12,8 @@
 // (which reads pages and writes the response, never blocking its thread) and the engine's thread
 // (which blocks in getRow() or send() until the coroutine has answered), so memory stays flat
 // whatever the number of rows and a client that stops reading stops the function.
+#include "http/api/render.h"
+
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
@@ -23,7 +25,6 @@
 #include "core/index/filters.h"
 #include "http/api/etag.h"
 #include "http/api/js_request.h"
-#include "http/api/render.h"
 #include "http/api/request.h"
 #include "http/api/router.h"
 #include "http/api/wakeup.h"
@@ -108,14 +109,14 @@ constexpr std::chrono::seconds kHandoffTimeout{60};
 struct ListPump final : core::js::ListIo {
   // Guarded by mu:
   std::mutex mu;
-  std::condition_variable cv;         // the engine's thread waits here
-  std::function<void()> resume;       // the coroutine waits here (async_wait_ready)
-  std::string resp;                   // the newest start() response object not yet taken
-  std::string out;                    // output not yet taken
-  bool want_rows = false;             // the function waits for a row
-  std::deque<std::string> rows;       // rows given, not yet read
-  bool rows_end = false;              // no rows after `rows`
-  bool gone = false;                  // the request stopped: stop the function
+  std::condition_variable cv;    // the engine's thread waits here
+  std::function<void()> resume;  // the coroutine waits here (async_wait_ready)
+  std::string resp;              // the newest start() response object not yet taken
+  std::string out;               // output not yet taken
+  bool want_rows = false;        // the function waits for a row
+  std::deque<std::string> rows;  // rows given, not yet read
+  bool rows_end = false;         // no rows after `rows`
+  bool gone = false;             // the request stopped: stop the function
   std::optional<core::js::JsResult<bool>> result;  // set when the function ended
 
   bool ready() const {
@@ -181,8 +182,7 @@ ExternalResponse list_head(const std::string& resp) {
 
 // The error a list function ended with, once its answer has begun: CouchDB's chunked error.
 std::string chunked_error(const core::CouchError& e) {
-  return "\n" +
-         Json{{"code", e.status}, {"error", e.error}, {"reason", e.reason}}.dump() + "\n";
+  return "\n" + Json{{"code", e.status}, {"error", e.error}, {"reason", e.reason}}.dump() + "\n";
 }
 
 MaybeResponse list(Call& call, const core::DbRef& db, const std::string& ddoc,

@@ -293,7 +293,8 @@ Rewrite rewrite_request(Call& call, const core::DbRef& db) {
   }
   const Json& ddoc = loaded->body;
   const auto rules = ddoc.is_object() ? ddoc.find("rewrites") : ddoc.end();
-  if (rules != ddoc.end() && rules->is_array()) return Rewrite{by_rules(call, *rules), std::nullopt};
+  if (rules != ddoc.end() && rules->is_array())
+    return Rewrite{by_rules(call, *rules), std::nullopt};
   if (rules == ddoc.end() || !rules->is_string())
     throw HttpError(core::CouchError{404, "rewrite_error", "Invalid path."});
   auto r = js_engine(call).rewrite(loaded->js, js_rewrite_request_object(call).dump());
@@ -333,9 +334,9 @@ Rewrite rewrite_request(Call& call, const core::DbRef& db) {
     const std::string target(call.req.target());
     if (const std::size_t q = target.find('?'); q != std::string::npos) qs = target.substr(q + 1);
   }
-  return Rewrite{rewritten(call, method, a["path"].get<std::string>(), qs,
-                           a.value("headers", Json()), body),
-                 std::nullopt};
+  return Rewrite{
+      rewritten(call, method, a["path"].get<std::string>(), qs, a.value("headers", Json()), body),
+      std::nullopt};
 }
 
 }  // namespace chaise::http

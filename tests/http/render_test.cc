@@ -69,9 +69,9 @@ class RenderTest : public ::testing::Test {
     ASSERT_EQ(call(verb::put, "/db").status, 201u);
     ASSERT_EQ(call(verb::put, "/db/_design/a", render_ddoc().dump()).status, 201u);
     for (int i = 1; i <= 3; ++i)
-      ASSERT_EQ(call(verb::put, "/db/d" + std::to_string(i), R"({"n":)" + std::to_string(i) + "}")
-                    .status,
-                201u);
+      ASSERT_EQ(
+          call(verb::put, "/db/d" + std::to_string(i), R"({"n":)" + std::to_string(i) + "}").status,
+          201u);
   }
   HttpResponse call(verb method, std::string_view target, std::string body = {},
                     Headers headers = {{"Content-Type", "application/json"}}) {
@@ -175,9 +175,11 @@ TEST_F(RenderTest, ListRendersViewRows) {
             "{\"id\":\"d3\",\"key\":3,\"value\":6}\n"
             "tail");
   // A reduction has an empty head; a view of another design document; include_docs.
-  EXPECT_EQ(get("/db/_design/a/_list/simple/v").body,
-            "head:{}\n{\"key\":null,\"value\":12}\ntail");
-  ASSERT_EQ(call(verb::put, "/db/_design/b", R"({"views":{"w":{"map":"function(d){ if (d.n > 1) emit(d.n, null); }"}}})").status, 201u);
+  EXPECT_EQ(get("/db/_design/a/_list/simple/v").body, "head:{}\n{\"key\":null,\"value\":12}\ntail");
+  ASSERT_EQ(call(verb::put, "/db/_design/b",
+                 R"({"views":{"w":{"map":"function(d){ if (d.n > 1) emit(d.n, null); }"}}})")
+                .status,
+            201u);
   EXPECT_EQ(get("/db/_design/a/_list/simple/b/w?limit=1").body,
             "head:{\"total_rows\":2,\"offset\":0}\n{\"id\":\"d2\",\"key\":2,\"value\":null}\ntail");
   const std::string with_doc =
@@ -265,18 +267,19 @@ TEST_F(RenderTest, LongListStreamsPageByPage) {
 }
 
 TEST_F(RenderTest, RewriteRules) {
-  Json ddoc = {{"shows", {{"hello", render_ddoc()["shows"]["hello"]}}},
-               {"views", render_ddoc()["views"]},
-               {"rewrites",
-                Json::array({{{"from", "/hello/:id"}, {"to", "_show/hello/:id"}},
-                             {{"from", "/all"}, {"to", "_view/v"}, {"query", {{"reduce", "false"}}}},
-                             {{"from", "/db/*"}, {"to", "../../*"}},
-                             {{"from", "/n/:key"},
-                              {"to", "_view/v"},
-                              {"query", {{"key", ":key"}, {"reduce", "false"}}},
-                              {"formats", {{"key", "int"}}}},
-                             {{"from", "/only"}, {"to", "_show/hello"}, {"method", "POST"}},
-                             {{"from", "/"}, {"to", "_show/hello"}}})}};
+  Json ddoc = {
+      {"shows", {{"hello", render_ddoc()["shows"]["hello"]}}},
+      {"views", render_ddoc()["views"]},
+      {"rewrites",
+       Json::array({{{"from", "/hello/:id"}, {"to", "_show/hello/:id"}},
+                    {{"from", "/all"}, {"to", "_view/v"}, {"query", {{"reduce", "false"}}}},
+                    {{"from", "/db/*"}, {"to", "../../*"}},
+                    {{"from", "/n/:key"},
+                     {"to", "_view/v"},
+                     {"query", {{"key", ":key"}, {"reduce", "false"}}},
+                     {"formats", {{"key", "int"}}}},
+                    {{"from", "/only"}, {"to", "_show/hello"}, {"method", "POST"}},
+                    {{"from", "/"}, {"to", "_show/hello"}}})}};
   ASSERT_EQ(call(verb::put, "/db/_design/r", ddoc.dump()).status, 201u);
   EXPECT_EQ(get("/db/_design/r/_rewrite/hello/d2").body, "Hello d2 d2");
   auto r = get("/db/_design/r/_rewrite/all");
@@ -297,8 +300,8 @@ TEST_F(RenderTest, RewriteRules) {
   ASSERT_EQ(call(verb::put, "/db/_design/up", ddoc.dump()).status, 201u);
   r = get("/db/_design/up/_rewrite/hello/d2");
   EXPECT_EQ(r.status, 500u);
-  EXPECT_EQ(r.json(), Json({{"error", "insecure_rewrite_rule"},
-                            {"reason", "too many ../.. segments"}}));
+  EXPECT_EQ(r.json(),
+            Json({{"error", "insecure_rewrite_rule"}, {"reason", "too many ../.. segments"}}));
   r = get("/db/_design/a/_rewrite/x");  // no rewrites at all
   EXPECT_EQ(r.status, 404u);
   EXPECT_EQ(r.json(), Json({{"error", "rewrite_error"}, {"reason", "Invalid path."}}));
@@ -316,8 +319,9 @@ TEST_F(RenderTest, RewriteFunction) {
       "JSON.stringify(Object.keys(req))};"
       " if (p === 'throw') throw new Error('boom');"
       " return false; }";
-  const Json ddoc = {{"rewrites", fn},
-                     {"shows", {{"r", "function(doc, req){ return req.method + ' ' + req.body; }"}}}};
+  const Json ddoc = {
+      {"rewrites", fn},
+      {"shows", {{"r", "function(doc, req){ return req.method + ' ' + req.body; }"}}}};
   ASSERT_EQ(call(verb::put, "/db/_design/f", ddoc.dump()).status, 201u);
   auto r = get("/db/_design/f/_rewrite/x");
   EXPECT_EQ(r.status, 200u);
@@ -348,9 +352,9 @@ TEST_F(RenderTest, RewriteFunction) {
 }
 
 TEST_F(RenderTest, UpdateHandlerAnswersCarryThePolicy) {
-  const Json ddoc = {
-      {"updates", {{"u", "function(doc, req){ return [null, 'plain']; }"},
-                   {"j", "function(doc, req){ return [null, {json: {ok: 1}}]; }"}}}};
+  const Json ddoc = {{"updates",
+                      {{"u", "function(doc, req){ return [null, 'plain']; }"},
+                       {"j", "function(doc, req){ return [null, {json: {ok: 1}}]; }"}}}};
   ASSERT_EQ(call(verb::put, "/db/_design/u", ddoc.dump()).status, 201u);
   auto r = call(verb::post, "/db/_design/u/_update/u");
   EXPECT_EQ(r.status, 200u);

@@ -34,10 +34,11 @@ TEST(ActiveTasksHttpTest, AViewBuildIsAnIndexerTask) {
               201u);
   }
   // A map function slow enough (about 0.3 ms a document) for the build to take several steps.
-  ASSERT_EQ(put("/db/_design/slow",
-                R"({"views":{"v":{"map":"function(doc){ var t = Date.now(); while (Date.now() - t < 0.3) {} emit(doc.i, null); }"}}})")
-                .status,
-            201u);
+  ASSERT_EQ(
+      put("/db/_design/slow",
+          R"({"views":{"v":{"map":"function(doc){ var t = Date.now(); while (Date.now() - t < 0.3) {} emit(doc.i, null); }"}}})")
+          .status,
+      201u);
   EXPECT_EQ(client.get("/_active_tasks").json(), Json::array());
 
   std::optional<HttpResponse> built;
