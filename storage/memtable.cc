@@ -253,6 +253,17 @@ class OrderedRep final : public rocksdb::MemTableRep {
 
   size_t ApproximateMemoryUsage() override { return 0; }  // all of it is the arena's
 
+  // The entries in [start, end) (internal keys), estimated as RocksDB's skip list estimates
+  // them: down from the top level, each step along a level counts for 4^level entries. What
+  // DB::GetApproximateSizes (Transaction::get_estimated_range_size_bytes) counts in memory.
+  uint64_t ApproximateNumEntries(const rocksdb::Slice& start_ikey,
+                                 const rocksdb::Slice& end_ikey) override {
+    const std::uint64_t before_end = entries_before(internal_key(end_ikey.data(), end_ikey.size()));
+    const std::uint64_t before_start =
+        entries_before(internal_key(start_ikey.data(), start_ikey.size()));
+    return before_end > before_start ? before_end - before_start : 0;
+  }
+
   class Iter;
   Iterator* GetIterator(rocksdb::Arena* arena) override;
 
@@ -294,6 +305,24 @@ class OrderedRep final : public rocksdb::MemTableRep {
   }
 
  private:
+  // About how many entries come before k: O(log n) steps.
+  std::uint64_t entries_before(const Key& k) const {
+    std::uint64_t count = 0;
+    const Node* x = head_;
+    for (int level = max_height_.load(std::memory_order_acquire) - 1;;) {
+      const Node* next = x->next(level);
+      if (next && compare(next->key(), k) < 0) {
+        x = next;
+        ++count;
+      } else if (level == 0) {
+        return count;
+      } else {
+        count *= kBranchingMask + 1;
+        --level;
+      }
+    }
+  }
+
   // At level 0, the last node before k (head_ if none) and the node it linked to when read (the
   // first at or after k, or nullptr). Both come from one read of the link: a node inserted
   // behind it meanwhile may be before k.

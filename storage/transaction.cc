@@ -351,6 +351,30 @@ Result<std::vector<KeyValue>> Transaction::get_range(std::string_view begin, std
   return out;
 }
 
+Result<std::int64_t> Transaction::get_estimated_range_size_bytes(std::string_view begin,
+                                                                 std::string_view end) {
+  if (auto s = check_usable(); !s) return s.error();
+  if (begin > end) return Error::inverted_range;
+  if (begin == end) return std::int64_t{0};
+  rocksdb::SizeApproximationOptions options;
+  options.include_memtables = true;
+  options.include_files = true;
+  const rocksdb::Slice b(begin.data(), begin.size());
+  const rocksdb::Slice e(end.data(), end.size());
+  const rocksdb::Range range(b, e);
+  const std::optional<std::size_t> only = engine_->families().of_range(begin, end);
+  std::int64_t total = 0;
+  for (std::size_t f = 0; f < engine_->families().size(); ++f) {
+    if (only && f != *only) continue;
+    std::uint64_t size = 0;
+    const rocksdb::Status st =
+        engine_->db()->GetApproximateSizes(options, engine_->family_cf(f), &range, 1, &size);
+    if (!st.ok()) return Error::io_error;
+    total += static_cast<std::int64_t>(size);
+  }
+  return total;
+}
+
 // get_ranges: how many keys the iterator steps over before it seeks instead.
 constexpr int kStepsBeforeSeek = 4;
 

@@ -111,6 +111,11 @@ class Transaction {
                                                         int limit_each = 0,
                                                         Snapshot snapshot = Snapshot::no);
 
+  // FoundationDB's get_estimated_range_size_bytes: about how many bytes the keys and values in
+  // [begin, end) take in storage, as the engine estimates it from its files and memory (no read,
+  // no conflict; a range written in this transaction counts as committed so far).
+  Result<std::int64_t> get_estimated_range_size_bytes(std::string_view begin, std::string_view end);
+
   // FoundationDB's read_server_side_cache_disable: this transaction's reads do not fill the
   // storage engine's block cache (bulk reads, such as attachment bytes streamed out, that would
   // evict what other requests read and grow memory).

@@ -134,6 +134,11 @@ std::optional<std::size_t> ViewGroup::index_of(std::string_view view) const {
 
 // ---- Building -----------------------------------------------------------------------------------
 
+StorageResult<std::int64_t> view_index_size(Transaction& tr, const DbRef& db, const ViewGroup& g) {
+  const auto [begin, end] = index_space(db, g).range();
+  return tr.get_estimated_range_size_bytes(begin, end);
+}
+
 StorageResult<Sequence> view_index_seq(Transaction& tr, const DbRef& db, const ViewGroup& g,
                                        Snapshot snapshot) {
   auto v = tr.get(seq_key(db, g), snapshot);

@@ -66,6 +66,10 @@ struct ViewGroup {
   std::optional<std::size_t> index_of(std::string_view view) const;
 };
 
+// About how many bytes the index takes in the store (its rows, id entries and reduce trees),
+// as the storage engine estimates it (Transaction::get_estimated_range_size_bytes).
+StorageResult<std::int64_t> view_index_size(Transaction& tr, const DbRef& db, const ViewGroup& g);
+
 // The index's sequence (zero before the first build step).
 StorageResult<Sequence> view_index_seq(Transaction& tr, const DbRef& db, const ViewGroup& g,
                                        storage::Snapshot snapshot);

@@ -371,7 +371,10 @@ MaybeResponse design_info(Call& call, const core::DbRef& db, const std::string& 
   Json vi = Json::object();
   vi["signature"] = g->signature;
   vi["language"] = g->language;
-  vi["sizes"] = Json{{"file", 0}, {"external", 0}, {"active", 0}};
+  // The store's estimate of the index's bytes: there is no file of its own, and its bytes as
+  // stored are both what it takes on disk and what is live in it.
+  const std::int64_t bytes = value_or_throw(core::view_index_size(tr, db, *g));
+  vi["sizes"] = Json{{"file", bytes}, {"external", bytes}, {"active", bytes}};
   vi["update_seq"] = seq.str();
   // The purges the index has taken in: those logged up to its sequence.
   const auto purged = value_or_throw(core::purged_info_at(tr, db, seq));

@@ -773,8 +773,19 @@ TEST_F(ViewTest, DesignInfoCountsTheChangesTheIndexLacks) {
   if (U_ICU_VERSION_MAJOR_NUM == 72) {
     EXPECT_EQ(vi["collator_versions"][0], "153.120");
   }
-  view("by_n?limit=1");  // builds the index
+  EXPECT_LT(vi["sizes"]["active"].get<std::int64_t>(), 1000);  // nothing built
+  view("by_n?limit=1");                                        // builds the index
   EXPECT_EQ(info()["view_index"]["updates_pending"]["total"], 0);
+  // The sizes are the store's estimate of the index's bytes: they grow with its rows.
+  const std::int64_t small = info()["view_index"]["sizes"]["active"];
+  Json docs = Json::array();
+  for (int i = 0; i < 2000; ++i) docs.push_back({{"n", i}, {"name", std::string(200, 'x')}});
+  ASSERT_EQ(admin(verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump()).status, 201u);
+  view("by_n?limit=1");
+  const Json sizes = info()["view_index"]["sizes"];
+  EXPECT_GT(sizes["active"].get<std::int64_t>(), small + 200'000) << sizes.dump();
+  EXPECT_EQ(sizes["file"], sizes["active"]);
+  EXPECT_EQ(sizes["external"], sizes["active"]);
   ASSERT_EQ(admin(verb::post, "/db/_bulk_docs", R"({"docs":[{"_id":"x"},{"_id":"y"}]})").status,
             201u);
   EXPECT_EQ(info()["view_index"]["updates_pending"]["total"], 2);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -88,6 +89,38 @@ TEST_F(TransactionTest, CommittedWritesAreVisibleAndDurableAcrossReopen) {
   reopen();
   EXPECT_EQ(read("b"), "2");
   EXPECT_EQ(db_->committed_version(), v);
+}
+
+TEST_F(TransactionTest, EstimatedRangeSizeFollowsTheData) {
+  // 2,000 values of 1 KiB under "big/", a few small keys around them.
+  put("a", "1");
+  for (int start = 0; start < 2000; start += 500) {
+    auto tr = db_->create_transaction();
+    for (int i = start; i < start + 500; ++i) {
+      char key[32];
+      std::snprintf(key, sizeof key, "big/%05d", i);
+      tr.set(key, std::string(1024, static_cast<char>('a' + i % 26)));
+    }
+    ASSERT_TRUE(tr.commit().ok());
+  }
+  put("z", "1");
+  const auto estimate = [&](std::string_view b, std::string_view e) {
+    auto tr = db_->create_transaction();
+    auto r = tr.get_estimated_range_size_bytes(b, e);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : -1;
+  };
+  const std::int64_t all = estimate("big/", "big0");
+  EXPECT_GT(all, 1'000'000);  // about 2 MB, in memory or in files
+  EXPECT_LT(all, 8'000'000);
+  const std::int64_t half = estimate("big/", "big/01000");
+  EXPECT_LT(half, all);
+  EXPECT_LT(estimate("c", "d"), 100'000);  // nothing there
+  EXPECT_EQ(estimate("x", "x"), 0);
+  auto tr = db_->create_transaction();
+  auto inverted = tr.get_estimated_range_size_bytes("b", "a");
+  ASSERT_FALSE(inverted.ok());
+  EXPECT_EQ(inverted.error(), Error::inverted_range);
 }
 
 TEST_F(TransactionTest, ReadYourWritesPointReads) {
