@@ -187,14 +187,17 @@ void DbUpdatesRecorder::loop() {
   std::shared_ptr<storage::Watch> watch;
   State& st = *state_;
   std::unique_lock lock(st.mu);
+  auto last_pass = std::chrono::steady_clock::now() - kBatchDelay;
   while (!st.stopping) {
     // A watch that fails (or a lost wake-up) costs at most this long.
     st.cv.wait_for(lock, std::chrono::seconds(1), [&] { return st.stopping || st.poked; });
     if (st.stopping) break;
     // Events that come together are folded together (CouchDB's global_changes waits too): at
-    // most one pass per kBatchDelay however fast databases change.
-    st.cv.wait_for(lock, kBatchDelay, [&] { return st.stopping; });
+    // most one pass per kBatchDelay however fast databases change, and at once after a quiet
+    // spell, so that a waiting feed hears of a lone write within a commit or two.
+    st.cv.wait_until(lock, last_pass + kBatchDelay, [&] { return st.stopping; });
     if (st.stopping) break;
+    last_pass = std::chrono::steady_clock::now();
     st.poked = false;
     lock.unlock();
     // The watch first: an event logged while the pass runs fires it.

@@ -69,8 +69,9 @@ StorageResult<Sequence> newest_db_update(Transaction& tr);
 StorageResult<std::int64_t> read_db_updates_counter(Transaction& tr);
 std::string db_updates_counter_key();
 
-// Folds the log in the background: a pass kBatchDelay after the log's counter moves (a storage
-// watch), each pass transactions of at most kEventsPerTransaction events until the log is empty.
+// Folds the log in the background: a pass when the log's counter moves (a storage watch), at
+// most one per kBatchDelay, each pass transactions of at most kEventsPerTransaction events until
+// the log is empty.
 class DbUpdatesRecorder {
  public:
   static constexpr std::size_t kEventsPerTransaction = 1000;

@@ -3,11 +3,13 @@
 // by a write to any database, and CouchDB's answers to bad parameters and non-admins.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tests/http/feed_client.h"
 #include "tests/http/test_server.h"
 
 namespace chaise::test {
@@ -127,6 +129,104 @@ TEST_F(DbUpdatesTest, ContinuousAndEventsourceFraming) {
   r = call(verb::get, "/_db_updates?feed=eventsource&limit=1");
   const Json first = call(verb::get, "/_db_updates?limit=1").json()["results"][0];
   EXPECT_EQ(r.body, "data: " + first.dump() + "\nid: " + first["seq"].dump() + "\n\n\n");
+}
+
+// Each line of a feed's body that holds a row ({"db_name",...}, or an eventsource "data: {...}"),
+// as "type:db_name", in order.
+std::vector<std::string> feed_events(const std::string& body) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (at < body.size()) {
+    std::size_t nl = body.find('\n', at);
+    if (nl == std::string::npos) nl = body.size();
+    std::string line = body.substr(at, nl - at);
+    at = nl + 1;
+    if (line.starts_with("data: ")) line = line.substr(6);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ',')) line.pop_back();
+    if (!line.starts_with("{")) continue;
+    const Json row = Json::parse(line, nullptr, false);
+    if (row.is_object() && row.contains("db_name"))
+      out.push_back(row["type"].get<std::string>() + ":" + row["db_name"].get<std::string>());
+  }
+  return out;
+}
+
+// For each database: created first, then its updates, deleted last; true when every one of
+// `dbs` was seen deleted.
+::testing::AssertionResult in_order_per_database(const std::vector<std::string>& events,
+                                                 const std::vector<std::string>& dbs) {
+  for (const std::string& db : dbs) {
+    std::vector<std::string> mine;
+    for (const std::string& e : events)
+      if (e.substr(e.find(':') + 1) == db) mine.push_back(e.substr(0, e.find(':')));
+    if (mine.size() < 3 || mine.front() != "created" || mine.back() != "deleted")
+      return ::testing::AssertionFailure() << db << ": " << ::testing::PrintToString(mine);
+    for (std::size_t i = 1; i + 1 < mine.size(); ++i)
+      if (mine[i] != "updated")
+        return ::testing::AssertionFailure() << db << ": " << ::testing::PrintToString(mine);
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// 50 writers over 20 databases: each database is created, written by its writers at once, then
+// deleted. Every feed type sees each database's created, updated and deleted rows, in that order.
+TEST_F(DbUpdatesTest, ConcurrentWritersToManyDatabasesReachEveryFeedInOrder) {
+  const std::string now =
+      call(verb::get, "/_db_updates?descending=true&limit=1").json()["last_seq"].get<std::string>();
+  FeedClient continuous(server_->port(), "/_db_updates?feed=continuous&heartbeat=500&since=" + now);
+  FeedClient eventsource(server_->port(),
+                         "/_db_updates?feed=eventsource&heartbeat=500&since=" + now);
+  std::vector<std::string> longpolled;
+  std::atomic<bool> longpoll_done{false};
+  std::thread longpoll([&] {
+    HttpClient c(server_->port(), 60s);
+    std::string since = now;
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (!longpoll_done && std::chrono::steady_clock::now() < deadline) {
+      auto r = c.get("/_db_updates?feed=longpoll&timeout=2000&since=" + since);
+      if (r.status != 200u) break;
+      const Json body = r.json();
+      for (const auto& row : body["results"])
+        longpolled.push_back(row["type"].get<std::string>() + ":" +
+                             row["db_name"].get<std::string>());
+      since = body["last_seq"].get<std::string>();
+    }
+  });
+
+  constexpr int kDbs = 20, kWriters = 50, kDocsEach = 10;
+  std::vector<std::string> dbs;
+  for (int d = 0; d < kDbs; ++d) dbs.push_back("many" + std::to_string(d));
+  for (const std::string& db : dbs) ASSERT_EQ(call(verb::put, "/" + db).status, 201u);
+  std::vector<std::thread> writers;
+  std::atomic<int> failures{0};
+  for (int w = 0; w < kWriters; ++w)
+    writers.emplace_back([&, w] {
+      HttpClient c(server_->port(), 60s);
+      for (int i = 0; i < kDocsEach; ++i) {
+        auto r = c.request(verb::put,
+                           "/" + dbs[w % kDbs] + "/w" + std::to_string(w) + "_" + std::to_string(i),
+                           R"({"v":1})", {{"Content-Type", "application/json"}});
+        if (r.status != 201u) ++failures;
+      }
+    });
+  for (auto& t : writers) t.join();
+  EXPECT_EQ(failures, 0);
+  for (const std::string& db : dbs) ASSERT_EQ(call(verb::delete_, "/" + db).status, 200u);
+
+  const std::string last = "deleted:" + dbs.back();
+  const std::string last_row = "\"db_name\":\"" + dbs.back() + "\",\"type\":\"deleted\"";
+  ASSERT_TRUE(continuous.wait_for(last_row, 30s));
+  ASSERT_TRUE(eventsource.wait_for(last_row, 30s));
+  ASSERT_TRUE(eventually([&] {
+    auto e = events("?since=" + now);
+    return std::find(e.begin(), e.end(), last) != e.end();
+  }));
+  longpoll_done = true;
+  longpoll.join();
+  EXPECT_TRUE(in_order_per_database(events("?since=" + now), dbs));
+  EXPECT_TRUE(in_order_per_database(feed_events(continuous.body()), dbs));
+  EXPECT_TRUE(in_order_per_database(feed_events(eventsource.body()), dbs));
+  EXPECT_TRUE(in_order_per_database(longpolled, dbs));
 }
 
 TEST_F(DbUpdatesTest, BadRequestsAndNonAdmins) {
