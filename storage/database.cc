@@ -716,13 +716,23 @@ std::int64_t Database::committed_version() const { return engine_->committed_ver
 
 StoreStats Database::stats() const { return engine_->stats(); }
 
-Status Database::compact_files() { return engine_->compact_files(); }
+Status Database::compact_files() { return engine_->compact_files(std::nullopt); }
+Status Database::compact_files(std::string_view begin, std::string_view end) {
+  if (begin > end) return Error::inverted_range;
+  return engine_->compact_files(KeyRange{std::string(begin), std::string(end)});
+}
 
-Status Engine::compact_files() {
+Status Engine::compact_files(const std::optional<KeyRange>& range) {
   rocksdb::CompactRangeOptions o;
   o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  std::optional<rocksdb::Slice> b, e;
+  if (range) {
+    b.emplace(range->begin);
+    e.emplace(range->end);
+  }
   for (rocksdb::ColumnFamilyHandle* cf : handles_)
-    if (!db_->CompactRange(o, cf, nullptr, nullptr).ok()) return Error::io_error;
+    if (!db_->CompactRange(o, cf, b ? &*b : nullptr, e ? &*e : nullptr).ok())
+      return Error::io_error;
   return {};
 }
 

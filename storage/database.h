@@ -184,7 +184,10 @@ class Database {
   const Options& options() const;
   // Rewrites every table of every column family into the last level, blocking until done: the
   // files at their smallest and the read path of a fully compacted store. Slow on a large store.
+  // With a range [begin, end): only the tables that hold its keys (what a database's compaction
+  // asks for; a FoundationDB cluster's storage servers do this on their own).
   Status compact_files();
+  Status compact_files(std::string_view begin, std::string_view end);
 
   // Test hooks. Set a fault hook between transactions: one that began before it was set may get
   // commit_unknown_result without having prepared for it (Transaction::

@@ -143,7 +143,8 @@ class Engine {
   }
 
   StoreStats stats() const;
-  Status compact_files();
+  // Database::compact_files: every table, or those holding keys of `range`.
+  Status compact_files(const std::optional<KeyRange>& range);
 
   // Queues a write transaction for the commit pipeline; req->done runs on the commit thread.
   void submit(std::unique_ptr<CommitRequest> req);

@@ -247,9 +247,12 @@ StorageResult<DbInfo> db_info(Transaction& tr, const DbRef& db) {
   auto seq = update_seq(tr, db);
   auto purges = read_counter(tr, db, keyspace::kPurgeSeq);
   auto purge = newest_purge(tr, db);
+  const auto [begin, end] = db.space.root().range();
+  auto file = tr.get_estimated_range_size_bytes(begin, end);
   for (storage::Error e : {dc.error(), ddc.error(), ext.error(), act.error(), seq.error(),
-                           purges.error(), purge.error()})
+                           purges.error(), purge.error(), file.error()})
     if (e != storage::Error::success) return e;
+  info.sizes_file = *file;
   info.purge_seq = *purge;
   info.purge_seq.count = *purges;
   info.doc_count = *dc;

@@ -46,6 +46,9 @@ struct DbInfo {
   Sequence purge_seq;
   std::int64_t sizes_external = 0;
   std::int64_t sizes_active = 0;
+  // The store's estimate of the bytes the database's keys and values take (until the store
+  // compacts them, superseded and purged data included): CouchDB's file size.
+  std::int64_t sizes_file = 0;
   bool partitioned = false;
 };
 

@@ -703,6 +703,10 @@ MaybeResponse compact(Call& call, const core::DbRef& db) {
     if (task) task->add_done(attempt_stats.docs_visited - stats.docs_visited);
     stats = attempt_stats;
   }
+  // What was removed leaves the store's files too, as CouchDB's compaction rewrites its file.
+  const std::pair<std::string, std::string> keys = db.space.root().range();
+  if (storage::Status files = call.store().compact_files(keys.first, keys.second); !files.ok())
+    co_return storage_error_response(call.req, files.error());
   spdlog::info("compacted {}: {} superseded bodies and {} attachment contents removed", db.name,
                stats.bodies_removed, stats.attachments_removed);
   co_return json_response(call.req, Status::accepted, Json{{"ok", true}});

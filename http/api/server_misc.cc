@@ -85,10 +85,8 @@ Json db_info_json(const core::DbInfo& info) {
   // CouchDB's is "N-<opaque>", N the purges; Chaise's has the form of update_seq.
   body["purge_seq"] = info.purge_seq.str();
   body["update_seq"] = info.update_seq.str();
-  // No files: the "file" size is the live data, like "active".
-  body["sizes"] = {{"file", info.sizes_active},
-                   {"external", info.sizes_external},
-                   {"active", info.sizes_active}};
+  body["sizes"] = {
+      {"file", info.sizes_file}, {"external", info.sizes_external}, {"active", info.sizes_active}};
   body["props"] = std::move(props);
   body["doc_del_count"] = info.doc_del_count;
   body["doc_count"] = info.doc_count;

@@ -107,6 +107,40 @@ TEST_F(PurgeHttpTest, PurgedDocumentLeavesNoTrace) {
   EXPECT_EQ(put("a", R"({"v":1})"), a);
 }
 
+// The bytes of purged documents: out of the live sizes at once, out of the store's files
+// (sizes.file) once the database is compacted.
+TEST_F(PurgeHttpTest, PurgedBytesLeaveTheSizesAndTheFilesAfterCompaction) {
+  // 400 documents of 8 KB (incompressible hex, so the files hold about 3 MB); purge 350.
+  std::string body;
+  std::uint64_t x = 88172645463325252ull;
+  for (int i = 0; i < 8000; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    body.push_back("0123456789abcdef"[x & 15]);
+  }
+  std::vector<std::string> revs;
+  for (int i = 0; i < 400; ++i)
+    revs.push_back(put("p" + std::to_string(i), R"({"blob":")" + body.substr(i % 64) + "\"}"));
+  ASSERT_EQ(call(verb::post, "/db/_compact").status, 202u);  // everything in files first
+  const Json before = info()["sizes"];
+  EXPECT_GT(before["active"].get<long long>(), 3'000'000);
+  EXPECT_GT(before["file"].get<long long>(), 1'500'000);
+  for (int from = 0; from < 350; from += 5) {  // [purge] max_document_id_number is 5 here
+    Json req = Json::object();
+    for (int i = from; i < from + 5; ++i) req["p" + std::to_string(i)] = {revs[i]};
+    ASSERT_EQ(purge(req.dump()).status, 201u);
+  }
+  const Json purged = info()["sizes"];
+  EXPECT_LT(purged["active"].get<long long>(), before["active"].get<long long>() / 4);
+  EXPECT_LT(purged["external"].get<long long>(), before["external"].get<long long>() / 4);
+  ASSERT_EQ(call(verb::post, "/db/_compact").status, 202u);
+  const Json compacted = info()["sizes"];
+  EXPECT_LT(compacted["file"].get<long long>(), before["file"].get<long long>() / 2)
+      << before.dump() << " then " << compacted.dump();
+  EXPECT_EQ(info()["doc_count"], 50);
+}
+
 TEST_F(PurgeHttpTest, PurgingOneLeafMovesTheDocumentToANewSequence) {
   put_conflict("c", "1-aaa", R"({"v":1})");
   put_conflict("c", "1-bbb", R"({"v":2})");
