@@ -8,7 +8,9 @@
 // the sum of their shards' update counts ("3-g1AAAA..."). Clients read it: PouchDB's tests and
 // tools that show replication progress parse the number before the dash. It is display only:
 // order and identity are the versionstamp's, and `since` ignores N. Writers take N from a
-// snapshot read of a counter (no conflicts), so concurrent transactions may show the same N.
+// snapshot read of a counter (no conflicts), so concurrent transactions may store the same N, or
+// Ns out of their versionstamps' order; a changes feed shows each change with at least the N
+// before it (ChangesCursor), so N never goes back along a feed.
 // Changes stored without N (count 0) print as the bare 26 hex digits.
 #pragma once
 

@@ -329,6 +329,12 @@ StorageResult<bool> ChangesCursor::init(Transaction& tr) {
     auto u = update_seq(tr, db_);
     if (!u.ok()) return u.error();
     last_seq_ = *u;
+  } else if (q_.since.count > 0 && !q_.shard) {
+    // A feed that goes on from a sequence it gave shows N from there on; a made-up N counts for
+    // no more than the database's own.
+    auto u = update_seq(tr, db_);
+    if (!u.ok()) return u.error();
+    count_bound_ = std::min(q_.since.count, u->count);
   }
   return true;
 }
@@ -494,8 +500,9 @@ StorageResult<bool> ChangesCursor::next_page_by_doc_ids(Transaction& tr,
   std::sort(hits.begin(), hits.end(), [&](const Hit& a, const Hit& b) {
     return q_.descending ? b.seq < a.seq : a.seq < b.seq;
   });
-  for (const Hit& h : hits) {
+  for (Hit& h : hits) {
     if (q_.limit > 0 && emitted_ >= q_.limit) break;
+    monotonic_count(h.seq);
     last_seq_ = h.seq;
     auto row = row_json(tr, h.seq, h.id, h.winner.branch.leaf, h.winner.branch_count,
                         h.winner.branch.deleted, nullptr);
@@ -504,6 +511,13 @@ StorageResult<bool> ChangesCursor::next_page_by_doc_ids(Transaction& tr,
   }
   if (auto st = finish(tr); !st) return st.error();
   return false;
+}
+
+void ChangesCursor::monotonic_count(Sequence& s) {
+  if (q_.shard || s.count == 0) return;
+  if (count_bound_ && (q_.descending ? s.count > *count_bound_ : s.count < *count_bound_))
+    s.count = *count_bound_;
+  count_bound_ = s.count;
 }
 
 StorageResult<bool> ChangesCursor::next_page(Transaction& tr, std::size_t rows_max,
@@ -534,6 +548,7 @@ StorageResult<bool> ChangesCursor::next_page(Transaction& tr, std::size_t rows_m
     Ready r = std::move(ready_.front());
     ready_.pop_front();
     ++consumed;
+    monotonic_count(r.seq);
     last_seq_ = r.seq;
     auto row = row_json(tr, r.seq, r.id, r.rev, r.branch_count, r.deleted,
                         r.record ? &*r.record : nullptr);

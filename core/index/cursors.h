@@ -186,6 +186,10 @@ class ChangesCursor {
                                                      const std::optional<RevRecord>* record);
   StorageResult<bool> next_page_by_doc_ids(Transaction& tr, std::vector<std::string>& out);
   storage::Status finish(Transaction& tr);
+  // Keeps the N of `s` from going back along the feed (down when ascending, from `since`'s N on;
+  // up when descending): writers take N from a snapshot read, so concurrent transactions' Ns
+  // can come out of their versionstamps' order, and clients read N as progress.
+  void monotonic_count(Sequence& s);
 
   DbRef db_;
   ChangesQuery q_;
@@ -193,6 +197,7 @@ class ChangesCursor {
   std::vector<ShardScan> scans_;
   std::deque<Ready> ready_;
   Sequence last_seq_;
+  std::optional<std::int64_t> count_bound_;  // monotonic_count's: the N shown last
   std::int64_t emitted_ = 0;
   bool initialized_ = false;
   bool done_ = false;

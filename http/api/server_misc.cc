@@ -162,10 +162,12 @@ std::optional<core::AllDbsQuery> all_dbs_query(const Query& query) {
 
 // A 200 JSON answer with an ETag, or 304 when the client has it (chttpd:etag_respond). CouchDB
 // sends one on GET /_all_dbs and GET /_dbs_info, derived from its _dbs database, so it changes
-// when databases come and go; Chaise's is a hash of the body itself, so a 304 is never stale.
-Response etagged_json(const Call& call, const Json& body) {
+// when databases come and go; Chaise's is a hash of the body itself (or of `basis`, the body
+// without what moves while the data does not), so a 304 is never stale.
+Response etagged_json(const Call& call, const Json& body, const Json* basis = nullptr) {
+  const Json& hashed = basis ? *basis : body;
   const std::string etag =
-      EtagBuilder().add(body.dump(-1, ' ', false, Json::error_handler_t::replace)).str();
+      EtagBuilder().add(hashed.dump(-1, ' ', false, Json::error_handler_t::replace)).str();
   if (if_none_match_has(call.req, etag)) return not_modified_response(call.req, etag);
   Response response = json_response(call.req, Status::ok, body);
   response.set(beast_http::field::etag, etag);
@@ -215,7 +217,10 @@ Response dbs_info(const Call& call) {
       if (auto info = info_of(tr, names[i]))
         out.push_back({{"key", names[i]}, {"info", std::move(*info)}});
     }
-    return etagged_json(call, out);
+    // sizes.file is the store's estimate, which its flushes and compactions move.
+    Json basis = out;
+    for (Json& entry : basis) entry["info"]["sizes"].erase("file");
+    return etagged_json(call, out, &basis);
   }
   if (!call.is(beast_http::verb::post)) throw_method_not_allowed("GET,HEAD,POST");
   require_json_content_type(call);
