@@ -11,23 +11,17 @@
 
 BENCH_AUTH (user:password) authenticates every request.
 """
-import base64, json, os, sys, threading, time, urllib.request
+import sys, threading, time
 
-mode, base = sys.argv[1], sys.argv[2].rstrip("/")
-headers = {"Content-Type": "application/json"}
-if os.environ.get("BENCH_AUTH"):
-    headers["Authorization"] = "Basic " + base64.b64encode(os.environ["BENCH_AUTH"].encode()).decode()
+from client import Client, quantile
 
-
-def req(method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    r = urllib.request.Request(base + path, data=data, method=method, headers=headers)
-    return json.loads(urllib.request.urlopen(r, timeout=60).read())
+mode = sys.argv[1]
+client = Client(sys.argv[2])
+req = client.req
 
 
 def quantiles(ms):
-    ms.sort()
-    return "p50 %.1f ms, max %.1f ms" % (ms[len(ms) // 2], ms[-1])
+    return "p50 %.1f ms, max %.1f ms" % (quantile(ms, 0.5), max(ms))
 
 
 db = "/operator_bench_%d" % int(time.time() * 1000)

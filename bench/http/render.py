@@ -8,28 +8,13 @@
 
 BENCH_AUTH (user:password) authenticates every request.
 """
-import base64, json, os, sys, threading, time, urllib.request
+import sys, threading, time
 
-mode, base = sys.argv[1], sys.argv[2].rstrip("/")
-headers = {"Content-Type": "application/json"}
-if os.environ.get("BENCH_AUTH"):
-    headers["Authorization"] = "Basic " + base64.b64encode(os.environ["BENCH_AUTH"].encode()).decode()
+from client import Client, quantile
 
-
-def raw(method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    r = urllib.request.Request(base + path, data=data, method=method, headers=headers)
-    return urllib.request.urlopen(r, timeout=120).read()
-
-
-def req(method, path, body=None):
-    return json.loads(raw(method, path, body))
-
-
-def quantile(ms, q):
-    ms = sorted(ms)
-    return ms[min(len(ms) - 1, int(len(ms) * q))]
-
+mode = sys.argv[1]
+client = Client(sys.argv[2])
+req, raw = client.req, client.raw
 
 db = "/render_bench_%d" % int(time.time() * 1000)
 req("PUT", db)
