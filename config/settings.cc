@@ -111,6 +111,19 @@ constexpr auto kKeys = std::to_array<Key>({
     {"ssl", "verify_ssl_certificates", Kind::kBool},
     {"ssl", "fail_if_no_peer_cert", Kind::kBool},
     {"ssl", "ciphers", Kind::kString},
+    {"replicator", "max_jobs", Kind::kInt, 1, 100'000},
+    {"replicator", "interval", Kind::kInt, 100, kMax},
+    {"replicator", "max_history", Kind::kInt, 1, 1000},
+    {"replicator", "worker_processes", Kind::kInt, 1, 64},
+    {"replicator", "worker_batch_size", Kind::kInt, 1, 100'000},
+    {"replicator", "http_connections", Kind::kInt, 1, 1000},
+    {"replicator", "connection_timeout", Kind::kInt, 1, 3'600'000},
+    {"replicator", "retries_per_request", Kind::kInt, 0, 100},
+    {"replicator", "checkpoint_interval", Kind::kInt, 1, 86'400'000},
+    {"replicator", "use_checkpoints", Kind::kBool},
+    {"replicator", "use_bulk_get", Kind::kBool},
+    {"replicator", "verify_ssl_certificates", Kind::kBool},
+    {"replicator", "ssl_trusted_certificates_file", Kind::kString},
 });
 
 // Keys of the old all-in-[chaise] layout, and where each lives now. Refused with that hint, so an

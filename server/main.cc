@@ -47,9 +47,11 @@
 #include "core/db/keyspace.h"
 #include "core/db/txid_janitor.h"
 #include "core/js/js.h"
+#include "core/replication/scheduler.h"
 #include "core/security/security.h"
 #include "http/api/metrics.h"
 #include "http/api/peruser.h"
+#include "http/api/replication_endpoints.h"
 #include "http/api/router.h"
 #include "http/auth/auth.h"
 #include "http/transport/server.h"
@@ -495,7 +497,25 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
   // Declared before the server; stopped after it and destroyed after the store (see the end).
   auto workers = std::make_unique<chaise::http::WorkerPool>(config.worker_threads);
   chaise::core::ActiveTasks active_tasks;
+  // The replicator: its endpoints reach this server through the router, which holds it.
+  const auto settings = config_store.snapshot();
+  auto replication_endpoints =
+      std::make_unique<chaise::http::ReplicationEndpoints>(chaise::http::RemoteEndpointOptions{
+          chaise::config::get_bool(*settings, "replicator", "verify_ssl_certificates", false),
+          chaise::config::get_string(*settings, "replicator", "ssl_trusted_certificates_file")});
+  chaise::core::replication::SchedulerOptions replicator_options;
+  replicator_options.server_uuid = *uuid;
+  replicator_options.max_jobs =
+      static_cast<int>(chaise::config::get_int(*settings, "replicator", "max_jobs", 500));
+  replicator_options.interval_ms =
+      chaise::config::get_int(*settings, "replicator", "interval", 60'000);
+  replicator_options.max_history =
+      static_cast<int>(chaise::config::get_int(*settings, "replicator", "max_history", 20));
+  auto replicator = std::make_unique<chaise::core::replication::Scheduler>(
+      *replication_endpoints, std::move(replicator_options));
   chaise::http::RouterContext context;
+  context.replicator = replicator.get();
+  context.own_url = [&replication_endpoints] { return replication_endpoints->own_url(); };
   context.server_uuid = *uuid;
   context.workers = workers.get();
   context.js = &js_engine;
@@ -516,6 +536,7 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
   context.access_log =
       chaise::config::get_bool(*config_store.snapshot(), "log", "access_log", true);
   chaise::http::Router router{std::move(context)};
+  replication_endpoints->set_router(router);
   chaise::http::ServerOptions options = server_options(config);
   options.stream_body = chaise::http::streams_request_body;
   chaise::http::Server server{std::move(options), [&router](const chaise::http::Request& request,
@@ -536,6 +557,9 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
         config.bind_address.c_str(), static_cast<unsigned>(server.tls_port()));
   }
   std::fflush(stdout);
+  replication_endpoints->set_listener(config.bind_address, server.port(),
+                                      config.tls ? server.tls_port() : 0);
+  replicator->start();
   notify_systemd("READY=1");
 
   // Until SIGINT/SIGTERM: SIGHUP reopens the log file; under a systemd watchdog, a ping every half
@@ -582,6 +606,8 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
     spdlog::info("received {}, shutting down", strsignal(signal_number));
   }
   notify_systemd("STOPPING=1");
+  // Jobs checkpoint and stop first: they read and write through the router and the store.
+  replicator->stop();
   server.stop();
   workers->stop();
   // The store drains its pending commits, whose callbacks post into the server's io_context or

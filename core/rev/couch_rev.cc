@@ -807,4 +807,67 @@ std::string mango_index_gen_name(std::string_view body_json, const MangoIndexNam
   return hex(sha1(w.bytes()));
 }
 
+namespace {
+
+// An Erlang string: STRING_EXT for up to 65,535 bytes, NIL_EXT when empty.
+void write_charlist(EtfWriter& w, std::string_view s) {
+  if (s.empty()) return w.nil();
+  if (s.size() <= 0xffff) {
+    w.byte(kStringExt);
+    w.u16(static_cast<std::uint32_t>(s.size()));
+    w.bytes().append(s);
+    return;
+  }
+  w.list_header(s.size());
+  for (unsigned char c : s) w.small_integer(c);
+  w.nil();
+}
+
+void write_rep_endpoint(EtfWriter& w, const ReplicationIdEndpoint& e) {
+  w.tuple_header(7);
+  w.atom("remote");
+  if (e.user)
+    write_charlist(w, *e.user);
+  else
+    w.atom("undefined");
+  write_charlist(w, e.host);
+  if (e.port)
+    w.integer(*e.port);
+  else
+    w.atom("default");
+  write_charlist(w, e.path);
+  if (e.headers.empty()) {
+    w.nil();
+  } else {
+    w.list_header(e.headers.size());
+    for (const auto& [name, value] : e.headers) {
+      w.tuple_header(2);
+      write_charlist(w, name);
+      write_charlist(w, value);
+    }
+    w.nil();
+  }
+  w.atom("undefined");
+}
+
+}  // namespace
+
+std::string replication_id_hash(std::string_view server_uuid, const ReplicationIdEndpoint& source,
+                                const ReplicationIdEndpoint& target,
+                                const std::vector<nlohmann::ordered_json>& filter,
+                                bool winning_revs_only) {
+  EtfWriter w;
+  w.byte(kVersion);
+  w.list_header(3 + filter.size() + (winning_revs_only ? 1 : 0));
+  w.binary(server_uuid);
+  write_rep_endpoint(w, source);
+  write_rep_endpoint(w, target);
+  for (const auto& f : filter)
+    if (!write_json_term(w, f, 0)) return {};
+  if (winning_revs_only) w.binary("winning_revs_only");
+  w.nil();
+  if (w.rejected()) return {};
+  return hex(md5(w.bytes()));
+}
+
 }  // namespace chaise::core

@@ -111,4 +111,25 @@ struct MangoIndexNaming {
 // object jiffy reads or has no object "index".
 std::string mango_index_gen_name(std::string_view body_json, const MangoIndexNaming& o);
 
+// One endpoint of a replication as CouchDB's replication id (version 4) sees it:
+// {remote, User, Host, NonDefaultPort, Path, Headers, undefined}, with User and Host, Path and
+// the header names and values Erlang strings.
+struct ReplicationIdEndpoint {
+  std::optional<std::string> user;  // the basic-auth user; nullopt: undefined
+  std::string host;
+  std::optional<int> port;                                   // nullopt: default (80, 443, 5984)
+  std::string path;                                          // with its trailing '/'
+  std::vector<std::pair<std::string, std::string>> headers;  // custom headers, sorted by name
+};
+// couch_replicator_ids:replication_id(Rep, 4) before its options are appended: the MD5, in 32
+// lowercase hex digits, of
+//   term_to_binary([UUID, Source, Target | Filter] ++ [<<"winning_revs_only">> if set],
+//                  [{minor_version, 1}])
+// where UUID is `server_uuid` as a binary and `filter` the JSON values of the filter part
+// (strings as binaries, objects as jiffy's {[{K, V}]}). Empty if a filter value has no term.
+std::string replication_id_hash(std::string_view server_uuid, const ReplicationIdEndpoint& source,
+                                const ReplicationIdEndpoint& target,
+                                const std::vector<nlohmann::ordered_json>& filter,
+                                bool winning_revs_only);
+
 }  // namespace chaise::core

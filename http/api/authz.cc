@@ -57,7 +57,8 @@ void authorize_request(const Call& call) {
     if (first == "_utils" && is_get(call)) return;
     if (first == "_stats" && path.size() == 1) return;
     if (first == "_replicate") {
-      if (!call.user.name) throw_unauthorized("You are not an authenticated user");
+      if (!call.user.name && !call.user.is_server_admin())
+        throw_unauthorized("You are not an authenticated user");
       return;
     }
     if (first == "_node" && path.size() >= 3 &&

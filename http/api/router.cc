@@ -234,13 +234,22 @@ MaybeResponse Router::handle(const Request& request, ResponseStream& raw_stream)
   return handle_request(request, raw_stream, 0);
 }
 
+MaybeResponse Router::handle_as(const Request& request, ResponseStream& stream,
+                                core::UserCtx user) const {
+  return handle_request(request, stream, 0, std::move(user));
+}
+
 MaybeResponse Router::handle_request(const Request& request, ResponseStream& raw_stream,
-                                     int rewrites) const {
+                                     int rewrites, std::optional<core::UserCtx> as_user) const {
   const auto started = std::chrono::steady_clock::now();
   std::string user_name;
   std::size_t streamed_bytes = 0;
   // One access-log line and the metrics, for whatever answer leaves here.
+  // The server's own requests (the replicator watching _replicator) are neither logged nor
+  // counted: they are not traffic.
+  const bool internal = as_user.has_value();
   const auto done = [&](const std::optional<Response>& r, unsigned streamed_status) {
+    if (internal) return;
     const unsigned status = r ? r->result_int() : streamed_status;
     const auto took = std::chrono::steady_clock::now() - started;
     if (context_.metrics != nullptr)
@@ -263,7 +272,9 @@ MaybeResponse Router::handle_request(const Request& request, ResponseStream& raw
   std::string allow;
   AuthResult auth;
   std::shared_ptr<const AuthSettings> settings;
-  if (context_.auth != nullptr) {
+  if (as_user) {
+    auth.user = std::move(*as_user);
+  } else if (context_.auth != nullptr) {
     settings = context_.auth->settings();
     // A CORS preflight is answered before authentication: browsers send no credentials with it.
     if (auto preflight = cors_preflight(request, settings->cors.for_request(request))) {

@@ -13,6 +13,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include "core/security/security.h"
 #include "http/transport/message.h"
 #include "storage/database.h"
 
@@ -28,6 +29,9 @@ class ChangesNotifier;
 class TxIdJanitor;
 class DbUpdatesRecorder;
 class ActiveTasks;
+namespace replication {
+class Scheduler;
+}
 }  // namespace chaise::core
 
 #include <functional>
@@ -61,6 +65,11 @@ struct RouterContext {
   // What runs besides requests (index builds, compactions), for /_active_tasks; nullptr: none
   // is recorded.
   core::ActiveTasks* active_tasks = nullptr;
+  // The replicator: POST /_replicate, /_scheduler, its _active_tasks; nullptr: they answer 501.
+  core::replication::Scheduler* replicator = nullptr;
+  // This server's own URL ("http://127.0.0.1:5984"), where POST /_replicate sends a source or
+  // target given as a database name (CouchDB's fix_uri); empty: such names are refused.
+  std::function<std::string()> own_url;
   // Wakes waiting longpoll/continuous/eventsource feeds; nullptr: live feeds are refused.
   core::ChangesNotifier* notifier = nullptr;
   // Live feeds: CouchDB's [chttpd] changes_timeout and the heartbeat used for heartbeat=true.
@@ -110,11 +119,16 @@ class Router {
   // HEAD is answered like GET without a body. Thread-safe.
   MaybeResponse handle(const Request& request, ResponseStream& stream) const;
 
+  // handle() for a request this server makes of itself on behalf of `user` (the replicator's
+  // own reads and writes of _replicator): no authentication, the user as given.
+  MaybeResponse handle_as(const Request& request, ResponseStream& stream, core::UserCtx user) const;
+
   const RouterContext& context() const { return context_; }
 
  private:
-  // handle() for a request that `rewrites` _rewrite steps made.
-  MaybeResponse handle_request(const Request& request, ResponseStream& stream, int rewrites) const;
+  // handle() for a request that `rewrites` _rewrite steps made, as `as_user` when set.
+  MaybeResponse handle_request(const Request& request, ResponseStream& stream, int rewrites,
+                               std::optional<core::UserCtx> as_user = std::nullopt) const;
   MaybeResponse dispatch(Call& call) const;
   // /{db}/_design/{ddoc}/_rewrite[/...]: the rewritten request, answered.
   MaybeResponse rewrite(Call& call) const;
@@ -144,6 +158,8 @@ Response handle_membership(Call& call);
 Response handle_utils(Call& call);
 // /favicon.ico: the UI's icon, or CouchDB's plain-text 404 (http/api/fauxton.cc).
 Response handle_favicon(Call& call);
+// POST /_replicate, GET /_scheduler/...: the replicator (http/api/replicate.cc).
+MaybeResponse handle_replication(Call& call);
 // GET /_db_updates: the server's database events (http/api/db_updates.cc).
 MaybeResponse handle_db_updates(Call& call);
 // Database level: /{db}, /{db}/_bulk_docs, _revs_diff, _missing_revs, _revs_limit,

@@ -20,6 +20,7 @@
 
 #include "core/db/active_tasks.h"
 #include "core/db/databases.h"
+#include "core/replication/scheduler.h"
 #include "core/util/ascii.h"
 #include "http/api/etag.h"
 #include "http/api/request.h"
@@ -322,14 +323,12 @@ MaybeResponse handle_server(Call& call) {
     if (!is_get(call)) throw_method_not_allowed("GET,HEAD");
     Json tasks = Json::array();
     if (call.ctx.active_tasks != nullptr) tasks = call.ctx.active_tasks->list(kNodeName);
+    if (call.ctx.replicator != nullptr) {
+      for (auto& t : call.ctx.replicator->active_tasks()) tasks.push_back(std::move(t));
+    }
     co_return json_response(call.req, Status::ok, tasks);
   }
-  if (first == "_replicate" || first == "_scheduler") {
-    // Chaise is a replication peer, not a replicator: say so rather than "no such database".
-    throw HttpError(err::not_implemented(
-        "Chaise does not run replications; run CouchDB's or PouchDB's replicator "
-        "against it"));
-  }
+  if (first == "_replicate" || first == "_scheduler") co_return co_await handle_replication(call);
   not_a_database(call);
 }
 

@@ -1,0 +1,250 @@
+// http/client/couch_endpoint.cc — see couch_endpoint.h. Reference: CouchDB 3.5
+// couch_replicator_api_wrap.erl (the requests a replication makes).
+#include "http/client/couch_endpoint.h"
+
+#include <variant>
+
+#include "core/util/base64.h"
+#include "core/util/json_text.h"
+#include "http/transport/request_parse.h"
+
+namespace chaise::http::client {
+
+using core::CouchError;
+using core::Outcome;
+using core::replication::Json;
+namespace bhttp = boost::beast::http;
+
+namespace {
+
+// A query parameter's value: a string as it is, anything else as JSON, then percent-encoded.
+std::string query_value(const Json& v) {
+  return url_encode(v.is_string() ? v.get<std::string>() : core::dump_json(v, false));
+}
+
+}  // namespace
+
+CouchEndpoint::CouchEndpoint(std::unique_ptr<Sender> sender, std::string db_path,
+                             std::vector<std::pair<std::string, std::string>> headers,
+                             std::string display)
+    : sender_(std::move(sender)),
+      db_path_(std::move(db_path)),
+      headers_(std::move(headers)),
+      display_(std::move(display)) {
+  if (db_path_.empty() || db_path_.back() != '/') db_path_ += '/';
+}
+
+Outcome<std::unique_ptr<core::replication::Endpoint>> CouchEndpoint::from_json(
+    const Json& endpoint, const ClientOptions& options, std::unique_ptr<Sender> sender) {
+  std::string url_text;
+  if (endpoint.is_string()) {
+    url_text = endpoint.get<std::string>();
+  } else if (endpoint.is_object() && endpoint.contains("url") && endpoint["url"].is_string()) {
+    url_text = endpoint["url"].get<std::string>();
+  } else {
+    return core::err::bad_request("endpoint has an invalid url");
+  }
+  auto url = Url::parse(url_text);
+  if (!url) return core::err::bad_request("endpoint has an invalid url");
+  std::vector<std::pair<std::string, std::string>> headers = {{"Accept", "application/json"}};
+  std::optional<std::pair<std::string, std::string>> basic;
+  if (endpoint.is_object()) {
+    if (const auto a = endpoint.find("auth"); a != endpoint.end() && a->is_object()) {
+      if (const auto b = a->find("basic"); b != a->end() && b->is_object()) {
+        const auto u = b->find("username");
+        const auto p = b->find("password");
+        if (u != b->end() && p != b->end() && u->is_string() && p->is_string())
+          basic = {u->get<std::string>(), p->get<std::string>()};
+      }
+    }
+  }
+  if (!basic && url->has_credentials) basic = {url->user, url->password};
+  if (endpoint.is_object()) {
+    if (const auto h = endpoint.find("headers"); h != endpoint.end() && h->is_object()) {
+      for (auto it = h->begin(); it != h->end(); ++it) {
+        if (!it->is_string()) continue;
+        // An empty value (the Authorization or Cookie of a request that had none) sends nothing.
+        if (it->get_ref<const std::string&>().empty()) continue;
+        std::string lower = it.key();
+        for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        if (lower == "authorization" && basic) continue;
+        headers.emplace_back(it.key(), it->get<std::string>());
+      }
+    }
+  }
+  if (basic) {
+    headers.emplace_back("Authorization",
+                         "Basic " + core::base64_encode(basic->first + ":" + basic->second));
+  }
+  std::string display = url->scheme + "://" + url->host_header() + url->path;
+  if (!url->query.empty()) display += "?" + url->query;
+  if (display.find('?') == std::string::npos && display.back() != '/') display += '/';
+  if (!sender) sender = std::make_unique<RemoteSender>(*url, options);
+  return std::unique_ptr<core::replication::Endpoint>(
+      new CouchEndpoint(std::move(sender), url->path, std::move(headers), std::move(display)));
+}
+
+Outcome<Json> CouchEndpoint::call(bhttp::verb method, const std::string& target, std::string body) {
+  auto headers = headers_;
+  if (!body.empty() || method == bhttp::verb::post || method == bhttp::verb::put)
+    headers.emplace_back("Content-Type", "application/json");
+  auto r = sender_->send(method, target, headers, std::move(body));
+  if (!r.ok()) {
+    const ClientError& e = r.error();
+    return CouchError{0, e.timed_out ? "timeout" : "network_error", e.message};
+  }
+  ClientResponse& res = r.value();
+  auto parsed = core::parse_json_text(res.body, core::JsonNumbers::exact);
+  Json* json = std::get_if<Json>(&parsed);
+  if (res.status >= 200 && res.status < 300) {
+    if (json == nullptr)
+      return CouchError{0, "network_error", "the answer of " + display_ + " is not JSON"};
+    return std::move(*json);
+  }
+  CouchError e{static_cast<int>(res.status), "unknown_error", ""};
+  if (json != nullptr && json->is_object()) {
+    if (const auto it = json->find("error"); it != json->end() && it->is_string())
+      e.error = it->get<std::string>();
+    if (const auto it = json->find("reason"); it != json->end() && it->is_string())
+      e.reason = it->get<std::string>();
+  }
+  return e;
+}
+
+std::string CouchEndpoint::doc_path(std::string_view id) const {
+  if (id.starts_with("_design/")) return db_path_ + "_design/" + url_encode(id.substr(8));
+  if (id.starts_with("_local/")) return db_path_ + "_local/" + url_encode(id.substr(7));
+  return db_path_ + url_encode(id);
+}
+
+Outcome<Json> CouchEndpoint::info() { return call(bhttp::verb::get, db_path_, {}); }
+
+Outcome<Json> CouchEndpoint::create(const Json& params) {
+  std::string target = db_path_;
+  char sep = '?';
+  if (params.is_object()) {
+    for (auto it = params.begin(); it != params.end(); ++it) {
+      target += sep + url_encode(it.key()) + "=" + query_value(it.value());
+      sep = '&';
+    }
+  }
+  return call(bhttp::verb::put, target, {});
+}
+
+Outcome<std::optional<Json>> CouchEndpoint::get_local(std::string_view id) {
+  auto r = call(bhttp::verb::get, db_path_ + "_local/" + url_encode(id), {});
+  if (auto* e = std::get_if<CouchError>(&r)) {
+    if (e->status == 404) return std::optional<Json>();
+    return *e;
+  }
+  return std::optional<Json>(std::move(std::get<Json>(r)));
+}
+
+Outcome<Json> CouchEndpoint::put_local(std::string_view id, const Json& doc) {
+  return call(bhttp::verb::put, db_path_ + "_local/" + url_encode(id), core::dump_json(doc, false));
+}
+
+Outcome<Json> CouchEndpoint::get_doc(std::string_view id) {
+  return call(bhttp::verb::get, doc_path(id), {});
+}
+
+Outcome<Json> CouchEndpoint::put_doc(std::string_view id, const Json& doc) {
+  return call(bhttp::verb::put, doc_path(id), core::dump_json(doc, false));
+}
+
+Outcome<Json> CouchEndpoint::changes(const core::replication::ChangesQuery& q) {
+  std::string target = db_path_ + "_changes?";
+  bool post = false;
+  Json body = Json::object();
+  if (!q.filter.empty()) {
+    target += "filter=" + url_encode(q.filter) + "&";
+    if (q.filter == "_doc_ids" && q.doc_ids) {
+      post = true;
+      body["doc_ids"] = *q.doc_ids;
+    } else if (q.filter == "_selector" && q.selector) {
+      post = true;
+      body["selector"] = *q.selector;
+    }
+    if (q.query_params.is_object()) {
+      for (auto it = q.query_params.begin(); it != q.query_params.end(); ++it)
+        target += url_encode(it.key()) + "=" + query_value(it.value()) + "&";
+    }
+  }
+  target += "style=all_docs&since=" + query_value(q.since) + "&limit=" + std::to_string(q.limit);
+  if (q.include_docs) target += "&include_docs=true";
+  if (q.longpoll) target += "&feed=longpoll&timeout=" + std::to_string(q.timeout_ms);
+  return call(post ? bhttp::verb::post : bhttp::verb::get, target,
+              post ? core::dump_json(body, false) : std::string());
+}
+
+Outcome<Json> CouchEndpoint::revs_diff(const Json& id_revs) {
+  return call(bhttp::verb::post, db_path_ + "_revs_diff", core::dump_json(id_revs, false));
+}
+
+Outcome<Json> CouchEndpoint::open_revs(const Json& entries) {
+  // entries: the _bulk_get requests for one document.
+  const std::string id = entries.front()["id"].get<std::string>();
+  Json revs = Json::array();
+  Json atts_since = Json::array();
+  for (const Json& e : entries) {
+    revs.push_back(e["rev"]);
+    if (e.contains("atts_since"))
+      for (const Json& a : e["atts_since"]) atts_since.push_back(a);
+  }
+  std::string target = doc_path(id) + "?revs=true&latest=true&attachments=true&open_revs=" +
+                       url_encode(core::dump_json(revs, false));
+  if (!atts_since.empty())
+    target += "&atts_since=" + url_encode(core::dump_json(atts_since, false));
+  auto r = call(bhttp::verb::get, target, {});
+  if (auto* e = std::get_if<CouchError>(&r)) {
+    if (e->status != 404) return *e;
+    Json docs = Json::array();
+    for (const Json& rev : revs) docs.push_back(Json{{"missing", rev}});
+    return Json{{"id", id}, {"docs", docs}};
+  }
+  Json& answer = std::get<Json>(r);
+  if (!answer.is_array()) return CouchError{0, "network_error", "open_revs answered no array"};
+  return Json{{"id", id}, {"docs", std::move(answer)}};
+}
+
+Outcome<Json> CouchEndpoint::bulk_get(const Json& docs, bool use_bulk_get) {
+  if (use_bulk_get && !bulk_get_missing_) {
+    Json body = {{"docs", docs}};
+    auto r = call(bhttp::verb::post, db_path_ + "_bulk_get?revs=true&attachments=true&latest=true",
+                  core::dump_json(body, false));
+    if (auto* e = std::get_if<CouchError>(&r)) {
+      // A server without _bulk_get (CouchDB before 2.0) answers 404, 405 or 400 for it.
+      if (e->status != 404 && e->status != 405 && e->status != 400) return *e;
+      bulk_get_missing_ = true;
+    } else {
+      Json& answer = std::get<Json>(r);
+      if (!answer.is_object() || !answer.contains("results") || !answer["results"].is_array())
+        return CouchError{0, "network_error", "_bulk_get answered no results"};
+      return std::move(answer["results"]);
+    }
+  }
+  // One GET ?open_revs per document, its revisions together.
+  Json results = Json::array();
+  std::size_t i = 0;
+  while (i < docs.size()) {
+    Json group = Json::array({docs[i]});
+    std::size_t j = i + 1;
+    while (j < docs.size() && docs[j]["id"] == docs[i]["id"]) group.push_back(docs[j++]);
+    auto r = open_revs(group);
+    if (auto* e = std::get_if<CouchError>(&r)) return *e;
+    results.push_back(std::move(std::get<Json>(r)));
+    i = j;
+  }
+  return results;
+}
+
+Outcome<Json> CouchEndpoint::bulk_docs(const Json& docs) {
+  Json body = {{"new_edits", false}, {"docs", docs}};
+  return call(bhttp::verb::post, db_path_ + "_bulk_docs", core::dump_json(body, false));
+}
+
+Outcome<Json> CouchEndpoint::ensure_full_commit() {
+  return call(bhttp::verb::post, db_path_ + "_ensure_full_commit", {});
+}
+
+}  // namespace chaise::http::client
