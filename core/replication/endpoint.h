@@ -67,12 +67,24 @@ class Endpoint {
   virtual Outcome<Json> changes(const ChangesQuery& q) = 0;
   // POST /{db}/_revs_diff with {id: [rev, ...]}.
   virtual Outcome<Json> revs_diff(const Json& id_revs) = 0;
-  // POST /{db}/_bulk_get?revs=true&attachments=true&latest=true with `docs` ([{id, rev,
-  // atts_since}]): the "results" array. `use_bulk_get` false (or a source without _bulk_get):
+  // POST /{db}/_bulk_get?revs=true&latest=true with `docs` ([{id, rev, atts_since}]): the
+  // "results" array, attachments as stubs. `use_bulk_get` false (or a source without _bulk_get):
   // the same rows fetched with GET /{db}/{id}?open_revs=[...], one request per document.
   virtual Outcome<Json> bulk_get(const Json& docs, bool use_bulk_get) = 0;
   // POST /{db}/_bulk_docs with new_edits=false: the answer array (errors only, as CouchDB gives).
   virtual Outcome<Json> bulk_docs(const Json& docs) = 0;
+
+  // A revision with its history and the bytes of the attachments the target lacks (those newer
+  // than `atts_since`), as one body: multipart/related where there are such bytes (the
+  // attachments raw, not base64), else JSON. `content_type` says which.
+  struct RawDoc {
+    std::string content_type;
+    std::string body;
+  };
+  virtual Outcome<RawDoc> get_doc_with_attachments(std::string_view id, const Json& rev,
+                                                   const Json& atts_since) = 0;
+  // PUT /{db}/{id}?new_edits=false of a body get_doc_with_attachments gave.
+  virtual Outcome<Json> put_replicated(std::string_view id, RawDoc doc) = 0;
   // POST /{db}/_ensure_full_commit.
   virtual Outcome<Json> ensure_full_commit() = 0;
 

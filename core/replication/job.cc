@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <ctime>
 #include <deque>
 #include <map>
@@ -93,6 +94,76 @@ std::pair<Json, Json> start_point(const Json& src_log, const Json& tgt_log) {
   }
   return {0, Json::array()};
 }
+
+// Whether a revision's attachments (`atts`, stubs) include one its target lacks: one written
+// after the newest of `ancestors` (the target's possible ancestors), or any when there are none.
+bool needs_attachment_bytes(const Json& atts, const Json* ancestors) {
+  if (!atts.is_object() || atts.empty()) return false;
+  std::int64_t newest = 0;
+  if (ancestors != nullptr && ancestors->is_array()) {
+    for (const Json& a : *ancestors) {
+      if (!a.is_string()) continue;
+      const std::string& rev = a.get_ref<const std::string&>();
+      newest = std::max<std::int64_t>(newest, std::strtoll(rev.c_str(), nullptr, 10));
+    }
+  }
+  for (const auto& [name, att] : atts.items()) {
+    const Json* revpos = member(att, "revpos");
+    if (revpos == nullptr || !revpos->is_number_integer() || revpos->get<std::int64_t>() > newest)
+      return true;
+  }
+  return false;
+}
+
+// The bytes a revision's attachments take (their "length"s).
+std::int64_t attachment_bytes(const Json& atts) {
+  std::int64_t total = 0;
+  if (atts.is_object())
+    for (const auto& [name, att] : atts.items())
+      if (const Json* len = member(att, "length"); len != nullptr && len->is_number_integer())
+        total += len->get<std::int64_t>();
+  return total;
+}
+
+// Bytes of attachments held at once by a job's workers: a worker waits while others hold more
+// than the budget, except that one revision alone may always go (whatever its size).
+class BytesBudget {
+ public:
+  explicit BytesBudget(std::int64_t budget) : budget_(budget) {}
+  class Hold {
+   public:
+    Hold(BytesBudget& b, std::int64_t n) : b_(b), n_(n) {
+      std::unique_lock lock(b_.mu_);
+      b_.cv_.wait(lock, [&] { return b_.held_ == 0 || b_.held_ + n_ <= b_.budget_; });
+      b_.held_ += n_;
+    }
+    ~Hold() {
+      {
+        std::lock_guard lock(b_.mu_);
+        b_.held_ -= n_;
+      }
+      b_.cv_.notify_all();
+    }
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+
+   private:
+    BytesBudget& b_;
+    std::int64_t n_;
+  };
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const std::int64_t budget_;
+  std::int64_t held_ = 0;
+};
+
+// The fewest changes a page is split into for the workers (see run()).
+constexpr std::size_t kMinPieceRows = 25;
+
+// Attachment bytes a job's workers hold at once (see BytesBudget).
+constexpr std::int64_t kAttachmentBytesInFlight = 32ll << 20;
 
 }  // namespace
 
@@ -361,6 +432,7 @@ JobOutcome ReplicationJob::run() {
   };
 
   // ---- workers: revs_diff, bulk_get, bulk_docs of one batch ----
+  BytesBudget budget(kAttachmentBytesInFlight);
   const auto process = [&](Endpoint& wsrc, Endpoint& wtgt,
                            const Json& rows) -> std::optional<CouchError> {
     Json id_revs = Json::object();
@@ -403,17 +475,70 @@ JobOutcome ReplicationJob::run() {
     if (wanted.empty()) return std::nullopt;
     auto fetched = retrying([&] { return wsrc.bulk_get(wanted, spec_.use_bulk_get); });
     if (auto* e = std::get_if<CouchError>(&fetched)) return *e;
+    // The attachments each wanted revision's target already has: those of its possible
+    // ancestors (atts_since).
+    std::map<std::pair<std::string, std::string>, const Json*> since;
+    for (const Json& w : wanted) {
+      if (const Json* a = member(w, "atts_since"))
+        since[{w["id"].get<std::string>(), w["rev"].dump()}] = a;
+    }
     Json docs = Json::array();
+    std::vector<std::pair<Json, Json>> with_bytes;  // (doc stub, atts_since)
     for (const Json& result : std::get<Json>(fetched)) {
       const Json* list = member(result, "docs");
       if (list == nullptr || !list->is_array()) continue;
-      for (const Json& d : *list)
-        if (const Json* ok = member(d, "ok")) docs.push_back(*ok);
+      for (const Json& d : *list) {
+        const Json* ok = member(d, "ok");
+        if (ok == nullptr) continue;
+        const Json* id = member(*ok, "_id");
+        const Json* rev = member(*ok, "_rev");
+        const Json* atts = member(*ok, "_attachments");
+        const auto s = id != nullptr && rev != nullptr && id->is_string()
+                           ? since.find({id->get<std::string>(), rev->dump()})
+                           : since.end();
+        const Json* ancestors = s == since.end() ? nullptr : s->second;
+        if (atts != nullptr && needs_attachment_bytes(*atts, ancestors)) {
+          with_bytes.emplace_back(*ok, ancestors != nullptr ? *ancestors : Json::array());
+        } else {
+          docs.push_back(*ok);
+        }
+      }
     }
     const auto read = static_cast<std::int64_t>(docs.size());
     {
       std::lock_guard lock(mu_);
       stats_.docs_read += read;
+    }
+    // Revisions with attachment bytes to carry go one at a time, as one multipart body each
+    // (CouchDB's replicator PUTs them the same way); at most kAttachmentBytesInFlight of them
+    // are held at once over the job's workers.
+    for (const auto& [stub, ancestors] : with_bytes) {
+      const std::string id = stub["_id"].get<std::string>();
+      const std::int64_t size = attachment_bytes(stub["_attachments"]);
+      BytesBudget::Hold hold(budget, size);
+      if (stopping_) return CouchError{0, "stopped", "stopped"};
+      auto raw =
+          retrying([&] { return wsrc.get_doc_with_attachments(id, stub["_rev"], ancestors); });
+      if (auto* e = std::get_if<CouchError>(&raw)) {
+        if (e->status == 404) continue;  // gone since (compacted or purged)
+        return *e;
+      }
+      {
+        std::lock_guard lock(mu_);
+        ++stats_.docs_read;
+      }
+      auto put = wtgt.put_replicated(id, std::move(std::get<Endpoint::RawDoc>(raw)));
+      std::lock_guard lock(mu_);
+      if (auto* e = std::get_if<CouchError>(&put)) {
+        // What the target refuses is counted and skipped (couch_replicator_worker).
+        if (e->status == 400 || e->status == 401 || e->status == 403 || e->status == 413 ||
+            e->status == 415) {
+          ++stats_.doc_write_failures;
+          continue;
+        }
+        return *e;
+      }
+      ++stats_.docs_written;
     }
     if (docs.empty()) return std::nullopt;
     auto written = retrying([&] { return wtgt.bulk_docs(docs); });
@@ -522,16 +647,40 @@ JobOutcome ReplicationJob::run() {
     }
     if (!results->empty()) {
       no_changes = false;
-      std::unique_lock lock(run.mu);
-      // At most one batch waits per worker: memory stays bounded by the batch size.
-      run.cv.wait(lock, [&] {
-        return run.queue.size() < static_cast<std::size_t>(nworkers) || run.error || stopping_;
-      });
-      if (run.error || stopping_) break;
-      run.in_flight[next_number] = Run::InFlight{*last_seq};
-      run.queue.push_back(Run::Batch{next_number, *results, *last_seq});
-      ++next_number;
-      run.cv.notify_all();
+      // The page goes to the workers in up to nworkers pieces (of kMinPieceRows at least), so
+      // that a page that is all there is (a small source, large attachments) still keeps every
+      // worker busy. A piece ends at its last row's seq; the last one at the page's last_seq.
+      const std::size_t n = results->size();
+      const std::size_t piece = std::max<std::size_t>(
+          kMinPieceRows, (n + static_cast<std::size_t>(nworkers) - 1) / nworkers);
+      bool stop_reading = false;
+      for (std::size_t at = 0; at < n;) {
+        std::size_t end = std::min(n, at + piece);
+        Json piece_seq = *last_seq;
+        const Json* seq = end < n ? member((*results)[end - 1], "seq") : nullptr;
+        if (seq != nullptr) {
+          piece_seq = *seq;
+        } else {
+          end = n;  // no seq to checkpoint at: the rest of the page is one piece
+        }
+        Json rows(results->begin() + static_cast<std::ptrdiff_t>(at),
+                  results->begin() + static_cast<std::ptrdiff_t>(end));
+        at = end;
+        std::unique_lock lock(run.mu);
+        // At most one piece waits per worker: memory stays bounded by the batch size.
+        run.cv.wait(lock, [&] {
+          return run.queue.size() < static_cast<std::size_t>(nworkers) || run.error || stopping_;
+        });
+        if (run.error || stopping_) {
+          stop_reading = true;
+          break;
+        }
+        run.in_flight[next_number] = Run::InFlight{piece_seq};
+        run.queue.push_back(Run::Batch{next_number, std::move(rows), piece_seq});
+        ++next_number;
+        run.cv.notify_all();
+      }
+      if (stop_reading) break;
     }
     since = *last_seq;
     const bool drained = results->size() < q.limit;

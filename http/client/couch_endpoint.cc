@@ -84,31 +84,40 @@ Outcome<std::unique_ptr<core::replication::Endpoint>> CouchEndpoint::from_json(
       new CouchEndpoint(std::move(sender), url->path, std::move(headers), std::move(display)));
 }
 
-Outcome<Json> CouchEndpoint::call(bhttp::verb method, const std::string& target, std::string body) {
+Outcome<ClientResponse> CouchEndpoint::raw_call(
+    bhttp::verb method, const std::string& target, std::string body,
+    const std::vector<std::pair<std::string, std::string>>& extra_headers) {
   auto headers = headers_;
-  if (!body.empty() || method == bhttp::verb::post || method == bhttp::verb::put)
-    headers.emplace_back("Content-Type", "application/json");
+  for (const auto& h : extra_headers) headers.push_back(h);
   auto r = sender_->send(method, target, headers, std::move(body));
   if (!r.ok()) {
     const ClientError& e = r.error();
     return CouchError{0, e.timed_out ? "timeout" : "network_error", e.message};
   }
   ClientResponse& res = r.value();
-  auto parsed = core::parse_json_text(res.body, core::JsonNumbers::exact);
-  Json* json = std::get_if<Json>(&parsed);
-  if (res.status >= 200 && res.status < 300) {
-    if (json == nullptr)
-      return CouchError{0, "network_error", "the answer of " + display_ + " is not JSON"};
-    return std::move(*json);
-  }
+  if (res.status >= 200 && res.status < 300) return std::move(res);
   CouchError e{static_cast<int>(res.status), "unknown_error", ""};
-  if (json != nullptr && json->is_object()) {
+  auto parsed = core::parse_json_text(res.body, core::JsonNumbers::exact);
+  if (Json* json = std::get_if<Json>(&parsed); json != nullptr && json->is_object()) {
     if (const auto it = json->find("error"); it != json->end() && it->is_string())
       e.error = it->get<std::string>();
     if (const auto it = json->find("reason"); it != json->end() && it->is_string())
       e.reason = it->get<std::string>();
   }
   return e;
+}
+
+Outcome<Json> CouchEndpoint::call(bhttp::verb method, const std::string& target, std::string body) {
+  std::vector<std::pair<std::string, std::string>> extra;
+  if (!body.empty() || method == bhttp::verb::post || method == bhttp::verb::put)
+    extra.emplace_back("Content-Type", "application/json");
+  auto r = raw_call(method, target, std::move(body), extra);
+  if (auto* e = std::get_if<CouchError>(&r)) return *e;
+  auto parsed = core::parse_json_text(std::get<ClientResponse>(r).body, core::JsonNumbers::exact);
+  Json* json = std::get_if<Json>(&parsed);
+  if (json == nullptr)
+    return CouchError{0, "network_error", "the answer of " + display_ + " is not JSON"};
+  return std::move(*json);
 }
 
 std::string CouchEndpoint::doc_path(std::string_view id) const {
@@ -185,16 +194,9 @@ Outcome<Json> CouchEndpoint::open_revs(const Json& entries) {
   // entries: the _bulk_get requests for one document.
   const std::string id = entries.front()["id"].get<std::string>();
   Json revs = Json::array();
-  Json atts_since = Json::array();
-  for (const Json& e : entries) {
-    revs.push_back(e["rev"]);
-    if (e.contains("atts_since"))
-      for (const Json& a : e["atts_since"]) atts_since.push_back(a);
-  }
-  std::string target = doc_path(id) + "?revs=true&latest=true&attachments=true&open_revs=" +
-                       url_encode(core::dump_json(revs, false));
-  if (!atts_since.empty())
-    target += "&atts_since=" + url_encode(core::dump_json(atts_since, false));
+  for (const Json& e : entries) revs.push_back(e["rev"]);
+  const std::string target =
+      doc_path(id) + "?revs=true&latest=true&open_revs=" + url_encode(core::dump_json(revs, false));
   auto r = call(bhttp::verb::get, target, {});
   if (auto* e = std::get_if<CouchError>(&r)) {
     if (e->status != 404) return *e;
@@ -210,7 +212,7 @@ Outcome<Json> CouchEndpoint::open_revs(const Json& entries) {
 Outcome<Json> CouchEndpoint::bulk_get(const Json& docs, bool use_bulk_get) {
   if (use_bulk_get && !bulk_get_missing_) {
     Json body = {{"docs", docs}};
-    auto r = call(bhttp::verb::post, db_path_ + "_bulk_get?revs=true&attachments=true&latest=true",
+    auto r = call(bhttp::verb::post, db_path_ + "_bulk_get?revs=true&latest=true",
                   core::dump_json(body, false));
     if (auto* e = std::get_if<CouchError>(&r)) {
       // A server without _bulk_get (CouchDB before 2.0) answers 404, 405 or 400 for it.
@@ -245,6 +247,31 @@ Outcome<Json> CouchEndpoint::bulk_docs(const Json& docs) {
 
 Outcome<Json> CouchEndpoint::ensure_full_commit() {
   return call(bhttp::verb::post, db_path_ + "_ensure_full_commit", {});
+}
+
+Outcome<core::replication::Endpoint::RawDoc> CouchEndpoint::get_doc_with_attachments(
+    std::string_view id, const Json& rev, const Json& atts_since) {
+  std::string target = doc_path(id) + "?revs=true&attachments=true&rev=" + query_value(rev);
+  if (atts_since.is_array() && !atts_since.empty())
+    target += "&atts_since=" + url_encode(core::dump_json(atts_since, false));
+  auto r =
+      raw_call(bhttp::verb::get, target, {}, {{"Accept", "multipart/related, application/json"}});
+  if (auto* e = std::get_if<CouchError>(&r)) return *e;
+  ClientResponse& res = std::get<ClientResponse>(r);
+  RawDoc doc;
+  doc.content_type = std::string(res.headers[bhttp::field::content_type]);
+  if (doc.content_type.empty()) doc.content_type = "application/json";
+  doc.body = std::move(res.body);
+  return doc;
+}
+
+Outcome<Json> CouchEndpoint::put_replicated(std::string_view id, RawDoc doc) {
+  auto r = raw_call(bhttp::verb::put, doc_path(id) + "?new_edits=false", std::move(doc.body),
+                    {{"Content-Type", doc.content_type}});
+  if (auto* e = std::get_if<CouchError>(&r)) return *e;
+  auto parsed = core::parse_json_text(std::get<ClientResponse>(r).body, core::JsonNumbers::exact);
+  if (Json* json = std::get_if<Json>(&parsed)) return std::move(*json);
+  return Json::object();
 }
 
 }  // namespace chaise::http::client

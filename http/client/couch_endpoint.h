@@ -72,11 +72,19 @@ class CouchEndpoint : public core::replication::Endpoint {
                                                   bool use_bulk_get) override;
   core::Outcome<core::replication::Json> bulk_docs(const core::replication::Json& docs) override;
   core::Outcome<core::replication::Json> ensure_full_commit() override;
+  core::Outcome<RawDoc> get_doc_with_attachments(
+      std::string_view id, const core::replication::Json& rev,
+      const core::replication::Json& atts_since) override;
+  core::Outcome<core::replication::Json> put_replicated(std::string_view id, RawDoc doc) override;
   void cancel() override { sender_->cancel(); }
 
  private:
   core::Outcome<core::replication::Json> call(boost::beast::http::verb method,
                                               const std::string& target, std::string body);
+  // The answer as it came (2xx), or the error it says.
+  core::Outcome<ClientResponse> raw_call(
+      boost::beast::http::verb method, const std::string& target, std::string body,
+      const std::vector<std::pair<std::string, std::string>>& extra_headers);
   // open_revs of one document, as a _bulk_get result row.
   core::Outcome<core::replication::Json> open_revs(const core::replication::Json& entries);
   std::string doc_path(std::string_view id) const;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <map>
 #include <string>
 #include <thread>
@@ -125,6 +126,51 @@ TEST(ReplicationTest, OneShotMakesAnEqualCopyAndResumesFromItsCheckpoint) {
                 answer["history"][1]["missing_checked"].get<int>(),
             50);
   EXPECT_EQ(snapshot(ca, "src"), snapshot(cb, "tgt"));
+}
+
+TEST(ReplicationTest, AttachmentsTravelWholeAndOnlyWhenTheTargetLacksThem) {
+  TempDir dir;
+  ServerProcess a(dir.path() / "a");
+  ServerProcess b(dir.path() / "b");
+  HttpClient ca(a.port(), 120s);
+  HttpClient cb(b.port(), 120s);
+  ASSERT_EQ(ca.request(verb::put, "/src").status, 201u);
+  // 100 MB of bytes that do not compress, and two small attachments.
+  std::string big(100u << 20, '\0');
+  std::uint64_t x = 88172645463325252ull;
+  for (std::size_t i = 0; i < big.size(); i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(&big[i], &x, std::min<std::size_t>(8, big.size() - i));
+  }
+  HttpResponse r = ca.request(verb::put, "/src/big/blob.bin", big,
+                              {{"Content-Type", "application/octet-stream"}});
+  ASSERT_EQ(r.status, 201u) << r.body;
+  r = put(ca, "/src/small",
+          {{"_attachments",
+            {{"a.txt", {{"content_type", "text/plain"}, {"data", "b25l"}}},
+             {"b.txt", {{"content_type", "text/plain"}, {"data", "dHdv"}}}}}});
+  ASSERT_EQ(r.status, 201u);
+  const Json job = {{"source", url(a, "src")}, {"target", url(b, "tgt")}, {"create_target", true}};
+  r = post(ca, "/_replicate", job);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.json()["history"][0]["docs_written"], 2);
+  const HttpResponse copy = cb.get("/tgt/big/blob.bin");
+  ASSERT_EQ(copy.status, 200u);
+  EXPECT_TRUE(copy.body == big) << "the 100 MB attachment differs";
+
+  // A third attachment: the target has the first two, which go as stubs (the target refuses a
+  // stub it does not have, so the write proves they were not needed).
+  Json small = ca.get("/src/small").json();
+  small["_attachments"]["c.txt"] = {{"content_type", "text/plain"}, {"data", "dGhyZWU="}};
+  ASSERT_EQ(put(ca, "/src/small", small).status, 201u);
+  r = post(ca, "/_replicate", job);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.json()["history"][0]["doc_write_failures"], 0);
+  EXPECT_EQ(cb.get("/tgt/small/c.txt").body, "three");
+  EXPECT_EQ(cb.get("/tgt/small/a.txt").body, "one");
+  EXPECT_EQ(cb.get("/tgt/small?revs=true").json(), ca.get("/src/small?revs=true").json());
 }
 
 TEST(ReplicationTest, FiltersPickTheDocuments) {
