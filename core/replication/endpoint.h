@@ -75,14 +75,18 @@ class Endpoint {
   virtual Outcome<Json> bulk_docs(const Json& docs) = 0;
 
   // A revision with its history and the bytes of the attachments the target lacks (those newer
-  // than `atts_since`), as one body: multipart/related where there are such bytes (the
-  // attachments raw, not base64), else JSON. `content_type` says which.
+  // than `atts_since`), as one body: with `multipart`, multipart/related where there are such
+  // bytes (the attachments as stored, gzip included, with their encoding said), else JSON with
+  // the attachments inline (base64, decoded). `content_type` says which.
   struct RawDoc {
     std::string content_type;
     std::string body;
   };
   virtual Outcome<RawDoc> get_doc_with_attachments(std::string_view id, const Json& rev,
-                                                   const Json& atts_since) = 0;
+                                                   const Json& atts_since, bool multipart) = 0;
+  // Whether the server takes a multipart/related PUT with encoded attachments as CouchDB does
+  // (CouchDB and Chaise; pouchdb-server stores the encoded bytes as they are). Asked once.
+  virtual bool takes_encoded_multipart() = 0;
   // PUT /{db}/{id}?new_edits=false of a body get_doc_with_attachments gave.
   virtual Outcome<Json> put_replicated(std::string_view id, RawDoc doc) = 0;
   // POST /{db}/_ensure_full_commit.

@@ -517,8 +517,9 @@ JobOutcome ReplicationJob::run() {
       const std::int64_t size = attachment_bytes(stub["_attachments"]);
       BytesBudget::Hold hold(budget, size);
       if (stopping_) return CouchError{0, "stopped", "stopped"};
-      auto raw =
-          retrying([&] { return wsrc.get_doc_with_attachments(id, stub["_rev"], ancestors); });
+      const bool multipart = wtgt.takes_encoded_multipart();
+      auto raw = retrying(
+          [&] { return wsrc.get_doc_with_attachments(id, stub["_rev"], ancestors, multipart); });
       if (auto* e = std::get_if<CouchError>(&raw)) {
         if (e->status == 404) continue;  // gone since (compacted or purged)
         return *e;

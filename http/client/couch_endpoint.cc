@@ -249,13 +249,27 @@ Outcome<Json> CouchEndpoint::ensure_full_commit() {
   return call(bhttp::verb::post, db_path_ + "_ensure_full_commit", {});
 }
 
+bool CouchEndpoint::takes_encoded_multipart() {
+  if (!encoded_multipart_) {
+    // The server's welcome, at the path above the database's: CouchDB's (and Chaise's) say
+    // "couchdb".
+    std::string root = db_path_.substr(0, db_path_.size() - 1);
+    root = root.substr(0, root.rfind('/') + 1);
+    auto r = call(bhttp::verb::get, root.empty() ? "/" : root, {});
+    const Json* welcome = std::get_if<Json>(&r);
+    encoded_multipart_ = welcome != nullptr && welcome->is_object() && welcome->contains("couchdb");
+  }
+  return *encoded_multipart_;
+}
+
 Outcome<core::replication::Endpoint::RawDoc> CouchEndpoint::get_doc_with_attachments(
-    std::string_view id, const Json& rev, const Json& atts_since) {
+    std::string_view id, const Json& rev, const Json& atts_since, bool multipart) {
   std::string target = doc_path(id) + "?revs=true&attachments=true&rev=" + query_value(rev);
   if (atts_since.is_array() && !atts_since.empty())
     target += "&atts_since=" + url_encode(core::dump_json(atts_since, false));
-  auto r =
-      raw_call(bhttp::verb::get, target, {}, {{"Accept", "multipart/related, application/json"}});
+  auto r = raw_call(
+      bhttp::verb::get, target, {},
+      {{"Accept", multipart ? "multipart/related, application/json" : "application/json"}});
   if (auto* e = std::get_if<CouchError>(&r)) return *e;
   ClientResponse& res = std::get<ClientResponse>(r);
   RawDoc doc;

@@ -72,9 +72,11 @@ class CouchEndpoint : public core::replication::Endpoint {
                                                   bool use_bulk_get) override;
   core::Outcome<core::replication::Json> bulk_docs(const core::replication::Json& docs) override;
   core::Outcome<core::replication::Json> ensure_full_commit() override;
-  core::Outcome<RawDoc> get_doc_with_attachments(
-      std::string_view id, const core::replication::Json& rev,
-      const core::replication::Json& atts_since) override;
+  core::Outcome<RawDoc> get_doc_with_attachments(std::string_view id,
+                                                 const core::replication::Json& rev,
+                                                 const core::replication::Json& atts_since,
+                                                 bool multipart) override;
+  bool takes_encoded_multipart() override;
   core::Outcome<core::replication::Json> put_replicated(std::string_view id, RawDoc doc) override;
   void cancel() override { sender_->cancel(); }
 
@@ -93,7 +95,8 @@ class CouchEndpoint : public core::replication::Endpoint {
   std::string db_path_;
   std::vector<std::pair<std::string, std::string>> headers_;
   std::string display_;
-  bool bulk_get_missing_ = false;  // the server has no _bulk_get: open_revs from now on
+  bool bulk_get_missing_ = false;          // the server has no _bulk_get: open_revs from now on
+  std::optional<bool> encoded_multipart_;  // takes_encoded_multipart(), once asked
 };
 
 }  // namespace chaise::http::client

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs clients_test.mjs: real PouchDB and nano against a real chaise (see the header of that file).
+# Runs clients_test.mjs: real PouchDB and nano against a real chaise (see the header of that file),
+# or the command given after installing the npm packages (pouchdb_server_replication_test.py).
 #
-#   CHAISE_BINARY=/path/to/chaise bash tests/interop/run_clients_test.sh
+#   CHAISE_BINARY=/path/to/chaise bash tests/interop/run_clients_test.sh [command...]
 #
 # Needs node and npm. Without them it fails, unless CHAISE_INTEROP_OPTIONAL=1, in which case it
 # prints "skipped: node not installed" and exits 77 (CTest's skip). It installs nothing system-wide: the npm
@@ -34,4 +35,8 @@ if [[ ! -f node_modules/.package-lock.json || ( -f package-lock.json && package-
   fi
 fi
 
+# The test to run: clients_test.mjs, or the command given (another test that needs these packages).
+if [[ $# -gt 0 ]]; then
+  exec timeout --kill-after=10 300 "$@"
+fi
 exec timeout --kill-after=10 240 node "$here/clients_test.mjs"
