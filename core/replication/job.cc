@@ -282,32 +282,27 @@ JobOutcome ReplicationJob::run() {
   Endpoint& src = *std::get<std::unique_ptr<Endpoint>>(src_open);
   Endpoint& tgt = *std::get<std::unique_ptr<Endpoint>>(tgt_open);
 
+  // Why a database cannot be used, as CouchDB words it: a 401 is "unauthorized", a 403
+  // "forbidden" (couch_replicator_api_wrap:db_open).
+  const auto refused = [&](const CouchError& e, const std::string& display) {
+    if (e.status == 404) return fail("db_not_found: could not open " + display, true);
+    if (e.status == 401)
+      return fail("unauthorized: unauthorized to access or create database " + display, true);
+    if (e.status == 403) return fail("forbidden: " + display, true);
+    return fail(reason_of(e), false);
+  };
   auto src_info = retrying([&] { return src.info(); });
-  if (auto* e = std::get_if<CouchError>(&src_info)) {
-    if (e->status == 404) return fail("db_not_found: could not open " + source_display_, true);
-    if (e->status == 401 || e->status == 403)
-      return fail("unauthorized: unauthorized to access or create database " + source_display_,
-                  true);
-    return fail(reason_of(*e), false);
-  }
+  if (auto* e = std::get_if<CouchError>(&src_info)) return refused(*e, source_display_);
   auto tgt_info = retrying([&] { return tgt.info(); });
-  if (auto* e = std::get_if<CouchError>(&tgt_info)) {
-    if (e->status == 404 && spec_.create_target) {
-      auto created = retrying([&] { return tgt.create(spec_.create_target_params); });
-      if (auto* ce = std::get_if<CouchError>(&created); ce != nullptr && ce->status != 412) {
-        return fail("unauthorized: unauthorized to access or create database " + target_display_,
-                    ce->status == 401 || ce->status == 403);
-      }
-      tgt_info = retrying([&] { return tgt.info(); });
-    }
-    if (auto* e2 = std::get_if<CouchError>(&tgt_info)) {
-      if (e2->status == 404) return fail("db_not_found: could not open " + target_display_, true);
-      if (e2->status == 401 || e2->status == 403)
-        return fail("unauthorized: unauthorized to access or create database " + target_display_,
-                    true);
-      return fail(reason_of(*e2), false);
-    }
+  if (auto* e = std::get_if<CouchError>(&tgt_info);
+      e != nullptr && e->status == 404 && spec_.create_target) {
+    auto created = retrying([&] { return tgt.create(spec_.create_target_params); });
+    // 412: another job created it meanwhile.
+    if (auto* ce = std::get_if<CouchError>(&created); ce != nullptr && ce->status != 412)
+      return refused(*ce, target_display_);
+    tgt_info = retrying([&] { return tgt.info(); });
   }
+  if (auto* e = std::get_if<CouchError>(&tgt_info)) return refused(*e, target_display_);
 
   // A design-document filter's code enters the replication id.
   std::optional<std::string> filter_code;

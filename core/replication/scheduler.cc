@@ -330,6 +330,8 @@ struct Scheduler::State {
       return CouchError{500, "db_not_found", r.substr(std::string("db_not_found: ").size())};
     if (r.starts_with("unauthorized: "))
       return CouchError{401, "unauthorized", r.substr(std::string("unauthorized: ").size())};
+    if (r.starts_with("forbidden: "))
+      return CouchError{403, "forbidden", r.substr(std::string("forbidden: ").size())};
     return CouchError{500, "error", r};
   }
 
@@ -614,7 +616,8 @@ void Scheduler::replicate(ReplicationSpec spec, Done done) {
   }
 }
 
-Outcome<Json> Scheduler::cancel(const std::string& id, const std::optional<ReplicationSpec>& spec) {
+Outcome<Json> Scheduler::cancel(const std::string& id, const std::optional<ReplicationSpec>& spec,
+                                const UserCtx& user) {
   State& s = *state_;
   std::lock_guard lock(s.mu);
   std::string key = id;
@@ -627,6 +630,8 @@ Outcome<Json> Scheduler::cancel(const std::string& id, const std::optional<Repli
   }
   if (it == s.jobs.end() || it->second->removing) return CouchError{404, "not_found", "missing"};
   if (!it->second->spec.db_name.empty()) return CouchError{404, "not_found", "missing"};
+  if (it->second->spec.user.name != user.name && !user.is_server_admin())
+    return CouchError{401, "unauthorized", "You are not a server admin."};
   const std::string full = it->first;
   if (it->second->done) {
     (*it->second->done)(CouchError{500, "error", "replication cancelled"});

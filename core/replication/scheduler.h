@@ -70,9 +70,11 @@ class Scheduler {
   // at once with {"ok": true, "_local_id": id}. `done` runs on a scheduler thread.
   using Done = std::function<void(Outcome<Json>)>;
   void replicate(ReplicationSpec spec, Done done);
-  // POST /_replicate with "cancel": the job named by `id` (a full replication id) or, when id is
-  // empty, by `spec`'s id. {"ok": true, "_local_id": id}; 404 when no such job runs.
-  Outcome<Json> cancel(const std::string& id, const std::optional<ReplicationSpec>& spec);
+  // POST /_replicate with "cancel" by `user`: the job named by `id` (a full replication id) or,
+  // when id is empty, by `spec`'s id. {"ok": true, "_local_id": id}; 404 when no such job runs;
+  // 401 when it is another user's and `user` is not a server admin.
+  Outcome<Json> cancel(const std::string& id, const std::optional<ReplicationSpec>& spec,
+                       const UserCtx& user);
 
   // GET /_scheduler/jobs (`skip`, `limit`), /_scheduler/jobs/{id}.
   Json jobs(std::size_t skip, std::optional<std::size_t> limit) const;

@@ -116,7 +116,7 @@ MaybeResponse replicate(Call& call) {
       if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(replicate_error(*e));
       spec = std::move(std::get<repl::ReplicationSpec>(parsed));
     }
-    auto r = scheduler.cancel(id, spec);
+    auto r = scheduler.cancel(id, spec, call.user);
     if (auto* e = std::get_if<core::CouchError>(&r)) throw HttpError(*e);
     co_return json_response(call.req, Status::ok, std::get<Json>(r));
   }

@@ -1153,4 +1153,44 @@ TEST_F(AuthTest, ReplicatorDocsKeepTheirOwnerAndHideCredentialsFromOthers) {
   EXPECT_EQ(r.json()["rev"], "2-b98e375d32319bf8135da94e583fca0f");
 }
 }  // namespace
+TEST_F(AuthTest, ReplicationsRunAsTheirUserAndOnlyTheyOrAnAdminCancelThem) {
+  start();
+  add_user("bob", "pw1");
+  add_user("eve", "pw2");
+  ASSERT_EQ(as_admin(verb::put, "/bobs").status, 201u);
+  ASSERT_EQ(as_admin(verb::put, "/bobs/_security",
+                     R"({"members":{"names":["bob"]},"admins":{"names":["bob"]}})")
+                .status,
+            200u);
+  ASSERT_EQ(as_admin(verb::put, "/bobs/d1", R"({"x":1})").status, 201u);
+  // Database names are this server's databases, opened with the request's own credentials:
+  // eve cannot read bob's database through the replicator.
+  const auto bob = with(basic("bob", "pw1"), "Content-Type", "application/json");
+  const auto eve = with(basic("eve", "pw2"), "Content-Type", "application/json");
+  auto r = call(verb::post, "/_replicate", R"({"source":"bobs","target":"evecopy"})", eve);
+  EXPECT_EQ(r.status, 403u) << r.body;
+  EXPECT_EQ(r.json()["error"], "forbidden");
+  EXPECT_EQ(call(verb::get, "/evecopy", {}, basic("admin", "secret")).status, 404u);
+  // bob replicates his database into another of his (created by an admin for him).
+  ASSERT_EQ(as_admin(verb::put, "/bobcopy").status, 201u);
+  ASSERT_EQ(as_admin(verb::put, "/bobcopy/_security",
+                     R"({"members":{"names":["bob"]},"admins":{"names":["bob"]}})")
+                .status,
+            200u);
+  r = call(verb::post, "/_replicate", R"({"source":"bobs","target":"bobcopy","continuous":true})",
+           bob);
+  ASSERT_EQ(r.status, 202u) << r.body;
+  const std::string id = r.json()["_local_id"];
+  EXPECT_TRUE(eventually([&] { return call(verb::get, "/bobcopy/d1", {}, bob).status == 200u; }));
+  EXPECT_EQ(as_admin(verb::get, "/_scheduler/jobs/" + id).json()["user"], "bob");
+  // eve may not cancel bob's job; bob may.
+  const std::string cancel = R"({"replication_id":")" + id + R"(","cancel":true})";
+  r = call(verb::post, "/_replicate", cancel, eve);
+  EXPECT_EQ(r.status, 401u) << r.body;
+  EXPECT_EQ(r.json()["reason"], "You are not a server admin.");
+  r = call(verb::post, "/_replicate", cancel, bob);
+  EXPECT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(as_admin(verb::get, "/_scheduler/jobs").json()["total_rows"], 0);
+}
+
 }  // namespace chaise::test
