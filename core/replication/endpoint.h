@@ -74,21 +74,29 @@ class Endpoint {
   // POST /{db}/_bulk_docs with new_edits=false: the answer array (errors only, as CouchDB gives).
   virtual Outcome<Json> bulk_docs(const Json& docs) = 0;
 
-  // A revision with its history and the bytes of the attachments the target lacks (those newer
-  // than `atts_since`), as one body: with `multipart`, multipart/related where there are such
-  // bytes (the attachments as stored, gzip included, with their encoding said), else JSON with
-  // the attachments inline (base64, decoded). `content_type` says which.
-  struct RawDoc {
-    std::string content_type;
-    std::string body;
+  // A body read piece by piece: a revision with its attachments, whatever their size, passes
+  // through a replication in bounded memory.
+  class BodyReader {
+   public:
+    virtual ~BodyReader() = default;
+    virtual const std::string& content_type() const = 0;
+    // Appends at most `max` bytes to `out`: how many, 0 once the body is complete; an error when
+    // the source fails or stalls.
+    virtual Outcome<std::size_t> read(std::string& out, std::size_t max) = 0;
   };
-  virtual Outcome<RawDoc> get_doc_with_attachments(std::string_view id, const Json& rev,
-                                                   const Json& atts_since, bool multipart) = 0;
+  // A revision with its history and the bytes of the attachments the target lacks (those newer
+  // than `atts_since`): with `multipart`, multipart/related where there are such bytes (the
+  // attachments as stored, gzip included, with their encoding said), else JSON with the
+  // attachments inline (base64, decoded). content_type() says which.
+  virtual Outcome<std::unique_ptr<BodyReader>> open_doc_with_attachments(std::string_view id,
+                                                                         const Json& rev,
+                                                                         const Json& atts_since,
+                                                                         bool multipart) = 0;
   // Whether the server takes a multipart/related PUT with encoded attachments as CouchDB does
   // (CouchDB and Chaise; pouchdb-server stores the encoded bytes as they are). Asked once.
   virtual bool takes_encoded_multipart() = 0;
-  // PUT /{db}/{id}?new_edits=false of a body get_doc_with_attachments gave.
-  virtual Outcome<Json> put_replicated(std::string_view id, RawDoc doc) = 0;
+  // PUT /{db}/{id}?new_edits=false of a body open_doc_with_attachments gave, sent as it is read.
+  virtual Outcome<Json> put_replicated(std::string_view id, BodyReader& body) = 0;
   // POST /{db}/_ensure_full_commit.
   virtual Outcome<Json> ensure_full_commit() = 0;
 

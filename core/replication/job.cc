@@ -115,55 +115,8 @@ bool needs_attachment_bytes(const Json& atts, const Json* ancestors) {
   return false;
 }
 
-// The bytes a revision's attachments take (their "length"s).
-std::int64_t attachment_bytes(const Json& atts) {
-  std::int64_t total = 0;
-  if (atts.is_object())
-    for (const auto& [name, att] : atts.items())
-      if (const Json* len = member(att, "length"); len != nullptr && len->is_number_integer())
-        total += len->get<std::int64_t>();
-  return total;
-}
-
-// Bytes of attachments held at once by a job's workers: a worker waits while others hold more
-// than the budget, except that one revision alone may always go (whatever its size).
-class BytesBudget {
- public:
-  explicit BytesBudget(std::int64_t budget) : budget_(budget) {}
-  class Hold {
-   public:
-    Hold(BytesBudget& b, std::int64_t n) : b_(b), n_(n) {
-      std::unique_lock lock(b_.mu_);
-      b_.cv_.wait(lock, [&] { return b_.held_ == 0 || b_.held_ + n_ <= b_.budget_; });
-      b_.held_ += n_;
-    }
-    ~Hold() {
-      {
-        std::lock_guard lock(b_.mu_);
-        b_.held_ -= n_;
-      }
-      b_.cv_.notify_all();
-    }
-    Hold(const Hold&) = delete;
-    Hold& operator=(const Hold&) = delete;
-
-   private:
-    BytesBudget& b_;
-    std::int64_t n_;
-  };
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  const std::int64_t budget_;
-  std::int64_t held_ = 0;
-};
-
 // The fewest changes a page is split into for the workers (see run()).
 constexpr std::size_t kMinPieceRows = 25;
-
-// Attachment bytes a job's workers hold at once (see BytesBudget).
-constexpr std::int64_t kAttachmentBytesInFlight = 32ll << 20;
 
 }  // namespace
 
@@ -427,7 +380,6 @@ JobOutcome ReplicationJob::run() {
   };
 
   // ---- workers: revs_diff, bulk_get, bulk_docs of one batch ----
-  BytesBudget budget(kAttachmentBytesInFlight);
   const auto process = [&](Endpoint& wsrc, Endpoint& wtgt,
                            const Json& rows) -> std::optional<CouchError> {
     Json id_revs = Json::object();
@@ -504,28 +456,22 @@ JobOutcome ReplicationJob::run() {
       std::lock_guard lock(mu_);
       stats_.docs_read += read;
     }
-    // Revisions with attachment bytes to carry go one at a time, as one multipart body each
-    // (CouchDB's replicator PUTs them the same way); at most kAttachmentBytesInFlight of them
-    // are held at once over the job's workers.
+    // Revisions with attachment bytes to carry go one at a time, each streamed from the source
+    // into the target as one multipart body (CouchDB's replicator PUTs them the same way), so
+    // memory stays flat whatever their size.
     for (const auto& [stub, ancestors] : with_bytes) {
       const std::string id = stub["_id"].get<std::string>();
-      const std::int64_t size = attachment_bytes(stub["_attachments"]);
-      BytesBudget::Hold hold(budget, size);
-      if (stopping_) return CouchError{0, "stopped", "stopped"};
       const bool multipart = wtgt.takes_encoded_multipart();
-      auto raw = retrying(
-          [&] { return wsrc.get_doc_with_attachments(id, stub["_rev"], ancestors, multipart); });
-      if (auto* e = std::get_if<CouchError>(&raw)) {
-        if (e->status == 404) continue;  // gone since (compacted or purged)
-        return *e;
-      }
-      {
-        std::lock_guard lock(mu_);
-        ++stats_.docs_read;
-      }
-      auto put = wtgt.put_replicated(id, std::move(std::get<Endpoint::RawDoc>(raw)));
+      auto put = retrying([&]() -> Outcome<Json> {
+        if (stopping_) return CouchError{0, "stopped", "stopped"};
+        auto body = wsrc.open_doc_with_attachments(id, stub["_rev"], ancestors, multipart);
+        if (auto* e = std::get_if<CouchError>(&body)) return *e;
+        return wtgt.put_replicated(id, *std::get<std::unique_ptr<Endpoint::BodyReader>>(body));
+      });
       std::lock_guard lock(mu_);
       if (auto* e = std::get_if<CouchError>(&put)) {
+        if (e->status == 404) continue;  // gone from the source since (compacted or purged)
+        ++stats_.docs_read;
         // What the target refuses is counted and skipped (couch_replicator_worker).
         if (e->status == 400 || e->status == 401 || e->status == 403 || e->status == 413 ||
             e->status == 415) {
@@ -534,6 +480,7 @@ JobOutcome ReplicationJob::run() {
         }
         return *e;
       }
+      ++stats_.docs_read;
       ++stats_.docs_written;
     }
     if (docs.empty()) return std::nullopt;

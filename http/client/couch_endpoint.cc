@@ -262,30 +262,96 @@ bool CouchEndpoint::takes_encoded_multipart() {
   return *encoded_multipart_;
 }
 
-Outcome<core::replication::Endpoint::RawDoc> CouchEndpoint::get_doc_with_attachments(
-    std::string_view id, const Json& rev, const Json& atts_since, bool multipart) {
+namespace {
+
+// The body of a streamed answer as the replicator reads it.
+class ReaderBody : public core::replication::Endpoint::BodyReader {
+ public:
+  explicit ReaderBody(std::unique_ptr<ResponseReader> r)
+      : r_(std::move(r)),
+        content_type_(r_->headers()[bhttp::field::content_type].empty()
+                          ? std::string("application/json")
+                          : std::string(r_->headers()[bhttp::field::content_type])) {}
+  const std::string& content_type() const override { return content_type_; }
+  Outcome<std::size_t> read(std::string& out, std::size_t max) override {
+    auto n = r_->read(out, max);
+    if (!n.ok()) {
+      return CouchError{0, n.error().timed_out ? "timeout" : "network_error", n.error().message};
+    }
+    return n.value();
+  }
+
+ private:
+  std::unique_ptr<ResponseReader> r_;
+  std::string content_type_;
+};
+
+// The error an answer's (small) body says, read whole.
+CouchError error_of(ResponseReader& r) {
+  std::string body;
+  for (int i = 0; i < 64 && body.size() < (1u << 20); ++i) {
+    auto n = r.read(body, 64 * 1024);
+    if (!n.ok() || n.value() == 0) break;
+  }
+  CouchError e{static_cast<int>(r.status()), "unknown_error", ""};
+  auto parsed = core::parse_json_text(body, core::JsonNumbers::exact);
+  if (Json* json = std::get_if<Json>(&parsed); json != nullptr && json->is_object()) {
+    if (const auto it = json->find("error"); it != json->end() && it->is_string())
+      e.error = it->get<std::string>();
+    if (const auto it = json->find("reason"); it != json->end() && it->is_string())
+      e.reason = it->get<std::string>();
+  }
+  return e;
+}
+
+}  // namespace
+
+Outcome<std::unique_ptr<core::replication::Endpoint::BodyReader>>
+CouchEndpoint::open_doc_with_attachments(std::string_view id, const Json& rev,
+                                         const Json& atts_since, bool multipart) {
   std::string target = doc_path(id) + "?revs=true&attachments=true&rev=" + query_value(rev);
   if (atts_since.is_array() && !atts_since.empty())
     target += "&atts_since=" + url_encode(core::dump_json(atts_since, false));
-  auto r = raw_call(
-      bhttp::verb::get, target, {},
-      {{"Accept", multipart ? "multipart/related, application/json" : "application/json"}});
-  if (auto* e = std::get_if<CouchError>(&r)) return *e;
-  ClientResponse& res = std::get<ClientResponse>(r);
-  RawDoc doc;
-  doc.content_type = std::string(res.headers[bhttp::field::content_type]);
-  if (doc.content_type.empty()) doc.content_type = "application/json";
-  doc.body = std::move(res.body);
-  return doc;
+  auto headers = headers_;
+  headers.emplace_back("Accept",
+                       multipart ? "multipart/related, application/json" : "application/json");
+  auto r = sender_->open(bhttp::verb::get, target, headers);
+  if (!r.ok()) {
+    return CouchError{0, r.error().timed_out ? "timeout" : "network_error", r.error().message};
+  }
+  std::unique_ptr<ResponseReader>& reader = r.value();
+  if (reader->status() < 200 || reader->status() >= 300) return error_of(*reader);
+  return std::unique_ptr<BodyReader>(new ReaderBody(std::move(reader)));
 }
 
-Outcome<Json> CouchEndpoint::put_replicated(std::string_view id, RawDoc doc) {
-  auto r = raw_call(bhttp::verb::put, doc_path(id) + "?new_edits=false", std::move(doc.body),
-                    {{"Content-Type", doc.content_type}});
-  if (auto* e = std::get_if<CouchError>(&r)) return *e;
-  auto parsed = core::parse_json_text(std::get<ClientResponse>(r).body, core::JsonNumbers::exact);
-  if (Json* json = std::get_if<Json>(&parsed)) return std::move(*json);
-  return Json::object();
+Outcome<Json> CouchEndpoint::put_replicated(std::string_view id, BodyReader& body) {
+  auto headers = headers_;
+  headers.emplace_back("Content-Type", body.content_type());
+  std::optional<CouchError> source_error;
+  const BodyPull pull = [&](std::string& out, std::size_t max) -> std::optional<std::size_t> {
+    auto n = body.read(out, max);
+    if (auto* e = std::get_if<CouchError>(&n)) {
+      source_error = *e;
+      return std::nullopt;
+    }
+    return std::get<std::size_t>(n);
+  };
+  auto r =
+      sender_->send_streamed(bhttp::verb::put, doc_path(id) + "?new_edits=false", headers, pull);
+  if (source_error) return *source_error;
+  if (!r.ok()) {
+    return CouchError{0, r.error().timed_out ? "timeout" : "network_error", r.error().message};
+  }
+  ClientResponse& res = r.value();
+  auto parsed = core::parse_json_text(res.body, core::JsonNumbers::exact);
+  Json* json = std::get_if<Json>(&parsed);
+  if (res.status >= 200 && res.status < 300) return json != nullptr ? std::move(*json) : Json();
+  CouchError e{static_cast<int>(res.status), "unknown_error", ""};
+  if (json != nullptr && json->is_object()) {
+    e.error = json->value("error", e.error);
+    e.reason = json->value("reason", e.reason);
+  }
+  return e;
 }
 
 }  // namespace chaise::http::client

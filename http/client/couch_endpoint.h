@@ -21,10 +21,20 @@ namespace chaise::http::client {
 // this one.
 class Sender {
  public:
+  using Headers = std::vector<std::pair<std::string, std::string>>;
   virtual ~Sender() = default;
-  virtual ClientResult<ClientResponse> send(
-      boost::beast::http::verb method, std::string_view target,
-      const std::vector<std::pair<std::string, std::string>>& headers, std::string body) = 0;
+  virtual ClientResult<ClientResponse> send(boost::beast::http::verb method,
+                                            std::string_view target, const Headers& headers,
+                                            std::string body) = 0;
+  // The answer's head at once, its body read piece by piece (HttpClient::open).
+  virtual ClientResult<std::unique_ptr<ResponseReader>> open(boost::beast::http::verb method,
+                                                             std::string_view target,
+                                                             const Headers& headers) = 0;
+  // A request whose body is pulled piece by piece (HttpClient::request_streamed).
+  virtual ClientResult<ClientResponse> send_streamed(boost::beast::http::verb method,
+                                                     std::string_view target,
+                                                     const Headers& headers,
+                                                     const BodyPull& pull) = 0;
   virtual void cancel() = 0;
 };
 
@@ -36,6 +46,16 @@ class RemoteSender : public Sender {
                                     const std::vector<std::pair<std::string, std::string>>& headers,
                                     std::string body) override {
     return client_.request(method, target, headers, std::move(body));
+  }
+  ClientResult<std::unique_ptr<ResponseReader>> open(boost::beast::http::verb method,
+                                                     std::string_view target,
+                                                     const Headers& headers) override {
+    return client_.open(method, target, headers);
+  }
+  ClientResult<ClientResponse> send_streamed(boost::beast::http::verb method,
+                                             std::string_view target, const Headers& headers,
+                                             const BodyPull& pull) override {
+    return client_.request_streamed(method, target, headers, pull);
   }
   void cancel() override { client_.cancel(); }
 
@@ -72,12 +92,12 @@ class CouchEndpoint : public core::replication::Endpoint {
                                                   bool use_bulk_get) override;
   core::Outcome<core::replication::Json> bulk_docs(const core::replication::Json& docs) override;
   core::Outcome<core::replication::Json> ensure_full_commit() override;
-  core::Outcome<RawDoc> get_doc_with_attachments(std::string_view id,
-                                                 const core::replication::Json& rev,
-                                                 const core::replication::Json& atts_since,
-                                                 bool multipart) override;
+  core::Outcome<std::unique_ptr<BodyReader>> open_doc_with_attachments(
+      std::string_view id, const core::replication::Json& rev,
+      const core::replication::Json& atts_since, bool multipart) override;
   bool takes_encoded_multipart() override;
-  core::Outcome<core::replication::Json> put_replicated(std::string_view id, RawDoc doc) override;
+  core::Outcome<core::replication::Json> put_replicated(std::string_view id,
+                                                        BodyReader& body) override;
   void cancel() override { sender_->cancel(); }
 
  private:

@@ -17,16 +17,21 @@
 #include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/ssl/stream_base.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
+#include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 #include <cctype>
 #include <charconv>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 
 #include "http/transport/request_parse.h"
@@ -101,8 +106,6 @@ std::string Url::host_header() const {
   return h;
 }
 
-namespace {
-
 // One connection: its own io_context, and the byte stream once connected.
 struct Connection {
   asio::io_context ioc{1};
@@ -118,8 +121,6 @@ struct Connection {
     connected = false;
   }
 };
-
-}  // namespace
 
 struct HttpClient::Pool {
   std::mutex mu;
@@ -172,159 +173,347 @@ std::size_t HttpClient::open_connections() const {
 
 namespace {
 
-struct Exchange {
+// What a step of an exchange needs to know about the server.
+struct Peer {
   const Url& base;
   asio::ssl::context* tls_context;
   bool verify_peer;
-  std::size_t max_body_bytes;
-  bhttp::request<bhttp::string_body>& request;
-  ClientResponse response;
-  bool wrote = false;  // the request was sent whole: no retry after a failure past this point
-  std::string error;
 };
 
-asio::awaitable<void> run_exchange(Connection& c, Exchange& x) {
+asio::awaitable<void> connect(Connection& c, const Peer& p, std::string& error) {
   boost::system::error_code ec;
   auto tok = asio::redirect_error(asio::use_awaitable, ec);
-  if (!c.connected) {
-    tcp::resolver resolver(c.ioc);
-    const auto endpoints =
-        co_await resolver.async_resolve(x.base.host, std::to_string(x.base.port), tok);
-    if (ec) {
-      x.error = "cannot resolve " + x.base.host + ": " + ec.message();
-      co_return;
-    }
-    c.plain.reset();
-    c.tls.reset();
-    if (x.tls_context != nullptr) {
-      c.tls.emplace(c.ioc, *x.tls_context);
-    } else {
-      c.plain.emplace(c.ioc);
-    }
-    co_await c.tcp().async_connect(endpoints, tok);
-    if (ec) {
-      x.error = "cannot connect to " + x.base.host_header() + ": " + ec.message();
-      co_return;
-    }
-    c.tcp().socket().set_option(tcp::no_delay(true), ec);
-    if (c.tls) {
-      if (!SSL_set_tlsext_host_name(c.tls->native_handle(), x.base.host.c_str())) {
-        x.error = "TLS: cannot set the server name";
-        co_return;
-      }
-      if (x.verify_peer) c.tls->set_verify_callback(asio::ssl::host_name_verification(x.base.host));
-      co_await c.tls->async_handshake(asio::ssl::stream_base::client, tok);
-      if (ec) {
-        x.error = "TLS handshake with " + x.base.host_header() + " failed: " + ec.message();
-        co_return;
-      }
-    }
-    c.connected = true;
-    c.buffer.clear();
-  }
-  bhttp::response_parser<bhttp::string_body> parser;
-  parser.body_limit(x.max_body_bytes);
-  parser.header_limit(1 << 20);
-  if (c.tls) {
-    co_await bhttp::async_write(*c.tls, x.request, tok);
-  } else {
-    co_await bhttp::async_write(*c.plain, x.request, tok);
-  }
+  tcp::resolver resolver(c.ioc);
+  const auto endpoints =
+      co_await resolver.async_resolve(p.base.host, std::to_string(p.base.port), tok);
   if (ec) {
-    x.error = "cannot send the request: " + ec.message();
+    error = "cannot resolve " + p.base.host + ": " + ec.message();
     co_return;
   }
-  x.wrote = true;
+  c.plain.reset();
+  c.tls.reset();
+  if (p.tls_context != nullptr) {
+    c.tls.emplace(c.ioc, *p.tls_context);
+  } else {
+    c.plain.emplace(c.ioc);
+  }
+  co_await c.tcp().async_connect(endpoints, tok);
+  if (ec) {
+    error = "cannot connect to " + p.base.host_header() + ": " + ec.message();
+    co_return;
+  }
+  c.tcp().socket().set_option(tcp::no_delay(true), ec);
+  if (c.tls) {
+    if (!SSL_set_tlsext_host_name(c.tls->native_handle(), p.base.host.c_str())) {
+      error = "TLS: cannot set the server name";
+      co_return;
+    }
+    if (p.verify_peer) c.tls->set_verify_callback(asio::ssl::host_name_verification(p.base.host));
+    co_await c.tls->async_handshake(asio::ssl::stream_base::client, tok);
+    if (ec) {
+      error = "TLS handshake with " + p.base.host_header() + " failed: " + ec.message();
+      co_return;
+    }
+  }
+  c.connected = true;
+  c.buffer.clear();
+}
+
+// Writes `what` (a message, a serializer's header, a chunk) on the connection's stream.
+template <typename Write>
+asio::awaitable<void> on_stream(Connection& c, Write write, std::string& error,
+                                std::string_view doing) {
+  boost::system::error_code ec;
+  if (c.tls) {
+    co_await write(*c.tls, asio::redirect_error(asio::use_awaitable, ec));
+  } else {
+    co_await write(*c.plain, asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (ec && ec != bhttp::error::need_buffer) error = std::string(doing) + ": " + ec.message();
+}
+
+asio::awaitable<void> read_whole(Connection& c, std::size_t max_body_bytes,
+                                 ClientResponse& response, std::string& error) {
+  bhttp::response_parser<bhttp::string_body> parser;
+  parser.body_limit(max_body_bytes);
+  parser.header_limit(1 << 20);
+  boost::system::error_code ec;
+  auto tok = asio::redirect_error(asio::use_awaitable, ec);
   if (c.tls) {
     co_await bhttp::async_read(*c.tls, c.buffer, parser, tok);
   } else {
     co_await bhttp::async_read(*c.plain, c.buffer, parser, tok);
   }
   if (ec) {
-    x.error = ec == bhttp::error::body_limit
-                  ? "the answer is larger than " + std::to_string(x.max_body_bytes) + " bytes"
-                  : "cannot read the answer: " + ec.message();
+    error = ec == bhttp::error::body_limit
+                ? "the answer is larger than " + std::to_string(max_body_bytes) + " bytes"
+                : "cannot read the answer: " + ec.message();
     co_return;
   }
   auto msg = parser.release();
-  x.response.status = msg.result_int();
-  x.response.body = std::move(msg.body());
-  x.response.headers = std::move(msg.base());
+  response.status = msg.result_int();
+  response.body = std::move(msg.body());
+  response.headers = std::move(msg.base());
   if (!msg.keep_alive()) c.close();
 }
 
+using StreamParser = bhttp::response_parser<bhttp::buffer_body>;
+
 }  // namespace
+
+// Runs one step (a coroutine on the connection) for at most `timeout`; past it the connection
+// is closed, which ends the step at once. Returns the step's error ("" when it succeeded).
+template <typename Step>
+static std::string run_step(Connection& c, Step step, std::chrono::milliseconds timeout) {
+  std::string error;
+  bool done = false;
+  asio::co_spawn(c.ioc, step(error), [&done](std::exception_ptr) { done = true; });
+  c.ioc.restart();
+  c.ioc.run_for(timeout);
+  if (!done) {
+    c.close();
+    c.ioc.restart();
+    c.ioc.run();
+    error = "no answer within " + std::to_string(timeout.count()) + " ms";
+  }
+  c.ioc.restart();
+  if (!error.empty()) c.close();
+  return error;
+}
+
+std::unique_ptr<Connection> HttpClient::acquire(std::string& error) {
+  std::unique_lock lock(pool_->mu);
+  pool_->returned.wait(lock, [&] {
+    return pool_->cancelled || !pool_->idle.empty() || pool_->open < options_.max_connections;
+  });
+  if (pool_->cancelled) {
+    error = "cancelled";
+    return nullptr;
+  }
+  std::unique_ptr<Connection> conn;
+  if (!pool_->idle.empty()) {
+    conn = std::move(pool_->idle.back());
+    pool_->idle.pop_back();
+  } else {
+    conn = std::make_unique<Connection>();
+    ++pool_->open;
+  }
+  pool_->busy.push_back(conn.get());
+  return conn;
+}
+
+void HttpClient::release(std::unique_ptr<Connection> conn) {
+  {
+    std::lock_guard lock(pool_->mu);
+    std::erase(pool_->busy, conn.get());
+    if (pool_->cancelled) conn->close();
+    if (conn->connected) {
+      pool_->idle.push_back(std::move(conn));
+    } else {
+      --pool_->open;
+    }
+  }
+  pool_->returned.notify_one();
+}
+
+bhttp::request_header<> HttpClient::header(
+    bhttp::verb method, std::string_view target,
+    const std::vector<std::pair<std::string, std::string>>& headers) const {
+  bhttp::request_header<> h;
+  h.method(method);
+  h.target(target);
+  h.version(11);
+  h.set(bhttp::field::host, base_.host_header());
+  h.set(bhttp::field::user_agent, "Chaise/0.1.0");
+  for (const auto& [name, value] : headers) h.set(name, value);
+  return h;
+}
 
 ClientResult<ClientResponse> HttpClient::request(
     bhttp::verb method, std::string_view target,
     const std::vector<std::pair<std::string, std::string>>& headers, std::string body) {
   if (!pool_->tls_error.empty()) return ClientError{pool_->tls_error};
-  bhttp::request<bhttp::string_body> req{method, std::string(target), 11};
-  req.set(bhttp::field::host, base_.host_header());
-  req.set(bhttp::field::user_agent, "Chaise/0.1.0");
-  for (const auto& [name, value] : headers) req.set(name, value);
+  bhttp::request<bhttp::string_body> req{header(method, target, headers)};
   const bool has_body = !body.empty() || method == bhttp::verb::post || method == bhttp::verb::put;
   req.body() = std::move(body);
   if (has_body) req.prepare_payload();
-  req.keep_alive(true);
+  const Peer peer{base_, pool_->tls_context ? &*pool_->tls_context : nullptr, options_.verify_peer};
 
   for (int attempt = 0;; ++attempt) {
-    std::unique_ptr<Connection> conn;
-    {
-      std::unique_lock lock(pool_->mu);
-      pool_->returned.wait(lock, [&] {
-        return pool_->cancelled || !pool_->idle.empty() || pool_->open < options_.max_connections;
-      });
-      if (pool_->cancelled) return ClientError{"cancelled"};
-      if (!pool_->idle.empty()) {
-        conn = std::move(pool_->idle.back());
-        pool_->idle.pop_back();
-      } else {
-        conn = std::make_unique<Connection>();
-        ++pool_->open;
-      }
-      pool_->busy.push_back(conn.get());
-    }
+    std::string error;
+    auto conn = acquire(error);
+    if (!conn) return ClientError{error};
     const bool reused = conn->connected;
-    Exchange x{base_,
-               pool_->tls_context ? &*pool_->tls_context : nullptr,
-               options_.verify_peer,
-               options_.max_body_bytes,
-               req,
-               {},
-               false,
-               {}};
-    bool done = false;
-    asio::co_spawn(conn->ioc, run_exchange(*conn, x), [&done](std::exception_ptr) { done = true; });
-    conn->ioc.run_for(options_.timeout);
-    bool timed_out = false;
-    if (!done) {
-      timed_out = true;
-      conn->close();
-      conn->ioc.restart();
-      conn->ioc.run();  // the closed socket ends every pending operation at once
-      if (x.error.empty())
-        x.error = "no answer within " + std::to_string(options_.timeout.count()) + " ms";
-    }
-    conn->ioc.restart();
-    const bool failed = timed_out || !x.error.empty();
-    if (failed) conn->close();
-    {
-      std::lock_guard lock(pool_->mu);
-      std::erase(pool_->busy, conn.get());
-      if (pool_->cancelled) conn->close();
-      if (conn->connected) {
-        pool_->idle.push_back(std::move(conn));
-      } else {
-        --pool_->open;
-      }
-    }
-    pool_->returned.notify_one();
-    if (!failed) return std::move(x.response);
+    ClientResponse response;
+    error = run_step(
+        *conn,
+        [&](std::string& err) -> asio::awaitable<void> {
+          if (!conn->connected) co_await connect(*conn, peer, err);
+          if (!err.empty()) co_return;
+          co_await on_stream(
+              *conn, [&](auto& s, auto tok) { return bhttp::async_write(s, req, tok); }, err,
+              "cannot send the request");
+          if (!err.empty()) co_return;
+          co_await read_whole(*conn, options_.max_body_bytes, response, err);
+        },
+        options_.timeout);
+    const bool timed_out = error.starts_with("no answer within");
+    release(std::move(conn));
+    if (error.empty()) return response;
     // A kept-alive connection the server closed meanwhile fails at once: try a fresh one, once.
     if (reused && !timed_out && attempt == 0) continue;
-    return ClientError{std::move(x.error), timed_out};
+    return ClientError{std::move(error), timed_out};
   }
+}
+
+// A response read piece by piece: holds its connection until the body is read or it is gone.
+class HttpClient::Reader : public ResponseReader {
+ public:
+  Reader(HttpClient& client, std::unique_ptr<Connection> conn, std::unique_ptr<StreamParser> p)
+      : client_(client), conn_(std::move(conn)), parser_(std::move(p)) {
+    status_ = parser_->get().result_int();
+    headers_ = parser_->get().base();
+  }
+  ~Reader() override {
+    if (!parser_->is_done()) conn_->close();  // the rest of the body is not worth reading
+    client_.release(std::move(conn_));
+  }
+  ClientResult<std::size_t> read(std::string& out, std::size_t max) override {
+    if (parser_->is_done() || max == 0) return std::size_t{0};
+    const std::size_t before = out.size();
+    out.resize(before + max);
+    auto& body = parser_->get().body();
+    body.data = out.data() + before;
+    body.size = max;
+    const std::string error = run_step(
+        *conn_,
+        [&](std::string& err) -> asio::awaitable<void> {
+          co_await on_stream(
+              *conn_,
+              [&](auto& s, auto tok) { return bhttp::async_read(s, conn_->buffer, *parser_, tok); },
+              err, "cannot read the answer");
+        },
+        client_.options_.timeout);
+    const std::size_t got = max - body.size;
+    out.resize(before + got);
+    if (!error.empty()) return ClientError{error, error.starts_with("no answer within")};
+    if (got == 0 && !parser_->is_done()) return ClientError{"the answer ended early"};
+    if (parser_->is_done() && !parser_->keep_alive()) conn_->close();
+    return got;
+  }
+
+ private:
+  HttpClient& client_;
+  std::unique_ptr<Connection> conn_;
+  std::unique_ptr<StreamParser> parser_;
+};
+
+ClientResult<std::unique_ptr<ResponseReader>> HttpClient::open(
+    bhttp::verb method, std::string_view target,
+    const std::vector<std::pair<std::string, std::string>>& headers) {
+  if (!pool_->tls_error.empty()) return ClientError{pool_->tls_error};
+  bhttp::request<bhttp::empty_body> req{header(method, target, headers)};
+  const Peer peer{base_, pool_->tls_context ? &*pool_->tls_context : nullptr, options_.verify_peer};
+  for (int attempt = 0;; ++attempt) {
+    std::string error;
+    auto conn = acquire(error);
+    if (!conn) return ClientError{error};
+    const bool reused = conn->connected;
+    auto parser = std::make_unique<StreamParser>();
+    // No limit: the body is read piece by piece. (Not boost::none: Boost 1.74's parser compares a
+    // Content-Length with the disabled limit and refuses every body.)
+    parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+    parser->header_limit(1 << 20);
+    error = run_step(
+        *conn,
+        [&](std::string& err) -> asio::awaitable<void> {
+          if (!conn->connected) co_await connect(*conn, peer, err);
+          if (!err.empty()) co_return;
+          co_await on_stream(
+              *conn, [&](auto& s, auto tok) { return bhttp::async_write(s, req, tok); }, err,
+              "cannot send the request");
+          if (!err.empty()) co_return;
+          co_await on_stream(
+              *conn,
+              [&](auto& s, auto tok) {
+                return bhttp::async_read_header(s, conn->buffer, *parser, tok);
+              },
+              err, "cannot read the answer");
+        },
+        options_.timeout);
+    if (error.empty()) {
+      return std::unique_ptr<ResponseReader>(new Reader(*this, std::move(conn), std::move(parser)));
+    }
+    const bool timed_out = error.starts_with("no answer within");
+    release(std::move(conn));
+    if (reused && !timed_out && attempt == 0) continue;
+    return ClientError{std::move(error), timed_out};
+  }
+}
+
+ClientResult<ClientResponse> HttpClient::request_streamed(
+    bhttp::verb method, std::string_view target,
+    const std::vector<std::pair<std::string, std::string>>& headers, const BodyPull& pull) {
+  if (!pool_->tls_error.empty()) return ClientError{pool_->tls_error};
+  bhttp::request<bhttp::empty_body> req{header(method, target, headers)};
+  req.chunked(true);
+  const Peer peer{base_, pool_->tls_context ? &*pool_->tls_context : nullptr, options_.verify_peer};
+  std::string error;
+  auto conn = acquire(error);
+  if (!conn) return ClientError{error};
+  std::optional<bhttp::request_serializer<bhttp::empty_body>> sr;
+  // The head: a kept-alive connection the server closed meanwhile is replaced once (nothing of
+  // the body has been pulled yet).
+  for (int attempt = 0;; ++attempt) {
+    const bool reused = conn->connected;
+    sr.emplace(req);
+    error = run_step(
+        *conn,
+        [&](std::string& err) -> asio::awaitable<void> {
+          if (!conn->connected) co_await connect(*conn, peer, err);
+          if (!err.empty()) co_return;
+          co_await on_stream(
+              *conn, [&](auto& s, auto tok) { return bhttp::async_write_header(s, *sr, tok); }, err,
+              "cannot send the request");
+        },
+        options_.timeout);
+    if (error.empty() || !reused || attempt > 0) break;
+  }
+  std::string piece;
+  while (error.empty()) {
+    piece.clear();
+    const auto n = pull(piece, 1 << 20);
+    if (!n) {
+      error = "the body to send could not be read";
+      break;
+    }
+    error = run_step(
+        *conn,
+        [&](std::string& err) -> asio::awaitable<void> {
+          co_await on_stream(
+              *conn,
+              [&](auto& s, auto tok) {
+                return *n == 0 ? asio::async_write(s, bhttp::make_chunk_last(), tok)
+                               : asio::async_write(s, bhttp::make_chunk(asio::buffer(piece)), tok);
+              },
+              err, "cannot send the request");
+        },
+        options_.timeout);
+    if (*n == 0) break;
+  }
+  ClientResponse response;
+  if (error.empty()) {
+    error = run_step(
+        *conn,
+        [&](std::string& err) -> asio::awaitable<void> {
+          co_await read_whole(*conn, options_.max_body_bytes, response, err);
+        },
+        options_.timeout);
+  }
+  if (!error.empty()) conn->close();
+  release(std::move(conn));
+  if (!error.empty()) return ClientError{error, error.starts_with("no answer within")};
+  return response;
 }
 
 }  // namespace chaise::http::client

@@ -21,9 +21,11 @@
 #pragma once
 
 #include <boost/beast/http/fields.hpp>
+#include <boost/beast/http/message.hpp>
 #include <boost/beast/http/verb.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -91,6 +93,28 @@ class ClientResult {
   std::optional<ClientError> error_;
 };
 
+// A response whose body is read piece by piece (a document with large attachments), holding its
+// connection until it is destroyed.
+class ResponseReader {
+ public:
+  virtual ~ResponseReader() = default;
+  unsigned status() const { return status_; }
+  const boost::beast::http::fields& headers() const { return headers_; }
+  // Appends the next bytes of the body to `out`, at most `max`: how many, 0 once the body is
+  // complete; an error when the connection fails or stalls past the client's timeout.
+  virtual ClientResult<std::size_t> read(std::string& out, std::size_t max) = 0;
+
+ protected:
+  unsigned status_ = 0;
+  boost::beast::http::fields headers_;
+};
+
+// Gives a request body piece by piece: appends at most `max` bytes to `out` and says how many
+// (0: the body is complete), or nullopt when it cannot.
+using BodyPull = std::function<std::optional<std::size_t>(std::string& out, std::size_t max)>;
+
+struct Connection;  // http_client.cc
+
 class HttpClient {
  public:
   // `base` names the server (scheme, host, port); its path and credentials are not used here.
@@ -105,6 +129,17 @@ class HttpClient {
       boost::beast::http::verb method, std::string_view target,
       const std::vector<std::pair<std::string, std::string>>& headers, std::string body);
 
+  // Sends `method target` without a body and reads the answer's head; its body is read through
+  // the ResponseReader (each read bounded by the timeout).
+  ClientResult<std::unique_ptr<ResponseReader>> open(
+      boost::beast::http::verb method, std::string_view target,
+      const std::vector<std::pair<std::string, std::string>>& headers);
+  // Sends `method target` with a body `pull` gives piece by piece (Transfer-Encoding: chunked;
+  // each piece's write bounded by the timeout) and reads the whole answer.
+  ClientResult<ClientResponse> request_streamed(
+      boost::beast::http::verb method, std::string_view target,
+      const std::vector<std::pair<std::string, std::string>>& headers, const BodyPull& pull);
+
   // Ends the requests in progress at once (they fail) and every later one; any thread.
   void cancel();
 
@@ -114,6 +149,15 @@ class HttpClient {
 
  private:
   struct Pool;
+  class Reader;
+  // A connection from the pool (idle, or new when fewer than max_connections are open), waiting
+  // while all are in use; nullptr and `error` once cancelled.
+  std::unique_ptr<Connection> acquire(std::string& error);
+  // Back to the pool: kept when still connected, else closed and counted out.
+  void release(std::unique_ptr<Connection> conn);
+  boost::beast::http::request_header<> header(
+      boost::beast::http::verb method, std::string_view target,
+      const std::vector<std::pair<std::string, std::string>>& headers) const;
   Url base_;
   ClientOptions options_;
   std::unique_ptr<Pool> pool_;
