@@ -6,6 +6,8 @@
 //    preflights and carry the CORS headers, or the browser refuses every response.
 // 2. Fauxton at /_utils: log in through its form, see the database list, open a document, create
 //    a database and a document.
+// 3. Fauxton's Replication page: start a one-shot replication from a local database into a new one;
+//    Chaise's replicator runs the job the page writes into _replicator.
 //
 // Run through run_browser_test.sh (CTest does). CHROMIUM=/path overrides /usr/bin/chromium; without
 // it the test exits 77, which CTest reports as a skip.
@@ -118,16 +120,25 @@ async function corsSync(browser, base, pageUrl) {
   if (failures) console.log(consoleLines.slice(-10).join('\n'));
 }
 
+// Logs the page into Fauxton through its form (Fauxton shows it when /_session says nobody is
+// logged in), and waits for its POST /_session. Each browser.newPage() has its own cookies, so
+// each page logs in.
+async function fauxtonLogin(page, base) {
+  await page.goto(`${base}/_utils/`);
+  await page.waitForSelector('#username', { timeout: 30000 });
+  await page.fill('#username', ADMIN);
+  await page.fill('#password', PASSWORD);
+  const session = page.waitForResponse((r) => r.url() === `${base}/_session` && r.request().method() === 'POST',
+    { timeout: 30000 });
+  await page.click('#submit');
+  await session;
+}
+
 async function fauxton(browser, base) {
   await api(base, 'PUT', '/fauxtondb');
   await api(base, 'PUT', '/fauxtondb/doc-one', { hello: 'fauxton' });
   const page = await browser.newPage();
-  await page.goto(`${base}/_utils/`);
-  // The login form (Fauxton shows it when /_session says nobody is logged in).
-  await page.waitForSelector('#username', { timeout: 30000 });
-  await page.fill('#username', ADMIN);
-  await page.fill('#password', PASSWORD);
-  await page.click('#submit');
+  await fauxtonLogin(page, base);
   // The database list, after login.
   await page.goto(`${base}/_utils/#/_all_dbs`);
   await page.waitForSelector('text=fauxtondb', { timeout: 30000 });
@@ -159,6 +170,77 @@ async function fauxton(browser, base) {
   await page.close();
 }
 
+// Fauxton's Replication page. This Fauxton POSTs a document to /_replicator (source and target as
+// URLs on the page's origin, each with a Basic Authorization header built from the password its
+// modal asks for, create_target for a new database) and lists replications from _replicator's
+// documents and their _replication_state; the page calls neither /_replicate nor /_scheduler.
+async function fauxtonReplication(browser, base) {
+  // CouchDB 3 has _replicator only on a set-up node ([couchdb] single_node); the test's is not.
+  const replicatorDb = await api(base, 'PUT', '/_replicator');
+  check(replicatorDb.status === 201, `PUT /_replicator creates the replicator database (${replicatorDb.status})`);
+  await api(base, 'PUT', '/repsrc');
+  for (let i = 1; i <= 3; i++) await api(base, 'PUT', `/repsrc/doc-${i}`, { i });
+  const page = await browser.newPage();
+  await fauxtonLogin(page, base);
+  // The form: local source (a searchable select filled from /_all_dbs), new local target, one time.
+  await page.goto(`${base}/_utils/#/replication/_create`);
+  await page.waitForSelector('select#replication-source', { timeout: 30000 });
+  await page.selectOption('select#replication-source', 'REPLICATION_SOURCE_LOCAL');
+  await page.click('.replication__input-react-select .Select-control');
+  await page.keyboard.type('repsrc');
+  await page.click('.Select-option:has-text("repsrc")', { timeout: 30000 });
+  // The target and type selects share the id replication-target; the target's sits in a div of
+  // that id.
+  await page.selectOption('div#replication-target select', 'REPLICATION_TARGET_NEW_LOCAL_DATABASE');
+  await page.fill('input.replication__new-input', 'reptgt');
+  await page.selectOption('select:has(option[value="REPLICATION_TYPE_ONE_TIME"])', 'REPLICATION_TYPE_ONE_TIME');
+  await page.click('button#replicate');
+  // Start Replication asks for the account's password (checked with POST /_session), then writes
+  // the replication document.
+  await page.fill('.enter-password-modal input.password-modal-input', PASSWORD, { timeout: 30000 });
+  const posted = page.waitForResponse((r) => r.url() === `${base}/_replicator` && r.request().method() === 'POST',
+    { timeout: 30000 });
+  await page.click('.enter-password-modal button.btn-success');
+  const response = await posted;
+  const sent = response.request().postDataJSON();
+  const created = await response.json().catch(() => null);
+  check(response.status() === 201 && created && created.ok && typeof created.id === 'string',
+    `Fauxton's Start Replication writes a _replicator document (${response.status()} ${JSON.stringify(created)})`);
+  const shown = JSON.stringify({ ...sent, source: sent.source.url, target: sent.target.url });
+  check(sent.source.url === `${base}/repsrc` && sent.target.url === `${base}/reptgt` &&
+    sent.create_target === true && sent.continuous === false && /^Basic /.test(sent.source.headers.Authorization),
+    `the document names local repsrc and a new local reptgt, one time, with Basic auth (${shown})`);
+  // The job: Chaise's replicator creates reptgt, copies the 3 documents and completes the job.
+  let target = null;
+  let schedulerDoc = null;
+  const deadline = Date.now() + 30000;
+  while (Date.now() < deadline) {
+    target = await api(base, 'GET', '/reptgt/_all_docs');
+    const docs = await api(base, 'GET', '/_scheduler/docs');
+    schedulerDoc = docs.status === 200 ? docs.json.docs.find((d) => d.doc_id === created.id) : null;
+    const copiedAll = target.status === 200 && target.json.rows.length === 3;
+    if (copiedAll && schedulerDoc && schedulerDoc.state === 'completed') break;
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+  check(target.status === 200 && target.json.rows.map((r) => r.id).join() === 'doc-1,doc-2,doc-3',
+    `the replication copies the 3 documents into reptgt (${target.status} ${JSON.stringify(target.json)})`);
+  const copied = await api(base, 'GET', '/reptgt/doc-2');
+  check(copied.status === 200 && copied.json.i === 2, `a copied document reads back from reptgt (${copied.status})`);
+  check(schedulerDoc && schedulerDoc.state === 'completed' && schedulerDoc.info.docs_written === 3,
+    `GET /_scheduler/docs shows the job completed (${JSON.stringify(schedulerDoc)})`);
+  const doc = await api(base, 'GET', `/_replicator/${created.id}`);
+  const state = doc.json && doc.json._replication_state;
+  check(doc.status === 200 && state === 'completed',
+    `the _replicator document records _replication_state completed (${doc.status} ${state})`);
+  // Fauxton's list of replications, read from _replicator, shows it completed.
+  await page.goto(`${base}/_utils/#/replication`);
+  const row = await page.waitForSelector('tr.replication__table-row:has(a[href="#/database/reptgt/_all_docs"])',
+    { timeout: 30000 });
+  const status = await row.$eval('.replication__row-status', (el) => el.textContent);
+  check(status === 'completed', `Fauxton lists the replication as completed (${status})`);
+  await page.close();
+}
+
 async function main() {
   if (!fs.existsSync(CHROMIUM)) {
     console.log(`skipped: no Chromium at ${CHROMIUM}`);
@@ -173,6 +255,7 @@ async function main() {
   try {
     await corsSync(browser, base, pageOrigin + '/');
     await fauxton(browser, base);
+    await fauxtonReplication(browser, base);
   } catch (e) {
     failures++;
     console.log(`FAIL ${e.stack || e}`);
