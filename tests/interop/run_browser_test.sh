@@ -11,7 +11,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
 export CHAISE_BINARY="${CHAISE_BINARY:-$here/../../build/server/chaise}"
 if [[ ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json ]]; then
-  npm ci --no-audit --no-fund
+  npm ci --ignore-scripts --no-audit --no-fund
 fi
 if [[ ! -f ../../ui/node_modules/pouchdb-fauxton/www/index.html ]]; then
   npm ci --prefix ../../ui --no-audit --no-fund

@@ -26,12 +26,14 @@ export CHAISE_BINARY="${CHAISE_BINARY:-$here/../../build/server/chaise}"
 
 # node_modules/.package-lock.json is what npm writes after a complete install; reinstall when it is
 # missing or the lock file changed since.
+# --ignore-scripts: no package's install script runs (pouchdb-server's optional leveldown and
+# sqlite3 would build native code; the tests use the in-memory adapters and prebuilt binaries).
 if [[ ! -f node_modules/.package-lock.json || ( -f package-lock.json && package-lock.json -nt node_modules/.package-lock.json ) ]]; then
   echo "installing npm packages in $here"
   if [[ -f package-lock.json ]]; then
-    timeout 300 npm ci --no-audit --no-fund --loglevel=error
+    timeout 300 npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
   else
-    timeout 300 npm install --no-audit --no-fund --loglevel=error
+    timeout 300 npm install --ignore-scripts --no-audit --no-fund --loglevel=error
   fi
 fi
 
