@@ -173,6 +173,30 @@ TEST(ReplicationTest, AttachmentsTravelWholeAndOnlyWhenTheTargetLacksThem) {
   EXPECT_EQ(cb.get("/tgt/small?revs=true").json(), ca.get("/src/small?revs=true").json());
 }
 
+TEST(ReplicationTest, RevisionsTheTargetRefusesAreCountedAndTheRestIsWritten) {
+  TempDir dir;
+  ServerProcess a(dir.path() / "a");
+  HttpClient ca(a.port(), 60s);
+  ASSERT_EQ(ca.request(verb::put, "/src").status, 201u);
+  Json docs = Json::array();
+  for (int i = 0; i < 10; ++i)
+    docs.push_back({{"_id", "d" + std::to_string(i)}, {"ok", i % 3 != 0}});
+  ASSERT_EQ(post(ca, "/src/_bulk_docs", {{"docs", docs}}).status, 201u);
+  ASSERT_EQ(ca.request(verb::put, "/tgt").status, 201u);
+  ASSERT_EQ(put(ca, "/tgt/_design/guard",
+                {{"validate_doc_update",
+                  "function(doc) { if (doc.ok === false) throw({forbidden: 'not ok'}); }"}})
+                .status,
+            201u);
+  const HttpResponse r = post(ca, "/_replicate", {{"source", "src"}, {"target", "tgt"}});
+  ASSERT_EQ(r.status, 200u) << r.body;
+  const Json h = r.json()["history"][0];
+  EXPECT_EQ(h["doc_write_failures"], 4);  // d0, d3, d6, d9
+  EXPECT_EQ(h["docs_written"], 6);
+  EXPECT_EQ(ca.get("/tgt/d3").status, 404u);
+  EXPECT_EQ(ca.get("/tgt/d4").status, 200u);
+}
+
 TEST(ReplicationTest, FiltersPickTheDocuments) {
   TempDir dir;
   ServerProcess a(dir.path() / "a");

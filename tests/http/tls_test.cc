@@ -162,6 +162,45 @@ TEST_F(TlsTest, BadTlsInputOnlyCostsItsConnection) {
 }
 
 // [ssl] settings that cannot work stop startup with a message, as a bad config value does.
+// The replicator reaches an https:// database: with [replicator] verify_ssl_certificates and the
+// test certificate as the trusted CA file it pulls; trusting nothing else, it refuses the peer.
+TEST_F(TlsTest, TheReplicatorPullsOverHttpsAndChecksTheCertificate) {
+  start();
+  HttpClient admin(server_->port());
+  const std::vector<std::pair<std::string, std::string>> auth = {
+      {"Authorization", "Basic YWRtaW46c2VjcmV0"}, {"Content-Type", "application/json"}};
+  ASSERT_EQ(admin.request(verb::put, "/src", {}, auth).status, 201u);
+  ASSERT_EQ(admin.request(verb::put, "/src/d1", R"({"x":1})", auth).status, 201u);
+  const std::string source = "https://admin:secret@127.0.0.1:" + std::to_string(tls_port_) + "/src";
+  const auto replicator = [&](const std::string& name, const std::string& replicator_ini) {
+    const auto ini = dir_.path() / (name + ".ini");
+    write_file(ini, "[replicator]\nverify_ssl_certificates = true\n" + replicator_ini);
+    return std::make_unique<ServerProcess>(dir_.path() / name,
+                                           std::vector<std::string>{"--config", ini.string()});
+  };
+  {
+    auto trusting =
+        replicator("trusting", "ssl_trusted_certificates_file = " + cert_.string() + "\n");
+    HttpClient c(trusting->port(), 30s);
+    const auto r =
+        c.request(verb::post, "/_replicate",
+                  R"({"source":")" + source + R"(","target":"copy","create_target":true})",
+                  {{"Content-Type", "application/json"}});
+    ASSERT_EQ(r.status, 200u) << r.body;
+    EXPECT_EQ(r.json()["history"][0]["docs_written"], 1);
+    EXPECT_EQ(c.get("/copy/d1").json()["x"], 1);
+  }
+  auto wary =
+      replicator("wary", "ssl_trusted_certificates_file = /etc/ssl/certs/ca-certificates.crt\n");
+  HttpClient c(wary->port(), 30s);
+  const auto r = c.request(verb::post, "/_replicate",
+                           R"({"source":")" + source +
+                               R"(","target":"copy","create_target":true,"retries_per_request":0})",
+                           {{"Content-Type", "application/json"}});
+  EXPECT_EQ(r.status, 500u) << r.body;
+  EXPECT_NE(r.body.find("certificate verify failed"), std::string::npos) << r.body;
+}
+
 TEST_F(TlsTest, MissingCertificateStopsStartup) {
   const auto ini = dir_.path() / "bad.ini";
   write_file(ini, "[ssl]\nenable = true\nport = 0\ncert_file = " +
