@@ -17,6 +17,20 @@ namespace bhttp = boost::beast::http;
 
 namespace {
 
+// The error a CouchDB answer of `status` says in its body ({"error", "reason"}), or
+// unknown_error when the body says nothing.
+CouchError answer_error(unsigned status, std::string_view body) {
+  CouchError e{static_cast<int>(status), "unknown_error", ""};
+  auto parsed = core::parse_json_text(body, core::JsonNumbers::exact);
+  if (Json* json = std::get_if<Json>(&parsed); json != nullptr && json->is_object()) {
+    if (const auto it = json->find("error"); it != json->end() && it->is_string())
+      e.error = it->get<std::string>();
+    if (const auto it = json->find("reason"); it != json->end() && it->is_string())
+      e.reason = it->get<std::string>();
+  }
+  return e;
+}
+
 // A query parameter's value: a string as it is, anything else as JSON, then percent-encoded.
 std::string query_value(const Json& v) {
   return url_encode(v.is_string() ? v.get<std::string>() : core::dump_json(v, false));
@@ -96,15 +110,7 @@ Outcome<ClientResponse> CouchEndpoint::raw_call(
   }
   ClientResponse& res = r.value();
   if (res.status >= 200 && res.status < 300) return std::move(res);
-  CouchError e{static_cast<int>(res.status), "unknown_error", ""};
-  auto parsed = core::parse_json_text(res.body, core::JsonNumbers::exact);
-  if (Json* json = std::get_if<Json>(&parsed); json != nullptr && json->is_object()) {
-    if (const auto it = json->find("error"); it != json->end() && it->is_string())
-      e.error = it->get<std::string>();
-    if (const auto it = json->find("reason"); it != json->end() && it->is_string())
-      e.reason = it->get<std::string>();
-  }
-  return e;
+  return answer_error(res.status, res.body);
 }
 
 Outcome<Json> CouchEndpoint::call(bhttp::verb method, const std::string& target, std::string body) {
@@ -293,15 +299,7 @@ CouchError error_of(ResponseReader& r) {
     auto n = r.read(body, 64 * 1024);
     if (!n.ok() || n.value() == 0) break;
   }
-  CouchError e{static_cast<int>(r.status()), "unknown_error", ""};
-  auto parsed = core::parse_json_text(body, core::JsonNumbers::exact);
-  if (Json* json = std::get_if<Json>(&parsed); json != nullptr && json->is_object()) {
-    if (const auto it = json->find("error"); it != json->end() && it->is_string())
-      e.error = it->get<std::string>();
-    if (const auto it = json->find("reason"); it != json->end() && it->is_string())
-      e.reason = it->get<std::string>();
-  }
-  return e;
+  return answer_error(r.status(), body);
 }
 
 }  // namespace
@@ -343,15 +341,10 @@ Outcome<Json> CouchEndpoint::put_replicated(std::string_view id, BodyReader& bod
     return CouchError{0, r.error().timed_out ? "timeout" : "network_error", r.error().message};
   }
   ClientResponse& res = r.value();
+  if (res.status < 200 || res.status >= 300) return answer_error(res.status, res.body);
   auto parsed = core::parse_json_text(res.body, core::JsonNumbers::exact);
   Json* json = std::get_if<Json>(&parsed);
-  if (res.status >= 200 && res.status < 300) return json != nullptr ? std::move(*json) : Json();
-  CouchError e{static_cast<int>(res.status), "unknown_error", ""};
-  if (json != nullptr && json->is_object()) {
-    e.error = json->value("error", e.error);
-    e.reason = json->value("reason", e.reason);
-  }
-  return e;
+  return json != nullptr ? std::move(*json) : Json();
 }
 
 }  // namespace chaise::http::client

@@ -259,6 +259,17 @@ asio::awaitable<void> read_whole(Connection& c, std::size_t max_body_bytes,
 
 using StreamParser = bhttp::response_parser<bhttp::buffer_body>;
 
+// Connects the connection when it is not, then writes `req`.
+template <typename Message>
+asio::awaitable<void> send_request(Connection& c, const Peer& peer, Message& req,
+                                   std::string& err) {
+  if (!c.connected) co_await connect(c, peer, err);
+  if (!err.empty()) co_return;
+  co_await on_stream(
+      c, [&](auto& s, auto tok) { return bhttp::async_write(s, req, tok); }, err,
+      "cannot send the request");
+}
+
 }  // namespace
 
 // Runs one step (a coroutine on the connection) for at most `timeout`; past it the connection
@@ -348,11 +359,7 @@ ClientResult<ClientResponse> HttpClient::request(
     error = run_step(
         *conn,
         [&](std::string& err) -> asio::awaitable<void> {
-          if (!conn->connected) co_await connect(*conn, peer, err);
-          if (!err.empty()) co_return;
-          co_await on_stream(
-              *conn, [&](auto& s, auto tok) { return bhttp::async_write(s, req, tok); }, err,
-              "cannot send the request");
+          co_await send_request(*conn, peer, req, err);
           if (!err.empty()) co_return;
           co_await read_whole(*conn, options_.max_body_bytes, response, err);
         },
@@ -427,11 +434,7 @@ ClientResult<std::unique_ptr<ResponseReader>> HttpClient::open(
     error = run_step(
         *conn,
         [&](std::string& err) -> asio::awaitable<void> {
-          if (!conn->connected) co_await connect(*conn, peer, err);
-          if (!err.empty()) co_return;
-          co_await on_stream(
-              *conn, [&](auto& s, auto tok) { return bhttp::async_write(s, req, tok); }, err,
-              "cannot send the request");
+          co_await send_request(*conn, peer, req, err);
           if (!err.empty()) co_return;
           co_await on_stream(
               *conn,

@@ -15,17 +15,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from couchdb_replication_test import (COUCH, N_DOCS, SKIPPED, Chaise, compare,  # noqa: E402
-                                      couch_absent, fill_source, request, rj, snapshot, wait_for)
+from couchdb_replication_test import (COUCH, N_DOCS, SKIPPED, Chaise,  # noqa: E402
+                                      chaise_replicate, compare, couch_absent, fill_source,
+                                      request, rj, snapshot, wait_for)
 
 DEADLINE_S = 300
-
-
-def chaise_replicate(chaise, body):
-    status, res = rj("POST", chaise.url + "/_replicate", body)
-    if status not in (200, 202) or not res.get("ok"):
-        raise AssertionError(f"Chaise's replication {body} failed: {status} {res}")
-    return res
 
 
 def main():

@@ -206,6 +206,14 @@ def replicate(source, target, continuous=False):
     return res
 
 
+def chaise_replicate(chaise, body):
+    """POST /_replicate on Chaise (its own replicator); the answer, or AssertionError."""
+    status, res = rj("POST", chaise.url + "/_replicate", body)
+    if status not in (200, 202) or not res.get("ok"):
+        raise AssertionError(f"Chaise's replication {body} failed: {status} {res}")
+    return res
+
+
 def wait_for(pred, what, timeout_s=60):
     deadline = time.time() + timeout_s
     while time.time() < deadline:

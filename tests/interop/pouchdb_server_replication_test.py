@@ -18,8 +18,8 @@ import time
 
 os.environ.setdefault("INTEROP_DOCS", "1000")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from couchdb_replication_test import (N_DOCS, Chaise, compare, fill_source, request,  # noqa: E402
-                                      rj, snapshot, wait_for)
+from couchdb_replication_test import (N_DOCS, Chaise, chaise_replicate,  # noqa: E402
+                                      compare, fill_source, request, rj, snapshot, wait_for)
 
 DEADLINE_S = 280
 
@@ -45,13 +45,6 @@ class PouchDBServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self.dir.cleanup()
-
-
-def chaise_replicate(chaise, body):
-    status, res = rj("POST", chaise.url + "/_replicate", body)
-    if status not in (200, 202) or not res.get("ok"):
-        raise AssertionError(f"Chaise's replication {body} failed: {status} {res}")
-    return res
 
 
 def main():
