@@ -1,15 +1,18 @@
 // http/api/replication_endpoints.cc — see replication_endpoints.h.
 //
-// The in-process sender runs the router's coroutine on an io_context of its own, driven by the
-// calling thread (a replication job's), and collects the answer, streamed or not, in memory up to
-// kMaxBody. Cancelling it tells the handler that its client left (ResponseStream::watch_peer), which
-// ends a waiting longpoll at once.
+// The in-process sender runs the router's coroutine on the factory's io threads while the calling
+// thread (a replication job's) waits, and collects the answer in memory up to kMaxBody, or hands
+// it over piece by piece through a Pipe (a streamed GET) or pulls a streamed PUT's body as the
+// handler reads it. Cancelling tells the handler that its client left (ResponseStream::watch_peer),
+// which ends a waiting longpoll at once. The io_context lives as long as the factory, so nothing
+// posts into one that is gone.
 #include "http/api/replication_endpoints.h"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -17,6 +20,7 @@
 
 #include "core/security/replicator_docs.h"
 #include "http/api/router.h"
+#include "http/api/wakeup.h"
 #include "http/client/couch_endpoint.h"
 #include "http/transport/request_parse.h"
 #include "http/transport/response_stream.h"
@@ -81,152 +85,146 @@ class CollectingStream : public ResponseStream {
   client::BodyPull pull_;
 };
 
-// A response the router streams on a thread of its own while the caller reads it: write()
-// waits while kPipeBytes are unread, so the body passes through in bounded memory.
+// A streamed answer passing from the router (producer, on an io thread) to a reader (a job's
+// thread): at most kPipeBytes wait unread; a producer that finds the pipe full waits without
+// holding its thread (async_wait_ready) until the reader drains it.
+struct Pipe {
+  static constexpr std::size_t kPipeBytes = 1 << 20;
+  std::mutex mu;
+  std::condition_variable cv;    // the reader's waits
+  std::function<void()> resume;  // a producer waiting for room
+  Response head;
+  std::string buffer;
+  bool has_head = false;
+  bool ended = false;            // the router finished the body (or failed)
+  bool completed = false;        // the router's coroutine is over: its request and stream may go
+  bool gone = false;             // the reader left
+  std::function<void()> closed;  // the handler's watch_peer
+  bool ready() const { return gone || buffer.size() < kPipeBytes; }
+  void wake_producer(std::unique_lock<std::mutex>& lock) {
+    auto r = std::exchange(resume, {});
+    lock.unlock();
+    if (r) r();
+  }
+};
+
 class PipeStream : public ResponseStream {
  public:
-  static constexpr std::size_t kPipeBytes = 1 << 20;
-
+  explicit PipeStream(std::shared_ptr<Pipe> pipe) : pipe_(std::move(pipe)) {}
   asio::awaitable<bool> begin(Response head) override {
-    std::lock_guard lock(mu_);
-    head_ = std::move(head);
-    has_head_ = true;
-    cv_.notify_all();
-    co_return !gone_;
+    std::lock_guard lock(pipe_->mu);
+    pipe_->head = std::move(head);
+    pipe_->has_head = true;
+    pipe_->cv.notify_all();
+    co_return !pipe_->gone;
   }
   asio::awaitable<bool> write(std::string_view data) override {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return gone_ || buffer_.size() < kPipeBytes; });
-    if (gone_) co_return false;
-    buffer_.append(data);
-    cv_.notify_all();
+    co_await async_wait_ready(pipe_, asio::use_awaitable);
+    std::lock_guard lock(pipe_->mu);
+    if (pipe_->gone) co_return false;
+    pipe_->buffer.append(data);
+    pipe_->cv.notify_all();
     co_return true;
   }
   asio::awaitable<bool> flush() override { co_return !is_gone(); }
   asio::awaitable<bool> finish() override {
-    end();
-    co_return !is_gone();
+    std::lock_guard lock(pipe_->mu);
+    pipe_->ended = true;
+    pipe_->cv.notify_all();
+    co_return !pipe_->gone;
   }
   bool begun() const override {
-    std::lock_guard lock(mu_);
-    return has_head_;
+    std::lock_guard lock(pipe_->mu);
+    return pipe_->has_head;
   }
   void watch_peer(std::function<void()> closed) override {
-    std::lock_guard lock(mu_);
-    closed_ = std::move(closed);
+    std::lock_guard lock(pipe_->mu);
+    pipe_->closed = std::move(closed);
   }
   std::string peer_address() const override { return "127.0.0.1"; }
 
-  // The router answered with a whole Response (or nothing, when it failed).
-  void complete(std::optional<Response> r) {
-    std::lock_guard lock(mu_);
-    if (r) {
-      head_ = std::move(*r);
-      buffer_ = std::move(head_.body());
-      has_head_ = true;
-    }
-    ended_ = true;
-    cv_.notify_all();
-  }
-  void end() {
-    std::lock_guard lock(mu_);
-    ended_ = true;
-    cv_.notify_all();
-  }
-  // The reader's side. wait_head: false when the router ended without an answer or `timeout`
-  // passed.
-  bool wait_head(std::chrono::milliseconds timeout, Response& head) {
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, timeout, [&] { return has_head_ || ended_; }) || !has_head_)
-      return false;
-    head = head_;
-    head.body().clear();
-    return true;
-  }
-  // Appends up to `max` unread bytes: how many (0 at the end), nullopt after `timeout`.
-  std::optional<std::size_t> take(std::string& out, std::size_t max,
-                                  std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, timeout, [&] { return !buffer_.empty() || ended_; }))
-      return std::nullopt;
-    const std::size_t n = std::min(max, buffer_.size());
-    out.append(buffer_, 0, n);
-    buffer_.erase(0, n);
-    cv_.notify_all();
-    return n;
-  }
-  // The reader is gone: the handler's next write fails and a waiting feed is told.
-  std::function<void()> leave() {
-    std::lock_guard lock(mu_);
-    gone_ = true;
-    cv_.notify_all();
-    return std::exchange(closed_, {});
-  }
-
  private:
   bool is_gone() const {
-    std::lock_guard lock(mu_);
-    return gone_;
+    std::lock_guard lock(pipe_->mu);
+    return pipe_->gone;
   }
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  Response head_;
-  std::string buffer_;
-  bool has_head_ = false;
-  bool ended_ = false;
-  bool gone_ = false;
-  std::function<void()> closed_;
+  std::shared_ptr<Pipe> pipe_;
 };
 
 // How long a reader of this server's own answer waits for its next bytes.
 constexpr std::chrono::milliseconds kLocalReadTimeout{60'000};
 
-// The router's streamed answer, read on the caller's thread while a thread of its own produces
-// it.
+// The router's streamed answer, read on the caller's thread while the router produces it on the
+// in-process io threads.
 class PipeReader : public client::ResponseReader {
  public:
-  PipeReader(const Router& router, Request req) : req_(std::move(req)) {
-    thread_ = std::thread([this, &router] {
-      auto work = asio::make_work_guard(ioc_);
-      bool done = false;
-      asio::co_spawn(ioc_, router.handle(req_, stream_),
-                     [&](std::exception_ptr, std::optional<Response> r) {
-                       stream_.complete(std::move(r));
-                       done = true;
-                     });
-      while (!done) ioc_.run_one_for(std::chrono::milliseconds(100));
-      work.reset();
-      ioc_.run();
-    });
+  PipeReader(const Router& router, asio::io_context& ioc, Request req)
+      : ioc_(ioc), req_(std::move(req)), pipe_(std::make_shared<Pipe>()), stream_(pipe_) {
+    asio::co_spawn(ioc_, router.handle(req_, stream_),
+                   [pipe = pipe_](std::exception_ptr, std::optional<Response> r) {
+                     std::lock_guard lock(pipe->mu);
+                     if (r) {
+                       pipe->head = std::move(*r);
+                       pipe->buffer = std::move(pipe->head.body());
+                       pipe->has_head = true;
+                     }
+                     pipe->ended = true;
+                     pipe->completed = true;
+                     pipe->cv.notify_all();
+                   });
   }
   ~PipeReader() override {
-    if (auto closed = stream_.leave()) asio::post(ioc_, std::move(closed));
-    thread_.join();
+    std::unique_lock lock(pipe_->mu);
+    pipe_->gone = true;
+    auto closed = std::exchange(pipe_->closed, {});
+    if (closed) asio::post(ioc_, std::move(closed));
+    pipe_->wake_producer(lock);
+    // The router's coroutine refers to req_ and stream_: they stay until it is over.
+    lock.lock();
+    pipe_->cv.wait(lock, [&] { return pipe_->completed; });
   }
   bool start() {
-    Response head;
-    if (!stream_.wait_head(kLocalReadTimeout, head)) return false;
-    status_ = head.result_int();
-    headers_ = head.base();
+    std::unique_lock lock(pipe_->mu);
+    if (!pipe_->cv.wait_for(lock, kLocalReadTimeout,
+                            [&] { return pipe_->has_head || pipe_->ended; }) ||
+        !pipe_->has_head)
+      return false;
+    status_ = pipe_->head.result_int();
+    headers_ = pipe_->head.base();
     return true;
   }
   client::ClientResult<std::size_t> read(std::string& out, std::size_t max) override {
-    auto n = stream_.take(out, max, kLocalReadTimeout);
-    if (!n) return client::ClientError{"no answer within 60000 ms", true};
-    return *n;
+    std::unique_lock lock(pipe_->mu);
+    if (!pipe_->cv.wait_for(lock, kLocalReadTimeout,
+                            [&] { return !pipe_->buffer.empty() || pipe_->ended; }))
+      return client::ClientError{"no answer within 60000 ms", true};
+    const std::size_t n = std::min(max, pipe_->buffer.size());
+    out.append(pipe_->buffer, 0, n);
+    pipe_->buffer.erase(0, n);
+    pipe_->wake_producer(lock);
+    return n;
   }
 
  private:
+  asio::io_context& ioc_;
   Request req_;
+  std::shared_ptr<Pipe> pipe_;
   PipeStream stream_;
-  asio::io_context ioc_{1};
-  std::thread thread_;
+};
+
+// One request answered by the router on the in-process io threads while the caller waits.
+struct Exchange {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr failure;
+  std::optional<Response> answer;
 };
 
 class LocalSender : public client::Sender {
  public:
-  LocalSender(const Router& router, std::optional<core::UserCtx> as_user)
-      : router_(router), as_user_(std::move(as_user)) {}
+  LocalSender(const Router& router, asio::io_context& ioc, std::optional<core::UserCtx> as_user)
+      : router_(router), ioc_(ioc), as_user_(std::move(as_user)) {}
 
   ClientResult<ClientResponse> send(beast_http::verb method, std::string_view target,
                                     const Headers& headers, std::string body) override {
@@ -239,7 +237,7 @@ class LocalSender : public client::Sender {
     return send(std::move(req), nullptr);
   }
 
-  // Answers `req` through the router on this thread; its body pulled from `pull` when set.
+  // Answers `req` through the router; its body pulled from `pull` when set (on an io thread).
   ClientResult<ClientResponse> send(Request req, const client::BodyPull* pull) {
     CollectingStream stream;
     if (pull != nullptr) stream.stream_body(*pull);
@@ -248,30 +246,30 @@ class LocalSender : public client::Sender {
       if (cancelled_) return ClientError{"cancelled"};
       current_ = &stream;
     }
-    ioc_.restart();
-    std::optional<Response> answer;
-    bool done = false;
-    std::exception_ptr failure;
-    auto work = asio::make_work_guard(ioc_);
+    auto x = std::make_shared<Exchange>();
     auto run = as_user_ ? router_.handle_as(req, stream, *as_user_) : router_.handle(req, stream);
-    asio::co_spawn(ioc_, std::move(run), [&](std::exception_ptr e, std::optional<Response> r) {
-      failure = e;
-      answer = std::move(r);
-      done = true;
+    asio::co_spawn(ioc_, std::move(run), [x](std::exception_ptr e, std::optional<Response> r) {
+      std::lock_guard lock(x->mu);
+      x->failure = e;
+      x->answer = std::move(r);
+      x->done = true;
+      x->cv.notify_all();
     });
-    while (!done) ioc_.run_one_for(std::chrono::milliseconds(100));
-    work.reset();
+    {
+      std::unique_lock lock(x->mu);
+      x->cv.wait(lock, [&] { return x->done; });
+    }
     {
       std::lock_guard lock(mu_);
       current_ = nullptr;
     }
-    if (failure) return ClientError{"the request failed inside the server"};
+    if (x->failure) return ClientError{"the request failed inside the server"};
     if (stream.overflow_) return ClientError{"the answer is larger than the in-process limit"};
     ClientResponse out;
-    if (answer) {
-      out.status = answer->result_int();
-      out.headers = std::move(answer->base());
-      out.body = std::move(answer->body());
+    if (x->answer) {
+      out.status = x->answer->result_int();
+      out.headers = std::move(x->answer->base());
+      out.body = std::move(x->answer->body());
     } else {
       out.status = stream.head_.result_int();
       out.headers = std::move(stream.head_.base());
@@ -290,7 +288,7 @@ class LocalSender : public client::Sender {
     Request req{method, std::string(target), 11};
     req.set(beast_http::field::host, "127.0.0.1");
     for (const auto& [name, value] : headers) req.set(name, value);
-    auto reader = std::make_unique<PipeReader>(router_, std::move(req));
+    auto reader = std::make_unique<PipeReader>(router_, ioc_, std::move(req));
     if (!reader->start()) return ClientError{"no answer from this server", true};
     return std::unique_ptr<client::ResponseReader>(std::move(reader));
   }
@@ -328,8 +326,8 @@ class LocalSender : public client::Sender {
 
  private:
   const Router& router_;
+  asio::io_context& ioc_;
   const std::optional<core::UserCtx> as_user_;
-  asio::io_context ioc_{1};
   std::mutex mu_;
   bool cancelled_ = false;
   CollectingStream* current_ = nullptr;
@@ -338,7 +336,15 @@ class LocalSender : public client::Sender {
 }  // namespace
 
 ReplicationEndpoints::ReplicationEndpoints(RemoteEndpointOptions remote)
-    : remote_(std::move(remote)) {}
+    : work_(asio::make_work_guard(ioc_)), remote_(std::move(remote)) {
+  for (int i = 0; i < kIoThreads; ++i) threads_.emplace_back([this] { ioc_.run(); });
+}
+
+ReplicationEndpoints::~ReplicationEndpoints() {
+  work_.reset();
+  ioc_.stop();
+  for (auto& t : threads_) t.join();
+}
 
 void ReplicationEndpoints::set_listener(std::string host, std::uint16_t port,
                                         std::uint16_t tls_port) {
@@ -380,7 +386,7 @@ core::Outcome<std::unique_ptr<core::replication::Endpoint>> ReplicationEndpoints
   options.ca_file = remote_.ca_file;
   std::unique_ptr<client::Sender> sender;
   if (is_self(url->scheme, url->host, url->port))
-    sender = std::make_unique<LocalSender>(*router_, std::nullopt);
+    sender = std::make_unique<LocalSender>(*router_, ioc_, std::nullopt);
   return client::CouchEndpoint::from_json(endpoint, options, std::move(sender));
 }
 
@@ -389,7 +395,7 @@ std::unique_ptr<core::replication::Endpoint> ReplicationEndpoints::replicator_db
   core::UserCtx replicator{std::nullopt,
                            {std::string(core::kAdminRole), std::string(core::kReplicatorRole)}};
   return std::make_unique<client::CouchEndpoint>(
-      std::make_unique<LocalSender>(*router_, std::move(replicator)),
+      std::make_unique<LocalSender>(*router_, ioc_, std::move(replicator)),
       "/" + url_encode(db_name) + "/", std::vector<std::pair<std::string, std::string>>{},
       std::string(db_name));
 }

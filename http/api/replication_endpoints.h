@@ -8,10 +8,14 @@
 #pragma once
 
 #include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <vector>
 
 #include "core/replication/endpoint.h"
 
@@ -29,6 +33,8 @@ struct RemoteEndpointOptions {
 class ReplicationEndpoints : public core::replication::EndpointFactory {
  public:
   explicit ReplicationEndpoints(RemoteEndpointOptions remote);
+  // Joins the in-process io threads: after the scheduler stopped (no endpoint is in use).
+  ~ReplicationEndpoints() override;
 
   // The router that answers this server's own URLs (the router holds the scheduler that holds
   // this factory, so it comes after construction).
@@ -44,6 +50,11 @@ class ReplicationEndpoints : public core::replication::EndpointFactory {
 
  private:
   bool is_self(std::string_view scheme, std::string_view host, std::uint16_t port) const;
+  // Threads running the router for in-process requests.
+  static constexpr int kIoThreads = 2;
+  boost::asio::io_context ioc_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  std::vector<std::thread> threads_;
   const Router* router_ = nullptr;
   RemoteEndpointOptions remote_;
   std::string host_;
