@@ -182,6 +182,10 @@ async function fauxtonReplication(browser, base) {
   for (let i = 1; i <= 3; i++) await api(base, 'PUT', `/repsrc/doc-${i}`, { i });
   const page = await browser.newPage();
   await fauxtonLogin(page, base);
+  // Fauxton moves to the database list once logged in; going elsewhere before it has would be
+  // undone by that move.
+  await page.goto(`${base}/_utils/#/_all_dbs`);
+  await page.waitForSelector('text=repsrc', { timeout: 30000 });
   // The form: local source (a searchable select filled from /_all_dbs), new local target, one time.
   await page.goto(`${base}/_utils/#/replication/_create`);
   await page.waitForSelector('select#replication-source', { timeout: 30000 });
