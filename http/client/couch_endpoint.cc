@@ -325,17 +325,41 @@ CouchEndpoint::open_doc_with_attachments(std::string_view id, const Json& rev,
 Outcome<Json> CouchEndpoint::put_replicated(std::string_view id, BodyReader& body) {
   auto headers = headers_;
   headers.emplace_back("Content-Type", body.content_type());
-  std::optional<CouchError> source_error;
-  const BodyPull pull = [&](std::string& out, std::size_t max) -> std::optional<std::size_t> {
-    auto n = body.read(out, max);
-    if (auto* e = std::get_if<CouchError>(&n)) {
-      source_error = *e;
-      return std::nullopt;
+  const std::string target = doc_path(id) + "?new_edits=false";
+  // A body that ends within kWholeBodyBytes goes as one plain request (one write on the target);
+  // a larger one streams, the part already read first.
+  std::string head;
+  bool complete = false;
+  while (head.size() < kWholeBodyBytes) {
+    auto n = body.read(head, kWholeBodyBytes - head.size());
+    if (auto* e = std::get_if<CouchError>(&n)) return *e;
+    if (std::get<std::size_t>(n) == 0) {
+      complete = true;
+      break;
     }
-    return std::get<std::size_t>(n);
-  };
-  auto r =
-      sender_->send_streamed(bhttp::verb::put, doc_path(id) + "?new_edits=false", headers, pull);
+  }
+  std::optional<CouchError> source_error;
+  ClientResult<ClientResponse> r = ClientError{"not sent"};
+  if (complete) {
+    r = sender_->send(bhttp::verb::put, target, headers, std::move(head));
+  } else {
+    const BodyPull pull = [&](std::string& out, std::size_t max) -> std::optional<std::size_t> {
+      if (!head.empty()) {
+        const std::size_t n = head.size();
+        out.append(head);
+        head.clear();
+        head.shrink_to_fit();
+        return n;
+      }
+      auto n = body.read(out, max);
+      if (auto* e = std::get_if<CouchError>(&n)) {
+        source_error = *e;
+        return std::nullopt;
+      }
+      return std::get<std::size_t>(n);
+    };
+    r = sender_->send_streamed(bhttp::verb::put, target, headers, pull);
+  }
   if (source_error) return *source_error;
   if (!r.ok()) {
     return CouchError{0, r.error().timed_out ? "timeout" : "network_error", r.error().message};

@@ -111,6 +111,9 @@ class CouchEndpoint : public core::replication::Endpoint {
   core::Outcome<core::replication::Json> open_revs(const core::replication::Json& entries);
   std::string doc_path(std::string_view id) const;
 
+  // The largest revision body put_replicated sends whole instead of streaming it.
+  static constexpr std::size_t kWholeBodyBytes = 4u << 20;
+
   std::unique_ptr<Sender> sender_;
   std::string db_path_;
   std::vector<std::pair<std::string, std::string>> headers_;
