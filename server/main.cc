@@ -511,6 +511,23 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
       chaise::config::get_int(*settings, "replicator", "interval", 60'000);
   replicator_options.max_history =
       static_cast<int>(chaise::config::get_int(*settings, "replicator", "max_history", 20));
+  // The defaults of a replication's own options, for POST /_replicate and _replicator alike.
+  {
+    auto& d = replicator_options.defaults;
+    const auto int_of = [&](const char* key, std::int64_t fallback) {
+      return chaise::config::get_int(*settings, "replicator", key, fallback);
+    };
+    d.checkpoint_interval_ms = int_of("checkpoint_interval", d.checkpoint_interval_ms);
+    d.worker_processes = static_cast<int>(int_of("worker_processes", d.worker_processes));
+    d.worker_batch_size = static_cast<int>(int_of("worker_batch_size", d.worker_batch_size));
+    d.http_connections = static_cast<int>(int_of("http_connections", d.http_connections));
+    d.connection_timeout_ms = int_of("connection_timeout", d.connection_timeout_ms);
+    d.retries_per_request = static_cast<int>(int_of("retries_per_request", d.retries_per_request));
+    d.use_checkpoints =
+        chaise::config::get_bool(*settings, "replicator", "use_checkpoints", d.use_checkpoints);
+    d.use_bulk_get =
+        chaise::config::get_bool(*settings, "replicator", "use_bulk_get", d.use_bulk_get);
+  }
   auto replicator = std::make_unique<chaise::core::replication::Scheduler>(
       *replication_endpoints, std::move(replicator_options));
   chaise::http::RouterContext context;

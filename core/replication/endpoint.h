@@ -68,7 +68,8 @@ class Endpoint {
   // POST /{db}/_revs_diff with {id: [rev, ...]}.
   virtual Outcome<Json> revs_diff(const Json& id_revs) = 0;
   // POST /{db}/_bulk_get?revs=true&latest=true with `docs` ([{id, rev, atts_since}]): the
-  // "results" array, attachments as stubs. `use_bulk_get` false (or a source without _bulk_get):
+  // "results" array, each attachment as its metadata without its bytes ("stub": true, as
+  // CouchDB answers without attachments=true). `use_bulk_get` false (or a source without _bulk_get):
   // the same rows fetched with GET /{db}/{id}?open_revs=[...], one request per document.
   virtual Outcome<Json> bulk_get(const Json& docs, bool use_bulk_get) = 0;
   // POST /{db}/_bulk_docs with new_edits=false: the answer array (errors only, as CouchDB gives).
@@ -110,7 +111,6 @@ class EndpointFactory {
   struct Options {
     std::int64_t connection_timeout_ms = 30'000;
     int http_connections = 20;
-    int retries_per_request = 5;
   };
   // `endpoint` is a replication's "source" or "target" as given (a URL string or an object
   // with "url", "headers", "auth"). A URL naming this server's own listener is answered in

@@ -95,7 +95,8 @@ std::pair<Json, Json> start_point(const Json& src_log, const Json& tgt_log) {
   return {0, Json::array()};
 }
 
-// Whether a revision's attachments (`atts`, stubs) include one its target lacks: one written
+// Whether a revision's attachments (`atts`, metadata without their bytes) include one its
+// target lacks: one written
 // after the newest of `ancestors` (the target's possible ancestors), or any when there are none.
 bool needs_attachment_bytes(const Json& atts, const Json* ancestors) {
   if (!atts.is_object() || atts.empty()) return false;
@@ -192,8 +193,7 @@ JobOutcome ReplicationJob::run() {
     }
   } detach{this};
 
-  const EndpointFactory::Options eo{spec_.connection_timeout_ms, spec_.http_connections,
-                                    spec_.retries_per_request};
+  const EndpointFactory::Options eo{spec_.connection_timeout_ms, spec_.http_connections};
   const auto fail = [&](std::string reason, bool permanent) {
     out.ok = false;
     out.reason = std::move(reason);
@@ -430,7 +430,9 @@ JobOutcome ReplicationJob::run() {
         since[{w["id"].get<std::string>(), w["rev"].dump()}] = a;
     }
     Json docs = Json::array();
-    std::vector<std::pair<Json, Json>> with_bytes;  // (doc stub, atts_since)
+    // Revisions whose attachment bytes must travel: (the revision as _bulk_get gave it, without
+    // those bytes; its atts_since).
+    std::vector<std::pair<Json, Json>> with_bytes;
     for (const Json& result : std::get<Json>(fetched)) {
       const Json* list = member(result, "docs");
       if (list == nullptr || !list->is_array()) continue;
@@ -459,12 +461,12 @@ JobOutcome ReplicationJob::run() {
     // Revisions with attachment bytes to carry go one at a time, each streamed from the source
     // into the target as one multipart body (CouchDB's replicator PUTs them the same way), so
     // memory stays flat whatever their size.
-    for (const auto& [stub, ancestors] : with_bytes) {
-      const std::string id = stub["_id"].get<std::string>();
+    for (const auto& [revision, ancestors] : with_bytes) {
+      const std::string id = revision["_id"].get<std::string>();
       const bool multipart = wtgt.takes_encoded_multipart();
       auto put = retrying([&]() -> Outcome<Json> {
         if (stopping_) return CouchError{0, "stopped", "stopped"};
-        auto body = wsrc.open_doc_with_attachments(id, stub["_rev"], ancestors, multipart);
+        auto body = wsrc.open_doc_with_attachments(id, revision["_rev"], ancestors, multipart);
         if (auto* e = std::get_if<CouchError>(&body)) return *e;
         return wtgt.put_replicated(id, *std::get<std::unique_ptr<Endpoint::BodyReader>>(body));
       });

@@ -543,6 +543,8 @@ Scheduler::Scheduler(EndpointFactory& endpoints, SchedulerOptions options)
 
 Scheduler::~Scheduler() { stop(); }
 
+const ReplicatorDefaults& Scheduler::defaults() const { return state_->options.defaults; }
+
 void Scheduler::start() {
   State& s = *state_;
   std::lock_guard lock(s.mu);

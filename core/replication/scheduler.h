@@ -65,6 +65,9 @@ class Scheduler {
   void start();
   void stop();
 
+  // The [replicator] defaults a replication starts from.
+  const ReplicatorDefaults& defaults() const;
+
   // POST /_replicate. A one-shot replication calls `done` when it ends (its answer, or the
   // error: 404 db_not_found, 401 unauthorized, 500 with the reason); a continuous one calls it
   // at once with {"ok": true, "_local_id": id}. `done` runs on a scheduler thread.

@@ -88,16 +88,7 @@ const std::string* url_of(const Json& endpoint) {
 // The basic-auth user: "auth": {"basic": {"username", "password"}}, the URL's, then an
 // Authorization: Basic header's (normalize_basic_auth's order).
 std::optional<std::string> basic_user(const Json& endpoint, const UrlParts& url) {
-  if (endpoint.is_object()) {
-    if (const auto a = endpoint.find("auth"); a != endpoint.end() && a->is_object()) {
-      if (const auto b = a->find("basic"); b != a->end() && b->is_object()) {
-        const auto u = b->find("username");
-        const auto p = b->find("password");
-        if (u != b->end() && p != b->end() && u->is_string() && p->is_string())
-          return u->get<std::string>();
-      }
-    }
-  }
+  if (auto basic = basic_auth(endpoint)) return std::move(basic->first);
   if (url.has_credentials) return url.user;
   if (endpoint.is_object()) {
     if (const auto h = endpoint.find("headers"); h != endpoint.end() && h->is_object()) {
@@ -242,6 +233,18 @@ Outcome<ReplicationSpec> parse_replication(const Json& body, const UserCtx& user
     o.set(*v);
   }
   return s;
+}
+
+std::optional<std::pair<std::string, std::string>> basic_auth(const Json& endpoint) {
+  if (!endpoint.is_object()) return std::nullopt;
+  const auto a = endpoint.find("auth");
+  if (a == endpoint.end() || !a->is_object()) return std::nullopt;
+  const auto b = a->find("basic");
+  if (b == a->end() || !b->is_object()) return std::nullopt;
+  const auto u = b->find("username");
+  const auto p = b->find("password");
+  if (u == b->end() || p == b->end() || !u->is_string() || !p->is_string()) return std::nullopt;
+  return std::pair{u->get<std::string>(), p->get<std::string>()};
 }
 
 ReplicationId replication_id(const ReplicationSpec& spec, std::string_view server_uuid,

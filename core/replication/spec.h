@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/security/security.h"
@@ -72,6 +73,9 @@ struct ReplicationId {
 };
 ReplicationId replication_id(const ReplicationSpec& spec, std::string_view server_uuid,
                              const std::optional<std::string>& filter_code);
+
+// An endpoint object's "auth": {"basic": {"username", "password"}}, when both are strings.
+std::optional<std::pair<std::string, std::string>> basic_auth(const Json& endpoint);
 
 // An endpoint's URL (string or object) with a '/' at its end and without credentials, as
 // _scheduler shows it.

@@ -3,8 +3,6 @@
 // chttpd_misc:handle_replicate_req, couch_replicator_httpd.erl.
 #include <boost/asio/use_awaitable.hpp>
 
-#include "config/config.h"
-#include "config/settings.h"
 #include "core/replication/scheduler.h"
 #include "core/security/replicator_docs.h"
 #include "http/api/request.h"
@@ -23,28 +21,6 @@ struct Waiter {
   std::optional<core::Outcome<repl::Json>> result;
   bool ready() const { return result.has_value(); }
 };
-
-repl::ReplicatorDefaults defaults_of(const Call& call) {
-  repl::ReplicatorDefaults d;
-  if (call.ctx.config == nullptr) return d;
-  const auto snap = call.ctx.config->snapshot();
-  const auto& v = *snap;
-  d.checkpoint_interval_ms =
-      config::get_int(v, "replicator", "checkpoint_interval", d.checkpoint_interval_ms);
-  d.worker_processes =
-      static_cast<int>(config::get_int(v, "replicator", "worker_processes", d.worker_processes));
-  d.worker_batch_size =
-      static_cast<int>(config::get_int(v, "replicator", "worker_batch_size", d.worker_batch_size));
-  d.http_connections =
-      static_cast<int>(config::get_int(v, "replicator", "http_connections", d.http_connections));
-  d.connection_timeout_ms =
-      config::get_int(v, "replicator", "connection_timeout", d.connection_timeout_ms);
-  d.retries_per_request = static_cast<int>(
-      config::get_int(v, "replicator", "retries_per_request", d.retries_per_request));
-  d.use_checkpoints = config::get_bool(v, "replicator", "use_checkpoints", d.use_checkpoints);
-  d.use_bulk_get = config::get_bool(v, "replicator", "use_bulk_get", d.use_bulk_get);
-  return d;
-}
 
 // chttpd:fix_uri: a source or target that is not an http(s) URL names a database of this server,
 // reached at its own URL with the credentials of the request.
@@ -112,7 +88,7 @@ MaybeResponse replicate(Call& call) {
     std::replace(id.begin(), id.end(), ' ', '+');
     std::optional<repl::ReplicationSpec> spec;
     if (id.empty()) {
-      auto parsed = repl::parse_replication(body, call.user, defaults_of(call));
+      auto parsed = repl::parse_replication(body, call.user, scheduler.defaults());
       if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(replicate_error(*e));
       spec = std::move(std::get<repl::ReplicationSpec>(parsed));
     }
@@ -120,7 +96,7 @@ MaybeResponse replicate(Call& call) {
     if (auto* e = std::get_if<core::CouchError>(&r)) throw HttpError(*e);
     co_return json_response(call.req, Status::ok, std::get<Json>(r));
   }
-  auto parsed = repl::parse_replication(body, call.user, defaults_of(call));
+  auto parsed = repl::parse_replication(body, call.user, scheduler.defaults());
   if (auto* e = std::get_if<core::CouchError>(&parsed)) throw HttpError(replicate_error(*e));
   repl::ReplicationSpec spec = std::move(std::get<repl::ReplicationSpec>(parsed));
   const bool continuous = spec.continuous;

@@ -4,6 +4,7 @@
 
 #include <variant>
 
+#include "core/replication/spec.h"
 #include "core/util/base64.h"
 #include "core/util/json_text.h"
 #include "http/transport/request_parse.h"
@@ -61,17 +62,8 @@ Outcome<std::unique_ptr<core::replication::Endpoint>> CouchEndpoint::from_json(
   auto url = Url::parse(url_text);
   if (!url) return core::err::bad_request("endpoint has an invalid url");
   std::vector<std::pair<std::string, std::string>> headers = {{"Accept", "application/json"}};
-  std::optional<std::pair<std::string, std::string>> basic;
-  if (endpoint.is_object()) {
-    if (const auto a = endpoint.find("auth"); a != endpoint.end() && a->is_object()) {
-      if (const auto b = a->find("basic"); b != a->end() && b->is_object()) {
-        const auto u = b->find("username");
-        const auto p = b->find("password");
-        if (u != b->end() && p != b->end() && u->is_string() && p->is_string())
-          basic = {u->get<std::string>(), p->get<std::string>()};
-      }
-    }
-  }
+  std::optional<std::pair<std::string, std::string>> basic =
+      core::replication::basic_auth(endpoint);
   if (!basic && url->has_credentials) basic = {url->user, url->password};
   if (endpoint.is_object()) {
     if (const auto h = endpoint.find("headers"); h != endpoint.end() && h->is_object()) {

@@ -166,11 +166,6 @@ void HttpClient::cancel() {
   pool_->returned.notify_all();
 }
 
-std::size_t HttpClient::open_connections() const {
-  std::lock_guard lock(pool_->mu);
-  return pool_->open;
-}
-
 namespace {
 
 // What a step of an exchange needs to know about the server.

@@ -144,8 +144,6 @@ class HttpClient {
   void cancel();
 
   const Url& base() const { return base_; }
-  // Connections open now (idle or in use).
-  std::size_t open_connections() const;
 
  private:
   struct Pool;

@@ -381,7 +381,8 @@ TEST(ReplicatorDbTest, ContinuousJobsSurviveARestartAndStopWhenTheirDocumentGoes
   const Json jobs = cb.get("/_scheduler/jobs").json();
   ASSERT_EQ(jobs["total_rows"], 1);
   const Json info = jobs["jobs"][0]["info"];
-  // Counters carried over from the first session; only the new documents were written now.
+  // The counters are cumulative over sessions (as CouchDB's), and only the two new documents
+  // are written after the restart: 13 before it, 15 in all.
   // 10 documents, doc2's conflict, withatt, the design document, then 2 new ones.
   EXPECT_EQ(info["docs_written"], 15) << info.dump();
 
@@ -393,6 +394,37 @@ TEST(ReplicatorDbTest, ContinuousJobsSurviveARestartAndStopWhenTheirDocumentGoes
   EXPECT_TRUE(
       eventually([&] { return cb.get("/_scheduler/jobs").json()["total_rows"] == 0; }, 10s));
   EXPECT_EQ(cb.get("/_scheduler/docs/_replicator/follow").status, 404u);
+}
+
+TEST(ReplicatorDbTest, TheReplicatorSectionGivesEveryJobItsDefaults) {
+  TempDir dir;
+  const fs::path ini = dir.path() / "replicator.ini";
+  write_file(ini, "[replicator]\ncheckpoint_interval = 4321\n");
+  ServerProcess a(dir.path() / "a", {"--config", ini.string()});
+  HttpClient ca(a.port(), 60s);
+  ASSERT_EQ(ca.request(verb::put, "/src").status, 201u);
+  ASSERT_EQ(ca.request(verb::put, "/_replicator").status, 201u);
+  ASSERT_EQ(put(ca, "/_replicator/bydoc",
+                {{"source", url(a, "src")},
+                 {"target", url(a, "t1")},
+                 {"create_target", true},
+                 {"continuous", true}})
+                .status,
+            201u);
+  ASSERT_EQ(
+      post(ca, "/_replicate",
+           {{"source", "src"}, {"target", "t2"}, {"create_target", true}, {"continuous", true}})
+          .status,
+      202u);
+  std::vector<Json> seen;
+  ASSERT_TRUE(eventually(
+      [&] {
+        const Json tasks = ca.get("/_active_tasks").json();
+        seen.assign(tasks.begin(), tasks.end());
+        return seen.size() == 2;
+      },
+      10s));
+  for (const Json& t : seen) EXPECT_EQ(t["checkpoint_interval"], 4321) << t.dump();
 }
 
 TEST(ReplicatorDbTest, AnUnreachableSourceMakesTheJobCrashWithItsReason) {
@@ -465,7 +497,8 @@ TEST(ReplicatorDbTest, AJobKilledMidwayResumesFromItsCheckpointToAnEqualCopy) {
   EXPECT_EQ(doc["_replication_state"], "completed") << doc.dump();
   EXPECT_EQ(ca.get("/tgt").json()["doc_count"], kDocs);
   EXPECT_EQ(snapshot(ca, "src"), snapshot(ca, "tgt"));
-  // The second session started from the first one's checkpoint, not from 0.
+  // The newest history entry starts where an older one ended: the job resumed from its
+  // checkpoint instead of reading the source from 0.
   const Json local = ca.get("/tgt/_local_docs?include_docs=true").json();
   ASSERT_EQ(local["rows"].size(), 1u) << local.dump();
   const Json history = local["rows"][0]["doc"]["history"];
