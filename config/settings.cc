@@ -113,6 +113,7 @@ constexpr auto kKeys = std::to_array<Key>({
     {"ssl", "ciphers", Kind::kString},
     {"replicator", "max_jobs", Kind::kInt, 1, 100'000},
     {"replicator", "interval", Kind::kInt, 100, kMax},
+    {"replicator", "max_churn", Kind::kInt, 0, 100'000},
     {"replicator", "max_history", Kind::kInt, 1, 1000},
     {"replicator", "worker_processes", Kind::kInt, 1, 64},
     {"replicator", "worker_batch_size", Kind::kInt, 1, 100'000},

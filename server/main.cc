@@ -509,6 +509,8 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
       static_cast<int>(chaise::config::get_int(*settings, "replicator", "max_jobs", 500));
   replicator_options.interval_ms =
       chaise::config::get_int(*settings, "replicator", "interval", 60'000);
+  replicator_options.max_churn =
+      static_cast<int>(chaise::config::get_int(*settings, "replicator", "max_churn", 20));
   replicator_options.max_history =
       static_cast<int>(chaise::config::get_int(*settings, "replicator", "max_history", 20));
   // The defaults of a replication's own options, for POST /_replicate and _replicator alike.

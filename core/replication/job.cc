@@ -269,8 +269,9 @@ JobOutcome ReplicationJob::run() {
       if (const Json* filters = member(*d, "filters")) code = member(*filters, name);
     }
     if (code == nullptr || !code->is_string()) {
-      return fail("filter_fetch_error: Couldn't open document `" + ddoc + "` from source " +
-                      source_display_,
+      out.undefined = true;
+      return fail("filter_fetch_error: Couldn't open document `" + ddoc +
+                      "` from source database `" + source_display_ + "`",
                   true);
     }
     filter_code = code->get<std::string>();

@@ -58,6 +58,9 @@ struct JobOutcome {
   // !ok: why, as CouchDB words it, and whether retrying can help (a missing database cannot).
   std::string reason;
   bool permanent = false;
+  // !ok before the replication was defined (its filter could not be fetched): a _replicator
+  // document is then in "error", not "failed".
+  bool undefined = false;
 };
 
 class ReplicationJob {
@@ -73,6 +76,9 @@ class ReplicationJob {
   // Ends run() soon: at the next call to an endpoint, which is cancelled if in progress. A
   // stopped run checkpoints what it has written first.
   void stop();
+  // Lets run() be called again after a stop() ended the last one (a job rotated out and back in).
+  // Not while run() runs.
+  void rearm() { stopping_ = false; }
 
   JobStats stats() const;
   const ReplicationSpec& spec() const { return spec_; }

@@ -10,7 +10,10 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <random>
+#include <set>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "core/replication/job.h"
@@ -53,12 +56,14 @@ struct Scheduler::State {
     JobState state = JobState::pending;
     bool thread_done = false;  // run() returned; `outcome` holds its result
     bool removing = false;     // stop() was called: drop the job once its thread ends
+    bool rotating = false;     // stopped to let a waiting job run: pending once its thread ends
     std::optional<JobOutcome> outcome;
     std::deque<Json> history;  // newest first
     int failures = 0;
     std::string last_error;
     Clock::time_point retry_at{};
-    std::optional<Done> done;  // a one-shot POST /_replicate waiting for the end
+    Clock::time_point last_started{};  // the epoch until it first runs
+    std::optional<Done> done;          // a one-shot POST /_replicate waiting for the end
     std::time_t start_time = std::time(nullptr);
     std::time_t started_on = 0;
     std::uint64_t number = 0;  // the order jobs were added in
@@ -78,6 +83,10 @@ struct Scheduler::State {
     std::time_t start_time = std::time(nullptr);
     std::time_t last_updated = std::time(nullptr);
     int error_count = 0;
+    // In "error": the replication to define again, when, and how many tries failed so far.
+    std::optional<ReplicationSpec> spec;
+    Clock::time_point retry_at{};
+    int define_errors = 0;
   };
 
   EndpointFactory& endpoints;
@@ -88,6 +97,8 @@ struct Scheduler::State {
   bool started = false;
   std::map<std::string, std::unique_ptr<Entry>> jobs;  // by id
   std::map<std::pair<std::string, std::string>, DocEntry> docs;
+  std::set<std::pair<std::string, std::string>> error_docs;  // the keys of docs in "error"
+  std::mt19937_64 random{std::random_device{}()};
   std::deque<Json> doc_events;  // _replicator changes rows not yet handled
   std::uint64_t next_number = 0;
   bool changed = false;  // a job was added or removed: the scheduler thread looks again
@@ -179,10 +190,12 @@ struct Scheduler::State {
     e.thread_done = false;
     e.outcome.reset();
     e.started_on = std::time(nullptr);
+    e.last_started = Clock::now();
     add_history(e, "started");
     std::shared_ptr<ReplicationJob> job = e.job;
     Entry* raw = &e;
     if (e.thread.joinable()) e.thread.join();
+    job->rearm();
     e.thread = std::thread([this, job, raw] {
       JobOutcome out = job->run();
       std::lock_guard lock(mu);
@@ -200,7 +213,7 @@ struct Scheduler::State {
     DocEntry& d = it->second;
     d.job_id = e.id;
     d.state = state_name(e.state);
-    d.error_count = e.failures;
+    d.error_count = std::max(e.failures, d.define_errors);
     d.last_updated = std::time(nullptr);
     if (e.state == JobState::crashing) {
       d.error = e.last_error;
@@ -274,6 +287,19 @@ struct Scheduler::State {
         it = jobs.erase(it);
         continue;
       }
+      if (e.rotating) {
+        e.rotating = false;
+        e.state = JobState::pending;
+        add_history(e, "stopped");
+        update_doc_entry(e);
+        ++it;
+        continue;
+      }
+      if (out.undefined && !e.spec.db_name.empty() && !e.done) {
+        to_error_state(e, out.reason);
+        it = jobs.erase(it);
+        continue;
+      }
       if (out.ok) {
         add_history(e, "stopped");
         if (e.done) callbacks.push_back({std::move(*e.done), out.result});
@@ -324,6 +350,85 @@ struct Scheduler::State {
     }
   }
 
+  // A document whose replication could not be defined (mu held): "error" until the next try,
+  // after a random wait of up to 64 s * 2^min(errors, 12) (couch_replicator_doc_processor's
+  // error_backoff), or until the document changes.
+  void to_error_state(const Entry& e, const std::string& reason) {
+    auto d = docs.find({e.spec.db_name, e.spec.doc_id});
+    if (d == docs.end()) return;
+    DocEntry& de = d->second;
+    // The doc processor words it without the error's name.
+    constexpr std::string_view kName = "filter_fetch_error: ";
+    const std::string said = reason.starts_with(kName) ? reason.substr(kName.size()) : reason;
+    de.state = "error";
+    de.job_id.clear();
+    de.error = said;
+    de.info = Json{{"error", said}};
+    de.error_count = ++de.define_errors;
+    de.last_updated = std::time(nullptr);
+    de.spec = e.spec;
+    const std::int64_t range_s = std::int64_t{64} << std::min(de.define_errors, 12);
+    std::uniform_int_distribution<std::int64_t> wait_s(1, range_s);
+    de.retry_at = Clock::now() + std::chrono::seconds(wait_s(random));
+    error_docs.insert(d->first);
+  }
+
+  // Documents in "error" whose wait is over get their replication defined again (mu held).
+  void retry_error_docs() {
+    const auto now = Clock::now();
+    for (auto k = error_docs.begin(); k != error_docs.end();) {
+      const auto d = docs.find(*k);
+      if (d == docs.end() || d->second.state != "error" || !d->second.spec) {
+        k = error_docs.erase(k);
+        continue;
+      }
+      DocEntry& de = d->second;
+      if (de.retry_at > now) {
+        ++k;
+        continue;
+      }
+      k = error_docs.erase(k);
+      ReplicationSpec spec = std::move(*de.spec);
+      de.spec.reset();
+      de.state = "initializing";
+      if (Entry* e = add_job(std::move(spec), std::nullopt)) update_doc_entry(*e);
+      de.error_count = de.define_errors;
+    }
+  }
+
+  // At each interval, while jobs wait for a slot: stops up to max_churn running continuous jobs,
+  // those started longest ago, so that the waiting ones run in turn (mu held;
+  // couch_replicator_scheduler:rotate_jobs). The stopped jobs wait again once their thread ends.
+  void rotate() {
+    std::vector<Entry*> running;
+    std::size_t waiting = 0;
+    const auto now = Clock::now();
+    for (auto& [id, e] : jobs) {
+      if (e->removing) continue;
+      if (e->state == JobState::running && !e->rotating) {
+        if (e->spec.continuous) running.push_back(e.get());
+      } else if (e->state == JobState::pending ||
+                 (e->state == JobState::crashing && e->retry_at <= now)) {
+        ++waiting;
+      }
+    }
+    int busy = 0;
+    for (const auto& [id, e] : jobs)
+      if (e->state == JobState::running) ++busy;
+    const std::int64_t slots = options.max_jobs - busy;
+    if (slots < 0) return;
+    const std::int64_t stop = std::min({static_cast<std::int64_t>(waiting) - slots,
+                                        static_cast<std::int64_t>(running.size()),
+                                        static_cast<std::int64_t>(options.max_churn)});
+    if (stop <= 0) return;
+    std::sort(running.begin(), running.end(),
+              [](const Entry* a, const Entry* b) { return a->last_started < b->last_started; });
+    for (std::int64_t i = 0; i < stop; ++i) {
+      running[i]->rotating = true;
+      running[i]->job->stop();
+    }
+  }
+
   static Outcome<Json> error_for(const JobOutcome& out) {
     const std::string& r = out.reason;
     if (r.starts_with("db_not_found: "))
@@ -347,8 +452,11 @@ struct Scheduler::State {
       if (e->state == JobState::pending || (e->state == JobState::crashing && e->retry_at <= now))
         ready.push_back(e.get());
     }
-    std::sort(ready.begin(), ready.end(),
-              [](const Entry* a, const Entry* b) { return a->number < b->number; });
+    // Those never started, then those started longest ago (couch_replicator_scheduler's
+    // start_priority_key, without fair share).
+    std::sort(ready.begin(), ready.end(), [](const Entry* a, const Entry* b) {
+      return std::tie(a->last_started, a->number) < std::tie(b->last_started, b->number);
+    });
     for (Entry* e : ready) {
       if (running >= options.max_jobs) {
         if (e->state == JobState::crashing) {
@@ -467,6 +575,7 @@ struct Scheduler::State {
 
   void scheduler_loop() {
     std::unique_lock lock(mu);
+    auto next_rotation = Clock::now() + std::chrono::milliseconds(options.interval_ms);
     while (!stopping) {
       while (!doc_events.empty()) {
         const Json row = std::move(doc_events.front());
@@ -477,6 +586,11 @@ struct Scheduler::State {
       std::vector<Callback> callbacks;
       std::vector<std::thread> joins;
       reap(writes, callbacks, joins);
+      retry_error_docs();
+      if (Clock::now() >= next_rotation) {
+        rotate();
+        next_rotation = Clock::now() + std::chrono::milliseconds(options.interval_ms);
+      }
       schedule();
       if (!writes.empty() || !callbacks.empty() || !joins.empty()) {
         lock.unlock();
@@ -489,9 +603,12 @@ struct Scheduler::State {
         continue;
       }
       // Wake for the next crashing job due, the interval, or an event.
-      auto wake = Clock::now() + std::chrono::milliseconds(options.interval_ms);
+      auto wake = next_rotation;
       for (const auto& [id, e] : jobs)
         if (e->state == JobState::crashing) wake = std::min(wake, e->retry_at);
+      for (const auto& key : error_docs)
+        if (const auto d = docs.find(key); d != docs.end())
+          wake = std::min(wake, d->second.retry_at);
       cv.wait_until(lock, wake, [&] {
         if (stopping || !doc_events.empty() || std::exchange(changed, false)) return true;
         for (const auto& [id, e] : jobs)

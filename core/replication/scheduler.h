@@ -4,10 +4,15 @@
 //
 // Contract
 // - A job runs on a thread of its own while it runs; at most `max_jobs` run at once, the others
-//   wait as "pending" in the order they came. A job that fails is "crashing" and runs again
-//   after a backoff that doubles with each consecutive failure (from `backoff_base_ms`, at most
-//   `backoff_max_ms`); an error retrying cannot fix (a database missing without create_target, a
-//   filter that cannot be fetched, credentials refused) makes it "failed" for good.
+//   wait as "pending", those never started (or started longest ago) first. While jobs wait, every
+//   `interval_ms` up to `max_churn` running continuous jobs, those started longest ago, stop (with
+//   a checkpoint) and wait in turn, so that every job runs now and then (CouchDB's rotation).
+// - A job that fails is "crashing" and runs again after a backoff that doubles with each
+//   consecutive failure (from `backoff_base_ms`, at most `backoff_max_ms`); an error retrying
+//   cannot fix (a database missing without create_target, credentials refused) makes it "failed"
+//   for good. A _replicator document whose replication cannot be defined because its filter
+//   cannot be fetched is in "error": retried after a random wait of up to 64 s * 2^errors
+//   (at most 2^12), and at once when the document changes; the document itself is not written.
 // - _replicator documents: the watcher reads the database's changes from the start at every
 //   start of the server, so continuous jobs and unfinished one-shot jobs resume (from their
 //   checkpoints). A one-shot job's document gets `_replication_state` "completed" with
@@ -41,6 +46,9 @@ struct SchedulerOptions {
   // [replicator] interval: how often pending and crashing jobs are looked at, in ms. 60,000;
   // a job that ends or a document that changes is handled at once.
   std::int64_t interval_ms = 60'000;
+  // [replicator] max_churn: at each interval, while jobs wait, at most this many running
+  // continuous jobs (those started longest ago) are stopped to let waiting ones run. 20.
+  int max_churn = 20;
   // [replicator] max_history: events kept per job. 20.
   int max_history = 20;
   // The backoff of a crashing job: base * 2^min(failures - 1, 10), at most max: CouchDB's 30 s

@@ -90,24 +90,7 @@ const std::string* url_of(const Json& endpoint) {
 std::optional<std::string> basic_user(const Json& endpoint, const UrlParts& url) {
   if (auto basic = basic_auth(endpoint)) return std::move(basic->first);
   if (url.has_credentials) return url.user;
-  if (endpoint.is_object()) {
-    if (const auto h = endpoint.find("headers"); h != endpoint.end() && h->is_object()) {
-      for (auto it = h->begin(); it != h->end(); ++it) {
-        std::string name = it.key();
-        std::transform(name.begin(), name.end(), name.begin(), ::tolower);
-        if (name != "authorization" || !it->is_string()) continue;
-        const std::string& v = it->get_ref<const std::string&>();
-        if (v.size() < 6 || !std::equal(v.begin(), v.begin() + 6, "basic ", [](char a, char b) {
-              return ::tolower(static_cast<unsigned char>(a)) == b;
-            }))
-          continue;
-        const auto decoded = base64_decode(std::string_view(v).substr(6));
-        if (!decoded) continue;
-        const auto colon = decoded->find(':');
-        if (colon != std::string::npos) return decoded->substr(0, colon);
-      }
-    }
-  }
+  if (auto basic = header_basic_auth(endpoint)) return std::move(basic->first);
   return std::nullopt;
 }
 
@@ -245,6 +228,28 @@ std::optional<std::pair<std::string, std::string>> basic_auth(const Json& endpoi
   const auto p = b->find("password");
   if (u == b->end() || p == b->end() || !u->is_string() || !p->is_string()) return std::nullopt;
   return std::pair{u->get<std::string>(), p->get<std::string>()};
+}
+
+std::optional<std::pair<std::string, std::string>> header_basic_auth(const Json& endpoint) {
+  if (!endpoint.is_object()) return std::nullopt;
+  const auto h = endpoint.find("headers");
+  if (h == endpoint.end() || !h->is_object()) return std::nullopt;
+  for (auto it = h->begin(); it != h->end(); ++it) {
+    std::string name = it.key();
+    std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+    if (name != "authorization" || !it->is_string()) continue;
+    const std::string& v = it->get_ref<const std::string&>();
+    if (v.size() < 6 || !std::equal(v.begin(), v.begin() + 6, "basic ", [](char a, char b) {
+          return ::tolower(static_cast<unsigned char>(a)) == b;
+        }))
+      continue;
+    const auto decoded = base64_decode(std::string_view(v).substr(6));
+    if (!decoded) continue;
+    const auto colon = decoded->find(':');
+    if (colon != std::string::npos)
+      return std::pair{decoded->substr(0, colon), decoded->substr(colon + 1)};
+  }
+  return std::nullopt;
 }
 
 ReplicationId replication_id(const ReplicationSpec& spec, std::string_view server_uuid,

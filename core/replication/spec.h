@@ -76,6 +76,9 @@ ReplicationId replication_id(const ReplicationSpec& spec, std::string_view serve
 
 // An endpoint object's "auth": {"basic": {"username", "password"}}, when both are strings.
 std::optional<std::pair<std::string, std::string>> basic_auth(const Json& endpoint);
+// An endpoint object's "headers" Authorization: Basic credentials, decoded (CouchDB's
+// remove_basic_auth_from_headers reads them so).
+std::optional<std::pair<std::string, std::string>> header_basic_auth(const Json& endpoint);
 
 // An endpoint's URL (string or object) with a '/' at its end and without credentials, as
 // _scheduler shows it.

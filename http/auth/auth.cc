@@ -174,6 +174,10 @@ AuthSettings auth_settings(const config::Sections& values, bool admin_party) {
   if (algorithms.empty()) algorithms.push_back("sha256");
   s.hash_algorithms = std::move(algorithms);
   const std::string handlers = config::get_string(values, "chttpd", "authentication_handlers");
+  if (!handlers.empty()) {
+    s.cookie_enabled = handlers.find("cookie_authentication_handler") != std::string::npos;
+    s.basic_enabled = handlers.find("default_authentication_handler") != std::string::npos;
+  }
   s.proxy_enabled = handlers.find("proxy_authentication_handler") != std::string::npos;
   s.jwt_enabled = handlers.find("jwt_authentication_handler") != std::string::npos;
   if (s.jwt_enabled) s.jwt = jwt_settings(values);
@@ -220,8 +224,8 @@ std::vector<std::string> Authenticator::handler_names() const {
   std::vector<std::string> names;
   if (s->proxy_enabled) names.push_back("proxy");
   if (s->jwt_enabled) names.push_back("jwt");
-  names.push_back("cookie");
-  names.push_back("default");
+  if (s->cookie_enabled) names.push_back("cookie");
+  if (s->basic_enabled) names.push_back("default");
   return names;
 }
 
@@ -460,7 +464,8 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
   }
 
   // The AuthSession cookie.
-  if (auto cookie = cookie_value(req, "AuthSession"); cookie && !cookie->empty()) {
+  if (auto cookie = cookie_value(req, "AuthSession");
+      s->cookie_enabled && cookie && !cookie->empty()) {
     const auto decoded = core::base64url_decode(*cookie);
     std::optional<std::array<std::string, 3>> parts;
     if (decoded) {
@@ -505,11 +510,12 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
   }
 
   // HTTP Basic.
-  if (basic.invalid_base64) {
+  if (!s->basic_enabled) {
+    // Without the default handler, Basic credentials are not read: the request is anonymous.
+  } else if (basic.invalid_base64) {
     result.error = core::err::bad_request("Authorization header has invalid base64 value");
     return result;
-  }
-  if (basic.name) {
+  } else if (basic.name) {
     bool locked = false;
     const auto creds =
         verify_login(*s, *basic.name, basic.password, client.address, locked, basic.digest);

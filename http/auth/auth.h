@@ -42,6 +42,10 @@ struct AuthSettings {
   std::string same_site;  // "", "Strict", "Lax" or "None"
   std::string cookie_domain;
   std::vector<std::string> hash_algorithms = {"sha256", "sha"};
+  // cookie_authentication_handler and default_authentication_handler (Basic) in [chttpd]
+  // authentication_handlers; both when it is not set.
+  bool cookie_enabled = true;
+  bool basic_enabled = true;
   bool proxy_enabled = false;
   bool jwt_enabled = false;  // jwt_authentication_handler in [chttpd] authentication_handlers
   JwtSettings jwt;

@@ -7,6 +7,7 @@
 #include "core/replication/spec.h"
 #include "core/util/base64.h"
 #include "core/util/json_text.h"
+#include "http/client/session_auth.h"
 #include "http/transport/request_parse.h"
 
 namespace chaise::http::client {
@@ -62,9 +63,12 @@ Outcome<std::unique_ptr<core::replication::Endpoint>> CouchEndpoint::from_json(
   auto url = Url::parse(url_text);
   if (!url) return core::err::bad_request("endpoint has an invalid url");
   std::vector<std::pair<std::string, std::string>> headers = {{"Accept", "application/json"}};
+  // The credentials, in normalize_basic_auth's order: "auth": {"basic"}, the URL's, an
+  // Authorization: Basic header's.
   std::optional<std::pair<std::string, std::string>> basic =
       core::replication::basic_auth(endpoint);
   if (!basic && url->has_credentials) basic = {url->user, url->password};
+  if (!basic) basic = core::replication::header_basic_auth(endpoint);
   if (endpoint.is_object()) {
     if (const auto h = endpoint.find("headers"); h != endpoint.end() && h->is_object()) {
       for (auto it = h->begin(); it != h->end(); ++it) {
@@ -78,14 +82,22 @@ Outcome<std::unique_ptr<core::replication::Endpoint>> CouchEndpoint::from_json(
       }
     }
   }
-  if (basic) {
-    headers.emplace_back("Authorization",
-                         "Basic " + core::base64_encode(basic->first + ":" + basic->second));
-  }
   std::string display = url->scheme + "://" + url->host_header() + url->path;
   if (!url->query.empty()) display += "?" + url->query;
   if (display.find('?') == std::string::npos && display.back() != '/') display += '/';
-  if (!sender) sender = std::make_unique<RemoteSender>(*url, options);
+  if (sender) {
+    // This server's own database, in process: the router checks the credentials of each
+    // request without a password hash on the network, so there is no session to gain.
+    if (basic) {
+      headers.emplace_back("Authorization",
+                           "Basic " + core::base64_encode(basic->first + ":" + basic->second));
+    }
+  } else if (basic) {
+    sender = std::make_unique<SessionSender>(std::make_unique<RemoteSender>(*url, options),
+                                             basic->first, basic->second);
+  } else {
+    sender = std::make_unique<RemoteSender>(*url, options);
+  }
   return std::unique_ptr<core::replication::Endpoint>(
       new CouchEndpoint(std::move(sender), url->path, std::move(headers), std::move(display)));
 }

@@ -3,8 +3,9 @@
 // and for one of this server (a Sender that hands the request to the router in process).
 //
 // Contract: as Endpoint's. The database's path prefix, credentials (URL user:password,
-// "auth": {"basic": ...}, an Authorization header) and custom headers are fixed at construction
-// and sent with every request.
+// "auth": {"basic": ...}, an Authorization: Basic header) and custom headers are fixed at
+// construction and sent with every request: credentials for another server as a cookie session
+// (session_auth.h), for this one as Basic.
 #pragma once
 
 #include <memory>

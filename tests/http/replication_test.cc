@@ -273,6 +273,53 @@ TEST(ReplicationTest, ContinuousJobsFollowTheSourceUntilCancelled) {
   EXPECT_EQ(ca.get("/_scheduler/jobs/" + id).status, 404u);
 }
 
+// A source that takes no Basic credentials at all, only cookies, and whose cookies last 3 s: the
+// replicator logs in through /_session and logs in again when its cookie has expired.
+TEST(ReplicationTest, RemoteCredentialsGoThroughACookieSessionRenewedWhenItExpires) {
+  TempDir dir;
+  const fs::path ini = dir.path() / "cookies.ini";
+  write_file(ini,
+             "[chttpd_auth]\niterations = 10\ntimeout = 3\n[admins]\nadmin = secret\n"
+             "[chttpd]\nauthentication_handlers = {chttpd_auth, cookie_authentication_handler}\n");
+  ServerProcess a(dir.path() / "a", {"--no-admin-party", "--config", ini.string()});
+  ServerProcess b(dir.path() / "b");
+  HttpClient ca(a.port(), 60s);
+  HttpClient cb(b.port(), 60s);
+  const auto login = [&] {
+    const HttpResponse r = ca.request(verb::post, "/_session", "name=admin&password=secret",
+                                      {{"Content-Type", "application/x-www-form-urlencoded"}});
+    EXPECT_EQ(r.status, 200u) << r.body;
+    const std::string cookie(r.headers[beast_http::field::set_cookie]);
+    return std::vector<std::pair<std::string, std::string>>{
+        {"Content-Type", "application/json"}, {"Cookie", cookie.substr(0, cookie.find(';'))}};
+  };
+  auto as_admin = login();
+  ASSERT_EQ(ca.request(verb::put, "/src", "", as_admin).status, 201u);
+  ASSERT_EQ(ca.request(verb::put, "/src/_security",
+                       R"({"members":{"names":["admin"]},"admins":{"names":["admin"]}})", as_admin)
+                .status,
+            200u);
+  ASSERT_EQ(ca.request(verb::put, "/src/first", R"({"x":1})", as_admin).status, 201u);
+  // Basic credentials alone get nowhere on this server.
+  ASSERT_EQ(
+      ca.request(verb::get, "/src/first", "", {{"Authorization", "Basic YWRtaW46c2VjcmV0"}}).status,
+      401u);
+
+  const std::string source = "http://admin:secret@127.0.0.1:" + std::to_string(a.port()) + "/src";
+  HttpResponse r =
+      post(cb, "/_replicate", {{"source", source}, {"target", "tgt"}, {"create_target", true}});
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(cb.get("/tgt/first").status, 200u);
+
+  r = post(cb, "/_replicate", {{"source", source}, {"target", "tgt"}, {"continuous", true}});
+  ASSERT_EQ(r.status, 202u) << r.body;
+  std::this_thread::sleep_for(4s);  // the replicator's cookie has expired
+  as_admin = login();
+  ASSERT_EQ(ca.request(verb::put, "/src/second", R"({"x":2})", as_admin).status, 201u);
+  EXPECT_TRUE(eventually([&] { return cb.get("/tgt/second").status == 200u; }, 20s));
+  EXPECT_EQ(cb.get("/_scheduler/jobs").json()["jobs"][0]["info"]["doc_write_failures"], 0);
+}
+
 TEST(ReplicationTest, BadRequestsGetCouchDBsAnswers) {
   TempDir dir;
   ServerProcess a(dir.path() / "a");
@@ -425,6 +472,84 @@ TEST(ReplicatorDbTest, TheReplicatorSectionGivesEveryJobItsDefaults) {
       },
       10s));
   for (const Json& t : seen) EXPECT_EQ(t["checkpoint_interval"], 4321) << t.dump();
+}
+
+TEST(ReplicatorDbTest, ADocumentWhoseFilterCannotBeFetchedIsInErrorUntilItChanges) {
+  TempDir dir;
+  ServerProcess a(dir.path() / "a");
+  HttpClient ca(a.port(), 60s);
+  ASSERT_EQ(ca.request(verb::put, "/src").status, 201u);
+  ASSERT_EQ(put(ca, "/src/one", {{"i", 1}}).status, 201u);
+  ASSERT_EQ(put(ca, "/src/two", {{"i", 2}}).status, 201u);
+  ASSERT_EQ(ca.request(verb::put, "/_replicator").status, 201u);
+  Json rep = {{"source", url(a, "src")},
+              {"target", url(a, "tgt")},
+              {"create_target", true},
+              {"filter", "d/odd"}};
+  HttpResponse r = put(ca, "/_replicator/f", rep);
+  ASSERT_EQ(r.status, 201u) << r.body;
+  ASSERT_TRUE(eventually(
+      [&] { return ca.get("/_scheduler/docs/_replicator/f").json()["state"] == "error"; }, 20s));
+  const Json sdoc = ca.get("/_scheduler/docs/_replicator/f").json();
+  EXPECT_EQ(sdoc["id"], nullptr);
+  EXPECT_EQ(sdoc["error_count"], 1);
+  EXPECT_TRUE(sdoc["info"]["error"].get<std::string>().starts_with(
+      "Couldn't open document `_design/d` from source database `" + url(a, "src") + "/`"))
+      << sdoc.dump();
+  EXPECT_EQ(ca.get("/_scheduler/jobs").json()["total_rows"], 0);
+  // Unlike "failed", "error" is not written to the document: it is tried again.
+  EXPECT_FALSE(ca.get("/_replicator/f").json().contains("_replication_state"));
+
+  // Once the filter exists, a change to the document defines the replication again at once.
+  ASSERT_EQ(put(ca, "/src/_design/d",
+                {{"filters", {{"odd", "function(doc, req) { return doc.i % 2 == 1; }"}}}})
+                .status,
+            201u);
+  rep["_rev"] = r.json()["rev"];
+  rep["note"] = "the filter is there now";
+  ASSERT_EQ(put(ca, "/_replicator/f", rep).status, 201u);
+  ASSERT_TRUE(eventually(
+      [&] {
+        return ca.get("/_replicator/f").json().value("_replication_state", "") == "completed";
+      },
+      20s));
+  EXPECT_EQ(ca.get("/tgt/one").status, 200u);
+  EXPECT_EQ(ca.get("/tgt/two").status, 404u);
+}
+
+// One slot, two continuous jobs: at each interval the running one stops (checkpointing) and the
+// waiting one runs, so both keep following their sources.
+TEST(ReplicatorDbTest, WhenJobsWaitForASlotContinuousJobsTakeTurns) {
+  TempDir dir;
+  const fs::path ini = dir.path() / "churn.ini";
+  write_file(ini, "[replicator]\nmax_jobs = 1\ninterval = 1000\nmax_churn = 1\n");
+  ServerProcess a(dir.path() / "a", {"--config", ini.string()});
+  HttpClient ca(a.port(), 60s);
+  for (const std::string db : {"s1", "s2"}) {
+    ASSERT_EQ(ca.request(verb::put, "/" + db).status, 201u);
+    ASSERT_EQ(put(ca, "/" + db + "/first", {{"x", 1}}).status, 201u);
+    const HttpResponse r =
+        post(ca, "/_replicate",
+             {{"source", db}, {"target", "t" + db}, {"create_target", true}, {"continuous", true}});
+    ASSERT_EQ(r.status, 202u) << r.body;
+  }
+  EXPECT_TRUE(eventually([&] { return ca.get("/ts1/first").status == 200u; }, 20s));
+  EXPECT_TRUE(eventually([&] { return ca.get("/ts2/first").status == 200u; }, 20s));
+  ASSERT_EQ(put(ca, "/s1/later", {{"x", 2}}).status, 201u);
+  ASSERT_EQ(put(ca, "/s2/later", {{"x", 2}}).status, 201u);
+  EXPECT_TRUE(eventually([&] { return ca.get("/ts1/later").status == 200u; }, 20s));
+  EXPECT_TRUE(eventually([&] { return ca.get("/ts2/later").status == 200u; }, 20s));
+
+  const Json jobs = ca.get("/_scheduler/jobs").json();
+  ASSERT_EQ(jobs["total_rows"], 2) << jobs.dump();
+  int running = 0;
+  int stops = 0;
+  for (const Json& j : jobs["jobs"]) {
+    running += j["pid"].is_null() ? 0 : 1;
+    for (const Json& h : j["history"]) stops += h["type"] == "stopped" ? 1 : 0;
+  }
+  EXPECT_LE(running, 1) << jobs.dump();
+  EXPECT_GE(stops, 2) << jobs.dump();
 }
 
 TEST(ReplicatorDbTest, AnUnreachableSourceMakesTheJobCrashWithItsReason) {
