@@ -546,6 +546,8 @@ enum class Op : std::uint8_t {
 
 struct Node {
   Op op = Op::kAnd;
+  // kField: the name as written before norm_fields; after it, the names on the way down joined
+  // with '.' as written (mango's normalized form names the field so).
   std::string field;
   Path path;
   std::vector<Node> children;
@@ -574,9 +576,10 @@ Node with_children(Op op, std::vector<Node> children) {
   return n;
 }
 
-Node field_node(Path path, Node condition) {
+Node field_node(Path path, std::string text, Node condition) {
   Node n;
   n.op = Op::kField;
+  n.field = std::move(text);
   n.path = std::move(path);
   n.children.push_back(std::move(condition));
   return n;
@@ -630,21 +633,21 @@ class Normalizer {
   }
 
   // norm_fields: pushes field names down through $and/$or/$not/$nor onto the conditions,
-  // joining nested names into one path.
-  Node norm_fields(Node n, const Path& path) {
+  // joining nested names into one path (`text`: the names as written, joined with '.').
+  Node norm_fields(Node n, const Path& path, const std::string& text = {}) {
     if (error) return n;
     switch (n.op) {
       case Op::kAnd:
       case Op::kOr:
       case Op::kNor:
       case Op::kNot:
-        for (Node& c : n.children) c = norm_fields(std::move(c), path);
+        for (Node& c : n.children) c = norm_fields(std::move(c), path, text);
         return n;
       case Op::kElemMatch:
       case Op::kAllMatch:
       case Op::kKeyMapMatch:
         n.children.front() = norm_fields(std::move(n.children.front()), {});
-        return field_node(path, std::move(n));
+        return field_node(path, text, std::move(n));
       case Op::kDefault:
         if (path.empty() && is_text_default(n.arg)) return n;
         return fail(bad_field(n.arg));
@@ -653,11 +656,12 @@ class Normalizer {
         if (!names) return fail(invalid_field_name(n.field));
         Path longer = path;
         longer.insert(longer.end(), names->begin(), names->end());
-        return norm_fields(std::move(n.children.front()), longer);
+        return norm_fields(std::move(n.children.front()), longer,
+                           text.empty() ? n.field : text + "." + n.field);
       }
       default:
         assert(is_terminal(n.op));
-        return field_node(path, std::move(n));
+        return field_node(path, text, std::move(n));
     }
   }
 
@@ -1021,6 +1025,95 @@ std::string erlang_term_text(const Json& j, bool pretty) {
   append_erlang_term(out, j, pretty);
   return out;
 }
+
+namespace {
+
+std::string_view op_name(Op op) {
+  switch (op) {
+    case Op::kAnd:
+      return "$and";
+    case Op::kOr:
+      return "$or";
+    case Op::kNor:
+      return "$nor";
+    case Op::kNot:
+      return "$not";
+    case Op::kEq:
+      return "$eq";
+    case Op::kNe:
+      return "$ne";
+    case Op::kLt:
+      return "$lt";
+    case Op::kLte:
+      return "$lte";
+    case Op::kGt:
+      return "$gt";
+    case Op::kGte:
+      return "$gte";
+    case Op::kIn:
+      return "$in";
+    case Op::kNin:
+      return "$nin";
+    case Op::kAll:
+      return "$all";
+    case Op::kExists:
+      return "$exists";
+    case Op::kType:
+      return "$type";
+    case Op::kMod:
+      return "$mod";
+    case Op::kSize:
+      return "$size";
+    case Op::kRegex:
+      return "$regex";
+    case Op::kBeginsWith:
+      return "$beginsWith";
+    case Op::kElemMatch:
+      return "$elemMatch";
+    case Op::kAllMatch:
+      return "$allMatch";
+    case Op::kKeyMapMatch:
+      return "$keyMapMatch";
+    case Op::kField:
+    case Op::kDefault:
+      break;
+  }
+  return "";
+}
+
+// The tree as mango_selector:normalize/1 writes it. Recursion is bounded by kSelectorDepthMax,
+// which parse() checked.
+Json render(const Node& n) {
+  Json out = Json::object();
+  switch (n.op) {
+    case Op::kAnd:
+    case Op::kOr:
+    case Op::kNor: {
+      Json list = Json::array();
+      for (const Node& c : n.children) list.push_back(render(c));
+      out[std::string(op_name(n.op))] = std::move(list);
+      return out;
+    }
+    case Op::kField:
+      out[n.field] = render(n.children.front());
+      return out;
+    case Op::kNot:
+    case Op::kElemMatch:
+    case Op::kAllMatch:
+    case Op::kKeyMapMatch:
+      out[std::string(op_name(n.op))] = render(n.children.front());
+      return out;
+    case Op::kDefault:
+      return n.arg;
+    default:
+      out[std::string(op_name(n.op))] = n.arg;
+      return out;
+  }
+}
+
+}  // namespace
+
+Json Selector::normal_form() const { return root_ ? render(*root_) : Json::object(); }
 
 std::variant<Selector, CouchError> Selector::parse(const Json& selector) {
   // mango_selector:normalize's error for a non-object (couch_changes:check_selector/1 words

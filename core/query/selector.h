@@ -106,6 +106,11 @@ class Selector {
   // so every field condition fails on it. Never throws; thread-safe.
   bool matches(const nlohmann::ordered_json& doc) const;
 
+  // The selector as mango_selector:normalize/1 returns it ({} for the empty one): implicit $and
+  // and $eq made explicit, nested field names joined with '.', $not and $nor pushed down to the
+  // conditions. What a replication id hashes.
+  nlohmann::ordered_json normal_form() const;
+
  private:
   explicit Selector(std::shared_ptr<const selector_detail::Node> root) : root_(std::move(root)) {}
 

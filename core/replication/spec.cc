@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "core/query/selector.h"
 #include "core/rev/couch_rev.h"
 #include "core/security/replicator_docs.h"
 #include "core/util/base64.h"
@@ -268,7 +269,11 @@ ReplicationId replication_id(const ReplicationSpec& spec, std::string_view serve
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     filter = {Json(ids)};
   } else if (spec.selector) {
-    filter = {sorted(*spec.selector)};
+    // couch_replicator_filters:parse: the selector in Mango's normal form (one that does not
+    // parse fails the job when the source reads it; its id hashes it as given).
+    auto parsed = Selector::parse(*spec.selector);
+    const Selector* s = std::get_if<Selector>(&parsed);
+    filter = {sorted(s != nullptr ? s->normal_form() : *spec.selector)};
   }
   ReplicationId id;
   id.base = replication_id_hash(server_uuid, id_endpoint(spec.source), id_endpoint(spec.target),

@@ -39,6 +39,27 @@ TEST(ReplicationId, MatchesCouchDBs) {
             "b3831e4e04aef0e5ff6dae026e62605d");
 }
 
+// A selector enters the id in Mango's normal form: the ids CouchDB 3.5 answered POST /_replicate
+// with (continuous, server uuid below) for the same bodies.
+TEST(ReplicationId, HashesTheSelectorInMangosNormalForm) {
+  constexpr std::string_view kRefUuid = "5990ref0000000000000000000000000";
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {R"({"type":{"$eq":"x"}})", "74f822ee6b28cb38faabd7f153f277ee"},
+      {R"({"a":1,"b":{"c":{"$gt":2}},"$nor":[{"d":3}]})", "550b88cef668e89ad2360c4e30340ac9"},
+      {R"({"$not":{"x":{"$in":[1,2]},"y":{"$exists":true}},"z":{"$elemMatch":{"$gt":1}},)"
+       R"("w":{"$regex":"^a"}})",
+       "122df7239be718ca92e99b6eca4f00e5"},
+      {R"({"a.b":{"c":{"$lt":1}}})", "86e181e63d8d093e35c9c52b89934fe0"},
+  };
+  for (const auto& [selector, id] : cases) {
+    Json body = {{"source", "http://adm:pass@127.0.0.1:5984/src"},
+                 {"target", "http://127.0.0.1:5984/tgt"},
+                 {"continuous", true},
+                 {"selector", Json::parse(selector)}};
+    EXPECT_EQ(replication_id(parsed(body), kRefUuid, std::nullopt).base, id) << selector;
+  }
+}
+
 TEST(ReplicationId, OptionsExtendTheId) {
   Json body = {{"source", "http://127.0.0.1:5984/a"},
                {"target", "http://127.0.0.1:5984/b"},
