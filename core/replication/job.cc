@@ -181,6 +181,9 @@ void ReplicationJob::stop() {
 JobOutcome ReplicationJob::run() {
   JobOutcome out;
   Run run;
+  // Every endpoint the run opens. Declared before `detach`, so that they are destroyed after
+  // stop() can no longer reach them through run_.
+  std::vector<std::unique_ptr<Endpoint>> owned;
   {
     std::lock_guard lock(mu_);
     run_ = &run;
@@ -200,14 +203,15 @@ JobOutcome ReplicationJob::run() {
     out.permanent = permanent;
     return out;
   };
-  const auto open = [&](const Json& which) -> Outcome<std::unique_ptr<Endpoint>> {
+  const auto open = [&](const Json& which) -> Outcome<Endpoint*> {
     auto e = endpoints_.open(which, eo);
-    if (auto* ep = std::get_if<std::unique_ptr<Endpoint>>(&e)) {
-      std::lock_guard lock(run.mu);
-      run.endpoints.push_back(ep->get());
-      if (stopping_) (*ep)->cancel();
-    }
-    return e;
+    if (auto* err = std::get_if<CouchError>(&e)) return *err;
+    Endpoint* ep = std::get<std::unique_ptr<Endpoint>>(e).get();
+    std::lock_guard lock(run.mu);
+    owned.push_back(std::move(std::get<std::unique_ptr<Endpoint>>(e)));
+    run.endpoints.push_back(ep);
+    if (stopping_) ep->cancel();
+    return ep;
   };
   // Calls `f` until it succeeds, fails for good, or retries_per_request transient failures
   // passed (0.25 s, doubling, between them, as couch_replicator_httpc waits).
@@ -232,8 +236,8 @@ JobOutcome ReplicationJob::run() {
   if (auto* e = std::get_if<CouchError>(&src_open)) return fail(e->reason, true);
   auto tgt_open = open(spec_.target);
   if (auto* e = std::get_if<CouchError>(&tgt_open)) return fail(e->reason, true);
-  Endpoint& src = *std::get<std::unique_ptr<Endpoint>>(src_open);
-  Endpoint& tgt = *std::get<std::unique_ptr<Endpoint>>(tgt_open);
+  Endpoint& src = *std::get<Endpoint*>(src_open);
+  Endpoint& tgt = *std::get<Endpoint*>(tgt_open);
 
   // Why a database cannot be used, as CouchDB words it: a 401 is "unauthorized", a 403
   // "forbidden" (couch_replicator_api_wrap:db_open).
@@ -500,7 +504,7 @@ JobOutcome ReplicationJob::run() {
 
   const int nworkers = std::max(1, std::min(spec_.worker_processes, 64));
   std::vector<std::thread> workers;
-  std::vector<std::unique_ptr<Endpoint>> worker_eps;
+  std::vector<Endpoint*> worker_eps;
   std::optional<std::string> open_error;
   for (int w = 0; w < nworkers; ++w) {
     auto ws = open(spec_.source);
@@ -509,8 +513,8 @@ JobOutcome ReplicationJob::run() {
       open_error = "cannot open the endpoints of a worker";
       break;
     }
-    worker_eps.push_back(std::move(std::get<std::unique_ptr<Endpoint>>(ws)));
-    worker_eps.push_back(std::move(std::get<std::unique_ptr<Endpoint>>(wt)));
+    worker_eps.push_back(std::get<Endpoint*>(ws));
+    worker_eps.push_back(std::get<Endpoint*>(wt));
   }
   if (open_error) return fail(*open_error, false);
   // Marks batch `number` written and advances through_seq over the batches done in order.
