@@ -462,7 +462,7 @@ class FdbTransaction final : public TransactionBackend {
   bool writes_ = false;
   bool touches_metadata_ = false;
   bool read_version_known_ = false;
-  std::optional<std::optional<std::uint64_t>> generation_;  // snapshot_metadata_generation's
+  std::optional<std::uint64_t> generation_;  // snapshot_metadata_generation's, once read
 };
 
 Transaction FdbEngine::create_transaction() {
