@@ -24,8 +24,9 @@
 //                          iterate_upper_bound, copying each key and value into a vector, which is what
 //                          get_range returns. items = keys.
 //   MemtableGet            Point reads (DB::Get) of random present keys among 40k held in one
-//                          memtable (storage/rocksdb/memtable.h, the engine's skip list), keys shaped like
-//                          the keyspace's: a 30-byte prefix all share, then a 16-byte random id.
+//                          memtable (storage/rocksdb/memtable.h, the engine's skip list), keys
+//                          shaped like the keyspace's: a 30-byte prefix all share, then a
+//                          16-byte random id.
 //                          What a GET of a recently written document costs in the memtable.
 //                          /0: through the skip list; /65536: through the point index (the
 //                          engine's for the by_id and body families).
@@ -38,7 +39,8 @@
 //                          block cache, compacted: one of a GET's two point reads at 10M documents.
 //   RawMultiGetLarge/B     The same keys read B at a time with DB::MultiGet: what batching
 //                          concurrent GETs' reads would save. items = keys.
-// Both stores use the engine's RocksDB options (storage/rocksdb/engine.cc), duplicated in raw_options().
+// Both stores use the engine's RocksDB options (storage/rocksdb/engine.cc), duplicated in
+// raw_options().
 // Every benchmark works in a fresh directory under the temp dir (/tmp), removed afterwards.
 #include <benchmark/benchmark.h>
 #include <rocksdb/cache.h>

@@ -1,7 +1,7 @@
 // storage/rocksdb/transaction.h — internal to storage/rocksdb/: the embedded engine's transaction
-// (storage/transaction.h has the contract): read-your-writes over a RocksDB snapshot, conflict-range
-// bookkeeping, FoundationDB's limits, and the hand-off of buffered writes to the commit pipeline
-// (engine.h).
+// (storage/transaction.h has the contract): read-your-writes over a RocksDB snapshot,
+// conflict-range bookkeeping, FoundationDB's limits, and the hand-off of buffered writes to the
+// commit pipeline (engine.h).
 //
 // Threading: one thread at a time, as Transaction. The Engine must outlive it.
 #pragma once

@@ -1,5 +1,5 @@
-// The memtable representation (storage/rocksdb/memtable.h) inside a real RocksDB: every read a database
-// makes (point reads, iterators both ways, snapshots, flush, WAL replay) against a model.
+// The memtable representation (storage/rocksdb/memtable.h) inside a real RocksDB: every read a
+// database makes (point reads, iterators both ways, snapshots, flush, WAL replay) against a model.
 #include "storage/rocksdb/memtable.h"
 
 #include <gtest/gtest.h>
