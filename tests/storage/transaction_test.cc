@@ -1296,6 +1296,29 @@ TEST_P(FdbHandlesTest, MetadataGenerationMovesForEveryHandle) {
   EXPECT_EQ(before.snapshot_metadata_generation(), g0);  // a snapshot keeps its generation
 }
 
+// A cluster nobody answers for: opening fails with transaction_timed_out (1031) once the
+// transaction timeout has passed, instead of waiting for ever.
+TEST_P(FdbHandlesTest, UnreachableClusterFailsWithTimedOut) {
+  const std::string cluster_file = dir_.path() + "/unreachable.cluster";
+  {
+    std::FILE* f = std::fopen(cluster_file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("chaise:unreachable@127.0.0.1:1\n", f);
+    std::fclose(f);
+  }
+  FdbOptions o = fdb_options_;
+  o.cluster_file = cluster_file;
+  o.transaction_timeout_ms = 1000;
+  const auto start = std::chrono::steady_clock::now();
+  std::string why;
+  auto r = open_foundationdb(o, &why);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), Error::transaction_timed_out) << why;
+  EXPECT_EQ(static_cast<int>(Error::transaction_timed_out), 1031);
+  EXPECT_LT(waited, std::chrono::seconds(5));
+}
+
 TEST_P(FdbHandlesTest, TransactionTooOldAfterFiveSeconds) {
   put("k", "v");
   auto tr = db_->create_transaction();
