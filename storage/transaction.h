@@ -244,12 +244,14 @@ class Transaction {
   bool may_commit_unknown_result() const { return b_->may_commit_unknown_result(); }
 
   // Metadata that readers remember between transactions (which databases exist, their security
-  // objects) is read through a generation, FoundationDB's metadataVersion in spirit: a
-  // transaction that changes such data calls touch_metadata(), and its commit moves the
-  // generation before its writes become visible to snapshots that name a generation.
+  // objects) is read through a generation, FoundationDB's metadataVersion: a transaction that
+  // changes such data calls touch_metadata(), and its commit moves the generation with its
+  // writes, so that no snapshot naming a generation shows part of them (the embedded engine moves
+  // it to an odd value before writing and to the next even value after; FoundationDB sets
+  // \xff/metadataVersion in the same commit, storage/fdb/fdb_database.h).
   // snapshot_metadata_generation() names the generation a snapshot shows exactly (an even
   // number); what was read at one snapshot may be used at any other of the same generation.
-  // instance_id() tells stores apart (every handle on one FoundationDB cluster has the same).
+  // instance_id() tells stores apart (every handle on one FoundationDB store has the same).
   void touch_metadata() { b_->touch_metadata(); }
   bool touches_metadata() const { return b_->touches_metadata(); }
   // The newest generation this Database has seen (embedded: the store's; FoundationDB: the
