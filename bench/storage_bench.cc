@@ -24,8 +24,9 @@
 //                          iterate_upper_bound, copying each key and value into a vector, which is what
 //                          get_range returns. items = keys.
 //   MemtableGet            Point reads (DB::Get) of random present keys among 40k held in one
-//                          memtable (storage/memtable.h, the engine's skip list), keys shaped like
-//                          the keyspace's: a 30-byte prefix all share, then a 16-byte random id.
+//                          memtable (storage/rocksdb/memtable.h, the engine's skip list), keys
+//                          shaped like the keyspace's: a 30-byte prefix all share, then a
+//                          16-byte random id.
 //                          What a GET of a recently written document costs in the memtable.
 //                          /0: through the skip list; /65536: through the point index (the
 //                          engine's for the by_id and body families).
@@ -38,7 +39,8 @@
 //                          block cache, compacted: one of a GET's two point reads at 10M documents.
 //   RawMultiGetLarge/B     The same keys read B at a time with DB::MultiGet: what batching
 //                          concurrent GETs' reads would save. items = keys.
-// Both stores use the engine's RocksDB options (storage/database.cc), duplicated in raw_options().
+// Both stores use the engine's RocksDB options (storage/rocksdb/engine.cc), duplicated in
+// raw_options().
 // Every benchmark works in a fresh directory under the temp dir (/tmp), removed afterwards.
 #include <benchmark/benchmark.h>
 #include <rocksdb/cache.h>
@@ -61,8 +63,8 @@
 #include <vector>
 
 #include "storage/database.h"
-#include "storage/memtable.h"
-#include "storage/table_options.h"
+#include "storage/rocksdb/memtable.h"
+#include "storage/rocksdb/table_options.h"
 
 namespace {
 
@@ -128,7 +130,7 @@ std::string make_value(std::uint64_t seed) {
   return v;
 }
 
-// The engine's options (storage/database.cc Engine::open), for a fair raw baseline.
+// The engine's options (storage/rocksdb/engine.cc Engine::open), for a fair raw baseline.
 rocksdb::Options raw_options() {
   rocksdb::Options o;
   o.create_if_missing = true;
@@ -356,7 +358,7 @@ std::unique_ptr<MemtableStore> open_memtable_store(std::size_t index_slots = 0) 
   auto s = std::make_unique<MemtableStore>();
   rocksdb::Options o;
   o.create_if_missing = true;
-  o.allow_concurrent_memtable_write = false;  // what storage/memtable.h needs
+  o.allow_concurrent_memtable_write = false;  // what storage/rocksdb/memtable.h needs
   o.memtable_factory = chaise::storage::ordered_memtable_factory(index_slots);
   o.write_buffer_size = 1u << 30;
   o.disable_auto_compactions = true;
@@ -405,9 +407,9 @@ void BM_MemtableInsert(benchmark::State& state) {
 
 constexpr std::uint64_t kLargeKeys = 10'000'000;
 
-// A hit family's table options as the engine builds them (storage/table_options.h): partitioned
+// A hit family's table options as the engine builds them (storage/rocksdb/table_options.h): partitioned
 // index and filters in the block cache (32 MiB, the default), Ribbon filters below level 0,
-// hash-indexed data blocks. Its column-family options as in storage/database.cc: LZ4, level
+// hash-indexed data blocks. Its column-family options as in storage/rocksdb/engine.cc: LZ4, level
 // sizes from an 8 MiB memtable, no filter on the last level.
 rocksdb::Options large_options() {
   rocksdb::Options o;

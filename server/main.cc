@@ -59,6 +59,7 @@
 #include "server/log_sink.h"
 #include "server/memory.h"
 #include "storage/database.h"
+#include "storage/fdb/fdb_database.h"
 
 namespace {
 
@@ -438,9 +439,39 @@ bool create_system_dbs(chaise::storage::Database& store, const chaise::config::C
   return true;
 }
 
-// The store in <data_dir>/store with the configured options; nullptr, logged, when it cannot open.
-std::unique_ptr<chaise::storage::Database> open_store(
-    const chaise::config::ServerSettings& config) {
+// The FoundationDB store of [foundationdb] ([chaise] storage_engine = foundationdb); nullptr,
+// logged, when it cannot open.
+std::unique_ptr<chaise::storage::Database> open_foundationdb_store(
+    const chaise::config::Sections& settings) {
+  chaise::storage::FdbOptions o;
+  o.cluster_file = chaise::config::get_string(settings, "foundationdb", "cluster_file", "");
+  o.library = chaise::config::get_string(settings, "foundationdb", "library", o.library);
+  o.api_version = static_cast<int>(
+      chaise::config::get_int(settings, "foundationdb", "api_version", o.api_version));
+  o.transaction_timeout_ms = chaise::config::get_int(
+      settings, "foundationdb", "transaction_timeout", o.transaction_timeout_ms);
+  o.transaction_retry_limit =
+      chaise::config::get_int(settings, "foundationdb", "retry_limit", o.transaction_retry_limit);
+  const std::string cluster = o.cluster_file.empty() ? "(FoundationDB's default)" : o.cluster_file;
+  std::string why;
+  auto opened = chaise::storage::open_foundationdb(o, &why);
+  if (!opened.ok()) {
+    spdlog::critical("cannot open the FoundationDB store, cluster file {}, library {}: {}{}{}",
+                     cluster, o.library, chaise::storage::error_name(opened.error()),
+                     why.empty() ? "" : ": ", why);
+    return nullptr;
+  }
+  spdlog::info("store: FoundationDB, cluster file {}, library {}, API version {}", cluster,
+               o.library, o.api_version);
+  return std::move(*opened);
+}
+
+// The store: the embedded one in <data_dir>/store with the configured options, or FoundationDB
+// ([chaise] storage_engine); nullptr, logged, when it cannot open.
+std::unique_ptr<chaise::storage::Database> open_store(const chaise::config::ServerSettings& config,
+                                                      const chaise::config::Sections& settings) {
+  if (chaise::config::get_string(settings, "chaise", "storage_engine", "rocksdb") == "foundationdb")
+    return open_foundationdb_store(settings);
   chaise::storage::Options store_options;
   store_options.fsync = config.fsync;
   store_options.block_cache_bytes = config.block_cache_bytes;
@@ -476,7 +507,7 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
                chaise::http::kChaiseVersion, config.data_dir.string(), *uuid, config.fsync,
                chaise::server::allocator_description());
 
-  std::unique_ptr<chaise::storage::Database> store = open_store(config);
+  std::unique_ptr<chaise::storage::Database> store = open_store(config, *config_store.snapshot());
   if (!store) return kExitStartupFailed;
   if (config.single_node && !create_system_dbs(*store, config_store)) return kExitStartupFailed;
 

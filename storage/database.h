@@ -1,5 +1,6 @@
-// storage/database.h — the embedded FoundationDB-semantics store (see transaction.h for the
-// transaction contract, DESIGN.md for why).
+// storage/database.h — a FoundationDB-semantics store (see transaction.h for the transaction
+// contract, DESIGN.md for why): the embedded RocksDB engine (Database::open, storage/rocksdb/) or a
+// FoundationDB cluster (open_foundationdb, storage/fdb/fdb_database.h), the same API over both.
 //
 //   auto db = Database::open("/var/lib/chaise/store", {});       //
 //   Result<std::unique_ptr<Database>> Status s = (*db)->run([&](Transaction& tr) -> Status {     //
@@ -10,10 +11,10 @@
 //     return {};
 //   });
 //
-// Commits from all threads flow into one commit pipeline: a batch of transactions is resolved
-// (conflict checked) in arrival order, written as one RocksDB WriteBatch with one WAL sync, and
-// acknowledged together (group commit). Every batch gets the next commit version; versions are
-// persisted with the data, so versionstamps keep increasing across restarts.
+// Embedded engine: commits from all threads flow into one commit pipeline: a batch of transactions
+// is resolved (conflict checked) in arrival order, written as one RocksDB WriteBatch with one WAL
+// sync, and acknowledged together (group commit). Every batch gets the next commit version;
+// versions are persisted with the data, so versionstamps keep increasing across restarts.
 //
 // Threading: all methods are thread-safe. The Database must outlive its transactions and watches.
 #pragma once
@@ -23,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -62,6 +64,7 @@ enum class CommitFault : std::uint8_t {
   unknown_result_applied,      // apply it durably, but report 1021
 };
 
+// The embedded (RocksDB) engine's options; FoundationDB's are FdbOptions (storage/fdb/).
 struct Options {
   // Sync the WAL before acknowledging each commit batch. Default true: an acknowledged commit
   // survives kill -9 and power loss. false: survives kill -9 (the OS has the data), not power loss.
@@ -92,8 +95,8 @@ struct Options {
   // read whose bounds share them skips tables that hold no such key. 0 = none. Default 0; the
   // server sets the elements that name one document.
   std::size_t bloom_prefix_tuple_elements = 0;
-  // Column families (storage/families.h): keys that are packed tuples (family_top, x, s, ...)
-  // with s in family_subspaces live in a RocksDB column family per s, every other key in one
+  // Column families (storage/rocksdb/families.h): keys that are packed tuples (family_top, x, s,
+  // ...) with s in family_subspaces live in a RocksDB column family per s, every other key in one
   // more; readers see one keyspace either way. A store written under another rule has its keys
   // moved at open, in batches each moving its keys atomically (a crash part-way leaves every key
   // in exactly one family; the next open goes on). Default none (one family); the server names
@@ -123,8 +126,6 @@ struct Options {
   // Time source; nullptr = SteadyClock.
   std::shared_ptr<Clock> clock;
 };
-
-class Engine;
 
 // What the store has done since it was opened, and how big it is.
 struct StoreStats {
@@ -160,15 +161,33 @@ struct StoreStats {
   std::uint64_t level0_tables = 0;
 };
 
+class Database;
+
+// What an engine implements behind Database (see Database for each call's contract).
+class DatabaseBackend {
+ public:
+  virtual ~DatabaseBackend() = default;
+  virtual Transaction create_transaction() = 0;
+  virtual std::int64_t committed_version() const = 0;
+  virtual StoreStats stats() const = 0;
+  virtual const Options& options() const = 0;
+  // Every table when `range` is nullopt.
+  virtual Status compact_files(const std::optional<KeyRange>& range) = 0;
+  virtual void set_commit_fault_hook(std::function<CommitFault()> hook) = 0;
+};
+
 class Database {
  public:
-  // Opens (creating if allowed) the store at `path`. Error::io_error if RocksDB cannot open it.
+  // Opens (creating if allowed) the embedded store at `path`. Error::io_error if RocksDB cannot
+  // open it. (Defined by storage/rocksdb/: link storage_rocksdb.)
   static Result<std::unique_ptr<Database>> open(const std::string& path, Options options = {});
-  ~Database();  // drains pending commits, stops the commit thread, cancels watches
+  // For engines: a Database over `backend` (never null).
+  explicit Database(std::unique_ptr<DatabaseBackend> backend) : backend_(std::move(backend)) {}
+  ~Database();  // drains pending commits, stops the engine's threads, cancels watches
   Database(const Database&) = delete;
   Database& operator=(const Database&) = delete;
 
-  Transaction create_transaction();
+  Transaction create_transaction() { return backend_->create_transaction(); }
 
   // Runs fn(Transaction&) -> Status or Result<T>, commits, and retries retryable errors (with
   // on_error's backoff) up to Options::run_attempts_max times. Returns fn's result once committed,
@@ -177,27 +196,33 @@ class Database {
   template <typename F>
   auto run(F&& fn) -> std::invoke_result_t<F&, Transaction&>;
 
-  // The newest committed (durable and visible) version.
-  std::int64_t committed_version() const;
-  // Counters since open and the store's size, for metrics.
-  StoreStats stats() const;
-  const Options& options() const;
+  // The newest committed (durable and visible) version (on FoundationDB: a fresh read version,
+  // one round trip to the cluster).
+  std::int64_t committed_version() const { return backend_->committed_version(); }
+  // Counters since open and the store's size, for metrics (FoundationDB: commits and conflicts
+  // of this handle; the rest 0).
+  StoreStats stats() const { return backend_->stats(); }
+  // The embedded engine's options; on FoundationDB defaults, with run_attempts_max from its
+  // options.
+  const Options& options() const { return backend_->options(); }
   // Rewrites every table of every column family into the last level, blocking until done: the
   // files at their smallest and the read path of a fully compacted store. Slow on a large store.
   // With a range [begin, end): only the tables that hold its keys (what a database's compaction
-  // asks for; a FoundationDB cluster's storage servers do this on their own).
-  Status compact_files();
+  // asks for; a FoundationDB cluster's storage servers do this on their own, and there this
+  // succeeds at once).
+  Status compact_files() { return backend_->compact_files(std::nullopt); }
   Status compact_files(std::string_view begin, std::string_view end);
 
   // Test hooks. Set a fault hook between transactions: one that began before it was set may get
   // commit_unknown_result without having prepared for it (Transaction::
-  // may_commit_unknown_result).
-  void set_commit_fault_hook(std::function<CommitFault()> hook);
+  // may_commit_unknown_result). The embedded engine only: FoundationDB ignores it.
+  void set_commit_fault_hook(std::function<CommitFault()> hook) {
+    backend_->set_commit_fault_hook(std::move(hook));
+  }
 
  private:
-  explicit Database(std::unique_ptr<Engine> engine);
-  int run_attempts_max() const;
-  std::unique_ptr<Engine> engine_;
+  int run_attempts_max() const { return backend_->options().run_attempts_max; }
+  std::unique_ptr<DatabaseBackend> backend_;
 };
 
 template <typename F>

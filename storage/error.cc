@@ -16,6 +16,10 @@ std::string_view error_name(Error e) {
       return "commit_unknown_result";
     case Error::transaction_cancelled:
       return "transaction_cancelled";
+    case Error::transaction_timed_out:
+      return "transaction_timed_out";
+    case Error::process_behind:
+      return "process_behind";
     case Error::accessed_unreadable:
       return "accessed_unreadable";
     case Error::io_error:
@@ -52,6 +56,10 @@ std::string_view error_description(Error e) {
       return "Transaction may or may not have committed";
     case Error::transaction_cancelled:
       return "Operation aborted because the transaction was cancelled";
+    case Error::transaction_timed_out:
+      return "Operation aborted because the transaction timed out";
+    case Error::process_behind:
+      return "Storage process does not have recent mutations";
     case Error::accessed_unreadable:
       return "Read or wrote an unreadable key";
     case Error::io_error:
@@ -76,7 +84,8 @@ std::string_view error_description(Error e) {
 
 bool is_retryable(Error e) {
   return e == Error::transaction_too_old || e == Error::future_version ||
-         e == Error::not_committed || e == Error::commit_unknown_result;
+         e == Error::not_committed || e == Error::commit_unknown_result ||
+         e == Error::process_behind;
 }
 
 bool is_maybe_committed(Error e) { return e == Error::commit_unknown_result; }

@@ -23,8 +23,15 @@ enum class Error : int {
   not_committed = 1020,  // a read-conflict range was written after the read version; retryable
   commit_unknown_result = 1021,  // commit may or may not have applied; retryable (maybe committed)
   transaction_cancelled = 1025,  // operation on a cancelled/reset transaction, or a cancelled watch
-  accessed_unreadable = 1036,    // read of a key whose value is a pending versionstamped value
-  io_error = 1510,               // the engine (RocksDB) failed; not retryable
+  // FoundationDB only: the transaction outlived its timeout (FdbOptions::transaction_timeout_ms),
+  // such as when the cluster is unreachable. Not retryable: the caller fails the request.
+  transaction_timed_out = 1031,
+  // FoundationDB only: the cluster is behind or shedding load: a storage server lags (1037), or
+  // the cluster throttles or is short of memory (FoundationDB's other retryable errors, 1042,
+  // 1078, 1213, ..., are reported as this one). Retryable.
+  process_behind = 1037,
+  accessed_unreadable = 1036,      // read of a key whose value is a pending versionstamped value
+  io_error = 1510,                 // the engine (RocksDB) failed; not retryable
   key_outside_legal_range = 2004,  // key at or after \xff (the system keyspace)
   inverted_range = 2005,           // range whose begin is after its end
   used_during_commit = 2017,       // operation on a transaction while its commit is in flight
@@ -41,7 +48,7 @@ std::string_view error_name(Error e);
 // transaction").
 std::string_view error_description(Error e);
 
-// True for the errors Transaction::on_error() retries (1007, 1009, 1020, 1021).
+// True for the errors Transaction::on_error() retries (1007, 1009, 1020, 1021, 1037).
 bool is_retryable(Error e);
 
 // True when a commit that failed with `e` may nevertheless have been applied (1021 only).

@@ -147,7 +147,7 @@ inline constexpr std::int64_t kViewNodes = 4;
 inline constexpr std::size_t kBloomPrefixElements = 4;
 
 // The store options that follow from this keyspace: prefix bloom filters on a document's prefix,
-// and column families of their own (storage/families.h) for the four subspaces every document
+// and column families of their own (storage/rocksdb/families.h) for the four subspaces every document
 // write appends to, so that a flush's tables each hold one of them and compactions out of level 0
 // overlap little of the level below. The server and the core tests open the store with these.
 inline void set_store_options(storage::Options& o) {

@@ -1,7 +1,7 @@
-// Column families by subspace (storage/families.h): which family a key and a range belong to, and
-// a store whose keys live in several families answering every read as one keyspace, also after
-// reopening under another rule (its keys moved at open).
-#include "storage/families.h"
+// Column families by subspace (storage/rocksdb/families.h): which family a key and a range belong
+// to, and a store whose keys live in several families answering every read as one keyspace, also
+// after reopening under another rule (its keys moved at open).
+#include "storage/rocksdb/families.h"
 
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>

@@ -1,6 +1,6 @@
-// The memtable representation (storage/memtable.h) inside a real RocksDB: every read a database
-// makes (point reads, iterators both ways, snapshots, flush, WAL replay) against a model.
-#include "storage/memtable.h"
+// The memtable representation (storage/rocksdb/memtable.h) inside a real RocksDB: every read a
+// database makes (point reads, iterators both ways, snapshots, flush, WAL replay) against a model.
+#include "storage/rocksdb/memtable.h"
 
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>

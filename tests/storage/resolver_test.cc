@@ -1,6 +1,6 @@
 // The resolver's window: keys rewritten by later versions, keys written twice in one version, and
 // the byte bound that shortens the window under heavy writes.
-#include "storage/resolver.h"
+#include "storage/rocksdb/resolver.h"
 
 #include <gtest/gtest.h>
 

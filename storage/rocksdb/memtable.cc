@@ -1,4 +1,4 @@
-#include "storage/memtable.h"
+#include "storage/rocksdb/memtable.h"
 
 #include <algorithm>
 #include <atomic>

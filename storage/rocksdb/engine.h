@@ -1,9 +1,10 @@
-// storage/engine.h — internal to storage/: the RocksDB engine behind Database and Transaction, and
-// the commit pipeline. Nothing outside storage/ includes this header (it pulls in RocksDB).
+// storage/rocksdb/engine.h — internal to storage/rocksdb/: the RocksDB engine behind Database and
+// Transaction, and the commit pipeline. Nothing outside storage/rocksdb/ includes this header (it
+// pulls in RocksDB).
 //
 // On-disk layout (RocksDB column families):
 //   default      user keys -> values, exactly as the transactions wrote them, except those of:
-//   subspace-<s> the keys of subspace s under Options::family_top (storage/families.h)
+//   subspace-<s> the keys of subspace s under Options::family_top (storage/rocksdb/families.h)
 //   meta         "version" -> 8-byte big-endian last committed version (written in every commit
 //                batch); "families" -> Families::describe() of the rule the keys are placed by
 #pragma once
@@ -25,8 +26,9 @@
 #include <vector>
 
 #include "storage/database.h"
-#include "storage/families.h"
-#include "storage/resolver.h"
+#include "storage/rocksdb/families.h"
+#include "storage/rocksdb/resolver.h"
+#include "storage/rocksdb/transaction.h"
 #include "storage/transaction.h"
 #include "storage/write_map.h"
 
@@ -108,10 +110,14 @@ struct CommitRequest {
   std::function<void(Result<CommitResult>)> done;
 };
 
-class Engine {
+// The embedded engine behind Database (DatabaseBackend; Database::open makes one). Its
+// transactions (RocksTransaction) call it through Engine*, so `final` keeps those calls direct.
+class Engine final : public DatabaseBackend {
  public:
   static Result<std::unique_ptr<Engine>> open(const std::string& path, Options options);
-  ~Engine();
+  ~Engine() override;
+
+  Transaction create_transaction() override;
 
   std::shared_ptr<ReadView> acquire_view();
   // Drops the iterators shelved at the latest snapshot (SharedSnapshot::take_iterator): after a
@@ -132,26 +138,26 @@ class Engine {
   // `family` (Families::of_range): that family's, or when nullopt a MergingIterator over all.
   std::unique_ptr<rocksdb::Iterator> new_range_iterator(const rocksdb::ReadOptions& ro,
                                                         std::optional<std::size_t> family);
-  const Options& options() const { return options_; }
+  const Options& options() const override { return options_; }
   std::int64_t now_us() const { return options_.clock->now_us(); }
   std::uint64_t metadata_generation() const {
     return metadata_generation_.load(std::memory_order_acquire);
   }
   std::uint64_t instance_id() const { return instance_id_; }
-  std::int64_t committed_version() const {
+  std::int64_t committed_version() const override {
     return committed_version_.load(std::memory_order_acquire);
   }
 
-  StoreStats stats() const;
+  StoreStats stats() const override;
   // Database::compact_files: every table, or those holding keys of `range`.
-  Status compact_files(const std::optional<KeyRange>& range);
+  Status compact_files(const std::optional<KeyRange>& range) override;
 
   // Queues a write transaction for the commit pipeline; req->done runs on the commit thread.
   void submit(std::unique_ptr<CommitRequest> req);
   // Activates watches (after their transaction committed). Fires at once if the value already
   // moved.
   void register_watches(std::vector<std::shared_ptr<WatchState>>& watches);
-  void set_fault_hook(std::function<CommitFault()> hook);
+  void set_commit_fault_hook(std::function<CommitFault()> hook) override;
   // Whether a commit may end in commit_unknown_result: only when a test's fault hook is set. A
   // failed write of this engine fails its batch and every later one with io_error; a commit's
   // outcome is otherwise always known.

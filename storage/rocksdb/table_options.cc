@@ -1,5 +1,5 @@
-// storage/table_options.cc — see table_options.h.
-#include "storage/table_options.h"
+// storage/rocksdb/table_options.cc — see table_options.h.
+#include "storage/rocksdb/table_options.h"
 
 #include <rocksdb/filter_policy.h>
 

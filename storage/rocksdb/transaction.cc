@@ -1,13 +1,13 @@
-// Transaction: read-your-writes over a RocksDB snapshot, conflict-range bookkeeping, limits, and
-// the hand-off of buffered writes to the commit pipeline (engine.h).
+// RocksTransaction: read-your-writes over a RocksDB snapshot, conflict-range bookkeeping, limits,
+// and the hand-off of buffered writes to the commit pipeline (engine.h).
 //
 // Read-conflict ranges recorded per non-snapshot read:
-//   get(k)                       [k, k+'\0')   unless the value is known from this transaction's
-//   writes get_range(b, e) unlimited    [b, e)
+//   get(k)                       [k, k+'\0')   unless this transaction's writes tell the value
+//   get_range(b, e) unlimited    [b, e)
 //   ... limited, forward         [b, last+'\0')   (only the keys actually returned were observed)
 //   ... limited, reverse         [last, e)
 //   get_key                      the range its internal range read covered
-#include "storage/transaction.h"
+#include "storage/rocksdb/transaction.h"
 
 #include <rocksdb/iterator.h>
 
@@ -16,7 +16,7 @@
 #include <random>
 #include <thread>
 
-#include "storage/engine.h"
+#include "storage/rocksdb/engine.h"
 #include "storage/tuple_prefix.h"
 
 namespace chaise::storage {
@@ -50,21 +50,16 @@ bool versionstamp_offset_ok(std::string_view tmpl) {
 
 }  // namespace
 
-Transaction::Transaction(Engine* engine) : engine_(engine) {}
-Transaction::Transaction(Transaction&&) noexcept = default;
-
-Transaction& Transaction::operator=(Transaction&&) noexcept = default;
-
-bool Transaction::may_commit_unknown_result() const {
+bool RocksTransaction::may_commit_unknown_result() const {
   return engine_->may_report_unknown_results();
 }
 
-Transaction::~Transaction() {
+RocksTransaction::~RocksTransaction() {
   shelve_prefix_iterators();
   for (auto& w : watches_) w->fire(Error::transaction_cancelled);
 }
 
-void Transaction::shelve_prefix_iterators() {
+void RocksTransaction::shelve_prefix_iterators() {
   // Those made without filling the cache stay out: the shelf's are taken by transactions that
   // fill it.
   for (std::size_t family = 0; family < prefix_its_.size(); ++family) {
@@ -74,21 +69,21 @@ void Transaction::shelve_prefix_iterators() {
   prefix_its_.clear();
 }
 
-void Transaction::disable_read_cache() {
+void RocksTransaction::disable_read_cache() {
   shelve_prefix_iterators();
   fill_cache_ = false;
 }
 
-void Transaction::defer(Error e) {
+void RocksTransaction::defer(Error e) {
   if (deferred_ == Error::success) deferred_ = e;
 }
 
-Status Transaction::check_usable() {
+Status RocksTransaction::check_usable() {
   if (committing_) return Error::used_during_commit;
   return {};
 }
 
-Status Transaction::ensure_read_view() {
+Status RocksTransaction::ensure_read_view() {
   Engine::quiet_perf_context_on_this_thread();
   if (!view_) {
     static_assert(kNoGeneration == SharedSnapshot::kNone);
@@ -100,13 +95,13 @@ Status Transaction::ensure_read_view() {
   return {};
 }
 
-Result<std::int64_t> Transaction::get_read_version() {
+Result<std::int64_t> RocksTransaction::get_read_version() {
   if (auto s = check_usable(); !s) return s.error();
   if (auto s = ensure_read_view(); !s) return s.error();
   return view_->version;
 }
 
-bool Transaction::check_key(std::string_view key) {
+bool RocksTransaction::check_key(std::string_view key) {
   if (committing_) {
     defer(Error::used_during_commit);
     return false;
@@ -122,8 +117,8 @@ bool Transaction::check_key(std::string_view key) {
   return true;
 }
 
-void Transaction::add_conflict(std::vector<KeyRange>& ranges, std::string_view begin,
-                               std::string_view end) {
+void RocksTransaction::add_conflict(std::vector<KeyRange>& ranges, std::string_view begin,
+                                    std::string_view end) {
   if (begin >= end) return;
   size_bytes_ += begin.size() + end.size();
   ranges.push_back({std::string(begin), std::string(end)});
@@ -142,7 +137,7 @@ bool within_one_prefix(std::string_view begin, std::string_view end, std::size_t
 }
 }  // namespace
 
-rocksdb::Iterator* Transaction::prefix_iterator(std::size_t family) {
+rocksdb::Iterator* RocksTransaction::prefix_iterator(std::size_t family) {
   // One per transaction and family, made at its first one-prefix range read there: every later
   // one seeks it again instead of building a new iterator over every memtable and table (a
   // _bulk_docs request reads each new document's revisions range). Its bounds are checked by
@@ -165,7 +160,7 @@ rocksdb::Iterator* Transaction::prefix_iterator(std::size_t family) {
   return it.get();
 }
 
-Result<std::optional<std::string>> Transaction::read_storage(std::string_view key) {
+Result<std::optional<std::string>> RocksTransaction::read_storage(std::string_view key) {
   if (auto s = ensure_read_view(); !s) return s.error();
   rocksdb::ReadOptions ro;
   ro.snapshot = view_->snapshot();
@@ -177,7 +172,7 @@ Result<std::optional<std::string>> Transaction::read_storage(std::string_view ke
   return std::optional<std::string>(v.ToString());
 }
 
-Result<std::optional<std::string>> Transaction::get(std::string_view key, Snapshot snapshot) {
+Result<std::optional<std::string>> RocksTransaction::get(std::string_view key, Snapshot snapshot) {
   if (auto s = check_usable(); !s) return s.error();
   if (key.size() > kKeySizeMax) return Error::key_too_large;
   WriteMap::Lookup l = writes_.lookup(key);
@@ -201,8 +196,8 @@ Result<std::optional<std::string>> Transaction::get(std::string_view key, Snapsh
       apply_ops(b ? std::optional<std::string_view>(*b) : std::nullopt, l.write->ops));
 }
 
-Status Transaction::read_range(std::string_view begin, std::string_view end, int limit,
-                               Reverse reverse, std::vector<KeyValue>& out, bool& limited) {
+Status RocksTransaction::read_range(std::string_view begin, std::string_view end, int limit,
+                                    Reverse reverse, std::vector<KeyValue>& out, bool& limited) {
   limited = false;
   if (auto s = ensure_read_view(); !s) return s;
   rocksdb::Slice lo = to_slice(begin), hi = to_slice(end);
@@ -329,9 +324,9 @@ Status Transaction::read_range(std::string_view begin, std::string_view end, int
   return {};
 }
 
-Result<std::vector<KeyValue>> Transaction::get_range(std::string_view begin, std::string_view end,
-                                                     int limit, Reverse reverse,
-                                                     Snapshot snapshot) {
+Result<std::vector<KeyValue>> RocksTransaction::get_range(std::string_view begin,
+                                                          std::string_view end, int limit,
+                                                          Reverse reverse, Snapshot snapshot) {
   if (auto s = check_usable(); !s) return s.error();
   if (begin > end) return Error::inverted_range;
   if (limit < 0) return Error::invalid_option_value;
@@ -351,8 +346,8 @@ Result<std::vector<KeyValue>> Transaction::get_range(std::string_view begin, std
   return out;
 }
 
-Result<std::int64_t> Transaction::get_estimated_range_size_bytes(std::string_view begin,
-                                                                 std::string_view end) {
+Result<std::int64_t> RocksTransaction::get_estimated_range_size_bytes(std::string_view begin,
+                                                                      std::string_view end) {
   if (auto s = check_usable(); !s) return s.error();
   if (begin > end) return Error::inverted_range;
   if (begin == end) return std::int64_t{0};
@@ -378,7 +373,7 @@ Result<std::int64_t> Transaction::get_estimated_range_size_bytes(std::string_vie
 // get_ranges: how many keys the iterator steps over before it seeks instead.
 constexpr int kStepsBeforeSeek = 4;
 
-Result<std::vector<std::vector<KeyValue>>> Transaction::get_ranges(
+Result<std::vector<std::vector<KeyValue>>> RocksTransaction::get_ranges(
     const std::vector<KeyRange>& ranges, int limit_each, Snapshot snapshot) {
   if (auto s = check_usable(); !s) return s.error();
   if (limit_each < 0) return Error::invalid_option_value;
@@ -450,7 +445,7 @@ Result<std::vector<std::vector<KeyValue>>> Transaction::get_ranges(
   return out;
 }
 
-Result<std::string> Transaction::get_key(const KeySelector& sel, Snapshot snapshot) {
+Result<std::string> RocksTransaction::get_key(const KeySelector& sel, Snapshot snapshot) {
   if (auto s = check_usable(); !s) return s.error();
   std::vector<KeyValue> out;
   bool limited = false;
@@ -477,20 +472,20 @@ Result<std::string> Transaction::get_key(const KeySelector& sel, Snapshot snapsh
   return result;
 }
 
-void Transaction::set(std::string_view key, std::string_view value) {
+void RocksTransaction::set(std::string_view key, std::string_view value) {
   if (!check_key(key)) return;
   if (value.size() > kValueSizeMax) return defer(Error::value_too_large);
   size_bytes_ += key.size() + value.size();
   writes_.set(key, value);
 }
 
-void Transaction::clear(std::string_view key) {
+void RocksTransaction::clear(std::string_view key) {
   if (!check_key(key)) return;
   size_bytes_ += key.size();
   writes_.clear(key);
 }
 
-void Transaction::clear_range(std::string_view begin, std::string_view end) {
+void RocksTransaction::clear_range(std::string_view begin, std::string_view end) {
   if (committing_) return defer(Error::used_during_commit);
   if (begin > end) return defer(Error::inverted_range);
   if (begin.size() > kKeySizeMax || end.size() > kKeySizeMax) return defer(Error::key_too_large);
@@ -499,7 +494,8 @@ void Transaction::clear_range(std::string_view begin, std::string_view end) {
   writes_.clear_range(begin, end);
 }
 
-void Transaction::atomic_op(std::string_view key, MutationType type, std::string_view operand) {
+void RocksTransaction::atomic_op(std::string_view key, MutationType type,
+                                 std::string_view operand) {
   if (!check_key(key)) return;
   if (operand.size() > kValueSizeMax) return defer(Error::value_too_large);
   if (!writes_.atomic(key, AtomicOp{type, std::string(operand)}))
@@ -507,26 +503,8 @@ void Transaction::atomic_op(std::string_view key, MutationType type, std::string
   size_bytes_ += key.size() + operand.size();
 }
 
-void Transaction::add(std::string_view key, std::string_view operand) {
-  atomic_op(key, MutationType::add, operand);
-}
-
-void Transaction::add(std::string_view key, std::int64_t delta) {
-  std::string le(8, '\0');
-  auto u = static_cast<std::uint64_t>(delta);
-  for (int i = 0; i < 8; ++i, u >>= 8) le[i] = static_cast<char>(u & 0xff);
-  add(key, le);
-}
-
-void Transaction::max(std::string_view key, std::string_view operand) {
-  atomic_op(key, MutationType::max, operand);
-}
-
-void Transaction::min(std::string_view key, std::string_view operand) {
-  atomic_op(key, MutationType::min, operand);
-}
-
-void Transaction::set_versionstamped_key(std::string_view key_template, std::string_view value) {
+void RocksTransaction::set_versionstamped_key(std::string_view key_template,
+                                              std::string_view value) {
   if (committing_) return defer(Error::used_during_commit);
   if (!versionstamp_offset_ok(key_template)) return defer(Error::invalid_option_value);
   if (!check_key(key_template.substr(0, key_template.size() - 4))) return;
@@ -535,7 +513,8 @@ void Transaction::set_versionstamped_key(std::string_view key_template, std::str
   versionstamped_keys_.push_back({std::string(key_template), std::string(value)});
 }
 
-void Transaction::set_versionstamped_value(std::string_view key, std::string_view value_template) {
+void RocksTransaction::set_versionstamped_value(std::string_view key,
+                                                std::string_view value_template) {
   if (!check_key(key)) return;
   if (!versionstamp_offset_ok(value_template)) return defer(Error::invalid_option_value);
   if (value_template.size() - 4 > kValueSizeMax) return defer(Error::value_too_large);
@@ -543,28 +522,20 @@ void Transaction::set_versionstamped_value(std::string_view key, std::string_vie
   writes_.set_versionstamped_value(key, value_template);
 }
 
-void Transaction::add_read_conflict_range(std::string_view begin, std::string_view end) {
+void RocksTransaction::add_read_conflict_range(std::string_view begin, std::string_view end) {
   if (committing_) return defer(Error::used_during_commit);
   if (begin > end) return defer(Error::inverted_range);
   if (auto s = ensure_read_view(); !s) return defer(s.error());
   add_conflict(read_conflicts_, begin, end);
 }
 
-void Transaction::add_read_conflict_key(std::string_view key) {
-  add_read_conflict_range(key, key_after(key));
-}
-
-void Transaction::add_write_conflict_range(std::string_view begin, std::string_view end) {
+void RocksTransaction::add_write_conflict_range(std::string_view begin, std::string_view end) {
   if (committing_) return defer(Error::used_during_commit);
   if (begin > end) return defer(Error::inverted_range);
   add_conflict(write_conflicts_, begin, end);
 }
 
-void Transaction::add_write_conflict_key(std::string_view key) {
-  add_write_conflict_range(key, key_after(key));
-}
-
-std::shared_ptr<Watch> Transaction::watch(std::string_view key, WatchCallback callback) {
+std::shared_ptr<Watch> RocksTransaction::watch(std::string_view key, WatchCallback callback) {
   auto w = std::make_shared<WatchState>(std::string(key), std::move(callback));
   if (committing_) {
     w->fire(Error::used_during_commit);
@@ -574,7 +545,7 @@ std::shared_ptr<Watch> Transaction::watch(std::string_view key, WatchCallback ca
   return w;
 }
 
-std::unique_ptr<CommitRequest> Transaction::take_commit_request() {
+std::unique_ptr<CommitRequest> RocksTransaction::take_commit_request() {
   auto req = std::make_unique<CommitRequest>();
   if (!read_conflicts_.empty()) req->read_version = view_->version;
   req->read_conflicts = std::move(read_conflicts_);
@@ -588,7 +559,7 @@ std::unique_ptr<CommitRequest> Transaction::take_commit_request() {
   return req;
 }
 
-void Transaction::commit_async(std::function<void(Result<CommitResult>)> done) {
+void RocksTransaction::commit_async(std::function<void(Result<CommitResult>)> done) {
   if (committing_) return done(Error::used_during_commit);
   committing_ = true;
   Error e = deferred_;
@@ -624,14 +595,14 @@ void Transaction::commit_async(std::function<void(Result<CommitResult>)> done) {
   engine_->submit(std::move(req));
 }
 
-Result<CommitResult> Transaction::commit() {
+Result<CommitResult> RocksTransaction::commit() {
   std::promise<Result<CommitResult>> p;
   auto f = p.get_future();
   commit_async([&p](Result<CommitResult> r) { p.set_value(std::move(r)); });
   return f.get();
 }
 
-void Transaction::reset() {
+void RocksTransaction::reset() {
   for (auto& w : watches_) w->fire(Error::transaction_cancelled);
   watches_.clear();
   shelve_prefix_iterators();
@@ -646,16 +617,18 @@ void Transaction::reset() {
   touches_metadata_ = false;
 }
 
-std::uint64_t Transaction::metadata_generation() const { return engine_->metadata_generation(); }
+std::uint64_t RocksTransaction::metadata_generation() const {
+  return engine_->metadata_generation();
+}
 
-std::optional<std::uint64_t> Transaction::snapshot_metadata_generation() {
+std::optional<std::uint64_t> RocksTransaction::snapshot_metadata_generation() {
   if (!check_usable() || !ensure_read_view()) return std::nullopt;
   if (snapshot_generation_ == kNoGeneration || touches_metadata_) return std::nullopt;
   return snapshot_generation_;
 }
-std::uint64_t Transaction::instance_id() const { return engine_->instance_id(); }
+std::uint64_t RocksTransaction::instance_id() const { return engine_->instance_id(); }
 
-Result<std::chrono::microseconds> Transaction::prepare_retry(Error e) {
+Result<std::chrono::microseconds> RocksTransaction::prepare_retry(Error e) {
   if (!is_retryable(e)) return e;
   reset();
   const Options& o = engine_->options();
@@ -668,7 +641,7 @@ Result<std::chrono::microseconds> Transaction::prepare_retry(Error e) {
   return std::chrono::microseconds(jitter(rng));
 }
 
-Status Transaction::on_error(Error e) {
+Status RocksTransaction::on_error(Error e) {
   auto d = prepare_retry(e);
   if (!d.ok()) return d.error();
   if (d->count() > 0) std::this_thread::sleep_for(*d);

@@ -1,4 +1,4 @@
-// storage/families.h — which RocksDB column family holds a key.
+// storage/rocksdb/families.h — which RocksDB column family holds a key.
 //
 // Keys are one ordered keyspace to every reader; underneath, the keys of a few busy subspaces
 // live in column families of their own. Why: a flush writes one level-0 table per column family.

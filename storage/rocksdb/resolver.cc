@@ -1,4 +1,4 @@
-#include "storage/resolver.h"
+#include "storage/rocksdb/resolver.h"
 
 #include <algorithm>
 #include <cassert>

@@ -1,6 +1,7 @@
-// storage/table_options.h — the block-based table options the engine gives its column families
-// (storage/database.cc), shared with bench/storage_bench.cc so that its raw-RocksDB stores build
-// and read tables exactly as the engine does. Pulls in RocksDB: storage/ and bench/ only.
+// storage/rocksdb/table_options.h — the block-based table options the engine gives its column
+// families (storage/rocksdb/engine.cc), shared with bench/storage_bench.cc so that its raw-RocksDB
+// stores build and read tables exactly as the engine does. Pulls in RocksDB: storage/rocksdb/ and
+// bench/ only.
 #pragma once
 
 #include <rocksdb/cache.h>

@@ -1,6 +1,6 @@
-// storage/resolver.h — optimistic concurrency control: remembers the write-conflict ranges of
-// recent commits with their commit versions, and decides whether a transaction read something
-// written after its read version.
+// storage/rocksdb/resolver.h — optimistic concurrency control: remembers the write-conflict
+// ranges of recent commits with their commit versions, and decides whether a transaction read
+// something written after its read version.
 //
 // The window: writes committed within Options::transaction_lifetime_us of "now" (by the injected
 // clock) are kept; older ones are forgotten. A transaction whose read version predates the

@@ -1,5 +1,5 @@
-// storage/memtable.h — the memtable representation of the store's column families: an ordered
-// skip list with one inserting thread and any number of concurrent readers.
+// storage/rocksdb/memtable.h — the memtable representation of the store's column families: an
+// ordered skip list with one inserting thread and any number of concurrent readers.
 //
 // Why not RocksDB's own (SkipListFactory): Debian's librocksdb is built without NDEBUG, so its
 // InlineSkipList checks every search step and every insert with extra key comparisons (asserts),

@@ -1,5 +1,6 @@
-// storage/merging_iterator.h — internal to storage/: one ordered iterator over several column
-// families whose keys are disjoint (storage/families.h: each key lives in exactly one family).
+// storage/rocksdb/merging_iterator.h — internal to storage/rocksdb/: one ordered iterator over
+// several column families whose keys are disjoint (families.h: each key lives in exactly one
+// family).
 //
 // It stands on the smallest (forward) or largest (reverse) key among its children. Because no
 // key is in two children, a step moves only the child it stands on; a change of direction

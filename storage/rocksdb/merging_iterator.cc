@@ -1,4 +1,4 @@
-#include "storage/merging_iterator.h"
+#include "storage/rocksdb/merging_iterator.h"
 
 #include <cassert>
 #include <string>

@@ -1,4 +1,4 @@
-#include "storage/families.h"
+#include "storage/rocksdb/families.h"
 
 #include <algorithm>
 
