@@ -348,13 +348,20 @@ ReplicationEndpoints::~ReplicationEndpoints() {
 
 void ReplicationEndpoints::set_listener(std::string host, std::uint16_t port,
                                         std::uint16_t tls_port) {
-  host_ = std::move(host);
+  {
+    std::lock_guard lock(host_mu_);
+    host_ = std::move(host);
+  }
   port_ = port;
   tls_port_ = tls_port;
 }
 
 std::string ReplicationEndpoints::own_url() const {
-  std::string host = host_;
+  std::string host;
+  {
+    std::lock_guard lock(host_mu_);
+    host = host_;
+  }
   if (host.empty() || host == "0.0.0.0" || host == "::") host = "127.0.0.1";
   if (host.find(':') != std::string::npos) host = "[" + host + "]";
   return "http://" + host + ":" + std::to_string(port_.load());
@@ -362,8 +369,11 @@ std::string ReplicationEndpoints::own_url() const {
 
 bool ReplicationEndpoints::is_self(std::string_view scheme, std::string_view host,
                                    std::uint16_t port) const {
-  const bool loopback = host == "127.0.0.1" || host == "localhost" || host == "::1" ||
-                        (!host_.empty() && host == host_);
+  bool loopback = host == "127.0.0.1" || host == "localhost" || host == "::1";
+  if (!loopback) {
+    std::lock_guard lock(host_mu_);
+    loopback = !host_.empty() && host == host_;
+  }
   if (!loopback) return false;
   if (scheme == "http") return port_ != 0 && port == port_;
   return tls_port_ != 0 && port == tls_port_;

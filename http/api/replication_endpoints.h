@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -57,7 +58,9 @@ class ReplicationEndpoints : public core::replication::EndpointFactory {
   std::vector<std::thread> threads_;
   const Router* router_ = nullptr;
   RemoteEndpointOptions remote_;
-  std::string host_;
+  // Set once the listener is up, while io threads may already read it.
+  mutable std::mutex host_mu_;
+  std::string host_;  // guarded by host_mu_
   std::atomic<std::uint16_t> port_{0};
   std::atomic<std::uint16_t> tls_port_{0};
 };

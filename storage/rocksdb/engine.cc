@@ -410,10 +410,10 @@ void Engine::drop_snapshot_before(std::int64_t version) {
 }
 
 void Engine::submit(std::unique_ptr<CommitRequest> req) {
-  {
-    std::lock_guard lock(mu_);
-    pending_.push_back(std::move(req));
-  }
+  // Notified under the lock: the destructor takes it before it ends the commit thread and
+  // destroys cv_, so a submit racing with it never signals a destroyed condition variable.
+  std::lock_guard lock(mu_);
+  pending_.push_back(std::move(req));
   cv_.notify_one();
 }
 
