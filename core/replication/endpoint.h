@@ -68,8 +68,8 @@ class Endpoint {
   // POST /{db}/_revs_diff with {id: [rev, ...]}.
   virtual Outcome<Json> revs_diff(const Json& id_revs) = 0;
   // POST /{db}/_bulk_get?revs=true&latest=true with `docs` ([{id, rev, atts_since}]): the
-  // "results" array, each attachment as its metadata without its bytes ("stub": true, as
-  // CouchDB answers without attachments=true). `use_bulk_get` false (or a source without _bulk_get):
+  // "results" array; each attachment carries its metadata and digest but not its bytes, as
+  // CouchDB answers without attachments=true. `use_bulk_get` false (or a source without _bulk_get):
   // the same rows fetched with GET /{db}/{id}?open_revs=[...], one request per document.
   virtual Outcome<Json> bulk_get(const Json& docs, bool use_bulk_get) = 0;
   // POST /{db}/_bulk_docs with new_edits=false: the answer array (errors only, as CouchDB gives).

@@ -2,8 +2,8 @@
 //
 // The server writes a whole (not streamed) response as two buffers, this head and the body, with
 // one sendmsg when the socket takes it at once. Beast's serializer wrote the same bytes through
-// nested buffer views that cost more instructions than the rest of a small GET
-// (bench/README.md, "The io threads", fifth session).
+// nested buffer views that cost more instructions than the rest of a small GET (bench/README.md,
+// "Server CPU per request").
 #pragma once
 
 #include <string>

@@ -204,7 +204,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   // Levels sized from the memtable, with dynamic level sizes so most data sits in the last level.
   // Level 0 compacts at 8 tables, families written in key order at 4 (Options::
   // family_ordered_subspaces): 5% less server CPU per PUT of new documents, GET and _all_docs no
-  // slower after writes (bench/README.md, eighteenth session). Level 0 also compacts once it
+  // slower after writes (measured with bench/http/paired.sh). Level 0 also compacts once it
   // holds max_bytes_for_level_base, whatever its count of tables.
   ro.level0_file_num_compaction_trigger = kLevel0Trigger;
   ro.max_bytes_for_level_base = 4 * ro.write_buffer_size;
@@ -219,7 +219,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options op
   // stay within block_cache_bytes instead of adding up. Reads while writes fill the memtables
   // find their recent documents there anyway. bench/http/run.sh's workloads one after the other:
   // peak RSS (during _bulk_docs) 118-121 -> 97-98 MiB, after them all 82-85 -> 52-58 MiB, at the
-  // same rates (bench/README.md, twenty-second session).
+  // same rates.
   e->write_buffer_manager_ =
       std::make_shared<rocksdb::WriteBufferManager>(options.write_buffer_bytes, e->block_cache_);
   ro.write_buffer_manager = e->write_buffer_manager_;

@@ -16,7 +16,7 @@ rocksdb::BlockBasedTableOptions family_table_options(const Options& options,
     // pinned): memory stays within block_cache_bytes however large the data grows. The price
     // is a cache lookup per partition a read needs: a GET of a random document among 10,000,000
     // takes 12% more server CPU than with the blocks held, PUT 3-5% more (bench/README.md,
-    // twenty-first session; the fifteenth session's "within 3%" was measured with repeated ids).
+    // "Scale"; measured with distinct ids, since repeated ids hide the lookups).
     table.cache_index_and_filter_blocks = true;
     table.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
     table.partition_filters = true;
