@@ -23,6 +23,7 @@
 
 #include "storage/fdb/fdb_c_api.h"
 #include "storage/fdb/fdb_network.h"
+#include "storage/write_checks.h"
 
 namespace chaise::storage {
 namespace {
@@ -62,15 +63,6 @@ std::uint64_t decode_be64(std::string_view s) {
   for (std::size_t i = 0; i < 8 && i < s.size(); ++i)
     v = (v << 8) | static_cast<std::uint8_t>(s[i]);
   return v;
-}
-
-// Valid template: 4-byte little-endian offset suffix pointing at 10 bytes inside the rest.
-bool versionstamp_offset_ok(std::string_view tmpl) {
-  if (tmpl.size() < 4 + kVersionstampSize) return false;
-  std::uint32_t off = 0;
-  for (int i = 3; i >= 0; --i)
-    off = (off << 8) | static_cast<std::uint8_t>(tmpl[tmpl.size() - 4 + i]);
-  return static_cast<std::size_t>(off) + kVersionstampSize <= tmpl.size() - 4;
 }
 
 // FoundationDB's error code as an entry of error.h's table.
@@ -397,19 +389,10 @@ class FdbTransaction final : public TransactionBackend {
   }
   // As the embedded engine checks a written key (so both answer alike, before FoundationDB would).
   bool check_key(std::string_view key) {
-    if (committing_) {
-      defer(Error::used_during_commit);
-      return false;
-    }
-    if (key.size() > kKeySizeMax) {
-      defer(Error::key_too_large);
-      return false;
-    }
-    if (!key.empty() && static_cast<std::uint8_t>(key[0]) == 0xff) {
-      defer(Error::key_outside_legal_range);
-      return false;
-    }
-    return true;
+    Error e = committing_ ? Error::used_during_commit : check_written_key(key);
+    if (e == Error::success) return true;
+    defer(e);
+    return false;
   }
   // `key` in the cluster's keyspace: under the prefix, built in `buf` when there is one.
   std::string_view in(std::string_view key, std::string& buf) const {
@@ -676,7 +659,7 @@ void FdbTransaction::atomic_op(std::string_view key, MutationType type, std::str
 
 void FdbTransaction::set_versionstamped_key(std::string_view key_template, std::string_view value) {
   if (committing_) return defer(Error::used_during_commit);
-  if (!versionstamp_offset_ok(key_template)) return defer(Error::invalid_option_value);
+  if (!versionstamp_template_ok(key_template)) return defer(Error::invalid_option_value);
   if (!check_key(key_template.substr(0, key_template.size() - 4))) return;
   if (value.size() > kValueSizeMax) return defer(Error::value_too_large);
   size_bytes_ += key_template.size() + value.size();
@@ -699,7 +682,7 @@ void FdbTransaction::set_versionstamped_key(std::string_view key_template, std::
 void FdbTransaction::set_versionstamped_value(std::string_view key,
                                               std::string_view value_template) {
   if (!check_key(key)) return;
-  if (!versionstamp_offset_ok(value_template)) return defer(Error::invalid_option_value);
+  if (!versionstamp_template_ok(value_template)) return defer(Error::invalid_option_value);
   if (value_template.size() - 4 > kValueSizeMax) return defer(Error::value_too_large);
   size_bytes_ += key.size() + value_template.size();
   writes_ = true;

@@ -18,6 +18,7 @@
 
 #include "storage/rocksdb/engine.h"
 #include "storage/tuple_prefix.h"
+#include "storage/write_checks.h"
 
 namespace chaise::storage {
 
@@ -37,15 +38,6 @@ std::string apply_ops(std::optional<std::string_view> base, const std::vector<At
     present = true;
   }
   return v;
-}
-
-// Valid template: 4-byte little-endian offset suffix pointing at 10 bytes inside the rest.
-bool versionstamp_offset_ok(std::string_view tmpl) {
-  if (tmpl.size() < 4 + kVersionstampSize) return false;
-  std::uint32_t off = 0;
-  for (int i = 3; i >= 0; --i)
-    off = (off << 8) | static_cast<std::uint8_t>(tmpl[tmpl.size() - 4 + i]);
-  return static_cast<std::size_t>(off) + kVersionstampSize <= tmpl.size() - 4;
 }
 
 }  // namespace
@@ -102,19 +94,10 @@ Result<std::int64_t> RocksTransaction::get_read_version() {
 }
 
 bool RocksTransaction::check_key(std::string_view key) {
-  if (committing_) {
-    defer(Error::used_during_commit);
-    return false;
-  }
-  if (key.size() > kKeySizeMax) {
-    defer(Error::key_too_large);
-    return false;
-  }
-  if (!key.empty() && static_cast<std::uint8_t>(key[0]) == 0xff) {
-    defer(Error::key_outside_legal_range);
-    return false;
-  }
-  return true;
+  Error e = committing_ ? Error::used_during_commit : check_written_key(key);
+  if (e == Error::success) return true;
+  defer(e);
+  return false;
 }
 
 void RocksTransaction::add_conflict(std::vector<KeyRange>& ranges, std::string_view begin,
@@ -506,7 +489,7 @@ void RocksTransaction::atomic_op(std::string_view key, MutationType type,
 void RocksTransaction::set_versionstamped_key(std::string_view key_template,
                                               std::string_view value) {
   if (committing_) return defer(Error::used_during_commit);
-  if (!versionstamp_offset_ok(key_template)) return defer(Error::invalid_option_value);
+  if (!versionstamp_template_ok(key_template)) return defer(Error::invalid_option_value);
   if (!check_key(key_template.substr(0, key_template.size() - 4))) return;
   if (value.size() > kValueSizeMax) return defer(Error::value_too_large);
   size_bytes_ += key_template.size() + value.size();
@@ -516,7 +499,7 @@ void RocksTransaction::set_versionstamped_key(std::string_view key_template,
 void RocksTransaction::set_versionstamped_value(std::string_view key,
                                                 std::string_view value_template) {
   if (!check_key(key)) return;
-  if (!versionstamp_offset_ok(value_template)) return defer(Error::invalid_option_value);
+  if (!versionstamp_template_ok(value_template)) return defer(Error::invalid_option_value);
   if (value_template.size() - 4 > kValueSizeMax) return defer(Error::value_too_large);
   size_bytes_ += key.size() + value_template.size();
   writes_.set_versionstamped_value(key, value_template);
