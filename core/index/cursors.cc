@@ -331,10 +331,14 @@ StorageResult<bool> ChangesCursor::init(Transaction& tr) {
     last_seq_ = *u;
   } else if (q_.since.count > 0 && !q_.shard) {
     // A feed that goes on from a sequence it gave shows N from there on; a made-up N counts for
-    // no more than the database's own.
+    // no more than the database's own. The newest change's stored N is not that bound: Ns are
+    // taken without conflicts, so the newest change may hold a smaller N than one a page already
+    // showed; the change counter is at least every N handed out.
     auto u = update_seq(tr, db_);
     if (!u.ok()) return u.error();
-    count_bound_ = std::min(q_.since.count, u->count);
+    auto changes = read_counter(tr, db_, keyspace::kChangeCount);
+    if (!changes.ok()) return changes.error();
+    count_bound_ = std::min(q_.since.count, std::max(u->count, *changes));
   }
   return true;
 }
