@@ -161,6 +161,14 @@ struct StoreStats {
   std::uint64_t level0_tables = 0;
 };
 
+// Whether the store answers: what health checks report (/_up, /_node/{node}/_system).
+struct StoreHealth {
+  std::string engine;           // "rocksdb" or "foundationdb"
+  bool available = true;        // the probe was answered in time
+  std::int64_t latency_us = 0;  // how long the probe took (FoundationDB: a read version)
+  std::string error;            // why not available: the error's name
+};
+
 class Database;
 
 // What an engine implements behind Database (see Database for each call's contract).
@@ -174,6 +182,7 @@ class DatabaseBackend {
   // Every table when `range` is nullopt.
   virtual Status compact_files(const std::optional<KeyRange>& range) = 0;
   virtual void set_commit_fault_hook(std::function<CommitFault()> hook) = 0;
+  virtual StoreHealth probe(std::chrono::milliseconds within) = 0;
 };
 
 class Database {
@@ -202,6 +211,9 @@ class Database {
   // Counters since open and the store's size, for metrics (FoundationDB: commits and conflicts
   // of this handle; the rest 0).
   StoreStats stats() const { return backend_->stats(); }
+  // Asks the store for the cheapest answer it gives (the embedded store: none; FoundationDB: a
+  // read version from the cluster), waiting at most `within`.
+  StoreHealth probe(std::chrono::milliseconds within) { return backend_->probe(within); }
   // The embedded engine's options; on FoundationDB defaults, with run_attempts_max from its
   // options.
   const Options& options() const { return backend_->options(); }

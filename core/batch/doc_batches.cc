@@ -342,7 +342,8 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
     // per-transaction versionstamp order; what does not fit waits for the next round.
     const std::size_t bytes = item_bytes(items_[i]);
     if (!round_.empty() && (round_.size() >= kDocsPerTransactionMax ||
-                            round_bytes + bytes > kBodyBytesPerTransactionMax))
+                            round_bytes + bytes > kBodyBytesPerTransactionMax ||
+                            (!idem_ && tr.approximate_size() > kTransactionBytesPerRoundMax)))
       break;
     // A second edit of one id waits for a later round, so that edits of one document apply in
     // request order, each against the tree the previous one left (couch_db_updater

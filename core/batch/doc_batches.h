@@ -35,6 +35,11 @@ class DocWriteBatch {
   // Per transaction (round): documents, and body bytes (a single larger document still goes alone).
   static constexpr std::size_t kDocsPerTransactionMax = 10'000;
   static constexpr std::size_t kBodyBytesPerTransactionMax = 4'000'000;
+  // And the transaction's own size (Transaction::approximate_size: keys, values, conflict ranges)
+  // before the next document: many small documents are mostly keys, which FoundationDB counts
+  // toward its 10,000,000 bytes too. A round that must be one transaction (an Idempotency-Key)
+  // is not cut; one too large fails whole.
+  static constexpr std::size_t kTransactionBytesPerRoundMax = 5'000'000;
 
   struct Item {
     bool local = false;

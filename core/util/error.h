@@ -112,8 +112,13 @@ inline CouchError bad_db_name(std::string_view name) {
       "'. Only lowercase characters (a-z), digits (0-9), and any of the characters _, $, (, ), +, "
       "-, and / are allowed. Must begin with a letter.");
 }
-// A storage error that survived its retries: 500 unknown_error naming it.
+// A storage error that survived its retries: 500 unknown_error naming it; 503 when the store did
+// not answer in time (a FoundationDB cluster out of reach, [foundationdb] transaction_timeout),
+// which a load balancer reads as "try another node".
 inline CouchError storage_failure(storage::Error e) {
+  if (e == storage::Error::transaction_timed_out)
+    return err::service_unavailable("the store did not answer in time (" +
+                                    std::string(storage::error_name(e)) + ")");
   return err::unknown_error(std::string(storage::error_name(e)));
 }
 

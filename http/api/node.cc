@@ -327,6 +327,11 @@ Response system(Call& call) {
                  {"javascript", call.ctx.js ? call.ctx.js->queued() : 0},
                  {"janitor", call.ctx.janitor ? call.ctx.janitor->queued() : 0}};
   const auto uptime = call.ctx.metrics ? call.ctx.metrics->uptime_seconds() : 0.0;
+  // Chaise's own member: the engine, and whether (and how fast) the store answers now.
+  const storage::StoreHealth health = call.store().probe(std::chrono::milliseconds(2000));
+  Json storage_health = {
+      {"engine", health.engine}, {"available", health.available}, {"probe_us", health.latency_us}};
+  if (!health.available) storage_health["error"] = health.error;
   Json out = {{"uptime", static_cast<std::int64_t>(uptime)},
               {"memory", std::move(memory)},
               {"run_queue", call.ctx.workers ? call.ctx.workers->queued() : 0},
@@ -340,7 +345,8 @@ Response system(Call& call) {
               {"message_queues", std::move(queues)},
               {"internal_replication_jobs", 0},
               {"distribution", Json::object()},
-              {"distribution_events", Json::array()}};
+              {"distribution_events", Json::array()},
+              {"storage", std::move(storage_health)}};
   return json_response(call.req, Status::ok, out);
 }
 

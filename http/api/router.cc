@@ -424,6 +424,9 @@ Response Router::welcome(const Request& request) const {
   return json_response(request, Status::ok, body);
 }
 
+// How long /_up waits for the store's answer.
+constexpr std::chrono::milliseconds kUpProbeTime{2000};
+
 // GET /_up -- CouchDB 3's health check: 404 {"status":"maintenance_mode"} (or "nolb") while
 // [couchdb] maintenance_mode says so, for load balancers to take the node out.
 Response Router::up(const Request& request) const {
@@ -434,6 +437,12 @@ Response Router::up(const Request& request) const {
       return json_response(request, Status::not_found, Json{{"status", "maintenance_mode"}});
     if (mode == "nolb") return json_response(request, Status::not_found, Json{{"status", "nolb"}});
   }
+  // A node whose store does not answer (a FoundationDB cluster out of reach) is out of service:
+  // 503, so that a load balancer sends requests to the nodes that can serve them.
+  const storage::StoreHealth health = context_.store->probe(kUpProbeTime);
+  if (!health.available)
+    return json_response(request, Status::service_unavailable,
+                         Json{{"status", "nok"}, {"reason", "storage: " + health.error}});
   const Json body = {{"status", "ok"}, {"seeds", Json::object()}};
   return json_response(request, Status::ok, body);
 }

@@ -62,6 +62,7 @@ inline constexpr int kDbOptionTransactionMaxRetryDelay = 502;  // int64 ms
 inline constexpr int kDbOptionTransactionSizeLimit = 503;      // int64 bytes
 
 // FDBTransactionOption
+inline constexpr int kTrOptionTimeout = 500;  // int64 ms (little-endian, as every int option)
 inline constexpr int kTrOptionReadServerSideCacheDisable = 508;
 
 // FoundationDB error codes this engine tells apart (error_definitions.h); the rest map through

@@ -223,6 +223,7 @@ class FdbEngine final : public DatabaseBackend {
     return {};
   }
   void set_commit_fault_hook(std::function<CommitFault()>) override {}
+  StoreHealth probe(std::chrono::milliseconds within) override;
 
   const FdbApi& api() const { return api_; }
   const std::string& key_prefix() const { return fdb_options_.key_prefix; }
@@ -359,6 +360,17 @@ class FdbTransaction final : public TransactionBackend {
   std::uint64_t instance_id() const override { return engine_->instance_id(); }
   std::size_t approximate_size() const override { return size_bytes_; }
 
+  // What a transaction's size counts toward FoundationDB's 10,000,000-byte limit, as the client
+  // counts it: each mutation's key and value, and each read and write conflict range's two keys,
+  // all with the key prefix. A write of `key` also adds its write conflict range [key, key\0).
+  void count_write(std::size_t key, std::size_t payload) {
+    size_bytes_ += 3 * (prefix_.size() + key) + 1 + payload;
+  }
+  // A range [begin, end) counted `times` (a clear: its mutation and its conflict range).
+  void count_range(std::size_t begin, std::size_t end, int times) {
+    size_bytes_ += static_cast<std::size_t>(times) * (2 * prefix_.size() + begin + end);
+  }
+
  private:
   struct CommitOp;
   static void on_commit_ready(FDBFuture* f, void* param);
@@ -461,6 +473,27 @@ std::int64_t FdbEngine::committed_version() const {
   return std::max(version, last_commit_version());
 }
 
+StoreHealth FdbEngine::probe(std::chrono::milliseconds within) {
+  StoreHealth h{"foundationdb", false, 0, {}};
+  const auto start = std::chrono::steady_clock::now();
+  FDBTransaction* tr = new_fdb_transaction();
+  const std::int64_t timeout_ms = std::max<std::int64_t>(1, within.count());
+  fdb_error_t e = api_.transaction_set_option(tr, fdb::kTrOptionTimeout,
+                                              reinterpret_cast<const std::uint8_t*>(&timeout_ms),
+                                              sizeof timeout_ms);
+  if (e == 0) {
+    Future f(api_, api_.transaction_get_read_version(tr));
+    e = f.wait();
+  }
+  api_.transaction_destroy(tr);
+  h.latency_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                     std::chrono::steady_clock::now() - start)
+                     .count();
+  h.available = e == 0;
+  if (e != 0) h.error = error_name(map(e));
+  return h;
+}
+
 Result<std::optional<std::string>> FdbTransaction::get(std::string_view key, Snapshot snapshot) {
   if (auto s = check_usable(); !s) return s.error();
   if (key.size() > kKeySizeMax) return Error::key_too_large;
@@ -472,6 +505,7 @@ Result<std::optional<std::string>> FdbTransaction::get(std::string_view key, Sna
 Result<std::optional<std::string>> FdbTransaction::read_value(std::string_view key,
                                                               Snapshot snapshot) {
   read_version_known_ = true;
+  if (snapshot == Snapshot::no) size_bytes_ += 2 * key.size() + 1;  // its read conflict range
   Future f(api_,
            api_.transaction_get(tr_.get(), bytes(key), length(key), snapshot == Snapshot::yes));
   if (fdb_error_t e = f.wait(); e != 0) return fail(e);
@@ -489,6 +523,7 @@ Status FdbTransaction::read_range(std::string_view begin, std::string_view end, 
   // The range still to read: [lo, hi) as key selectors. Forward, lo moves past each batch's last
   // key (first_greater_than); reverse, hi moves down to it (first_greater_or_equal).
   std::string lo(begin), hi(end);
+  if (snapshot == Snapshot::no) count_range(begin.size(), end.size(), 1);  // its conflict range
   bool lo_or_equal = false;  // first_greater_or_equal(lo), then first_greater_than(last)
   const std::size_t n_max = limit > 0 ? static_cast<std::size_t>(limit) : SIZE_MAX;
   for (int round = 0; round < kRangeRoundTripsMax; ++round) {
@@ -605,7 +640,7 @@ Result<std::int64_t> FdbTransaction::get_read_version() {
 void FdbTransaction::set(std::string_view key, std::string_view value) {
   if (!check_key(key)) return;
   if (value.size() > kValueSizeMax) return defer(Error::value_too_large);
-  size_bytes_ += key.size() + value.size();
+  count_write(key.size(), value.size());
   writes_ = true;
   std::string kb;
   key = in(key, kb);
@@ -614,7 +649,7 @@ void FdbTransaction::set(std::string_view key, std::string_view value) {
 
 void FdbTransaction::clear(std::string_view key) {
   if (!check_key(key)) return;
-  size_bytes_ += key.size();
+  count_write(key.size(), prefix_.size() + key.size() + 1);  // a clear of [key, key\0)
   writes_ = true;
   std::string kb;
   key = in(key, kb);
@@ -626,7 +661,7 @@ void FdbTransaction::clear_range(std::string_view begin, std::string_view end) {
   if (begin > end) return defer(Error::inverted_range);
   if (begin.size() > kKeySizeMax || end.size() > kKeySizeMax) return defer(Error::key_too_large);
   if (begin >= kKeyspaceEnd || end > kKeyspaceEnd) return defer(Error::key_outside_legal_range);
-  size_bytes_ += begin.size() + end.size();
+  count_range(begin.size(), end.size(), 2);  // the mutation and its write conflict range
   writes_ = true;
   std::string bb, eb;
   begin = in(begin, bb);
@@ -649,7 +684,7 @@ void FdbTransaction::atomic_op(std::string_view key, MutationType type, std::str
       op = fdb::kMutationMin;
       break;
   }
-  size_bytes_ += key.size() + operand.size();
+  count_write(key.size(), operand.size());
   writes_ = true;
   std::string kb;
   key = in(key, kb);
@@ -662,7 +697,7 @@ void FdbTransaction::set_versionstamped_key(std::string_view key_template, std::
   if (!versionstamp_template_ok(key_template)) return defer(Error::invalid_option_value);
   if (!check_key(key_template.substr(0, key_template.size() - 4))) return;
   if (value.size() > kValueSizeMax) return defer(Error::value_too_large);
-  size_bytes_ += key_template.size() + value.size();
+  count_write(key_template.size(), value.size());
   writes_ = true;
   std::string tb;
   if (!prefix_.empty()) {
@@ -684,7 +719,7 @@ void FdbTransaction::set_versionstamped_value(std::string_view key,
   if (!check_key(key)) return;
   if (!versionstamp_template_ok(value_template)) return defer(Error::invalid_option_value);
   if (value_template.size() - 4 > kValueSizeMax) return defer(Error::value_too_large);
-  size_bytes_ += key.size() + value_template.size();
+  count_write(key.size(), value_template.size());
   writes_ = true;
   std::string kb;
   key = in(key, kb);
@@ -702,7 +737,7 @@ bool FdbTransaction::add_conflict_range(std::string_view begin, std::string_view
     return false;
   }
   if (begin == end) return false;
-  size_bytes_ += begin.size() + end.size();
+  count_range(begin.size(), end.size(), 1);
   std::string bb, eb;
   begin = in(begin, bb);
   end = in(end, eb);

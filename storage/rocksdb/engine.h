@@ -158,6 +158,7 @@ class Engine final : public DatabaseBackend {
   // moved.
   void register_watches(std::vector<std::shared_ptr<WatchState>>& watches);
   void set_commit_fault_hook(std::function<CommitFault()> hook) override;
+  StoreHealth probe(std::chrono::milliseconds) override { return {"rocksdb", true, 0, {}}; }
   // Whether a commit may end in commit_unknown_result: only when a test's fault hook is set. A
   // failed write of this engine fails its batch and every later one with io_error; a commit's
   // outcome is otherwise always known.
