@@ -43,6 +43,11 @@ struct StoredBranch {
 StorageResult<std::vector<StoredBranch>> read_branches(Transaction& tr, const DbRef& db,
                                                        std::string_view id,
                                                        storage::Snapshot snapshot);
+// read_branches of several documents at once (one round trip on FoundationDB), in the order of
+// `ids`, which may repeat.
+StorageResult<std::vector<std::vector<StoredBranch>>> read_branches_of(
+    Transaction& tr, const DbRef& db, const std::vector<std::string_view>& ids,
+    storage::Snapshot snapshot);
 StorageResult<std::optional<StoredBranch>> read_winner(Transaction& tr, const DbRef& db,
                                                        std::string_view id,
                                                        storage::Snapshot snapshot);
@@ -259,9 +264,9 @@ struct RevsDiff {
   std::vector<std::string> missing;
   std::vector<std::string> possible_ancestors;
 };
-StorageResult<std::optional<RevsDiff>> revs_diff(Transaction& tr, const DbRef& db,
-                                                 std::string_view id,
-                                                 const std::vector<std::string>& revs);
+// What `revs` of a document with `branches` (read_branches) lack; nullopt when none.
+std::optional<RevsDiff> revs_diff(const std::vector<StoredBranch>& branches,
+                                  const std::vector<std::string>& revs);
 
 // ---- _local documents: (kLocal, DocId) = (Format, RevCounter, Body); revs are "0-N" ----
 StorageResult<Outcome<std::string>> get_local_json(Transaction& tr, const DbRef& db,

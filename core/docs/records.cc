@@ -155,6 +155,38 @@ StorageResult<std::vector<StoredBranch>> read_branches(Transaction& tr, const Db
   return out;
 }
 
+StorageResult<std::vector<std::vector<StoredBranch>>> read_branches_of(
+    Transaction& tr, const DbRef& db, const std::vector<std::string_view>& ids, Snapshot snapshot) {
+  // get_ranges takes ascending, disjoint ranges: each distinct id once, in key order.
+  std::vector<std::pair<std::string, std::string>> ranges;
+  ranges.reserve(ids.size());
+  for (std::string_view id : ids) ranges.push_back(db.space.doc_revisions_range(id));
+  std::vector<std::size_t> order(ids.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return ranges[a].first < ranges[b].first; });
+  std::vector<storage::KeyRange> distinct;
+  std::vector<std::size_t> slot(ids.size());  // ids[i]'s index in `distinct`
+  for (std::size_t i : order) {
+    if (distinct.empty() || distinct.back().begin != ranges[i].first)
+      distinct.push_back({ranges[i].first, ranges[i].second});
+    slot[i] = distinct.size() - 1;
+  }
+  auto read = tr.get_ranges(distinct, 0, snapshot);
+  if (!read.ok()) return read.error();
+  std::vector<std::vector<StoredBranch>> decoded(distinct.size());
+  for (std::size_t r = 0; r < distinct.size(); ++r) {
+    for (const KeyValue& kv : (*read)[r]) {
+      auto sb = decode_branch(db.space, kv);
+      if (!sb) return storage::Error::io_error;
+      decoded[r].push_back(std::move(*sb));
+    }
+  }
+  std::vector<std::vector<StoredBranch>> out(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) out[i] = decoded[slot[i]];
+  return out;
+}
+
 struct ByIdEntry {
   RevId rev;
   bool body_only = false;  // kByIdBodyOnlyFormat

@@ -389,18 +389,15 @@ OpenRevsSelection select_open_revs(const std::vector<StoredBranch>& all,
   return out;
 }
 
-StorageResult<std::optional<RevsDiff>> revs_diff(Transaction& tr, const DbRef& db,
-                                                 std::string_view id,
-                                                 const std::vector<std::string>& revs) {
-  auto all = read_branches(tr, db, id, Snapshot::yes);
-  if (!all.ok()) return all.error();
+std::optional<RevsDiff> revs_diff(const std::vector<StoredBranch>& all,
+                                  const std::vector<std::string>& revs) {
   std::vector<Branch> branches;
-  for (const StoredBranch& sb : *all) branches.push_back(sb.branch);
+  for (const StoredBranch& sb : all) branches.push_back(sb.branch);
   RevsDiff d;
   if (branches.empty()) {  // couch_db:get_missing_revs: an unknown document misses them all
     d.missing = revs;
-    if (d.missing.empty()) return std::optional<RevsDiff>();
-    return std::optional<RevsDiff>(std::move(d));
+    if (d.missing.empty()) return std::nullopt;
+    return d;
   }
   // couch_key_tree:find_missing answers the missing revisions sorted; possible_ancestors are the
   // leaves in winner order (couch_doc:to_doc_info) below the highest missing position.
@@ -417,13 +414,13 @@ StorageResult<std::optional<RevsDiff>> revs_diff(Transaction& tr, const DbRef& d
   std::sort(missing.begin(), missing.end());
   for (const RevId& r : missing) d.missing.push_back(r.str());
   d.missing.insert(d.missing.end(), unparsed.begin(), unparsed.end());
-  if (d.missing.empty()) return std::optional<RevsDiff>();
+  if (d.missing.empty()) return std::nullopt;
   if (!missing.empty()) {
     const std::int64_t max_pos = missing.back().pos;
     for (auto it = branches.rbegin(); it != branches.rend(); ++it)
       if (it->leaf.pos < max_pos) d.possible_ancestors.push_back(it->leaf.str());
   }
-  return std::optional<RevsDiff>(std::move(d));
+  return d;
 }
 
 }  // namespace chaise::core

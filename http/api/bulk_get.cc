@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/docs/documents.h"
+#include "http/api/pages.h"
 #include "http/api/request.h"
 #include "http/api/router.h"
 #include "http/transport/multipart.h"
@@ -249,9 +250,8 @@ MaybeResponse handle_bulk_get(Call& call, const core::DbRef& db) {
   }
   if (!co_await call.stream.begin(std::move(head))) co_return std::nullopt;
   if (!multipart && !co_await call.stream.write("{\"results\":[")) co_return std::nullopt;
-  std::optional<storage::Transaction> tr;
+  EntryReads reads(call.store(), kEntriesPerTransaction);
   for (std::size_t i = 0; i < entries.size(); ++i) {
-    if (i % kEntriesPerTransaction == 0) tr.emplace(call.store().create_transaction());
     ReadRule fields;
     if (!entries[i].error) {
       try {
@@ -261,7 +261,9 @@ MaybeResponse handle_bulk_get(Call& call, const core::DbRef& db) {
         entries[i].error_rev = "undefined";
       }
     }
-    auto a = answer_entry(*tr, db, entries[i], q, multipart, fields);
+    auto a = reads.read(i, [&](storage::Transaction& tr) {
+      return answer_entry(tr, db, entries[i], q, multipart, fields);
+    });
     if (!a.ok()) co_return std::nullopt;  // the head is sent: all we can do is stop
     if (multipart) {
       if (!co_await write_body_plan(call, db, multipart_result(entries[i], *a, boundary)))

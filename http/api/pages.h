@@ -65,6 +65,33 @@ class Pages {
   bool first_ = true;
 };
 
+// Point reads of a request's many entries (the documents of _revs_diff, _bulk_get), in snapshot
+// transactions of `per_transaction` entries each. Answers go out between reads, to a client that
+// may read slowly, so a transaction can outlive FoundationDB's five seconds: a read that finds its
+// snapshot too old is made again in a fresh transaction (the entries after it read there too).
+class EntryReads {
+ public:
+  EntryReads(storage::Database& store, std::size_t per_transaction)
+      : store_(store), per_transaction_(per_transaction) {}
+
+  // `read(tr)` (a storage::Result) for entry `i`, the entries taken in order.
+  template <typename Read>
+  auto read(std::size_t i, Read&& read) {
+    if (!tr_ || i % per_transaction_ == 0) tr_.emplace(store_.create_transaction());
+    auto r = read(*tr_);
+    if (!r.ok() && r.error() == storage::Error::transaction_too_old) {
+      tr_.emplace(store_.create_transaction());
+      r = read(*tr_);
+    }
+    return r;
+  }
+
+ private:
+  storage::Database& store_;
+  const std::size_t per_transaction_;
+  std::optional<storage::Transaction> tr_;
+};
+
 // The rows of a JSON array as CouchDB streams them: one per line, separated by ",\r\n".
 class RowJoiner {
  public:

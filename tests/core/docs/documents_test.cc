@@ -875,13 +875,21 @@ TEST_F(DocumentsTest, NotifierWakesWaitersOnceWithOneWatchPerDatabase) {
 
 TEST_F(DocumentsTest, RevsDiff) {
   write({replicated("d", {"2-b", "1-a"})});
+  write({replicated("e", {"1-e"})});
   auto tr = store_->create_transaction();
-  auto r = revs_diff(tr, db(), "d", {"2-b", "1-a", "3-c"});
-  ASSERT_TRUE(r.ok() && r->has_value());
-  EXPECT_EQ((*r)->missing, std::vector<std::string>{"3-c"});
-  EXPECT_EQ((*r)->possible_ancestors, std::vector<std::string>{"2-b"});
-  auto none = revs_diff(tr, db(), "d", {"2-b"});
-  EXPECT_FALSE(none->has_value());
+  // Several documents in one read, repeats and unknown ids included, answered in request order.
+  auto read = read_branches_of(tr, db(), {"e", "d", "missing", "d"}, storage::Snapshot::yes);
+  ASSERT_TRUE(read.ok());
+  ASSERT_EQ(read->size(), 4u);
+  EXPECT_EQ((*read)[0].size(), 1u);
+  EXPECT_TRUE((*read)[2].empty());
+  auto r = revs_diff((*read)[1], {"2-b", "1-a", "3-c"});
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->missing, std::vector<std::string>{"3-c"});
+  EXPECT_EQ(r->possible_ancestors, std::vector<std::string>{"2-b"});
+  EXPECT_FALSE(revs_diff((*read)[3], {"2-b"}).has_value());
+  EXPECT_FALSE(revs_diff((*read)[0], {"1-e"}).has_value());
+  EXPECT_EQ(revs_diff((*read)[2], {"1-x"})->missing, std::vector<std::string>{"1-x"});
 }
 
 // Superseded bodies are kept as deltas against their successor (core/rev/rev_delta.h): every old
