@@ -44,6 +44,7 @@
 #include "core/db/changes_notifier.h"
 #include "core/db/databases.h"
 #include "core/db/db_updates.h"
+#include "core/db/installation.h"
 #include "core/db/keyspace.h"
 #include "core/db/txid_janitor.h"
 #include "core/js/js.h"
@@ -452,6 +453,7 @@ std::unique_ptr<chaise::storage::Database> open_foundationdb_store(
       settings, "foundationdb", "transaction_timeout", o.transaction_timeout_ms);
   o.transaction_retry_limit =
       chaise::config::get_int(settings, "foundationdb", "retry_limit", o.transaction_retry_limit);
+  o.key_prefix = chaise::config::get_string(settings, "foundationdb", "key_prefix", "");
   const std::string cluster = o.cluster_file.empty() ? "(FoundationDB's default)" : o.cluster_file;
   std::string why;
   auto opened = chaise::storage::open_foundationdb(o, &why);
@@ -509,6 +511,23 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
 
   std::unique_ptr<chaise::storage::Database> store = open_store(config, *config_store.snapshot());
   if (!store) return kExitStartupFailed;
+  // Servers sharing a FoundationDB store are one installation with one identity (the uuid of GET
+  // / and of replication ids), the first server's, unless [couchdb] uuid says otherwise.
+  const bool shared_store =
+      chaise::config::get_string(*config_store.snapshot(), "chaise", "storage_engine", "rocksdb") ==
+      "foundationdb";
+  std::string server_uuid = *uuid;
+  if (shared_store && !config.uuid) {
+    auto shared = chaise::core::installation_value(*store, chaise::core::kServerUuidName,
+                                                   [&] { return *uuid; });
+    if (!shared.ok()) {
+      spdlog::critical("cannot read the installation's uuid: {}",
+                       chaise::storage::error_name(shared.error()));
+      return kExitStartupFailed;
+    }
+    if (*shared != *uuid) spdlog::info("uuid of the installation: {}", *shared);
+    server_uuid = std::move(*shared);
+  }
   if (config.single_node && !create_system_dbs(*store, config_store)) return kExitStartupFailed;
 
   auto janitor = std::make_unique<chaise::core::TxIdJanitor>(*store);
@@ -535,7 +554,7 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
           chaise::config::get_bool(*settings, "replicator", "verify_ssl_certificates", false),
           chaise::config::get_string(*settings, "replicator", "ssl_trusted_certificates_file")});
   chaise::core::replication::SchedulerOptions replicator_options;
-  replicator_options.server_uuid = *uuid;
+  replicator_options.server_uuid = server_uuid;
   replicator_options.max_jobs =
       static_cast<int>(chaise::config::get_int(*settings, "replicator", "max_jobs", 500));
   replicator_options.interval_ms =
@@ -544,6 +563,10 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
       static_cast<int>(chaise::config::get_int(*settings, "replicator", "max_churn", 20));
   replicator_options.max_history =
       static_cast<int>(chaise::config::get_int(*settings, "replicator", "max_history", 20));
+  // On FoundationDB other servers may share the store: _replicator jobs run under leases.
+  if (shared_store) replicator_options.lease_owner = chaise::core::random_hex32();
+  replicator_options.lease_ms =
+      chaise::config::get_int(*settings, "replicator", "lease_timeout", 30'000);
   // The defaults of a replication's own options, for POST /_replicate and _replicator alike.
   {
     auto& d = replicator_options.defaults;
@@ -566,7 +589,7 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
   chaise::http::RouterContext context;
   context.replicator = replicator.get();
   context.own_url = [&replication_endpoints] { return replication_endpoints->own_url(); };
-  context.server_uuid = *uuid;
+  context.server_uuid = server_uuid;
   context.workers = workers.get();
   context.js = &js_engine;
   context.store = store.get();

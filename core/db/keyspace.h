@@ -11,6 +11,7 @@
 //   (kSystem, kIdemExpiry, ExpiresAtMs, DbId, Key)
 //                                          = "": when an idempotency record expires (the janitor
 //                                            clears records in this order; core/db/idempotency.h)
+//   (kSystem, kInstallation, Name)         = a value every node shares (core/db/installation.h)
 // Per database, under (kDatabases, DbId):
 //   (kRevisions, DocId, NotDeleted, RevPos, RevHash)
 //        winner: (RevFormat, Sequence, BranchCount, (ParentHash...), BodySize)
@@ -58,6 +59,7 @@
 //   (kUnique, IndexId, kUniqueViolations, DocId)
 //                                          = {"key":..,"conflicts_with":..}: a replicated edit
 //                                            took a key another document held
+//   (kUnique, IndexId, kUniqueBuildClaim) = (Owner, WrittenMs): a build runs (UniqueBuildClaim)
 //   (kPurged, Incarnation, Versionstamp)   = (PurgedFormat, PurgeSeq, DocId, (RevText...), Count):
 //                                            one purge request's document (core/docs/purge.h),
 //                                            in purge order; the oldest are trimmed past the
@@ -109,6 +111,7 @@ inline constexpr std::int64_t kDbEvents = 4;
 inline constexpr std::int64_t kDbEventRow = 5;
 inline constexpr std::int64_t kDbEventLogCounter = 6;
 inline constexpr std::int64_t kDbEventsCounter = 7;
+inline constexpr std::int64_t kInstallation = 8;  // core/db/installation.h
 
 // Under (kDatabases, DbId).
 inline constexpr std::int64_t kMeta = 0;
@@ -132,6 +135,7 @@ inline constexpr std::int64_t kLocalChunks = 15;
 inline constexpr std::int64_t kUniqueKeys = 0;
 inline constexpr std::int64_t kUniqueDocs = 1;
 inline constexpr std::int64_t kUniqueViolations = 2;
+inline constexpr std::int64_t kUniqueBuildClaim = 3;
 
 // Under (kViews, Sig).
 inline constexpr std::int64_t kViewSeq = 0;

@@ -1,12 +1,11 @@
 #include "core/index/unique_index.h"
 
-#include <mutex>
-#include <set>
-
 #include "core/db/db_cache.h"
+#include "core/db/idempotency.h"
 #include "core/docs/documents.h"
 #include "core/index/mango_index.h"
 #include "core/query/collation.h"
+#include "core/security/security.h"
 #include "core/util/digest.h"
 
 namespace chaise::core {
@@ -318,12 +317,69 @@ StorageResult<std::vector<OrderedJson>> unique_violations(Transaction& tr, const
   return out;
 }
 
+namespace {
+
+std::string claim_key(const DbRef& db, const std::string& index_id) {
+  return db.space.unique_index(index_id).pack(Tuple().add(keyspace::kUniqueBuildClaim));
+}
+
+void write_claim(Transaction& tr, const DbRef& db, const std::string& index_id,
+                 std::int64_t now_ms) {
+  tr.set(claim_key(db, index_id), Tuple().add(unique_claim_owner()).add(now_ms).pack());
+}
+
+// The claim's (owner, written ms), nullopt when there is none.
+StorageResult<std::optional<std::pair<std::string, std::int64_t>>> read_claim(
+    Transaction& tr, const DbRef& db, const std::string& index_id, storage::Snapshot snapshot) {
+  auto v = tr.get(claim_key(db, index_id), snapshot);
+  if (!v.ok()) return v.error();
+  std::optional<std::pair<std::string, std::int64_t>> out;
+  if (!v->has_value()) return out;
+  auto t = Tuple::unpack(**v);
+  const std::string* owner = t ? t->get_string(0) : nullptr;
+  const auto written = t ? t->get_int(1) : std::nullopt;
+  if (owner == nullptr || !written) return storage::Error::io_error;
+  out.emplace(*owner, *written);
+  return out;
+}
+
+}  // namespace
+
+const std::string& unique_claim_owner() {
+  static const std::string owner = random_hex32();
+  return owner;
+}
+
+StorageResult<bool> take_unique_claim(Transaction& tr, const DbRef& db, const std::string& index_id,
+                                      std::int64_t now_ms) {
+  auto held = read_claim(tr, db, index_id, storage::Snapshot::no);  // two takers conflict
+  if (!held.ok()) return held.error();
+  if (*held && now_ms - (*held)->second < kUniqueClaimMs) return false;
+  write_claim(tr, db, index_id, now_ms);
+  return true;
+}
+
+StorageResult<bool> unique_claim_held(Transaction& tr, const DbRef& db, const std::string& index_id,
+                                      std::int64_t now_ms) {
+  auto held = read_claim(tr, db, index_id, storage::Snapshot::yes);
+  if (!held.ok()) return held.error();
+  return *held && now_ms - (*held)->second < kUniqueClaimMs;
+}
+
+storage::Status drop_unique_claim(Transaction& tr, const DbRef& db, const std::string& index_id) {
+  auto held = read_claim(tr, db, index_id, storage::Snapshot::no);
+  if (!held.ok()) return held.error();
+  if (*held && (*held)->first == unique_claim_owner()) tr.clear(claim_key(db, index_id));
+  return {};
+}
+
 UniqueIndexBuild::UniqueIndexBuild(DbRef db, UniqueIndexDef def)
     : db_(std::move(db)), def_(std::move(def)) {}
 
 storage::Status UniqueIndexBuild::operator()(Transaction& tr) {
   attempt_cursor_ = cursor_;
   attempt_dups_ = dups_;
+  write_claim(tr, db_, def_.id, idem_now_ms());
   auto r = unique_build_step(tr, db_, def_, attempt_cursor_, attempt_dups_);
   if (!r.ok()) return r.error();
   attempt_done_ = *r;
@@ -334,28 +390,6 @@ void UniqueIndexBuild::committed() {
   cursor_ = std::move(attempt_cursor_);
   dups_ = std::move(attempt_dups_);
   done_ = attempt_done_;
-}
-
-namespace {
-std::mutex g_claims_mu;
-std::set<std::string> g_claims;  // guarded by g_claims_mu
-}  // namespace
-
-std::optional<UniqueBuildClaim> UniqueBuildClaim::take(std::string index_id) {
-  std::lock_guard lock(g_claims_mu);
-  if (!g_claims.insert(index_id).second) return std::nullopt;
-  return UniqueBuildClaim(std::move(index_id));
-}
-
-bool UniqueBuildClaim::held(const std::string& index_id) {
-  std::lock_guard lock(g_claims_mu);
-  return g_claims.count(index_id) > 0;
-}
-
-UniqueBuildClaim::~UniqueBuildClaim() {
-  if (id_.empty()) return;
-  std::lock_guard lock(g_claims_mu);
-  g_claims.erase(id_);
 }
 
 }  // namespace chaise::core

@@ -90,7 +90,7 @@ StorageResult<bool> unique_build_step(Transaction& tr, const DbRef& db, const Un
 // committed() after each commit. A retried attempt starts again from the last committed step.
 class UniqueIndexBuild {
  public:
-  UniqueIndexBuild(DbRef db, UniqueIndexDef def);
+  UniqueIndexBuild(DbRef db, UniqueIndexDef def);  // each step writes the build's claim
   storage::Status operator()(Transaction& tr);
   void committed();
   bool done() const { return done_; }
@@ -105,27 +105,23 @@ class UniqueIndexBuild {
   bool done_ = false, attempt_done_ = false;
 };
 
-// The unique indexes this process is building. A build holds its index's claim while it runs, so
-// a second POST /_index of the same index is refused meanwhile, and GET /_index can tell a running
-// build from one that a restart interrupted.
-class UniqueBuildClaim {
- public:
-  // nullopt: the index is being built already.
-  static std::optional<UniqueBuildClaim> take(std::string index_id);
-  static bool held(const std::string& index_id);
+// The claim on building a unique index, kept in the store so that every server sharing it (on
+// FoundationDB) sees it: a second POST /_index of the same index is refused while a build runs,
+// wherever it runs, and GET /_index can tell a running build from an interrupted one. A build
+// takes the claim in a transaction, writes it again with every step (UniqueIndexBuild), and
+// drops it when it ends; a claim not written for kUniqueClaimMs (its server died) has lapsed.
+inline constexpr std::int64_t kUniqueClaimMs = 30'000;
+// This process's name in the claims it writes.
+const std::string& unique_claim_owner();
+// Takes the claim for this process at `now_ms` (wall clock); false when a build holds it.
+StorageResult<bool> take_unique_claim(Transaction& tr, const DbRef& db, const std::string& index_id,
+                                      std::int64_t now_ms);
+// Whether a build holds the claim at `now_ms` (read without conflict).
+StorageResult<bool> unique_claim_held(Transaction& tr, const DbRef& db, const std::string& index_id,
+                                      std::int64_t now_ms);
+// Drops this process's claim (another's, taken after this one lapsed, stays).
+storage::Status drop_unique_claim(Transaction& tr, const DbRef& db, const std::string& index_id);
 
-  UniqueBuildClaim(UniqueBuildClaim&& other) noexcept : id_(std::move(other.id_)) {
-    other.id_.clear();
-  }
-  UniqueBuildClaim(const UniqueBuildClaim&) = delete;
-  UniqueBuildClaim& operator=(const UniqueBuildClaim&) = delete;
-  UniqueBuildClaim& operator=(UniqueBuildClaim&&) = delete;
-  ~UniqueBuildClaim();
-
- private:
-  explicit UniqueBuildClaim(std::string id) : id_(std::move(id)) {}
-  std::string id_;  // empty once moved from
-};
 // Marks the index ready (true), or removes it with its table (false), in the registry.
 StorageResult<bool> unique_finish(Transaction& tr, const DbRef& db, const std::string& index_id,
                                   bool keep);

@@ -57,6 +57,8 @@ struct Scheduler::State {
     bool thread_done = false;  // run() returned; `outcome` holds its result
     bool removing = false;     // stop() was called: drop the job once its thread ends
     bool rotating = false;     // stopped to let a waiting job run: pending once its thread ends
+    Clock::time_point lease_renew_at{};  // running: when its lease is written again
+    Clock::time_point lease_retry_at{};  // pending: when to ask for its lease again
     std::optional<JobOutcome> outcome;
     std::deque<Json> history;  // newest first
     int failures = 0;
@@ -106,6 +108,9 @@ struct Scheduler::State {
   std::thread watcher_thread;
   std::unique_ptr<Endpoint> watcher_endpoint;  // guarded by mu (for cancel at stop)
   std::unique_ptr<Endpoint> writer_endpoint;   // used by the scheduler thread only
+  // Leases other servers hold, by document id: the revision last seen and when it was first
+  // seen (scheduler thread).
+  std::map<std::string, std::pair<std::string, Clock::time_point>> leases_seen;
 
   State(EndpointFactory& e, SchedulerOptions o) : endpoints(e), options(std::move(o)) {}
 
@@ -183,6 +188,66 @@ struct Scheduler::State {
     changed = true;
     cv.notify_all();
     return raw;
+  }
+
+  bool leases() const { return !options.lease_owner.empty() && writer_endpoint != nullptr; }
+  static std::string lease_id(const std::string& doc_id) { return "replication-lease:" + doc_id; }
+  Clock::duration lease_time() const { return std::chrono::milliseconds(options.lease_ms); }
+
+  // Takes, or writes again, the lease of a _replicator document's job (mu held): false when
+  // another server holds it, or when the store cannot tell. Jobs of POST /_replicate need none.
+  bool hold_lease(Entry& e) {
+    if (!leases() || e.spec.db_name.empty()) return true;
+    const std::string id = lease_id(e.spec.doc_id);
+    const auto now = Clock::now();
+    auto got = writer_endpoint->get_local(id);
+    if (std::holds_alternative<CouchError>(got)) return false;
+    const std::optional<Json>& current = std::get<std::optional<Json>>(got);
+    Json next = current ? *current : Json::object();
+    const std::string owner = current ? current->value("owner", "") : "";
+    if (!owner.empty() && owner != options.lease_owner) {
+      // Another server's: it is alive as long as it keeps writing the lease.
+      const std::string rev = current->value("_rev", "");
+      auto& seen = leases_seen[e.spec.doc_id];
+      if (seen.first != rev) seen = {rev, now};
+      if (now - seen.second < lease_time()) return false;
+    }
+    next["owner"] = options.lease_owner;
+    next["written"] = iso_now();
+    if (std::holds_alternative<CouchError>(writer_endpoint->put_local(id, next))) return false;
+    leases_seen.erase(e.spec.doc_id);
+    e.lease_renew_at = now + lease_time() / 3;
+    return true;
+  }
+
+  // Gives the lease of a job that ends up, so that another server need not wait (mu held).
+  void release_lease(const Entry& e) {
+    if (!leases() || e.spec.db_name.empty()) return;
+    const std::string id = lease_id(e.spec.doc_id);
+    auto got = writer_endpoint->get_local(id);
+    const auto* current = std::get_if<std::optional<Json>>(&got);
+    if (current == nullptr || !*current || (**current).value("owner", "") != options.lease_owner)
+      return;
+    Json next = **current;
+    next["owner"] = "";
+    writer_endpoint->put_local(id, next);
+  }
+
+  // Writes again the leases of running jobs that are due; a job whose lease another server took
+  // meanwhile stops and waits (mu held).
+  void renew_leases() {
+    if (!leases()) return;
+    const auto now = Clock::now();
+    for (auto& [id, e] : jobs) {
+      if (e->state != JobState::running || e->removing || e->rotating || e->spec.db_name.empty() ||
+          e->lease_renew_at > now)
+        continue;
+      if (!hold_lease(*e)) {
+        e->rotating = true;
+        e->lease_retry_at = now + lease_time() / 3;
+        e->job->stop();
+      }
+    }
   }
 
   void launch(Entry& e) {
@@ -284,6 +349,7 @@ struct Scheduler::State {
       const JobOutcome out = std::move(*e.outcome);
       e.outcome.reset();
       if (e.removing) {
+        release_lease(e);
         it = jobs.erase(it);
         continue;
       }
@@ -315,6 +381,7 @@ struct Scheduler::State {
           writes.push_back({e.spec.db_name, e.spec.doc_id, "completed", std::nullopt,
                             e.job->stats(), e.start_time});
         }
+        release_lease(e);
         it = jobs.erase(it);
         continue;
       }
@@ -338,6 +405,7 @@ struct Scheduler::State {
           writes.push_back(
               {e.spec.db_name, e.spec.doc_id, "failed", out.reason, std::nullopt, e.start_time});
         }
+        release_lease(e);
         it = jobs.erase(it);
         continue;
       }
@@ -465,6 +533,13 @@ struct Scheduler::State {
         }
         continue;
       }
+      if (e->lease_retry_at > now) continue;
+      if (!hold_lease(*e)) {  // another server runs it
+        e->lease_retry_at = now + lease_time() / 3;
+        if (e->state == JobState::crashing) e->state = JobState::pending;
+        update_doc_entry(*e);
+        continue;
+      }
       launch(*e);
       ++running;
     }
@@ -587,6 +662,7 @@ struct Scheduler::State {
       std::vector<std::thread> joins;
       reap(writes, callbacks, joins);
       retry_error_docs();
+      renew_leases();
       if (Clock::now() >= next_rotation) {
         rotate();
         next_rotation = Clock::now() + std::chrono::milliseconds(options.interval_ms);
@@ -604,8 +680,13 @@ struct Scheduler::State {
       }
       // Wake for the next crashing job due, the interval, or an event.
       auto wake = next_rotation;
-      for (const auto& [id, e] : jobs)
+      for (const auto& [id, e] : jobs) {
         if (e->state == JobState::crashing) wake = std::min(wake, e->retry_at);
+        if (!leases() || e->spec.db_name.empty()) continue;
+        if (e->state == JobState::running) wake = std::min(wake, e->lease_renew_at);
+        if (e->state == JobState::pending && e->lease_retry_at > Clock::now())
+          wake = std::min(wake, e->lease_retry_at);
+      }
       for (const auto& key : error_docs)
         if (const auto d = docs.find(key); d != docs.end())
           wake = std::min(wake, d->second.retry_at);
@@ -696,6 +777,8 @@ void Scheduler::stop() {
   std::lock_guard lock(s.mu);
   for (auto& [id, e] : s.jobs) {
     if (e->thread.joinable()) e->thread.join();
+    // A server that stops gives its jobs' leases, so that another takes them over at once.
+    s.release_lease(*e);
     if (e->done) {
       (*e->done)(CouchError{500, "error", "the server is stopping"});
       e->done.reset();

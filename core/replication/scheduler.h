@@ -19,6 +19,14 @@
 //   `_replication_stats`, or "failed" with `_replication_state_reason`, and
 //   `_replication_state_time`; a document already in one of those states starts nothing; a
 //   deleted document stops its job; an edited one restarts it when its replication changed.
+// - Several servers on one store (FoundationDB; `lease_owner` set): a _replicator document's job
+//   runs on one server at a time, the one holding the document's lease, a _local document of
+//   _replicator ("replication-lease:<doc id>", {"owner": ...}) written with its revision, so that
+//   of two servers taking it at once one gets a conflict. The holder writes it again every
+//   lease_ms / 3; the others wait, and take it over once they have seen it unchanged for lease_ms
+//   by their own clock (the holder stopped or lost the store), so that no clocks need agree. A
+//   holder that finds the lease taken stops its job, and a server that stops gives its leases.
+//   Jobs of POST /_replicate stay on the server that was asked.
 // - Memory: jobs and documents are held in memory, bounded by `max_documents` (documents past it
 //   are refused with an error in _scheduler/docs); each running job holds at most
 //   worker_processes + 1 batches of changes.
@@ -59,6 +67,12 @@ struct SchedulerOptions {
   std::size_t max_documents = 100'000;
   // Watch the _replicator database (off in tests of the scheduler alone).
   bool watch_replicator_db = true;
+  // This server's name in _replicator documents' leases (see the contract); empty: this server is
+  // the only one on its store, and takes no leases.
+  std::string lease_owner;
+  // [replicator] lease_timeout: how long a lease stays held without being written again, in ms.
+  // 30,000.
+  std::int64_t lease_ms = 30'000;
   ReplicatorDefaults defaults;
 };
 

@@ -158,8 +158,24 @@ boost::asio::awaitable<Response> build_unique(const Call& call, const core::DbRe
                                               const OrderedJson& map, bool write_ddoc) {
   const std::string ddoc = doc["_id"].get<std::string>();
   core::UniqueIndexDef def{core::unique_index_id(ddoc, name, map), ddoc, name, map, false};
-  auto claim = core::UniqueBuildClaim::take(def.id);
-  if (!claim) throw HttpError(err::conflict("Index " + name + " is being built"));
+  bool claimed = false;
+  ok_or_throw(co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
+    auto r = core::take_unique_claim(tr, db, def.id, core::idem_now_ms());
+    if (!r.ok()) return r.error();
+    claimed = *r;
+    return {};
+  }));
+  if (!claimed) throw HttpError(err::conflict("Index " + name + " is being built"));
+  // However the build ends, its claim goes (a server that dies leaves it to lapse).
+  struct ClaimDrop {
+    storage::Database& store;
+    const core::DbRef& db;
+    const std::string& id;
+    ~ClaimDrop() {
+      [[maybe_unused]] auto s =
+          store.run([&](storage::Transaction& tr) { return core::drop_unique_claim(tr, db, id); });
+    }
+  } drop{call.store(), db, def.id};
 
   if (write_ddoc) {
     core::DocWriteBatch batch = index_ddoc_batch(call, db, ddoc, doc, false);
@@ -542,7 +558,9 @@ MaybeResponse list_indexes(Call& call, const core::DbRef& db) {
     if (const core::UniqueIndexDef* u = find_unique(unique, idx.ddoc, idx.name)) {
       j["unique"] = true;
       if (!u->ready) {
-        j["build"] = core::UniqueBuildClaim::held(u->id) ? "running" : "interrupted";
+        const bool running =
+            value_or_throw(core::unique_claim_held(tr, db, u->id, core::idem_now_ms()));
+        j["build"] = running ? "running" : "interrupted";
       }
       auto v = value_or_throw(core::unique_violations(tr, db, u->id, core::kUniqueDuplicatesMax));
       j["violations"] = v;

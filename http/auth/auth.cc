@@ -14,6 +14,7 @@
 #include "core/batch/doc_batches.h"
 #include "core/db/databases.h"
 #include "core/db/db_cache.h"
+#include "core/db/installation.h"
 #include "core/docs/attachments.h"
 #include "core/docs/documents.h"
 #include "core/util/ascii.h"
@@ -353,7 +354,15 @@ std::optional<Authenticator::Creds> Authenticator::verify_login(const AuthSettin
 std::string Authenticator::ensure_secret() const {
   const auto s = settings();
   if (!s->secret.empty()) return s->secret;
-  const std::string secret = core::random_hex32();
+  // The installation's, so that a cookie made by one node of a cluster holds on every other; kept
+  // in the configuration as CouchDB keeps the secret it generates.
+  auto shared = core::installation_value(store_, core::kCookieSecretName, core::random_hex32);
+  if (!shared.ok()) {
+    spdlog::warn("auth: cannot read the cookie secret from the store: {}",
+                 storage::error_name(shared.error()));
+    return {};
+  }
+  const std::string secret = std::move(*shared);
   try {
     if (config_.writable_file().empty()) {
       config_.pin("chttpd_auth", "secret", secret);  // no file: it stays over a reload
@@ -487,9 +496,11 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
         std::from_chars(time_hex.data(), time_hex.data() + time_hex.size(), stamp, 16);
     const bool time_ok = ec == std::errc{} && end == time_hex.data() + time_hex.size();
     const std::int64_t now = now_seconds();
-    if (!s->secret.empty() && time_ok && now < stamp + s->timeout_s) {
+    // A node that made no cookie yet takes the installation's secret, which made this one.
+    const std::string secret = s->secret.empty() ? ensure_secret() : s->secret;
+    if (!secret.empty() && time_ok && now < stamp + s->timeout_s) {
       if (auto creds = lookup(*s, name)) {
-        const std::string key = s->secret + creds->salt;
+        const std::string key = secret + creds->salt;
         const std::string data = name + ":" + time_hex;
         const bool valid =
             std::any_of(s->hash_algorithms.begin(), s->hash_algorithms.end(),

@@ -1,5 +1,5 @@
-// Building a unique index in steps (UniqueIndexBuild) and the claim a build holds
-// (UniqueBuildClaim), against a real store.
+// Building a unique index in steps (UniqueIndexBuild) and the claim a build holds in the store,
+// against a real store.
 #include "core/index/unique_index.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/batch/doc_batches.h"
+#include "core/db/idempotency.h"
 #include "core/db/keyspace.h"
 #include "storage/database.h"
 #include "tests/core/one_db_store.h"
@@ -112,22 +113,41 @@ TEST_F(UniqueIndexBuildTest, TheLaterOfTwoInterleavedClaimsOfOneKeyDoesNotCommit
   EXPECT_EQ(refused->value().reason, "unique constraint email violated by b");
 }
 
-TEST(UniqueBuildClaimTest, OneBuildPerIndexUntilItsClaimIsReleased) {
-  EXPECT_FALSE(UniqueBuildClaim::held("ix"));
-  {
-    auto first = UniqueBuildClaim::take("ix");
-    ASSERT_TRUE(first);
-    EXPECT_TRUE(UniqueBuildClaim::held("ix"));
-    EXPECT_FALSE(UniqueBuildClaim::take("ix"));  // a second build of the same index is refused
-    auto other = UniqueBuildClaim::take("other");
-    EXPECT_TRUE(other);
-    UniqueBuildClaim moved = std::move(*first);  // the moved-from claim releases nothing
-    first.reset();
-    EXPECT_TRUE(UniqueBuildClaim::held("ix"));
-  }
-  EXPECT_FALSE(UniqueBuildClaim::held("ix"));
-  EXPECT_FALSE(UniqueBuildClaim::held("other"));
-  EXPECT_TRUE(UniqueBuildClaim::take("ix"));
+TEST_F(UniqueIndexBuildTest, OneBuildPerIndexUntilItsClaimIsDroppedOrLapses) {
+  const std::int64_t t0 = 1'000'000;
+  auto run = [&](auto&& body) {
+    StorageResult<bool> out = false;
+    EXPECT_TRUE(store_
+                    ->run([&](Transaction& tr) -> Status {
+                      out = body(tr);
+                      return out.ok() ? Status{} : Status(out.error());
+                    })
+                    .ok());
+    return out.ok() && *out;
+  };
+  auto take = [&](const std::string& id, std::int64_t now) {
+    return run([&](Transaction& tr) { return take_unique_claim(tr, db(), id, now); });
+  };
+  auto held = [&](const std::string& id, std::int64_t now) {
+    return run([&](Transaction& tr) { return unique_claim_held(tr, db(), id, now); });
+  };
+  EXPECT_FALSE(held("ix", t0));
+  ASSERT_TRUE(take("ix", t0));
+  EXPECT_TRUE(held("ix", t0 + 1));
+  EXPECT_FALSE(take("ix", t0 + 1));  // a second build of the same index is refused
+  EXPECT_TRUE(take("other", t0));
+  // A build's steps write its claim again (at the wall clock's now), so it holds while they run.
+  UniqueIndexBuild step(db(), email_index());
+  ASSERT_TRUE(store_->run([&](Transaction& tr) { return step(tr); }).ok());
+  EXPECT_TRUE(held(email_index().id, idem_now_ms()));
+  // Dropped: free at once.
+  ASSERT_TRUE(store_->run([&](Transaction& tr) { return drop_unique_claim(tr, db(), "ix"); }).ok());
+  EXPECT_FALSE(held("ix", t0 + 2));
+  EXPECT_TRUE(take("ix", t0 + 2));
+  // Not written again for kUniqueClaimMs (its server died): lapsed.
+  EXPECT_TRUE(held("other", t0 + kUniqueClaimMs - 1));
+  EXPECT_FALSE(held("other", t0 + kUniqueClaimMs));
+  EXPECT_TRUE(take("other", t0 + kUniqueClaimMs));
 }
 
 }  // namespace
