@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 .ONESHELL:
 .SHELLFLAGS := -euo pipefail -c
-.PHONY: deps interop-deps browser-deps fuzz-deps format-deps ui install build run test asan tsan fuzz bench \
+.PHONY: deps interop-deps browser-deps fuzz-deps format-deps ui install build run test test-foundationdb asan tsan fuzz bench \
         format format-check tidy
 
 # Debian 12 packages needed to build and test.
@@ -91,6 +91,16 @@ test: build interop-deps browser-deps
 	ctest --test-dir build --output-on-failure -j2 | tee build/ctest.log
 	echo "ctest: $$(grep -c '(Skipped)$$' build/ctest.log || true) test(s) skipped"
 	$(MAKE) fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
+
+# The HTTP suite again with every server it starts on FoundationDB (tests/http/test_server.h),
+# each in a key prefix of its own: needs CHAISE_FDB_CLUSTER_FILE and CHAISE_FDB_LIBRARY (README,
+# "Tests against FoundationDB"). The multi-node tests run on FoundationDB in `make test` already.
+test-foundationdb: build
+	@if [ -z "$${CHAISE_FDB_CLUSTER_FILE:-}" ] || [ -z "$${CHAISE_FDB_LIBRARY:-}" ]; then
+	  echo "make test-foundationdb: set CHAISE_FDB_CLUSTER_FILE and CHAISE_FDB_LIBRARY" >&2; exit 2
+	fi
+	CHAISE_TEST_STORAGE_ENGINE=foundationdb ctest --test-dir build/tests/http --output-on-failure \
+	  -j2 -E '^MultiNodeTest' | tee build/ctest-foundationdb.log
 
 # libFuzzer (tests/fuzz/) needs Debian's clang and its runtime libraries.
 FUZZ_PACKAGES := clang libclang-rt-14-dev

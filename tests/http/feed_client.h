@@ -75,10 +75,11 @@ class RawConnection {
 
 class FeedClient {
  public:
+  // `head_lines`: more header lines, each ending in "\r\n" (an Authorization, say).
   FeedClient(std::uint16_t port, const std::string& target, const std::string& method = "GET",
-             const std::string& body = "") {
+             const std::string& body = "", const std::string& head_lines = "") {
     fd_ = connect_loopback(port);
-    std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + head_lines;
     if (!body.empty())
       req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
              "\r\n";

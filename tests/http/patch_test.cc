@@ -111,6 +111,9 @@ TEST_F(PatchTest, MergePatchAndJsonPatchEditTheLatestRevision) {
 // to clear afterwards (it committed one more transaction when every write recorded an id). The
 // _db_updates recorder's commits, which follow writes in the background, are counted apart.
 TEST_F(PatchTest, WritesLeaveTheJanitorNothingToClear) {
+  if (servers_run_on_foundationdb())
+    GTEST_SKIP() << "on FoundationDB a commit's outcome can be unknown, so every write records its "
+                    "transaction id for the janitor";
   auto commits = [&] {
     return settled_commits([&] { return call(verb::get, "/_node/_local/_prometheus").body; });
   };

@@ -21,7 +21,11 @@
 #include <boost/beast/http/write.hpp>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <random>
 #include <thread>
+
+#include "storage/fdb/fdb_database.h"
 
 #ifndef CHAISE_BINARY
 #error "CHAISE_BINARY must name the chaise executable"
@@ -102,12 +106,83 @@ ExitStatus run_chaise_to_exit(const std::vector<std::string>& args,
   return decode_wait_status(status);
 }
 
+void clear_foundationdb_stores(const fs::path& dir) {
+  const char* cluster = std::getenv("CHAISE_FDB_CLUSTER_FILE");
+  const char* library = std::getenv("CHAISE_FDB_LIBRARY");
+  if (cluster == nullptr || *cluster == 0 || library == nullptr || *library == 0) return;
+  std::vector<std::string> prefixes;
+  std::error_code ec;
+  auto scan = [&](const fs::path& folder) {
+    for (const auto& entry : fs::directory_iterator(folder, ec)) {
+      if (entry.path().extension() != ".ini") continue;
+      std::ifstream in(entry.path());
+      for (std::string line; std::getline(in, line);) {
+        const std::string key = "key_prefix = ";
+        if (line.rfind(key, 0) == 0 && line.size() > key.size())
+          prefixes.push_back(line.substr(key.size()));
+      }
+    }
+  };
+  scan(dir);
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_directory()) scan(entry.path());
+  if (prefixes.empty()) return;
+  // One handle on the whole keyspace for the process, opened the first time.
+  static std::unique_ptr<storage::Database> whole = [&] {
+    storage::FdbOptions o;
+    o.cluster_file = cluster;
+    o.library = library;
+    auto opened = storage::open_foundationdb(o);
+    return opened.ok() ? std::move(*opened) : nullptr;
+  }();
+  if (!whole) return;
+  for (const std::string& prefix : prefixes) {
+    const std::string end = prefix + "\xff\xff";  // the store's keys and its instance id
+    [[maybe_unused]] auto s = whole->run([&](storage::Transaction& tr) -> storage::Status {
+      tr.clear_range(prefix, end);
+      return {};
+    });
+  }
+}
+
+std::optional<fs::path> foundationdb_ini(const fs::path& data_dir) {
+  const char* engine = std::getenv("CHAISE_TEST_STORAGE_ENGINE");
+  if (engine == nullptr || std::string_view(engine) != "foundationdb") return std::nullopt;
+  const char* cluster = std::getenv("CHAISE_FDB_CLUSTER_FILE");
+  const char* library = std::getenv("CHAISE_FDB_LIBRARY");
+  if (cluster == nullptr || *cluster == 0 || library == nullptr || *library == 0)
+    throw std::runtime_error(
+        "CHAISE_TEST_STORAGE_ENGINE=foundationdb needs CHAISE_FDB_CLUSTER_FILE and "
+        "CHAISE_FDB_LIBRARY");
+  fs::create_directories(data_dir);
+  const fs::path ini = data_dir / "foundationdb-test.ini";
+  if (fs::exists(ini)) return ini;  // a restart: the same store
+  // A prefix no earlier run used, even when mkdtemp hands out a removed directory's name again.
+  std::random_device random;
+  const auto now = std::chrono::system_clock::now().time_since_epoch().count();
+  char prefix[64];
+  std::snprintf(prefix, sizeof prefix, "test/%llx-%x%x/", static_cast<unsigned long long>(now),
+                random(), random());
+  std::ofstream out(ini);
+  out << "[chaise]\nstorage_engine = foundationdb\n[foundationdb]\ncluster_file = " << cluster
+      << "\nlibrary = " << library << "\nkey_prefix = " << prefix
+      << "\n"
+      // A test that kills a server and starts it again finds its replications' leases lapsed soon.
+      << "[replicator]\nlease_timeout = 2000\n";
+  if (!out.flush()) throw std::runtime_error("cannot write " + ini.string());
+  return ini;
+}
+
 ServerProcess::ServerProcess(const fs::path& data_dir, const std::vector<std::string>& extra_args,
                              const std::vector<std::string>& env,
                              std::chrono::milliseconds startup_timeout) {
   // Admin party unless the test configures admins itself (then it passes --no-admin-party,
   // which this harness consumes).
   std::vector<std::string> args = {"--port", "0", "--data-dir", data_dir.string()};
+  if (const auto ini = foundationdb_ini(data_dir)) {
+    args.push_back("--config");
+    args.push_back(ini->string());
+  }
   bool admin_party = true;
   for (const auto& arg : extra_args) {
     if (arg == "--no-admin-party") {

@@ -1,0 +1,399 @@
+// Three Chaise servers on one FoundationDB cluster serve the same databases, with no coordination
+// of their own: writes through any node are read through every other, concurrent writers through
+// all three lose no update and make one winner, every node's _changes shows the same sequence, a
+// view built through one is queried through the others, and _security and design documents changed
+// through one apply on the others at once. A feed on one node wakes on a write through another.
+//
+// The cluster is the one CHAISE_FDB_CLUSTER_FILE names, through CHAISE_FDB_LIBRARY (as the storage
+// tests); without them every test here skips, saying so. Each test's nodes share a key prefix of
+// their own, so the cluster may be shared with other tests.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <csignal>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/http/feed_client.h"
+#include "tests/http/test_credentials.h"
+#include "tests/http/test_server.h"
+
+namespace chaise::test {
+namespace {
+
+using beast_http::verb;
+using Json = nlohmann::json;
+using Headers = std::vector<std::pair<std::string, std::string>>;
+using namespace std::chrono_literals;
+
+constexpr int kNodes = 3;
+const std::string kAdmin = "admin", kPassword = "secret";
+
+class MultiNodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* cluster = std::getenv("CHAISE_FDB_CLUSTER_FILE");
+    const char* library = std::getenv("CHAISE_FDB_LIBRARY");
+    if (cluster == nullptr || *cluster == 0 || library == nullptr || *library == 0)
+      GTEST_SKIP() << "no FoundationDB cluster: set CHAISE_FDB_CLUSTER_FILE and CHAISE_FDB_LIBRARY "
+                      "(README, \"Tests against FoundationDB\")";
+    std::random_device random;
+    const std::string prefix = "multinode/" + std::to_string(random()) + "-" +
+                               std::to_string(random()) + "/";
+    for (int n = 0; n < kNodes; ++n) {
+      // Each node its own ini (a node writes the admin's hash back to it), the same settings.
+      const auto ini = dir_.path() / ("node" + std::to_string(n) + ".ini");
+      std::ofstream(ini) << "[chaise]\nstorage_engine = foundationdb\n[foundationdb]\ncluster_file = "
+                         << cluster << "\nlibrary = " << library << "\nkey_prefix = " << prefix
+                         << "\n[chttpd_auth]\niterations = 10\n[replicator]\nlease_timeout = 1500\n"
+                         << "[admins]\n"
+                         << kAdmin << " = " << kPassword << "\n";
+      nodes_.push_back(std::make_unique<ServerProcess>(
+          dir_.path() / ("data" + std::to_string(n)),
+          std::vector<std::string>{"--no-admin-party", "--config", ini.string()}));
+      clients_.push_back(std::make_unique<HttpClient>(nodes_.back()->port(), 60s));
+    }
+  }
+
+  HttpResponse call(int node, verb method, const std::string& target, std::string body = {},
+                    Headers headers = {}) {
+    headers.push_back(basic_auth(kAdmin, kPassword));
+    if (!body.empty()) headers.emplace_back("Content-Type", "application/json");
+    return clients_[node]->request(method, target, std::move(body), headers);
+  }
+  Json get(int node, const std::string& target) { return call(node, verb::get, target).json(); }
+  std::uint16_t port(int node) const { return nodes_[node]->port(); }
+  static std::string auth_line() {
+    const auto h = basic_auth(kAdmin, kPassword);
+    return h.first + ": " + h.second + "\r\n";
+  }
+
+  TempDir dir_;
+  std::vector<std::unique_ptr<ServerProcess>> nodes_;
+  std::vector<std::unique_ptr<HttpClient>> clients_;
+};
+
+TEST_F(MultiNodeTest, WritesThroughAnyNodeAreReadThroughEveryOtherInTheSameSequence) {
+  // One installation, one identity.
+  const Json welcome = get(0, "/");
+  for (int n = 1; n < kNodes; ++n) EXPECT_EQ(get(n, "/")["uuid"], welcome["uuid"]) << n;
+  ASSERT_EQ(call(0, verb::put, "/db").status, 201u);
+  for (int n = 0; n < kNodes; ++n) EXPECT_EQ(call(n, verb::get, "/db").status, 200u) << n;
+  for (int i = 0; i < 12; ++i) {
+    const std::string id = "d" + std::to_string(i);
+    ASSERT_EQ(call(i % kNodes, verb::put, "/db/" + id, Json{{"i", i}}.dump()).status, 201u) << id;
+  }
+  const Json changes = get(0, "/db/_changes");
+  ASSERT_EQ(changes["results"].size(), 12u);
+  for (int n = 0; n < kNodes; ++n) {
+    EXPECT_EQ(get(n, "/db")["doc_count"], 12) << n;
+    EXPECT_EQ(get(n, "/db/d7")["i"], 7) << n;
+    EXPECT_EQ(get(n, "/db/_changes"), changes) << n;  // the same rows, seqs and last_seq
+    EXPECT_EQ(get(n, "/db/_all_docs")["total_rows"], 12) << n;
+  }
+  // A database deleted through one node is gone on every other.
+  ASSERT_EQ(call(2, verb::delete_, "/db").status, 200u);
+  for (int n = 0; n < kNodes; ++n) EXPECT_EQ(call(n, verb::get, "/db/d7").status, 404u) << n;
+}
+
+TEST_F(MultiNodeTest, ConcurrentWritersThroughAllNodesLoseNoUpdateAndMakeOneWinner) {
+  ASSERT_EQ(call(0, verb::put, "/db").status, 201u);
+  ASSERT_EQ(call(0, verb::put, "/db/hot", R"({"n":0})").status, 201u);
+  ASSERT_EQ(call(0, verb::put, "/db/counter", R"({"n":0})").status, 201u);
+  constexpr int kUpdates = 25, kCreates = 20, kBulk = 150;
+  std::atomic<int> created_wins{0}, created_conflicts{0}, other{0};
+  std::vector<std::thread> writers;
+  for (int n = 0; n < kNodes; ++n) {
+    writers.emplace_back([&, n] {
+      HttpClient c(port(n), 60s);
+      const Headers auth = {basic_auth(kAdmin, kPassword), {"Content-Type", "application/json"}};
+      // Read-modify-write of one document, retried on 409: every update counts once.
+      for (int done = 0; done < kUpdates;) {
+        const Json doc = c.request(verb::get, "/db/hot", "", auth).json();
+        Json next = doc;
+        next["n"] = doc["n"].get<int>() + 1;
+        const auto r = c.request(verb::put, "/db/hot", next.dump(), auth);
+        if (r.status == 201u) {
+          ++done;
+        } else if (r.status != 409u) {
+          other.fetch_add(1);
+          return;
+        }
+      }
+      // Increments applied by the server (the hot-document path), from every node at once.
+      const Headers patch = {basic_auth(kAdmin, kPassword),
+                             {"Content-Type", "application/json-patch+json"}};
+      for (int i = 0; i < kUpdates; ++i) {
+        if (c.request(verb::patch, "/db/counter", R"([{"op":"increment","path":"/n"}])", patch)
+                .status != 201u)
+          other.fetch_add(1);
+      }
+      // Creates of the same ids through every node: one 201 each, the others 409.
+      for (int i = 0; i < kCreates; ++i) {
+        const auto r = c.request(verb::put, "/db/same" + std::to_string(i),
+                                 Json{{"by", n}}.dump(), auth);
+        if (r.status == 201u) {
+          created_wins.fetch_add(1);
+        } else if (r.status == 409u) {
+          created_conflicts.fetch_add(1);
+        } else {
+          other.fetch_add(1);
+        }
+      }
+      // A _bulk_docs of distinct ids per node.
+      Json docs = Json::array();
+      for (int i = 0; i < kBulk; ++i)
+        docs.push_back({{"_id", "n" + std::to_string(n) + "-" + std::to_string(i)}});
+      if (c.request(verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump(), auth).status !=
+          201u)
+        other.fetch_add(1);
+    });
+  }
+  for (auto& t : writers) t.join();
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(created_wins.load(), kCreates);
+  EXPECT_EQ(created_conflicts.load(), kCreates * (kNodes - 1));
+  for (int n = 0; n < kNodes; ++n) {
+    EXPECT_EQ(get(n, "/db/hot")["n"], kUpdates * kNodes) << n;
+    EXPECT_EQ(get(n, "/db/counter")["n"], kUpdates * kNodes) << n;
+    EXPECT_EQ(get(n, "/db")["doc_count"], 2 + kCreates + kBulk * kNodes) << n;
+    // One winner and no conflicting branch anywhere.
+    EXPECT_EQ(get(n, "/db/hot?conflicts=true").count("_conflicts"), 0u) << n;
+    EXPECT_EQ(get(n, "/db/same3?conflicts=true").count("_conflicts"), 0u) << n;
+  }
+  // Each document once in the feed, and every node's feed the same.
+  const Json changes = get(0, "/db/_changes");
+  std::set<std::string> ids;
+  for (const Json& row : changes["results"]) ids.insert(row["id"].get<std::string>());
+  EXPECT_EQ(ids.size(), changes["results"].size());
+  EXPECT_EQ(ids.size(), static_cast<std::size_t>(2 + kCreates + kBulk * kNodes));
+  for (int n = 1; n < kNodes; ++n) EXPECT_EQ(get(n, "/db/_changes"), changes) << n;
+}
+
+TEST_F(MultiNodeTest, AViewBuiltThroughOneNodeIsQueriedThroughTheOthers) {
+  ASSERT_EQ(call(0, verb::put, "/db").status, 201u);
+  Json docs = Json::array();
+  for (int i = 0; i < 300; ++i) docs.push_back({{"_id", "d" + std::to_string(i)}, {"k", i % 7}});
+  ASSERT_EQ(call(0, verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump()).status, 201u);
+  const Json ddoc = {{"views",
+                      {{"by_k", {{"map", "function(d) { emit(d.k, 1); }"}, {"reduce", "_sum"}}}}}};
+  ASSERT_EQ(call(1, verb::put, "/db/_design/v", ddoc.dump()).status, 201u);
+  const Json built = get(1, "/db/_design/v/_view/by_k?group=true");
+  ASSERT_EQ(built["rows"].size(), 7u) << built;
+  for (int n = 0; n < kNodes; ++n) {
+    EXPECT_EQ(get(n, "/db/_design/v/_view/by_k?group=true"), built) << n;
+    EXPECT_EQ(get(n, "/db/_design/v/_view/by_k?reduce=false&key=3")["rows"].size(), 43u) << n;
+  }
+  // A change through a third node shows in the others' next query.
+  const std::string rev = get(2, "/db/d3")["_rev"];
+  ASSERT_EQ(call(2, verb::put, "/db/d3", Json{{"_rev", rev}, {"k", 100}}.dump()).status, 201u);
+  for (int n = 0; n < kNodes; ++n) {
+    EXPECT_EQ(get(n, "/db/_design/v/_view/by_k?key=100")["rows"][0]["value"], 1) << n;
+    EXPECT_EQ(get(n, "/db/_design/v/_view/by_k?reduce=false&key=3")["rows"].size(), 42u) << n;
+  }
+  // Mango through another node, on an index made through a third.
+  ASSERT_EQ(call(2, verb::post, "/db/_index", R"({"index":{"fields":["k"]},"name":"k"})").status,
+            200u);
+  const auto found = call(0, verb::post, "/db/_find", R"({"selector":{"k":{"$gt":5}},"limit":100})");
+  ASSERT_EQ(found.status, 200u) << found.body;
+  EXPECT_EQ(found.json()["docs"].size(), 43u);  // k == 6, and d3's 100
+}
+
+TEST_F(MultiNodeTest, SecurityAndDesignDocumentsChangedThroughOneNodeApplyOnEveryOtherAtOnce) {
+  ASSERT_EQ(call(0, verb::put, "/db").status, 201u);
+  ASSERT_EQ(call(2, verb::put, "/_users").status, 201u);
+  ASSERT_EQ(call(0, verb::put, "/_users/org.couchdb.user:bob",
+                 R"({"name":"bob","password":"b","roles":[],"type":"user"})")
+                .status,
+            201u);
+  const Headers bob = {basic_auth("bob", "b"), {"Content-Type", "application/json"}};
+  // Every node reads the database's security (admin_only by default: bob is refused).
+  for (int n = 0; n < kNodes; ++n)
+    EXPECT_EQ(clients_[n]->request(verb::get, "/db", "", bob).status, 403u) << n;
+  // Made a member through node 0: every node lets bob in at once.
+  ASSERT_EQ(call(0, verb::put, "/db/_security", R"({"members":{"names":["bob"]}})").status, 200u);
+  for (int n = 0; n < kNodes; ++n)
+    EXPECT_EQ(clients_[n]->request(verb::get, "/db", "", bob).status, 200u) << n;
+  // A session cookie made by node 0 holds on the others: the nodes share the cookie secret
+  // (kept in the store when no [chttpd_auth] secret is configured).
+  const auto login = clients_[0]->request(verb::post, "/_session", R"({"name":"bob","password":"b"})",
+                                          {{"Content-Type", "application/json"}});
+  ASSERT_EQ(login.status, 200u) << login.body;
+  const std::string cookie = login.header("Set-Cookie").substr(0, login.header("Set-Cookie").find(';'));
+  for (int n = 0; n < kNodes; ++n) {
+    const auto r = clients_[n]->request(verb::get, "/_session", "", {{"Cookie", cookie}});
+    EXPECT_EQ(r.json()["userCtx"]["name"], "bob") << n << " " << r.body;
+  }
+  // A new password through node 1 holds on node 2 at once; the old one no longer does.
+  const Json user = get(1, "/_users/org.couchdb.user:bob");
+  Json changed = user;
+  changed["password"] = "b2";
+  ASSERT_EQ(call(1, verb::put, "/_users/org.couchdb.user:bob", changed.dump()).status, 201u);
+  EXPECT_EQ(clients_[2]->request(verb::get, "/db", "", bob).status, 401u);
+  EXPECT_EQ(clients_[2]->request(verb::get, "/db", "", {basic_auth("bob", "b2")}).status, 200u);
+  // A validate_doc_update saved through node 1 refuses writes through node 2 at once.
+  const Json ddoc = {{"validate_doc_update",
+                      "function(d) { if (!d.ok) throw({forbidden: 'needs ok'}); }"}};
+  ASSERT_EQ(call(1, verb::put, "/db/_design/check", ddoc.dump()).status, 201u);
+  for (int n = 0; n < kNodes; ++n) {
+    const auto r = call(n, verb::put, "/db/x" + std::to_string(n), R"({"ok":false})");
+    EXPECT_EQ(r.status, 403u) << n << " " << r.body;
+    EXPECT_EQ(call(n, verb::put, "/db/y" + std::to_string(n), R"({"ok":true})").status, 201u) << n;
+  }
+  // Removed through node 2: writes through node 0 pass again.
+  const std::string rev = get(2, "/db/_design/check")["_rev"];
+  ASSERT_EQ(call(2, verb::delete_, "/db/_design/check?rev=" + rev).status, 200u);
+  EXPECT_EQ(call(0, verb::put, "/db/z", R"({"ok":false})").status, 201u);
+}
+
+TEST_F(MultiNodeTest, FeedsOnOneNodeWakeOnAWriteThroughAnother) {
+  ASSERT_EQ(call(0, verb::put, "/db").status, 201u);
+  FeedClient longpoll(port(1), "/db/_changes?feed=longpoll&since=now&timeout=20000", "GET", "",
+                      auth_line());
+  FeedClient continuous(port(2), "/db/_changes?feed=continuous&since=now&timeout=20000", "GET",
+                        "", auth_line());
+  ASSERT_TRUE(longpoll.wait_head(10s));
+  ASSERT_TRUE(continuous.wait_head(10s));
+  EXPECT_FALSE(longpoll.wait_end(300ms)) << "nothing was written yet";
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(call(0, verb::put, "/db/woken", "{}").status, 201u);
+  EXPECT_TRUE(longpoll.wait_end(5s)) << longpoll.body();
+  EXPECT_TRUE(continuous.wait_for("\"woken\"", 5s)) << continuous.body();
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  std::printf("a write through node 0 reached feeds on nodes 1 and 2 in %lld ms\n",
+              static_cast<long long>(took.count()));
+  EXPECT_NE(longpoll.body().find("\"woken\""), std::string::npos);
+  EXPECT_LT(took, 2s);
+}
+
+// The build of a unique index is claimed in the store: while it runs through one node, another
+// node refuses a second build of it and reports it as running.
+TEST_F(MultiNodeTest, AUniqueIndexBuildThroughOneNodeIsSeenByTheOthers) {
+  ASSERT_EQ(call(0, verb::put, "/db").status, 201u);
+  for (int b = 0; b < 10; ++b) {
+    Json docs = Json::array();
+    for (int i = 0; i < 1000; ++i)
+      docs.push_back({{"email", "u" + std::to_string(b * 1000 + i) + "@example.com"}});
+    ASSERT_EQ(call(b % kNodes, verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump()).status,
+              201u);
+  }
+  const std::string index =
+      R"({"index":{"fields":["email"]},"name":"email","ddoc":"uniq","unique":true})";
+  HttpResponse built;
+  std::thread builder([&] {
+    HttpClient c(port(0), 120s);
+    built = c.request(verb::post, "/db/_index", index,
+                      {basic_auth(kAdmin, kPassword), {"Content-Type", "application/json"}});
+  });
+  // Once the build has begun (its index is listed, not ready), the others see it running.
+  bool seen_running = false, refused = false;
+  for (int i = 0; i < 400 && !(seen_running && refused); ++i) {
+    const Json list = get(2, "/db/_index")["indexes"];
+    for (const Json& idx : list) {
+      if (idx.value("name", "") != "email" || !idx.contains("build")) continue;
+      seen_running = seen_running || idx["build"] == "running";
+      if (idx["build"] == "running" && !refused) {
+        const auto again = call(1, verb::post, "/db/_index", index);
+        refused = again.status == 409u;
+        EXPECT_TRUE(refused || again.status == 200u) << again.status << " " << again.body;
+      }
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  builder.join();
+  EXPECT_EQ(built.status, 200u) << built.body;
+  EXPECT_TRUE(seen_running) << "the build was never seen running through another node";
+  EXPECT_TRUE(refused) << "a second build through another node was not refused";
+  // Built: the constraint holds through every node.
+  for (int n = 0; n < kNodes; ++n) {
+    const auto dup = call(n, verb::post, "/db", R"({"email":"u7@example.com"})");
+    EXPECT_EQ(dup.status, 409u) << n << " " << dup.body;
+  }
+}
+
+// A _replicator document's job runs on one node, the one holding its lease; when that node dies,
+// another takes the job over (after lease_timeout, 1.5 s here) and goes on from the checkpoint.
+TEST_F(MultiNodeTest, AReplicatorDocumentsJobRunsOnOneNodeAndMovesWhenThatNodeDies) {
+  // The databases live on a server of their own (admin party), which no node's death touches.
+  ServerProcess outside(dir_.path() / "outside");
+  HttpClient co(outside.port(), 60s);
+  const std::string base = "http://127.0.0.1:" + std::to_string(outside.port()) + "/";
+  ASSERT_EQ(co.request(verb::put, "/src").status, 201u);
+  for (int i = 0; i < 10; ++i)
+    ASSERT_EQ(co.request(verb::put, "/src/d" + std::to_string(i), "{}").status, 201u);
+  ASSERT_EQ(call(0, verb::put, "/_replicator").status, 201u);
+  const Json job = {{"source", base + "src"},
+                    {"target", base + "tgt"},
+                    {"create_target", true},
+                    {"continuous", true},
+                    {"checkpoint_interval", 200}};
+  const auto put_job = call(1, verb::put, "/_replicator/follow", job.dump());
+  ASSERT_EQ(put_job.status, 201u) << put_job.body;
+  auto eventually = [](const std::function<bool()>& ok, std::chrono::milliseconds within) {
+    const auto end = std::chrono::steady_clock::now() + within;
+    while (std::chrono::steady_clock::now() < end) {
+      if (ok()) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return ok();
+  };
+  ASSERT_TRUE(eventually([&] { return co.get("/tgt/d9").status == 200u; }, 20s));
+  // The nodes running it, as their own _active_tasks say (live nodes only).
+  std::vector<bool> alive(kNodes, true);
+  auto runners = [&] {
+    std::vector<int> out;
+    for (int n = 0; n < kNodes; ++n) {
+      if (!alive[n]) continue;
+      for (const Json& t : get(n, "/_active_tasks"))
+        if (t.value("type", "") == "replication" && t.value("doc_id", "") == "follow")
+          out.push_back(n);
+    }
+    return out;
+  };
+  // One node, and the same one, over several lease periods.
+  std::vector<int> first = runners();
+  ASSERT_EQ(first.size(), 1u);
+  for (int i = 0; i < 8; ++i) {
+    std::this_thread::sleep_for(500ms);
+    EXPECT_EQ(runners(), first) << "sample " << i;
+  }
+  const int runner = first[0];
+  auto task_of = [&](int n) {
+    for (const Json& t : get(n, "/_active_tasks"))
+      if (t.value("type", "") == "replication" && t.value("doc_id", "") == "follow") return t;
+    return Json::object();
+  };
+  const Json first_id = task_of(runner)["replication_id"];
+  ASSERT_TRUE(first_id.is_string());
+  for (int n = 0; n < kNodes; ++n) {
+    if (n == runner) continue;
+    const Json d = get(n, "/_scheduler/docs/_replicator/follow");
+    EXPECT_EQ(d["state"], "pending") << n << " " << d.dump();
+  }
+  // The runner dies without a word; another node takes the job over.
+  nodes_[runner]->stop_with(SIGKILL);
+  alive[runner] = false;
+  ASSERT_EQ(co.request(verb::put, "/src/after", "{}").status, 201u);
+  EXPECT_TRUE(eventually([&] { return co.get("/tgt/after").status == 200u; }, 20s));
+  EXPECT_TRUE(eventually([&] { return runners().size() == 1u; }, 10s));
+  const std::vector<int> now = runners();
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_NE(now[0], runner);
+  // It goes on from the job's checkpoint: the replication id, which names the checkpoint, is the
+  // same on every node (the nodes share the uuid it hashes).
+  EXPECT_EQ(task_of(now[0])["replication_id"], first_id);
+  EXPECT_NE(task_of(now[0])["checkpointed_source_seq"], "0");
+}
+
+}  // namespace
+}  // namespace chaise::test
