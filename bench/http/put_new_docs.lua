@@ -9,7 +9,7 @@ local headers = { ["Content-Type"] = "application/json" }
 local auth = os.getenv("BENCH_AUTH_HEADER")
 if auth and auth ~= "" then headers["Authorization"] = auth end
 
-math.randomseed(os.time())
+math.randomseed(dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "urandom_seed.lua"))
 function setup(thread)
   -- A fresh tag per run and thread: re-running against the same database does not conflict.
   thread:set("tag", tostring(os.time()) .. "-" .. tostring(math.random(1, 1e9)))

@@ -2,7 +2,7 @@
 -- wrk thread draws from its own sequence. Unseeded, every thread's Lua state would repeat the
 -- same ids in step, and the second request for an id would find its blocks in the cache the
 -- first one just filled. Defines wrk's setup() and init().
-math.randomseed(os.time())
+math.randomseed(dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "urandom_seed.lua"))
 function setup(thread)
   thread:set("seed", math.random(1, 2147483646))
 end
