@@ -6,8 +6,8 @@ namespace chaise::core {
 
 storage::Result<std::string> installation_value(storage::Database& store, std::string_view name,
                                                 const std::function<std::string()>& make) {
-  const std::string key = keyspace::system().pack(
-      storage::Tuple().add(keyspace::kInstallation).add(std::string(name)));
+  const std::string key =
+      keyspace::system().pack(storage::Tuple().add(keyspace::kInstallation).add(std::string(name)));
   std::string value;
   storage::Status s = store.run([&](storage::Transaction& tr) -> storage::Status {
     auto stored = tr.get(key);

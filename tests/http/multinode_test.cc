@@ -11,8 +11,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -47,16 +47,17 @@ class MultiNodeTest : public ::testing::Test {
       GTEST_SKIP() << "no FoundationDB cluster: set CHAISE_FDB_CLUSTER_FILE and CHAISE_FDB_LIBRARY "
                       "(README, \"Tests against FoundationDB\")";
     std::random_device random;
-    const std::string prefix = "multinode/" + std::to_string(random()) + "-" +
-                               std::to_string(random()) + "/";
+    const std::string prefix =
+        "multinode/" + std::to_string(random()) + "-" + std::to_string(random()) + "/";
     for (int n = 0; n < kNodes; ++n) {
       // Each node its own ini (a node writes the admin's hash back to it), the same settings.
       const auto ini = dir_.path() / ("node" + std::to_string(n) + ".ini");
-      std::ofstream(ini) << "[chaise]\nstorage_engine = foundationdb\n[foundationdb]\ncluster_file = "
-                         << cluster << "\nlibrary = " << library << "\nkey_prefix = " << prefix
-                         << "\n[chttpd_auth]\niterations = 10\n[replicator]\nlease_timeout = 1500\n"
-                         << "[admins]\n"
-                         << kAdmin << " = " << kPassword << "\n";
+      std::ofstream(ini)
+          << "[chaise]\nstorage_engine = foundationdb\n[foundationdb]\ncluster_file = " << cluster
+          << "\nlibrary = " << library << "\nkey_prefix = " << prefix
+          << "\n[chttpd_auth]\niterations = 10\n[replicator]\nlease_timeout = 1500\n"
+          << "[admins]\n"
+          << kAdmin << " = " << kPassword << "\n";
       nodes_.push_back(std::make_unique<ServerProcess>(
           dir_.path() / ("data" + std::to_string(n)),
           std::vector<std::string>{"--no-admin-party", "--config", ini.string()}));
@@ -139,8 +140,8 @@ TEST_F(MultiNodeTest, ConcurrentWritersThroughAllNodesLoseNoUpdateAndMakeOneWinn
       }
       // Creates of the same ids through every node: one 201 each, the others 409.
       for (int i = 0; i < kCreates; ++i) {
-        const auto r = c.request(verb::put, "/db/same" + std::to_string(i),
-                                 Json{{"by", n}}.dump(), auth);
+        const auto r =
+            c.request(verb::put, "/db/same" + std::to_string(i), Json{{"by", n}}.dump(), auth);
         if (r.status == 201u) {
           created_wins.fetch_add(1);
         } else if (r.status == 409u) {
@@ -153,8 +154,7 @@ TEST_F(MultiNodeTest, ConcurrentWritersThroughAllNodesLoseNoUpdateAndMakeOneWinn
       Json docs = Json::array();
       for (int i = 0; i < kBulk; ++i)
         docs.push_back({{"_id", "n" + std::to_string(n) + "-" + std::to_string(i)}});
-      if (c.request(verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump(), auth).status !=
-          201u)
+      if (c.request(verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump(), auth).status != 201u)
         other.fetch_add(1);
     });
   }
@@ -184,8 +184,8 @@ TEST_F(MultiNodeTest, AViewBuiltThroughOneNodeIsQueriedThroughTheOthers) {
   Json docs = Json::array();
   for (int i = 0; i < 300; ++i) docs.push_back({{"_id", "d" + std::to_string(i)}, {"k", i % 7}});
   ASSERT_EQ(call(0, verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump()).status, 201u);
-  const Json ddoc = {{"views",
-                      {{"by_k", {{"map", "function(d) { emit(d.k, 1); }"}, {"reduce", "_sum"}}}}}};
+  const Json ddoc = {
+      {"views", {{"by_k", {{"map", "function(d) { emit(d.k, 1); }"}, {"reduce", "_sum"}}}}}};
   ASSERT_EQ(call(1, verb::put, "/db/_design/v", ddoc.dump()).status, 201u);
   const Json built = get(1, "/db/_design/v/_view/by_k?group=true");
   ASSERT_EQ(built["rows"].size(), 7u) << built;
@@ -203,7 +203,8 @@ TEST_F(MultiNodeTest, AViewBuiltThroughOneNodeIsQueriedThroughTheOthers) {
   // Mango through another node, on an index made through a third.
   ASSERT_EQ(call(2, verb::post, "/db/_index", R"({"index":{"fields":["k"]},"name":"k"})").status,
             200u);
-  const auto found = call(0, verb::post, "/db/_find", R"({"selector":{"k":{"$gt":5}},"limit":100})");
+  const auto found =
+      call(0, verb::post, "/db/_find", R"({"selector":{"k":{"$gt":5}},"limit":100})");
   ASSERT_EQ(found.status, 200u) << found.body;
   EXPECT_EQ(found.json()["docs"].size(), 43u);  // k == 6, and d3's 100
 }
@@ -225,10 +226,12 @@ TEST_F(MultiNodeTest, SecurityAndDesignDocumentsChangedThroughOneNodeApplyOnEver
     EXPECT_EQ(clients_[n]->request(verb::get, "/db", "", bob).status, 200u) << n;
   // A session cookie made by node 0 holds on the others: the nodes share the cookie secret
   // (kept in the store when no [chttpd_auth] secret is configured).
-  const auto login = clients_[0]->request(verb::post, "/_session", R"({"name":"bob","password":"b"})",
-                                          {{"Content-Type", "application/json"}});
+  const auto login =
+      clients_[0]->request(verb::post, "/_session", R"({"name":"bob","password":"b"})",
+                           {{"Content-Type", "application/json"}});
   ASSERT_EQ(login.status, 200u) << login.body;
-  const std::string cookie = login.header("Set-Cookie").substr(0, login.header("Set-Cookie").find(';'));
+  const std::string cookie =
+      login.header("Set-Cookie").substr(0, login.header("Set-Cookie").find(';'));
   for (int n = 0; n < kNodes; ++n) {
     const auto r = clients_[n]->request(verb::get, "/_session", "", {{"Cookie", cookie}});
     EXPECT_EQ(r.json()["userCtx"]["name"], "bob") << n << " " << r.body;
@@ -241,8 +244,8 @@ TEST_F(MultiNodeTest, SecurityAndDesignDocumentsChangedThroughOneNodeApplyOnEver
   EXPECT_EQ(clients_[2]->request(verb::get, "/db", "", bob).status, 401u);
   EXPECT_EQ(clients_[2]->request(verb::get, "/db", "", {basic_auth("bob", "b2")}).status, 200u);
   // A validate_doc_update saved through node 1 refuses writes through node 2 at once.
-  const Json ddoc = {{"validate_doc_update",
-                      "function(d) { if (!d.ok) throw({forbidden: 'needs ok'}); }"}};
+  const Json ddoc = {
+      {"validate_doc_update", "function(d) { if (!d.ok) throw({forbidden: 'needs ok'}); }"}};
   ASSERT_EQ(call(1, verb::put, "/db/_design/check", ddoc.dump()).status, 201u);
   for (int n = 0; n < kNodes; ++n) {
     const auto r = call(n, verb::put, "/db/x" + std::to_string(n), R"({"ok":false})");
@@ -259,8 +262,8 @@ TEST_F(MultiNodeTest, FeedsOnOneNodeWakeOnAWriteThroughAnother) {
   ASSERT_EQ(call(0, verb::put, "/db").status, 201u);
   FeedClient longpoll(port(1), "/db/_changes?feed=longpoll&since=now&timeout=20000", "GET", "",
                       auth_line());
-  FeedClient continuous(port(2), "/db/_changes?feed=continuous&since=now&timeout=20000", "GET",
-                        "", auth_line());
+  FeedClient continuous(port(2), "/db/_changes?feed=continuous&since=now&timeout=20000", "GET", "",
+                        auth_line());
   ASSERT_TRUE(longpoll.wait_head(10s));
   ASSERT_TRUE(continuous.wait_head(10s));
   EXPECT_FALSE(longpoll.wait_end(300ms)) << "nothing was written yet";
