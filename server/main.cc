@@ -491,9 +491,6 @@ std::unique_ptr<chaise::storage::Database> open_store(const chaise::config::Serv
   return std::move(*opened);
 }
 
-// [chaise] io_threads = 0 on FoundationDB (see run()).
-constexpr unsigned kFoundationDbIoThreads = 64;
-
 // How run() ended: the exit code, or a restart asked for.
 struct RunEnd {
   RunEnd(int code, bool restart_asked = false)  // NOLINT(google-explicit-constructor): exit codes
@@ -614,11 +611,6 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
   chaise::http::Router router{std::move(context)};
   replication_endpoints->set_router(router);
   chaise::http::ServerOptions options = server_options(config);
-  // On FoundationDB a request waits for the cluster on its io thread, so the io threads are as
-  // many requests as are in flight: more of them keep the cluster busy and let the client
-  // library batch read versions (GET on a one-process cluster: 1,110 req/s with 2 threads, 3,137
-  // with 64; bench/README.md, "Storage engines").
-  if (shared_store && config.io_threads == 0) options.io_threads = kFoundationDbIoThreads;
   options.stream_body = chaise::http::streams_request_body;
   chaise::http::Server server{std::move(options), [&router](const chaise::http::Request& request,
                                                             chaise::http::ResponseStream& stream) {
