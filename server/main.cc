@@ -42,6 +42,7 @@
 #include "config/settings.h"
 #include "core/db/active_tasks.h"
 #include "core/db/changes_notifier.h"
+#include "core/db/claims.h"
 #include "core/db/databases.h"
 #include "core/db/db_updates.h"
 #include "core/db/installation.h"
@@ -564,7 +565,7 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
   replicator_options.max_history =
       static_cast<int>(chaise::config::get_int(*settings, "replicator", "max_history", 20));
   // On FoundationDB other servers may share the store: _replicator jobs run under leases.
-  if (shared_store) replicator_options.lease_owner = chaise::core::random_hex32();
+  if (shared_store) replicator_options.lease_owner = chaise::core::node_id();
   replicator_options.lease_ms =
       chaise::config::get_int(*settings, "replicator", "lease_timeout", 30'000);
   // The defaults of a replication's own options, for POST /_replicate and _replicator alike.

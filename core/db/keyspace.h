@@ -53,13 +53,14 @@
 //   (kViews, Sig, kViewCounts, View)       = little-endian int64: rows in the view (atomic add)
 //   (kViews, Sig, kViewNodes, View, Level) [+ RowSuffix]
 //                                          = the reduce tree's nodes (core/index/reduce_tree.h)
+//   (kViews, Sig, kViewBuildClaim)         = (Owner, WrittenMs): a build runs (core/db/claims.h)
 //   (kUnique, IndexId, kUniqueKeys, KeyCollation, DocId)
 //                                          = KeyJSON: DocId holds this key of a unique index
 //   (kUnique, IndexId, kUniqueDocs, DocId) = KeyCollation: the key DocId holds
 //   (kUnique, IndexId, kUniqueViolations, DocId)
 //                                          = {"key":..,"conflicts_with":..}: a replicated edit
 //                                            took a key another document held
-//   (kUnique, IndexId, kUniqueBuildClaim) = (Owner, WrittenMs): a build runs (UniqueBuildClaim)
+//   (kUnique, IndexId, kUniqueBuildClaim) = (Owner, WrittenMs): a build runs (core/db/claims.h)
 //   (kPurged, Incarnation, Versionstamp)   = (PurgedFormat, PurgeSeq, DocId, (RevText...), Count):
 //                                            one purge request's document (core/docs/purge.h),
 //                                            in purge order; the oldest are trimmed past the
@@ -143,6 +144,7 @@ inline constexpr std::int64_t kViewRows = 1;
 inline constexpr std::int64_t kViewIds = 2;
 inline constexpr std::int64_t kViewCounts = 3;
 inline constexpr std::int64_t kViewNodes = 4;
+inline constexpr std::int64_t kViewBuildClaim = 5;
 
 // Value format versions (first element of each value tuple).
 // Keys' first tuple elements that RocksDB's prefix bloom filters cover (storage/tuple_prefix.h):

@@ -1,5 +1,6 @@
 #include "core/index/unique_index.h"
 
+#include "core/db/claims.h"
 #include "core/db/db_cache.h"
 #include "core/db/idempotency.h"
 #include "core/docs/documents.h"
@@ -323,54 +324,27 @@ std::string claim_key(const DbRef& db, const std::string& index_id) {
   return db.space.unique_index(index_id).pack(Tuple().add(keyspace::kUniqueBuildClaim));
 }
 
-void write_claim(Transaction& tr, const DbRef& db, const std::string& index_id,
-                 std::int64_t now_ms) {
-  tr.set(claim_key(db, index_id), Tuple().add(unique_claim_owner()).add(now_ms).pack());
-}
-
-// The claim's (owner, written ms), nullopt when there is none.
-StorageResult<std::optional<std::pair<std::string, std::int64_t>>> read_claim(
-    Transaction& tr, const DbRef& db, const std::string& index_id, storage::Snapshot snapshot) {
-  auto v = tr.get(claim_key(db, index_id), snapshot);
-  if (!v.ok()) return v.error();
-  std::optional<std::pair<std::string, std::int64_t>> out;
-  if (!v->has_value()) return out;
-  auto t = Tuple::unpack(**v);
-  const std::string* owner = t ? t->get_string(0) : nullptr;
-  const auto written = t ? t->get_int(1) : std::nullopt;
-  if (owner == nullptr || !written) return storage::Error::io_error;
-  out.emplace(*owner, *written);
-  return out;
-}
-
 }  // namespace
-
-const std::string& unique_claim_owner() {
-  static const std::string owner = random_hex32();
-  return owner;
-}
 
 StorageResult<bool> take_unique_claim(Transaction& tr, const DbRef& db, const std::string& index_id,
                                       std::int64_t now_ms) {
-  auto held = read_claim(tr, db, index_id, storage::Snapshot::no);  // two takers conflict
+  const std::string key = claim_key(db, index_id);
+  auto held = read_claim(tr, key, storage::Snapshot::no);  // two takers conflict
   if (!held.ok()) return held.error();
-  if (*held && now_ms - (*held)->second < kUniqueClaimMs) return false;
-  write_claim(tr, db, index_id, now_ms);
+  if (claim_live(*held, now_ms, kUniqueClaimMs)) return false;
+  write_claim(tr, key, node_id(), now_ms);
   return true;
 }
 
 StorageResult<bool> unique_claim_held(Transaction& tr, const DbRef& db, const std::string& index_id,
                                       std::int64_t now_ms) {
-  auto held = read_claim(tr, db, index_id, storage::Snapshot::yes);
+  auto held = read_claim(tr, claim_key(db, index_id), storage::Snapshot::yes);
   if (!held.ok()) return held.error();
-  return *held && now_ms - (*held)->second < kUniqueClaimMs;
+  return claim_live(*held, now_ms, kUniqueClaimMs);
 }
 
 storage::Status drop_unique_claim(Transaction& tr, const DbRef& db, const std::string& index_id) {
-  auto held = read_claim(tr, db, index_id, storage::Snapshot::no);
-  if (!held.ok()) return held.error();
-  if (*held && (*held)->first == unique_claim_owner()) tr.clear(claim_key(db, index_id));
-  return {};
+  return drop_claim(tr, claim_key(db, index_id), node_id());
 }
 
 UniqueIndexBuild::UniqueIndexBuild(DbRef db, UniqueIndexDef def)
@@ -379,7 +353,7 @@ UniqueIndexBuild::UniqueIndexBuild(DbRef db, UniqueIndexDef def)
 storage::Status UniqueIndexBuild::operator()(Transaction& tr) {
   attempt_cursor_ = cursor_;
   attempt_dups_ = dups_;
-  write_claim(tr, db_, def_.id, idem_now_ms());
+  write_claim(tr, claim_key(db_, def_.id), node_id(), idem_now_ms());
   auto r = unique_build_step(tr, db_, def_, attempt_cursor_, attempt_dups_);
   if (!r.ok()) return r.error();
   attempt_done_ = *r;

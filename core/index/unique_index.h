@@ -110,9 +110,8 @@ class UniqueIndexBuild {
 // wherever it runs, and GET /_index can tell a running build from an interrupted one. A build
 // takes the claim in a transaction, writes it again with every step (UniqueIndexBuild), and
 // drops it when it ends; a claim not written for kUniqueClaimMs (its server died) has lapsed.
+// The claim is core/db/claims.h's, held by this process's node_id().
 inline constexpr std::int64_t kUniqueClaimMs = 30'000;
-// This process's name in the claims it writes.
-const std::string& unique_claim_owner();
 // Takes the claim for this process at `now_ms` (wall clock); false when a build holds it.
 StorageResult<bool> take_unique_claim(Transaction& tr, const DbRef& db, const std::string& index_id,
                                       std::int64_t now_ms);

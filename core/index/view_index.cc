@@ -6,6 +6,7 @@
 #include <map>
 #include <unordered_set>
 
+#include "core/db/idempotency.h"
 #include "core/db/keyspace.h"
 #include "core/docs/purge.h"
 #include "core/index/cursors.h"
@@ -410,6 +411,60 @@ StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const
   if (caught_up && g.sync)
     if (auto st = sync_index_caught_up(tr, db, g.signature); !st.ok()) return st.error();
   return Outcome<bool>(caught_up);
+}
+
+namespace {
+
+std::string build_claim_key(const DbRef& db, const ViewGroup& g) {
+  return index_space(db, g).pack(Tuple().add(keyspace::kViewBuildClaim));
+}
+
+}  // namespace
+
+ViewIndexBuild::ViewIndexBuild(DbRef db, const ViewGroup& g, js::Engine& js)
+    : db_(std::move(db)),
+      g_(g),
+      js_(js),
+      owner_(work_owner()),
+      claim_key_(build_claim_key(db_, g_)) {}
+
+StorageResult<Outcome<BuildStep>> ViewIndexBuild::step(Transaction& tr, std::size_t* applied) {
+  if (applied != nullptr) *applied = 0;
+  // Conflicting: two servers taking a free claim at once do not both build.
+  auto claim = read_claim(tr, claim_key_, Snapshot::no);
+  if (!claim.ok()) return claim.error();
+  if (*claim && (*claim)->owner != owner_ && !watch_.lapsed(**claim, ClaimWatch::Clock::now())) {
+    if (!target_) {
+      auto newest = update_seq(tr, db_);
+      if (!newest.ok()) return newest.error();
+      target_ = *newest;
+    }
+    auto seq = view_index_seq(tr, db_, g_, Snapshot::yes);
+    if (!seq.ok()) return seq.error();
+    return Outcome<BuildStep>(*target_ <= *seq ? BuildStep::caught_up : BuildStep::wait);
+  }
+  auto r = update_step(tr, db_, g_, js_, applied);
+  if (!r.ok()) return r.error();
+  if (auto* e = std::get_if<CouchError>(&*r)) return Outcome<BuildStep>(*e);
+  if (std::get<bool>(*r)) {
+    if (*claim) tr.clear(claim_key_);  // ours, or a lapsed one: either way no build runs now
+    wrote_claim_ = false;
+    return Outcome<BuildStep>(BuildStep::caught_up);
+  }
+  write_claim(tr, claim_key_, owner_, idem_now_ms());
+  wrote_claim_ = true;
+  return Outcome<BuildStep>(BuildStep::progressed);
+}
+
+storage::Status ViewIndexBuild::release(Transaction& tr) {
+  return drop_claim(tr, claim_key_, owner_);
+}
+
+StorageResult<bool> view_build_running(Transaction& tr, const DbRef& db, const ViewGroup& g) {
+  auto claim = read_claim(tr, build_claim_key(db, g), Snapshot::yes);
+  if (!claim.ok()) return claim.error();
+  return claim_live(*claim, idem_now_ms(),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(kViewBuildLapse).count());
 }
 
 bool has_reduce_trees(const ViewGroup& g) {

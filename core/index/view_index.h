@@ -19,6 +19,7 @@
 // keeps current: O(log n) entries per group, not every row.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/db/claims.h"
 #include "core/docs/documents.h"
 #include "core/index/reducers.h"
 #include "core/js/js.h"
@@ -84,6 +86,44 @@ inline constexpr std::size_t kWriteBytesPerStep = 4'000'000;
 // `applied`, when given, receives the number of changes (and purges) the step took in.
 StorageResult<Outcome<bool>> update_step(Transaction& tr, const DbRef& db, const ViewGroup& g,
                                          js::Engine& js, std::size_t* applied = nullptr);
+
+// Building an index as one of many requests, on one server or many sharing the store: one builds
+// at a time, under the index's claim (core/db/claims.h), the others wait for it. step() is a
+// transaction body, run again until it says caught_up:
+//  - with no live claim of another's (none, this build's own, or lapsed by this server's clock
+//    after kViewBuildLapse unchanged), it takes the claim and runs update_step(); `progressed`
+//    leaves the claim written (the next step writes it again), `caught_up` clears it;
+//  - with another's live claim it only reads: `caught_up` once the index has reached the
+//    database's update sequence as of this build's first wait, else `wait` (run it again later).
+// The claim only spares work: update_step's conflicting read of the index sequence keeps two
+// builders exact if a stalled one wakes after being taken over.
+inline constexpr std::chrono::milliseconds kViewBuildLapse{10'000};
+enum class BuildStep { progressed, caught_up, wait };
+
+class ViewIndexBuild {
+ public:
+  ViewIndexBuild(DbRef db, const ViewGroup& g, js::Engine& js);
+  // `applied`: as update_step's. A map function that fails is the CouchError.
+  StorageResult<Outcome<BuildStep>> step(Transaction& tr, std::size_t* applied);
+  // Gives the claim back when this build holds it (a build that ends in an error).
+  storage::Status release(Transaction& tr);
+  // Whether a step of this build wrote the claim and none cleared it since.
+  bool may_hold_claim() const { return wrote_claim_; }
+
+ private:
+  DbRef db_;
+  const ViewGroup& g_;
+  js::Engine& js_;
+  std::string owner_;
+  std::string claim_key_;
+  ClaimWatch watch_{kViewBuildLapse};
+  std::optional<Sequence> target_;
+  bool wrote_claim_ = false;
+};
+
+// Whether a build of the index holds a live claim (by the wall clocks): design info's
+// updater_running.
+StorageResult<bool> view_build_running(Transaction& tr, const DbRef& db, const ViewGroup& g);
 
 // Whether the group keeps reduce trees (JavaScript views with a reduce function: Mango's
 // "_count" is never queried). Their synchronous writers take turns (core/index/sync_index.h).

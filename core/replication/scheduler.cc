@@ -193,6 +193,8 @@ struct Scheduler::State {
   bool leases() const { return !options.lease_owner.empty() && writer_endpoint != nullptr; }
   static std::string lease_id(const std::string& doc_id) { return "replication-lease:" + doc_id; }
   Clock::duration lease_time() const { return std::chrono::milliseconds(options.lease_ms); }
+  // How often a holder writes its lease again, and a refused taker asks again: a third of a lease.
+  Clock::duration lease_period() const { return lease_time() / 3; }
 
   // Takes, or writes again, the lease of a _replicator document's job (mu held): false when
   // another server holds it, or when the store cannot tell. Jobs of POST /_replicate need none.
@@ -216,7 +218,7 @@ struct Scheduler::State {
     next["written"] = iso_now();
     if (std::holds_alternative<CouchError>(writer_endpoint->put_local(id, next))) return false;
     leases_seen.erase(e.spec.doc_id);
-    e.lease_renew_at = now + lease_time() / 3;
+    e.lease_renew_at = now + lease_period();
     return true;
   }
 
@@ -244,7 +246,7 @@ struct Scheduler::State {
         continue;
       if (!hold_lease(*e)) {
         e->rotating = true;
-        e->lease_retry_at = now + lease_time() / 3;
+        e->lease_retry_at = now + lease_period();
         e->job->stop();
       }
     }
@@ -535,7 +537,7 @@ struct Scheduler::State {
       }
       if (e->lease_retry_at > now) continue;
       if (!hold_lease(*e)) {  // another server runs it
-        e->lease_retry_at = now + lease_time() / 3;
+        e->lease_retry_at = now + lease_period();
         if (e->state == JobState::crashing) e->state = JobState::pending;
         update_doc_entry(*e);
         continue;

@@ -48,6 +48,7 @@ struct Metrics::Counts {
   std::array<std::uint64_t, kBuckets.size() + 1> buckets{};
   double latency_sum_s = 0;
   std::uint64_t auth_failures = 0;
+  std::uint64_t docs_mapped = 0;
   std::int64_t feeds = 0;
   std::size_t connections = 0;
   double uptime_s = 0;
@@ -82,6 +83,7 @@ Metrics::Counts Metrics::snapshot() const {
     c.buckets[i] = buckets_[i].load(std::memory_order_relaxed);
   c.latency_sum_s = static_cast<double>(latency_ns_sum_.load(std::memory_order_relaxed)) / 1e9;
   c.auth_failures = auth_failures_.load(std::memory_order_relaxed);
+  c.docs_mapped = docs_mapped_.load(std::memory_order_relaxed);
   c.feeds = feeds_.load(std::memory_order_relaxed);
   c.connections = connections_ ? connections_() : 0;
   c.uptime_s = uptime_seconds();
@@ -138,6 +140,9 @@ std::string Metrics::prometheus(const storage::StoreStats& store,
       .append("\n");
   family(out, "chaise_auth_failures_total", "counter", "requests refused for wrong credentials");
   out.append("chaise_auth_failures_total ").append(std::to_string(c.auth_failures)).append("\n");
+  family(out, "couchdb_mrview_map_doc_total", "counter",
+         "number of documents mapped in the view server");
+  out.append("couchdb_mrview_map_doc_total ").append(std::to_string(c.docs_mapped)).append("\n");
   family(out, "chaise_store_commits_total", "counter", "transactions committed");
   out.append("chaise_store_commits_total ").append(std::to_string(store.commits)).append("\n");
   family(out, "chaise_store_conflicts_total", "counter",
@@ -230,6 +235,8 @@ Json Metrics::stats(const storage::StoreStats& store, const BackgroundCounts& bg
   };
   couchdb["httpd_request_methods"] = std::move(methods);
   couchdb["httpd_status_codes"] = std::move(statuses);
+  couchdb["mrview"] = {
+      {"map_doc", counter(c.docs_mapped, "number of documents mapped in the view server")}};
   couchdb["uptime"] =
       gauge(static_cast<std::int64_t>(c.uptime_s), "uptime of the server in seconds");
   Json chaise = Json::object();

@@ -36,6 +36,8 @@ class Metrics {
 
   void record_request(beast_http::verb method, unsigned status, std::chrono::nanoseconds took);
   void record_auth_failure() { auth_failures_.fetch_add(1, std::memory_order_relaxed); }
+  // Documents an index build ran through the map functions (every attempt's, conflicted or not).
+  void record_docs_mapped(std::uint64_t n) { docs_mapped_.fetch_add(n, std::memory_order_relaxed); }
   // Live _changes feeds (longpoll, continuous, eventsource) open now.
   void feed_opened() { feeds_.fetch_add(1, std::memory_order_relaxed); }
   void feed_closed() { feeds_.fetch_sub(1, std::memory_order_relaxed); }
@@ -65,6 +67,7 @@ class Metrics {
   std::array<std::atomic<std::uint64_t>, kBuckets.size() + 1> buckets_{};  // last: +Inf
   std::atomic<std::uint64_t> latency_ns_sum_{0};
   std::atomic<std::uint64_t> auth_failures_{0};
+  std::atomic<std::uint64_t> docs_mapped_{0};
   std::atomic<std::int64_t> feeds_{0};
   std::function<std::size_t()> connections_;
 };

@@ -5,6 +5,8 @@
 // steps, each its own transaction, then streams rows page by page like _all_docs. Parameters and
 // their errors follow couch_mrview_http:parse_param and couch_mrview_util:validate_args.
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <limits>
 
 #include "core/db/active_tasks.h"
@@ -14,6 +16,7 @@
 #include "core/index/view_index.h"
 #include "core/query/collation.h"
 #include "http/api/js_request.h"
+#include "http/api/metrics.h"
 #include "http/api/pages.h"
 #include "http/api/render.h"
 #include "http/api/request.h"
@@ -379,7 +382,7 @@ MaybeResponse design_info(Call& call, const core::DbRef& db, const std::string& 
   // The purges the index has taken in: those logged up to its sequence.
   const auto purged = value_or_throw(core::purged_info_at(tr, db, seq));
   vi["purge_seq"] = purged ? purged->purge_seq : 0;
-  vi["updater_running"] = false;
+  vi["updater_running"] = value_or_throw(core::view_build_running(tr, db, *g));
   vi["compact_running"] = false;
   vi["waiting_clients"] = 0;
   vi["waiting_commit"] = false;
@@ -442,21 +445,47 @@ boost::asio::awaitable<std::unique_ptr<ListRows>> view_list_rows(const Call& cal
 boost::asio::awaitable<void> build_index(const Call& call, const core::DbRef& db,
                                          const core::ViewGroup& g) {
   core::js::Engine& engine = js_engine(call);
+  core::ViewIndexBuild build(db, g, engine);
+  // A build that ends in an error gives its claim back at once (a server that dies leaves it to
+  // lapse); one that caught up cleared it in its last step.
+  struct Release {
+    storage::Database& store;
+    core::ViewIndexBuild& build;
+    ~Release() {
+      if (!build.may_hold_claim()) return;
+      [[maybe_unused]] auto s =
+          store.run([&](storage::Transaction& tr) { return build.release(tr); });
+    }
+  } release{call.store(), build};
   // Shown in _active_tasks from the first step that leaves work for another.
   core::ActiveTasks::Handle task;
+  // While another request builds, how long to wait before looking again: short at first (most
+  // builds are short), then at most kWaitMax.
+  constexpr auto kWaitMin = std::chrono::milliseconds(5), kWaitMax = std::chrono::milliseconds(50);
+  auto wait = kWaitMin;
   for (;;) {
-    std::optional<core::Outcome<bool>> step;
+    std::optional<core::Outcome<core::BuildStep>> step;
     std::size_t applied = 0;
     storage::Status s =
         co_await run_txn(call.store(), [&](storage::Transaction& tr) -> storage::Status {
-          auto r = core::update_step(tr, db, g, engine, &applied);
+          auto r = build.step(tr, &applied);
+          // Every attempt's work, whether it commits or not.
+          if (call.ctx.metrics != nullptr) call.ctx.metrics->record_docs_mapped(applied);
           if (!r.ok()) return r.error();
           step = std::move(*r);
           return {};
         });
     ok_or_throw(s);
     if (auto* e = std::get_if<core::CouchError>(&*step)) throw HttpError(*e);
-    if (std::get<bool>(*step)) break;
+    const core::BuildStep done = std::get<core::BuildStep>(*step);
+    if (done == core::BuildStep::caught_up) break;
+    if (done == core::BuildStep::wait) {
+      boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor, wait);
+      co_await timer.async_wait(boost::asio::use_awaitable);
+      wait = std::min<std::chrono::milliseconds>(2 * wait, kWaitMax);
+      continue;
+    }
+    wait = kWaitMin;
     if (!task && call.ctx.active_tasks != nullptr) {
       auto tr = call.store().create_transaction();
       const std::int64_t left = pending_changes(tr, db, g);

@@ -9,6 +9,7 @@
 // their own, so the cluster may be shared with other tests.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -321,6 +322,137 @@ TEST_F(MultiNodeTest, AUniqueIndexBuildThroughOneNodeIsSeenByTheOthers) {
   for (int n = 0; n < kNodes; ++n) {
     const auto dup = call(n, verb::post, "/db", R"({"email":"u7@example.com"})");
     EXPECT_EQ(dup.status, 409u) << n << " " << dup.body;
+  }
+}
+
+// A view is built by one node at a time, under its claim in the store: queries through the others
+// wait for that build instead of mapping the same documents again (couchdb.mrview.map_doc counts
+// every document mapped, wasted or not); when the builder dies, one of them takes the
+// build over (after the claim lapses, 10 s unchanged) and every query answers.
+TEST_F(MultiNodeTest, AViewIsBuiltByOneNodeAtATimeAndAnotherTakesOverWhenItDies) {
+  ASSERT_EQ(call(0, verb::put, "/db").status, 201u);
+  constexpr int kDocs = 9000, kKeys = 9;
+  for (int b = 0; b < kDocs / 1500; ++b) {
+    Json docs = Json::array();
+    for (int i = b * 1500; i < (b + 1) * 1500; ++i)
+      docs.push_back({{"_id", "d" + std::to_string(i)}, {"k", i % kKeys}});
+    ASSERT_EQ(call(b % kNodes, verb::post, "/db/_bulk_docs", Json{{"docs", docs}}.dump()).status,
+              201u);
+  }
+  // Two design documents, two indexes (their map functions differ, so do their signatures).
+  for (const std::string name : {"a", "b"}) {
+    const Json ddoc = {
+        {"views",
+         {{"by_k",
+           {{"map", "function(d) { emit(d.k, '" + name + "'); }"}, {"reduce", "_count"}}}}}};
+    ASSERT_EQ(call(0, verb::put, "/db/_design/" + name, ddoc.dump()).status, 201u);
+  }
+  Json expected = Json::array();
+  for (int k = 0; k < kKeys; ++k) expected.push_back({{"key", k}, {"value", kDocs / kKeys}});
+
+  std::vector<bool> alive(kNodes, true);
+  // Documents mapped, over the live nodes.
+  auto mapped = [&] {
+    std::int64_t sum = 0;
+    for (int n = 0; n < kNodes; ++n)
+      if (alive[n])
+        sum += get(n, "/_node/_local/_stats/couchdb/mrview/map_doc")["value"].get<std::int64_t>();
+    return sum;
+  };
+  // The same query through every node at once.
+  auto query_all = [&](const std::string& ddoc_id, std::vector<HttpResponse>& answers) {
+    std::vector<std::thread> queries;
+    for (int n = 0; n < kNodes; ++n) {
+      queries.emplace_back([&, n] {
+        try {
+          HttpClient c(port(n), 180s);
+          answers[n] = c.request(verb::get, "/db/" + ddoc_id + "/_view/by_k?group=true", "",
+                                 {basic_auth(kAdmin, kPassword)});
+        } catch (const std::exception&) {
+          // a node killed meanwhile
+        }
+      });
+    }
+    return queries;
+  };
+  // Who builds `ddoc_id`, as each node's _active_tasks says.
+  auto builders = [&](const std::string& ddoc_id) {
+    std::vector<int> out;
+    for (int n = 0; n < kNodes; ++n) {
+      if (!alive[n]) continue;
+      for (const Json& t : get(n, "/_active_tasks"))
+        if (t.value("type", "") == "indexer" && t.value("design_document", "") == ddoc_id)
+          out.push_back(n);
+    }
+    return out;
+  };
+
+  // 1. Three queries at once: one build. The nodes may each map a first batch before one of them
+  // holds the claim (kDocsPerStep, 500), no more; the changes are the documents and two design
+  // documents.
+  {
+    const std::int64_t before = mapped();
+    std::vector<HttpResponse> answers(kNodes);
+    auto queries = query_all("_design/a", answers);
+    bool seen_running = false;
+    std::size_t most = 0;  // builders seen at once
+    while (
+        std::any_of(answers.begin(), answers.end(), [](const auto& a) { return a.status == 0; })) {
+      const auto b = builders("_design/a");
+      most = std::max(most, b.size());
+      if (!b.empty() && !seen_running)
+        seen_running = get((b[0] + 1) % kNodes,
+                           "/db/_design/a/_info")["view_index"]["updater_running"] == true;
+      std::this_thread::sleep_for(10ms);
+    }
+    for (auto& q : queries) q.join();
+    for (int n = 0; n < kNodes; ++n) {
+      ASSERT_EQ(answers[n].status, 200u) << n << " " << answers[n].body;
+      EXPECT_EQ(answers[n].json()["rows"], expected) << n;
+    }
+    EXPECT_LE(most, 1u) << "two nodes built the view at once";
+    EXPECT_TRUE(seen_running) << "no other node saw the build running";
+    EXPECT_LE(mapped() - before, kDocs + 2 + 2 * 500) << "the nodes built the same view at once";
+  }
+
+  // 2. The builder dies mid-build: another takes the build over and every live query answers.
+  std::vector<HttpResponse> answers(kNodes);
+  auto queries = query_all("_design/b", answers);
+  int first = -1;
+  std::size_t most = 0;
+  for (int i = 0; i < 3000 && first < 0; ++i) {
+    const auto b = builders("_design/b");
+    most = std::max(most, b.size());
+    if (!b.empty()) first = b[0];
+    std::this_thread::sleep_for(5ms);
+  }
+  if (first < 0) {
+    for (auto& q : queries) q.join();
+    FAIL() << "no node was seen building";
+  }
+  nodes_[first]->stop_with(SIGKILL);
+  alive[first] = false;
+  int second = -1;
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < until) {
+    const auto b = builders("_design/b");
+    most = std::max(most, b.size());
+    if (!b.empty()) second = b[0];
+    bool answered = true;
+    for (int n = 0; n < kNodes; ++n)
+      if (n != first && answers[n].status == 0) answered = false;
+    if (answered) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  for (auto& q : queries) q.join();
+  EXPECT_LE(most, 1u) << "two nodes built the view at once";
+  EXPECT_GE(second, 0) << "no node took the build over";
+  EXPECT_NE(second, first);
+  for (int n = 0; n < kNodes; ++n) {
+    if (n == first) continue;
+    ASSERT_EQ(answers[n].status, 200u) << n << " " << answers[n].body;
+    EXPECT_EQ(answers[n].json()["rows"], expected) << n;
+    EXPECT_EQ(get(n, "/db/_design/b/_info")["view_index"]["updater_running"], false) << n;
   }
 }
 
