@@ -103,6 +103,7 @@ class TransactionBackend {
   virtual Result<std::int64_t> get_estimated_range_size_bytes(std::string_view begin,
                                                               std::string_view end) = 0;
   virtual void disable_read_cache() = 0;
+  virtual void set_timeout(std::chrono::milliseconds within) = 0;
   virtual Result<std::int64_t> get_read_version() = 0;
   virtual void set(std::string_view key, std::string_view value) = 0;
   virtual void clear(std::string_view key) = 0;
@@ -172,6 +173,12 @@ class Transaction {
   // storage engine's block cache (bulk reads, such as attachment bytes streamed out, that would
   // evict what other requests read and grow memory).
   void disable_read_cache() { b_->disable_read_cache(); }
+
+  // FoundationDB's timeout option: the transaction fails with transaction_timed_out once `within`
+  // has passed since it began (retries included), in place of the store's transaction timeout,
+  // until reset(). For a read the caller can do without when the store is slow to answer. The
+  // embedded engine never waits on a network: nothing to bound.
+  void set_timeout(std::chrono::milliseconds within) { b_->set_timeout(within); }
 
   // The read version, acquiring it if not yet done.
   Result<std::int64_t> get_read_version() { return b_->get_read_version(); }

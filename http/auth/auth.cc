@@ -256,8 +256,8 @@ storage::Result<std::optional<Authenticator::Creds>> Authenticator::read_user_cr
   return std::optional<Creds>(std::move(c));
 }
 
-std::optional<Authenticator::Creds> Authenticator::lookup(const AuthSettings& s,
-                                                          std::string_view name) const {
+storage::Result<std::optional<Authenticator::Creds>> Authenticator::lookup(
+    const AuthSettings& s, std::string_view name) const {
   std::optional<Creds> creds;
   if (const auto admin = s.admins.find(std::string(name)); admin != s.admins.end()) {
     creds.emplace();
@@ -270,12 +270,14 @@ std::optional<Authenticator::Creds> Authenticator::lookup(const AuthSettings& s,
   // between requests (core/db/db_cache.h): apply_edit marks each write to _users, and a changed
   // password or role counts from the very next request.
   auto tr = store_.create_transaction();
+  if (creds) tr.set_timeout(kAdminRolesTime);
   auto doc = core::remembered_read<std::optional<Creds>>(
       tr, core::memo_key("user_doc", name),
       [&](storage::Transaction& t) { return read_user_creds(t, name); });
+  if (!doc.ok() && !creds) return doc.error();
   if (!doc.ok() || !**doc) return creds;
   const Creds& user = ***doc;
-  if (!creds) return user;
+  if (!creds) return std::optional<Creds>(user);
   for (const auto& role : user.user.roles) {  // an admin with a user doc: the doc's roles are added
     if (!creds->user.has_role(role)) creds->user.roles.push_back(role);
   }
@@ -331,11 +333,9 @@ bool Authenticator::check_password(const AuthSettings&, const Creds& creds, std:
   return true;
 }
 
-std::optional<Authenticator::Creds> Authenticator::verify_login(const AuthSettings& s,
-                                                                std::string_view name,
-                                                                std::string_view password,
-                                                                std::string_view peer, bool& locked,
-                                                                std::string_view digest) const {
+std::optional<Authenticator::Creds> Authenticator::verify_login(
+    const AuthSettings& s, std::string_view name, std::string_view password, std::string_view peer,
+    bool& locked, std::optional<core::CouchError>& unavailable, std::string_view digest) const {
   const auto user_key = [&] { return "u:" + std::string(peer) + "\n" + std::string(name); };
   const auto peer_key = [&] { return "p:" + std::string(peer); };
   // No failure remembered (the common case): no keys to build, no lock to take.
@@ -343,12 +343,16 @@ std::optional<Authenticator::Creds> Authenticator::verify_login(const AuthSettin
            (throttled(user_key()) || throttled(peer_key()));
   if (locked) return std::nullopt;
   auto creds = lookup(s, name);
-  if (!creds || !check_password(s, *creds, name, password, digest)) {
+  if (!creds.ok()) {
+    unavailable = core::storage_failure(creds.error());
+    return std::nullopt;
+  }
+  if (!*creds || !check_password(s, **creds, name, password, digest)) {
     record_failure(user_key());
     record_failure(peer_key());
     return std::nullopt;
   }
-  return creds;
+  return std::move(*creds);
 }
 
 std::string Authenticator::ensure_secret() const {
@@ -499,7 +503,12 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
     // A node that made no cookie yet takes the installation's secret, which made this one.
     const std::string secret = s->secret.empty() ? ensure_secret() : s->secret;
     if (!secret.empty() && time_ok && now < stamp + s->timeout_s) {
-      if (auto creds = lookup(*s, name)) {
+      auto found = lookup(*s, name);
+      if (!found.ok()) {
+        result.error = core::storage_failure(found.error());
+        return result;
+      }
+      if (const auto& creds = *found) {
         const std::string key = secret + creds->salt;
         const std::string data = name + ":" + time_hex;
         const bool valid =
@@ -528,11 +537,13 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
     return result;
   } else if (basic.name) {
     bool locked = false;
-    const auto creds =
-        verify_login(*s, *basic.name, basic.password, client.address, locked, basic.digest);
+    std::optional<core::CouchError> unavailable;
+    const auto creds = verify_login(*s, *basic.name, basic.password, client.address, locked,
+                                    unavailable, basic.digest);
     if (!creds) {
-      result.error = locked ? core::err::forbidden(std::string(kLockoutReason))
-                            : core::err::unauthorized("Name or password is incorrect.");
+      result.error = unavailable ? *unavailable
+                     : locked    ? core::err::forbidden(std::string(kLockoutReason))
+                                 : core::err::unauthorized("Name or password is incorrect.");
       return result;
     }
     result.user = creds->user;
@@ -561,9 +572,10 @@ Authenticator::Login Authenticator::login(std::string_view name, std::string_vie
   const auto s = settings();
   Login out;
   bool locked = false;
-  const auto creds = verify_login(*s, name, password, client.address, locked);
-  if (locked) {
-    out.error = core::err::forbidden(std::string(kLockoutReason));
+  std::optional<core::CouchError> unavailable;
+  const auto creds = verify_login(*s, name, password, client.address, locked, unavailable);
+  if (unavailable || locked) {
+    out.error = unavailable ? *unavailable : core::err::forbidden(std::string(kLockoutReason));
     return out;
   }
   if (!creds) {

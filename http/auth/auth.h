@@ -119,7 +119,7 @@ class Authenticator {
   struct Login {
     std::optional<core::UserCtx> user;      // nullopt: wrong name or password
     std::string set_cookie;                 // AuthSession, or a clearing cookie after a failure
-    std::optional<core::CouchError> error;  // throttled
+    std::optional<core::CouchError> error;  // throttled, or the store did not answer
     std::optional<HashUpgrade> upgrade;     // give it to schedule_hash_upgrade
   };
   Login login(std::string_view name, std::string_view password, const Client& client) const;
@@ -143,7 +143,11 @@ class Authenticator {
     std::string salt;
     std::string rev;  // the user doc's rev; "" for a config admin without a user doc
   };
-  std::optional<Creds> lookup(const AuthSettings& s, std::string_view name) const;
+  // name's credentials: an [admins] entry (with its user document's roles added, when the store
+  // answers within kAdminRolesTime: an admin needs the store for nothing else), else its user
+  // document. The store's error for a name that is no admin: it cannot be told from a wrong one.
+  storage::Result<std::optional<Creds>> lookup(const AuthSettings& s, std::string_view name) const;
+  static constexpr std::chrono::milliseconds kAdminRolesTime{1000};
   // The credentials in name's _users document as of `tr`, or nullopt when there is none.
   static storage::Result<std::optional<Creds>> read_user_creds(storage::Transaction& tr,
                                                                std::string_view name);
@@ -151,9 +155,11 @@ class Authenticator {
   bool check_password(const AuthSettings& s, const Creds& creds, std::string_view name,
                       std::string_view password, std::string_view digest) const;
   // Name and password as Basic and POST /_session check them: the lockout first, then the
-  // credentials (a failure counts towards the lockout). Sets `locked` when refused for it.
+  // credentials (a failure counts towards the lockout). Sets `locked` when refused for it, and
+  // `unavailable` when the store could not tell (which counts as no failure).
   std::optional<Creds> verify_login(const AuthSettings& s, std::string_view name,
                                     std::string_view password, std::string_view peer, bool& locked,
+                                    std::optional<core::CouchError>& unavailable,
                                     std::string_view digest = {}) const;
   std::string password_digest(std::string_view password) const;
   std::string make_cookie(const Client& client, const AuthSettings& s, std::string_view name,

@@ -320,6 +320,14 @@ class FdbTransaction final : public TransactionBackend {
         e != 0)
       defer(e);
   }
+  void set_timeout(std::chrono::milliseconds within) override {
+    const std::int64_t ms = std::max<std::int64_t>(1, within.count());
+    if (fdb_error_t e =
+            api_.transaction_set_option(tr_.get(), fdb::kTrOptionTimeout,
+                                        reinterpret_cast<const std::uint8_t*>(&ms), sizeof ms);
+        e != 0)
+      defer(e);
+  }
   Result<std::int64_t> get_read_version() override;
   void set(std::string_view key, std::string_view value) override;
   void clear(std::string_view key) override;

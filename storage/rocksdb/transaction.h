@@ -45,6 +45,7 @@ class RocksTransaction final : public TransactionBackend {
   Result<std::int64_t> get_estimated_range_size_bytes(std::string_view begin,
                                                       std::string_view end) override;
   void disable_read_cache() override;
+  void set_timeout(std::chrono::milliseconds) override {}
   Result<std::int64_t> get_read_version() override;
   void set(std::string_view key, std::string_view value) override;
   void clear(std::string_view key) override;

@@ -16,6 +16,22 @@ so that the final state tells exactly which increments landed. Checked:
     that is found to have landed) and its ops list holds no token twice; GET /db doc_count is the
     same on every node and at least the acknowledged creates; _changes lists each id once.
 
+Before those final checks, with the writers stopped, the whole cluster stops answering: every
+fdbserver gets SIGSTOP. Checked, with a 30 s HTTP timeout so that a hang shows as one:
+  - every node answers GET /_up 503 {"status":"nok"} within 5 s (it probes the store for 2 s),
+    asked without credentials as a load balancer does, and asked as the admin;
+  - as the admin (so are the rest): GET /_node/_local/_system answers 200 with
+    storage.available false within 5 s;
+  - a GET of an existing document and a PUT of a new one each answer 503 service_unavailable
+    within 15 s (the nodes' transaction_timeout, 10 s, and a margin), not later, never hang;
+  - so does GET /_session as a _users member (whose credentials are in the store): 503, not
+    401, three times; after the outage the member is known again on every node (no lockout);
+  - after SIGCONT, FoundationDB reports itself healthy within 60 s, and then within 60 s every
+    node answers /_up 200 and acknowledges a new document (201/202);
+  - the PUT answered 503 during the outage is looked up afterwards: either it never landed (404)
+    or it did (200); both are allowed and the report says which. The final checks count it as an
+    unanswered create and the documents acknowledged after the recovery as acknowledged ones.
+
 Needs FoundationDB's cluster.sh (CHAISE_FDB_DIR, default ../shared/fdb beside the repository):
 without it the test says SKIPPED loudly and exits 77. Chaise comes from $CHAISE_BINARY.
 Knobs (environment): CHAISE_FDB_FAULT_PORT (first fdbserver port, default 4720; the next free
@@ -24,7 +40,8 @@ triple up to +9 is used when it is taken), CHAISE_FDB_FAULT_CYCLES (3), CHAISE_F
 keeps the temporary directory (logs, data) for a post-mortem.
 Bounded: every HTTP call and every wait has a timeout, the whole run has a deadline (SIGALRM);
 every process the test starts is stopped by pid in a finally block, the cluster with
-cluster.sh stop, and the temporary directory is removed.
+cluster.sh stop (after SIGCONT to any fdbserver still stopped), and the temporary directory is
+removed.
 """
 import base64
 import collections
@@ -58,7 +75,7 @@ WRITERS = int(os.environ.get("CHAISE_FDB_FAULT_WRITERS", "4"))
 FDB_DOWN_S = float(os.environ.get("CHAISE_FDB_FAULT_FDB_DOWN_S", "8"))
 NODE_DOWN_S = float(os.environ.get("CHAISE_FDB_FAULT_NODE_DOWN_S", "3"))
 KEEP = os.environ.get("CHAISE_FDB_FAULT_KEEP") == "1"
-DEADLINE_S = int(os.environ.get("CHAISE_FDB_FAULT_DEADLINE_S", "330"))
+DEADLINE_S = int(os.environ.get("CHAISE_FDB_FAULT_DEADLINE_S", "450"))
 
 N_NODES = 3
 N_FDB = 3
@@ -69,9 +86,16 @@ SETTLE_S = 2            # load between one fault's recovery and the next fault
 HEALTHY_WAIT_S = 60     # longest wait for FoundationDB to report itself healthy after a restart
 FIRST_ACK_WAIT_S = 20   # longest wait for a restarted node's first acknowledged write
 HTTP_TIMEOUT_S = 20     # above the nodes' transaction_timeout (10 s)
+OUTAGE_HTTP_TIMEOUT_S = 30  # with the cluster stopped: a request still unanswered by then hangs
+UP_BOUND_S = 5          # /_up and _system probe the store for 2 s
+REQUEST_BOUND_S = 15    # the nodes' transaction_timeout (10 s) and a margin
+RECOVERY_WAIT_S = 60    # after SIGCONT: for FoundationDB's health, then for every node's service
 DB = "fault"
 USER, PASSWORD = "admin", "admin"
 AUTH = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+# A _users member: its credentials live in the store, which the outage takes away.
+MEMBER, MEMBER_PASSWORD = "outage-member", "member-secret"
+MEMBER_AUTH = "Basic " + base64.b64encode(f"{MEMBER}:{MEMBER_PASSWORD}".encode()).decode()
 SKIPPED = 77  # CTest's SKIP_RETURN_CODE for this test
 
 
@@ -96,13 +120,15 @@ class Client:
         self.timeout = timeout
         self.conns = {}
 
-    def call(self, port, method, path, body=None):
-        """(status, JSON body, or text when it is not JSON). Raises OSError or HTTPException when
-        no answer arrives (refused, reset, timed out)."""
+    def call(self, port, method, path, body=None, auth=True):
+        """(status, JSON body, or text when it is not JSON); as the admin, with no credentials
+        when auth is false, or with auth as the Authorization header when it is a string. Raises
+        OSError or HTTPException when no answer arrives (refused, reset, timed out)."""
         conn = self.conns.pop(port, None) or http.client.HTTPConnection(
             "127.0.0.1", port, timeout=self.timeout)
         data = None if body is None else json.dumps(body).encode()
-        headers = {"Authorization": AUTH, "Accept": "application/json"}
+        headers = {"Authorization": auth if isinstance(auth, str) else AUTH} if auth else {}
+        headers["Accept"] = "application/json"
         if data is not None:
             headers["Content-Type"] = "application/json"
         try:
@@ -536,6 +562,164 @@ def fault_cycle(c, fdbs, nodes, ledger, cluster_file, pids_file, problems, repor
     rep["end"] = now()
 
 
+def outage_phase(fdbs, nodes, ledger, cluster_file, problems, stopped, rep):
+    """The whole cluster stops answering (SIGSTOP on every fdbserver; `stopped` holds their pids
+    until they run again, so that the clean-up can resume them): the nodes must answer at once
+    that they are out of service, and requests with 503 within the transaction timeout. Then
+    SIGCONT: the service must come back on every node. What is measured goes to rep as it is
+    measured, for the summary (a run cut short still reports it)."""
+    rep["checks"] = []
+    client = Client(timeout=OUTAGE_HTTP_TIMEOUT_S)
+    w = WRITERS  # this phase's documents are those of one writer more (verify parses the ids)
+    seq = 0
+
+    def new_doc():
+        nonlocal seq
+        doc_id = f"w{w}-{seq:06d}"
+        body = {"w": w, "seq": seq, "pad": "outage"}
+        seq += 1
+        return doc_id, body
+
+    def timed(port, method, path, body=None, auth=True):
+        t0 = now()
+        try:
+            status, res = client.call(port, method, path, body, auth)
+        except (OSError, http.client.HTTPException) as e:
+            status, res = None, e
+        return status, res, now() - t0
+
+    def unavailable(res):
+        return res.get("error") == "service_unavailable"
+
+    def check(what, answer, want_status, bound, body_ok, member=None):
+        """Records and prints one answer; `member` names the part of the body worth showing."""
+        status, res, took = answer
+        good = status == want_status and took <= bound and isinstance(res, dict) and body_ok(res)
+        rep["checks"].append((what, status, took, good))
+        shown = res.get(member, res) if member and isinstance(res, dict) else res
+        print(f"  {what}: {status if status else type(res).__name__} in {took:.2f}s "
+              f"{str(shown)[:200]}", flush=True)
+        if not good:
+            problems.append(f"outage: {what}: {status} in {took:.2f}s, expected {want_status} "
+                            f"within {bound}s: {str(shown)[:300]}")
+
+    node = nodes[0]
+    member = {"_id": f"org.couchdb.user:{MEMBER}", "name": MEMBER, "password": MEMBER_PASSWORD,
+              "roles": [], "type": "user"}
+    status, res = client.call(node.port, "PUT", "/_users")
+    if status in (201, 202, 412):  # 412: there already
+        status, res = client.call(node.port, "PUT", f"/_users/org.couchdb.user:{MEMBER}", member)
+    if status not in (201, 202):
+        problems.append(f"outage: the _users member could not be created: {status} {res}")
+        client.close()
+        raise RuntimeError(problems[-1])
+    check("GET /_session as a _users member before the outage",
+          timed(node.port, "GET", "/_session", auth=MEMBER_AUTH), 200, REQUEST_BOUND_S,
+          lambda r: r.get("userCtx", {}).get("name") == MEMBER)
+    t_stop = now()
+    for f in fdbs:
+        stopped.append(f.pid)
+        os.kill(f.pid, signal.SIGSTOP)
+    print(f"outage: SIGSTOP to every fdbserver (pids {stopped})", flush=True)
+    # /_up as a load balancer asks (no credentials) through every node, then as the admin.
+    for n in nodes:
+        check(f"GET /_up via node{n.idx}", timed(n.port, "GET", "/_up", auth=False), 503,
+              UP_BOUND_S, lambda r: r.get("status") == "nok")
+    check(f"GET /_up as admin via node{node.idx}", timed(node.port, "GET", "/_up"), 503,
+          UP_BOUND_S, lambda r: r.get("status") == "nok")
+    check(f"GET /_node/_local/_system via node{node.idx}",
+          timed(node.port, "GET", "/_node/_local/_system"), 200, UP_BOUND_S,
+          lambda r: isinstance(r.get("storage"), dict) and r["storage"].get("available") is False
+          and r["storage"].get("engine") == "foundationdb", member="storage")
+    check(f"GET /{DB}/hot-0 via node{node.idx}", timed(node.port, "GET", f"/{DB}/hot-0"), 503,
+          REQUEST_BOUND_S, unavailable)
+    # A member's credentials cannot be checked: 503, not 401 (nor a failure towards a lockout).
+    for attempt in range(3):
+        check(f"GET /_session as a _users member via node{node.idx} ({attempt + 1})",
+              timed(node.port, "GET", "/_session", auth=MEMBER_AUTH), 503, REQUEST_BOUND_S,
+              unavailable)
+    lost_id, body = new_doc()
+    with ledger.lock:
+        ledger.uncertain_creates.add(lost_id)  # whatever the answer, it may or may not land
+    check(f"PUT /{DB}/{lost_id} via node{node.idx}",
+          timed(node.port, "PUT", f"/{DB}/{lost_id}", body), 503, REQUEST_BOUND_S, unavailable)
+
+    t_cont = now()
+    for pid in list(stopped):
+        os.kill(pid, signal.SIGCONT)
+    stopped.clear()
+    rep["stopped_s"] = t_cont - t_stop
+    healthy = wait_fdb_healthy(cluster_file, RECOVERY_WAIT_S)
+    rep["healthy"] = healthy
+    print(f"outage: SIGCONT after {t_cont - t_stop:.1f}s; FoundationDB healthy "
+          f"{'never' if healthy is None else f'{healthy:.1f}s later'}", flush=True)
+    if healthy is None:
+        problems.append(f"outage: FoundationDB not healthy {RECOVERY_WAIT_S}s after SIGCONT")
+        client.close()
+        raise RuntimeError(problems[-1])
+
+    # Every node: /_up 200, then a new document acknowledged; a failed attempt's document may
+    # have landed, so each attempt writes a new id. Both waits share one deadline per node.
+    rep["back"] = []
+    for n in nodes:
+        t0 = now()
+        deadline = t0 + RECOVERY_WAIT_S
+        up = None
+        while now() < deadline:
+            status, res, _ = timed(n.port, "GET", "/_up")
+            if status == 200 and isinstance(res, dict) and res.get("status") == "ok":
+                up = now() - t0
+                break
+            time.sleep(0.2)
+        acked, tries, last = None, 0, None
+        while up is not None and now() < deadline:
+            tries += 1
+            doc_id, body = new_doc()
+            status, res, _ = timed(n.port, "PUT", f"/{DB}/{doc_id}", body)
+            if status in (201, 202) and isinstance(res, dict) and "rev" in res:
+                with ledger.lock:
+                    ledger.acked_creates[doc_id] = res["rev"]
+                acked = now() - t0
+                break
+            last = f"{status} {str(res)[:200]}"
+            with ledger.lock:
+                ledger.uncertain_creates.add(doc_id)
+            if status is not None and status < 500:
+                ledger.anomaly(f"PUT /{DB}/{doc_id} (a new id) via node{n.idx} after the "
+                               f"outage: {status} {res}")
+                break
+            time.sleep(0.5)
+        rep["back"].append((n.idx, up, acked, tries))
+        print(f"  node{n.idx}: /_up 200 "
+              f"{'never' if up is None else f'after {up:.2f}s'}, first acknowledged PUT "
+              f"{'never' if acked is None else f'after {acked:.2f}s'} ({tries} tries)",
+              flush=True)
+        if up is None:
+            problems.append(f"outage: node{n.idx} did not answer /_up 200 within "
+                            f"{RECOVERY_WAIT_S}s of the cluster's recovery")
+        elif acked is None:
+            problems.append(f"outage: node{n.idx} acknowledged no PUT within "
+                            f"{RECOVERY_WAIT_S}s of the cluster's recovery ({tries} tries, last "
+                            f"{last})")
+
+    # The member's refused requests counted towards no lockout: it reads again through every node.
+    for n in nodes:
+        check(f"GET /_session as the _users member via node{n.idx} after the outage",
+              timed(n.port, "GET", "/_session", auth=MEMBER_AUTH), 200, REQUEST_BOUND_S,
+              lambda r: r.get("userCtx", {}).get("name") == MEMBER)
+
+    # The PUT answered 503: it cannot have committed while the cluster was stopped, but either
+    # outcome keeps the store consistent; the report says which it was.
+    status, res = client.call_retrying(node.port, "GET", f"/{DB}/{lost_id}")
+    landed = {200: "landed", 404: "not there"}.get(status)
+    rep["lost"] = (lost_id, landed or f"HTTP {status}")
+    print(f"  the PUT of {lost_id} during the outage: {rep['lost'][1]}", flush=True)
+    if landed is None:
+        problems.append(f"outage: GET /{DB}/{lost_id} after the recovery: {status} "
+                        f"{str(res)[:200]}")
+    client.close()
+
+
 def verify(nodes, ledger, problems):
     """The final checks, through every node; returns a few figures for the summary."""
     client = Client(timeout=60)
@@ -670,7 +854,7 @@ def log_excerpt(node, limit=15):
     return lines[-limit:] if len(lines) > limit else lines
 
 
-def print_summary(reports, ledger, figures, t_faults, t_stop, writers_n):
+def print_summary(reports, ledger, figures, t_faults, t_stop, writers_n, outage):
     print("\n== summary ==")
     print(f"{N_FDB} fdbserver processes (double ssd), {N_NODES} chaise nodes, {writers_n} "
           f"writers, {len(reports)} fault cycles")
@@ -711,6 +895,21 @@ def print_summary(reports, ledger, figures, t_faults, t_stop, writers_n):
             f"node{i} {what} x{n}" for (i, what), n in sorted(ledger.failures.items())))
     for s in ledger.failure_samples:
         print(f"  {s}")
+    if outage.get("checks"):
+        stopped = f"{outage['stopped_s']:.1f}s" if "stopped_s" in outage else "until the end"
+        print(f"every fdbserver stopped for {stopped}: " + ", ".join(
+            f"{what} {status} in {took:.2f}s{'' if good else ' (WRONG)'}"
+            for what, status, took, good in outage["checks"]))
+    if "healthy" in outage:
+        healthy = outage["healthy"]
+        print(f"  after SIGCONT: cluster healthy "
+              f"{'never' if healthy is None else f'in {healthy:.1f}s'}" + "".join(
+                  f"; node{i} /_up 200 {'never' if up is None else f'+{up:.2f}s'}, "
+                  f"PUT 201 {'never' if acked is None else f'+{acked:.2f}s'} ({tries} tries)"
+                  for i, up, acked, tries in outage.get("back", [])))
+    if "lost" in outage:
+        print(f"  the PUT answered during the outage ({outage['lost'][0]}): "
+              f"{outage['lost'][1]} afterwards")
     if figures:
         print(f"doc_count per node: {figures['doc_count']}")
         if "reads" in figures:
@@ -743,7 +942,8 @@ def main():
     nodes, fdbs, writers = [], [], []
     stop = threading.Event()
     ledger = Ledger()
-    problems, reports, figures = [], [], {}
+    problems, reports, figures, outage = [], [], {}, {}
+    stopped_fdbs = []  # fdbserver pids under SIGSTOP, resumed before anything else is stopped
     t_faults = t_stop = None
     t_begin = now()
     try:
@@ -787,6 +987,7 @@ def main():
                 problems.append(f"{w.name} did not stop within {HTTP_TIMEOUT_S + 5}s")
             if w.error:
                 problems.append(f"{w.name} failed: {w.error}")
+        outage_phase(fdbs, nodes, ledger, cluster_file, problems, stopped_fdbs, outage)
         time.sleep(1)
         figures = verify(nodes, ledger, problems)
     except Exception as e:  # Deadline included: the summary and the clean-up still run
@@ -795,11 +996,17 @@ def main():
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up runs to its end
+        for pid in stopped_fdbs:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
         stop.set()
         for w in writers:
             w.join(HTTP_TIMEOUT_S + 5)
         if t_faults is not None:
-            print_summary(reports, ledger, figures, t_faults, t_stop or now(), len(writers))
+            print_summary(reports, ledger, figures, t_faults, t_stop or now(), len(writers),
+                          outage)
         for node in nodes:
             try:
                 node.stop()
