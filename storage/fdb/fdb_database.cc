@@ -20,6 +20,7 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <unordered_map>
 
 #include "storage/fdb/fdb_c_api.h"
 #include "storage/fdb/fdb_network.h"
@@ -165,6 +166,8 @@ class FdbWatch final : public Watch {
     if (fired_.exchange(true)) return;
     cb_(e);
   }
+  void set_key(std::string_view key) { key_ = key; }
+  const std::string& key() const { return key_; }  // in the cluster's keyspace
 
  private:
   static void on_ready(FDBFuture* f, void* param) {
@@ -179,6 +182,7 @@ class FdbWatch final : public Watch {
   WatchCallback cb_;
   std::atomic<bool> fired_{false};
   FDBFuture* future_ = nullptr;
+  std::string key_;
   std::shared_ptr<FdbWatch> self_;
 };
 
@@ -199,12 +203,12 @@ class FdbEngine final : public DatabaseBackend {
       if (!commits_cv_.wait_for(lock, limit, [&] { return commits_in_flight_ == 0; }))
         std::fprintf(stderr, "chaise: FoundationDB commits still in flight at close\n");
     }
-    std::vector<std::weak_ptr<FdbWatch>> watches;
+    WatchMap watches;
     {
       std::lock_guard lock(watch_mu_);
       watches.swap(watches_);
     }
-    for (auto& weak : watches)
+    for (auto& [key, weak] : watches)
       if (auto w = weak.lock()) w->cancel();
     api_.database_destroy(db_);
   }
@@ -261,14 +265,36 @@ class FdbEngine final : public DatabaseBackend {
     std::lock_guard lock(commits_mu_);
     if (--commits_in_flight_ == 0) commits_cv_.notify_all();
   }
-  // Remembers a watch, to cancel it if it is still waiting when the handle goes.
+  // Remembers a watch, to cancel it if it is still waiting when the handle goes, and to fire it
+  // when this process changes its key (wake_watches).
   void track(const std::shared_ptr<FdbWatch>& w) {
     std::lock_guard lock(watch_mu_);
     if (watches_.size() >= watch_sweep_at_) {
-      std::erase_if(watches_, [](const std::weak_ptr<FdbWatch>& x) { return x.expired(); });
+      std::erase_if(watches_, [](const auto& x) { return x.second.expired(); });
       watch_sweep_at_ = std::max<std::size_t>(1024, 2 * watches_.size());
     }
-    watches_.push_back(w);
+    watches_.emplace(w->key(), w);
+    watching_.store(true, std::memory_order_relaxed);
+  }
+  // Whether any watch was made here (transactions then note the keys they add to).
+  bool watching() const { return watching_.load(std::memory_order_relaxed); }
+  // A transaction of this process committed an atomic op on each of `keys` (in the cluster's
+  // keyspace): the watches on them fire now, without waiting for the storage server to report
+  // the change, so a feed on the server that wrote wakes at once. FoundationDB's own report
+  // follows and finds the watch fired. A watch armed after the commit's read version may wake
+  // for nothing: its waiters read again and wait again.
+  void wake_watches(const std::vector<std::string>& keys) {
+    if (keys.empty()) return;
+    std::vector<std::shared_ptr<FdbWatch>> due;
+    {
+      std::lock_guard lock(watch_mu_);
+      for (const std::string& key : keys) {
+        auto [b, e] = watches_.equal_range(key);
+        for (auto it = b; it != e; ++it)
+          if (auto w = it->second.lock()) due.push_back(std::move(w));
+      }
+    }
+    for (auto& w : due) w->fire(Error::success);
   }
   // Reads the cluster's instance id, storing a new random one on a new cluster.
   Status load_instance_id();
@@ -288,9 +314,11 @@ class FdbEngine final : public DatabaseBackend {
   std::mutex commits_mu_;  // guards commits_in_flight_
   std::condition_variable commits_cv_;
   int commits_in_flight_ = 0;
-  std::mutex watch_mu_;  // guards watches_ and watch_sweep_at_
-  std::vector<std::weak_ptr<FdbWatch>> watches_;
-  std::size_t watch_sweep_at_ = 1024;  // drop the gone ones when the list reaches this
+  using WatchMap = std::unordered_multimap<std::string, std::weak_ptr<FdbWatch>>;
+  std::mutex watch_mu_;                // guards watches_ and watch_sweep_at_
+  WatchMap watches_;                   // by key
+  std::size_t watch_sweep_at_ = 1024;  // drop the gone ones when the map reaches this
+  std::atomic<bool> watching_{false};
 };
 
 // The FDBTransaction, shared with a commit in flight (commit_async) so that it outlives its
@@ -386,6 +414,7 @@ class FdbTransaction final : public TransactionBackend {
 
   void clear_state() {
     watches_.clear();
+    added_keys_.clear();
     size_bytes_ = 0;
     deferred_ = Error::success;
     committing_ = false;
@@ -458,6 +487,10 @@ class FdbTransaction final : public TransactionBackend {
   // Watches made here, until the commit: failed with its error if it fails before FoundationDB
   // (a deferred error), which would otherwise leave them to the transaction's reset.
   std::vector<std::shared_ptr<FdbWatch>> watches_;
+  // The distinct keys this transaction adds to atomically (at most kAddedKeysMax, while the
+  // engine has watches): the feeds' counters, whose watches the commit fires (wake_watches).
+  static constexpr std::size_t kAddedKeysMax = 64;
+  std::vector<std::string> added_keys_;
   std::size_t size_bytes_ = 0;
   Error deferred_ = Error::success;
   fdb_error_t last_code_ = 0;
@@ -696,6 +729,9 @@ void FdbTransaction::atomic_op(std::string_view key, MutationType type, std::str
   writes_ = true;
   std::string kb;
   key = in(key, kb);
+  if (engine_->watching() && added_keys_.size() < kAddedKeysMax &&
+      std::find(added_keys_.begin(), added_keys_.end(), key) == added_keys_.end())
+    added_keys_.emplace_back(key);
   api_.transaction_atomic_op(tr_.get(), bytes(key), length(key), bytes(operand), length(operand),
                              op);
 }
@@ -766,6 +802,7 @@ std::shared_ptr<Watch> FdbTransaction::watch(std::string_view key, WatchCallback
   }
   std::string kb;
   key = in(key, kb);
+  w->set_key(key);
   FdbWatch::arm(w, api_.transaction_watch(tr_.get(), bytes(key), length(key)));
   engine_->track(w);
   watches_.push_back(w);
@@ -830,6 +867,7 @@ Result<CommitResult> FdbTransaction::commit() {
   if (fdb_error_t e = api_.transaction_get_committed_version(tr_.get(), &result.version); e != 0)
     return fail(e);
   engine_->note_commit(result.version);
+  engine_->wake_watches(added_keys_);
   if (stamp.wait() == 0) {
     const std::uint8_t* key = nullptr;
     int n = 0;
@@ -846,6 +884,7 @@ struct FdbTransaction::CommitOp {
   FDBFuture* stamp = nullptr;
   CommitResult result;
   std::function<void(Result<CommitResult>)> done;
+  std::vector<std::string> added_keys;  // FdbTransaction::added_keys_
 
   void finish(Result<CommitResult> r) {
     const FdbApi& api = engine->api();
@@ -878,6 +917,7 @@ void FdbTransaction::on_commit_ready(FDBFuture* f, void* param) {
       e != 0)
     return op->finish(op->engine->map(e));
   op->engine->note_commit(op->result.version);
+  op->engine->wake_watches(op->added_keys);
   // FoundationDB sets the versionstamp with the commit; should it come later, its own callback
   // finishes.
   if (api.future_is_ready(op->stamp)) return op->finish_with_stamp();
@@ -899,7 +939,8 @@ void FdbTransaction::commit_async(std::function<void(Result<CommitResult>)> done
     return done(result);
   }
   engine_->begin_async_commit();
-  auto* op = new CommitOp{engine_, tr_, nullptr, nullptr, {}, std::move(done)};
+  auto* op =
+      new CommitOp{engine_, tr_, nullptr, nullptr, {}, std::move(done), std::move(added_keys_)};
   op->stamp = api_.transaction_get_versionstamp(tr_.get());
   op->commit = api_.transaction_commit(tr_.get());
   if (fdb_error_t e = api_.future_set_callback(op->commit, &on_commit_ready, op); e != 0)
