@@ -280,6 +280,68 @@ TEST_F(MultiNodeTest, FeedsOnOneNodeWakeOnAWriteThroughAnother) {
   EXPECT_LT(took, 2s);
 }
 
+// RFC 004's sharded feed across nodes: consumers of one database's changes shards, each through a
+// different node, split its changes between them (each change in exactly one shard's feed), and a
+// reshard through yet another node ends every one of their live feeds with topology_changed.
+TEST_F(MultiNodeTest, ConsumersOnDifferentNodesSplitOneDatabasesChanges) {
+  ASSERT_EQ(call(0, verb::put, "/db").status, 201u);
+  const auto resharded = call(0, verb::put, "/db/_changes/_meta", R"({"shards":3})");
+  ASSERT_EQ(resharded.status, 200u) << resharded.body;
+  const Json shards = resharded.json()["shards"];
+  ASSERT_EQ(shards.size(), 3u);
+  for (int n = 0; n < kNodes; ++n)
+    EXPECT_EQ(get(n, "/db/_changes/_meta")["topology"].back()["shards"], shards) << n;
+  // Shard i's consumer reads through node i.
+  std::vector<std::unique_ptr<FeedClient>> consumers;
+  for (int n = 0; n < kNodes; ++n) {
+    consumers.push_back(std::make_unique<FeedClient>(port(n),
+                                                     "/db/_changes/" +
+                                                         std::to_string(shards[n].get<int>()) +
+                                                         "?feed=continuous&since=0&timeout=30000",
+                                                     "GET", "", auth_line()));
+    ASSERT_TRUE(consumers.back()->wait_head(10s)) << n;
+  }
+  constexpr int kDocs = 60;
+  for (int i = 0; i < kDocs; ++i)
+    ASSERT_EQ(call(i % kNodes, verb::put, "/db/s" + std::to_string(i), "{}").status, 201u) << i;
+  // The ids each consumer has seen so far.
+  auto seen = [&](int n) {
+    std::vector<std::string> ids;
+    const std::string& body = consumers[n]->body();
+    for (std::size_t at = 0; (at = body.find("\"id\":\"", at)) != std::string::npos;) {
+      at += 6;
+      ids.push_back(body.substr(at, body.find('"', at) - at));
+    }
+    return ids;
+  };
+  std::size_t total = 0;
+  for (const auto until = std::chrono::steady_clock::now() + 20s;
+       total < kDocs && std::chrono::steady_clock::now() < until;) {
+    total = 0;
+    for (int n = 0; n < kNodes; ++n) {
+      consumers[n]->wait_for("\n\n(never sent)", 50ms);  // reads what has come
+      total += seen(n).size();
+    }
+  }
+  std::multiset<std::string> all;
+  for (int n = 0; n < kNodes; ++n) {
+    const auto ids = seen(n);
+    EXPECT_FALSE(ids.empty()) << "shard " << shards[n] << " got none of " << kDocs;
+    all.insert(ids.begin(), ids.end());
+  }
+  EXPECT_EQ(all.size(), static_cast<std::size_t>(kDocs)) << "each change in exactly one shard";
+  for (int i = 0; i < kDocs; ++i) EXPECT_EQ(all.count("s" + std::to_string(i)), 1u) << i;
+  // A reshard through node 1 ends every consumer's feed, whichever node serves it.
+  const auto again = call(1, verb::put, "/db/_changes/_meta", R"({"shards":2})");
+  ASSERT_EQ(again.status, 200u) << again.body;
+  for (int n = 0; n < kNodes; ++n) {
+    ASSERT_TRUE(consumers[n]->wait_end(10s)) << n << " " << consumers[n]->body();
+    EXPECT_NE(consumers[n]->body().find("\"topology_changed\":true"), std::string::npos)
+        << consumers[n]->body();
+  }
+  EXPECT_EQ(get(2, "/db/_changes/_meta")["topology"].back()["shards"], again.json()["shards"]);
+}
+
 // The build of a unique index is claimed in the store: while it runs through one node, another
 // node refuses a second build of it and reports it as running.
 TEST_F(MultiNodeTest, AUniqueIndexBuildThroughOneNodeIsSeenByTheOthers) {
