@@ -9,8 +9,8 @@ workloads on each setup in one run, and one table.
 Setups, in this order: embedded Chaise (--embedded: storage_engine rocksdb, one node), Chaise on
 FoundationDB with each count of nodes given to --nodes, CouchDB (--couchdb URL, a running server;
 BENCH_PID=<its beam.smp pid> for its CPU). Each Chaise setup starts fresh: new data directories
-and, on FoundationDB, a key_prefix of its own (and 64 io threads), so nothing carries over; it
-stops every process it started, by pid, and deletes its databases at the end.
+and, on FoundationDB, a key_prefix of its own (and 64 io threads, 8 workers), so nothing carries
+over; it stops every process it started, by pid, and deletes its databases at the end.
 
 Without --cluster-file a one-process FoundationDB cluster ("single memory") is started in a
 temporary directory with ../shared/fdb/cluster.sh (FDB_PORT, default 4740; FDB_MEMORY, default
@@ -730,9 +730,10 @@ def main():
                 else:
                     count = int(name.split()[1])
                     prefix = f"bench-nodes/{run_id}/{number}/"
-                    # 64 io threads: a request waits for the cluster on its io thread, so they
-                    # are the requests in flight (bench/README.md, "Storage engines").
-                    ini = (f"[chaise]\nstorage_engine = foundationdb\nio_threads = 64\n[foundationdb]\n"
+                    # 64 io threads and 8 workers: a request waits for the cluster on its thread,
+                    # so they are the requests in flight (bench/README.md, "Storage engines").
+                    ini = (f"[chaise]\nstorage_engine = foundationdb\nio_threads = 64\n"
+                           f"worker_threads = 8\n[foundationdb]\n"
                            f"cluster_file = {cluster_file}\nlibrary = {FDB_LIBRARY}\nkey_prefix = {prefix}\n")
                     for _ in range(count):  # one after the other: the first sets the prefix up
                         setup.chaise.append(Chaise(ini))
