@@ -578,9 +578,12 @@ Status FdbTransaction::read_range(std::string_view begin, std::string_view end, 
     fdb::fdb_bool_t more = 0;
     if (fdb_error_t e = api_.future_get_keyvalue_array(f.get(), &kvs, &count, &more); e != 0)
       return fail(e);
-    for (int i = 0; i < count && out.size() < n_max; ++i)
-      out.push_back(
-          {user_key(kvs[i].key, kvs[i].key_length), to_string(kvs[i].value, kvs[i].value_length)});
+    for (int i = 0; i < count && out.size() < n_max; ++i) {
+      // Copied out: the client library's array need not be aligned even to the struct's 4 bytes.
+      FDBKeyValue kv;
+      std::memcpy(&kv, reinterpret_cast<const unsigned char*>(kvs) + i * sizeof kv, sizeof kv);
+      out.push_back({user_key(kv.key, kv.key_length), to_string(kv.value, kv.value_length)});
+    }
     if (!more || out.size() >= n_max || count == 0) return {};
     if (reverse == Reverse::no) {
       lo = out.back().key;
