@@ -425,11 +425,11 @@ TEST_F(MultiNodeTest, AViewIsBuiltByOneNodeAtATimeAndAnotherTakesOverWhenItDies)
   auto query_all = [&](const std::string& ddoc_id, std::vector<HttpResponse>& answers) {
     std::vector<std::thread> queries;
     for (int n = 0; n < kNodes; ++n) {
-      queries.emplace_back([&, n] {
+      // The target by value: the threads outlive this call.
+      queries.emplace_back([&, n, target = "/db/" + ddoc_id + "/_view/by_k?group=true"] {
         try {
           HttpClient c(port(n), 180s);
-          answers[n] = c.request(verb::get, "/db/" + ddoc_id + "/_view/by_k?group=true", "",
-                                 {basic_auth(kAdmin, kPassword)});
+          answers[n] = c.request(verb::get, target, "", {basic_auth(kAdmin, kPassword)});
         } catch (const std::exception&) {
           // a node killed meanwhile
         }
