@@ -141,10 +141,12 @@ fuzz: deps fuzz-deps
 	export -f fuzz_one
 	printf '%s\n' $(FUZZ_TARGETS) | xargs -P $(JOBS) -n 1 bash -c 'fuzz_one "$$1"' fuzz
 
+# tests/lsan.supp: what FoundationDB's client library keeps until exit (the FoundationDB tests).
 asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCHAISE_SANITIZE=address -DCHAISE_BENCH=OFF
 	cmake --build build-asan -j$(JOBS)
-	ctest --test-dir build-asan --output-on-failure -j2
+	LSAN_OPTIONS="suppressions=$(CURDIR)/tests/lsan.supp $(LSAN_OPTIONS)" \
+	  ctest --test-dir build-asan --output-on-failure -j2
 
 # tests/tsan.supp: what the uninstrumented RocksDB hides from TSan; a longer history so the
 # earlier access of a report keeps its stack (and the suppressions can see it). Accesses that
