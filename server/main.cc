@@ -622,6 +622,10 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
     spdlog::critical("cannot listen on {}:{}: {}", config.bind_address, config.port, ec.message());
     return kExitStartupFailed;
   }
+  // Before the ports are printed: a client that reads them may ask for a replication to a local
+  // database at once, and the replicator names this server by them.
+  replication_endpoints->set_listener(config.bind_address, server.port(),
+                                      config.tls ? server.tls_port() : 0);
   const bool ipv6 = config.bind_address.find(':') != std::string::npos;
   std::printf(ipv6 ? "chaise listening on [%s]:%u\n" : "chaise listening on %s:%u\n",
               config.bind_address.c_str(), static_cast<unsigned>(server.port()));
@@ -631,8 +635,6 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
         config.bind_address.c_str(), static_cast<unsigned>(server.tls_port()));
   }
   std::fflush(stdout);
-  replication_endpoints->set_listener(config.bind_address, server.port(),
-                                      config.tls ? server.tls_port() : 0);
   replicator->start();
   notify_systemd("READY=1");
 
