@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/http/test_server.h"
@@ -134,8 +136,15 @@ TEST_F(PurgeHttpTest, PurgedBytesLeaveTheSizesAndTheFilesAfterCompaction) {
   const Json purged = info()["sizes"];
   EXPECT_LT(purged["active"].get<long long>(), before["active"].get<long long>() / 4);
   EXPECT_LT(purged["external"].get<long long>(), before["external"].get<long long>() / 4);
-  ASSERT_EQ(call(verb::post, "/db/_compact").status, 202u);
-  const Json compacted = info()["sizes"];
+  // A compaction cannot drop bytes that a reader running at that moment (the server's background
+  // work) may still see; one after it can. Compacted again a few times at most.
+  Json compacted;
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ASSERT_EQ(call(verb::post, "/db/_compact").status, 202u);
+    compacted = info()["sizes"];
+    if (compacted["file"].get<long long>() < before["file"].get<long long>() / 2) break;
+  }
   EXPECT_LT(compacted["file"].get<long long>(), before["file"].get<long long>() / 2)
       << before.dump() << " then " << compacted.dump();
   EXPECT_EQ(info()["doc_count"], 50);
