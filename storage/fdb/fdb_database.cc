@@ -134,6 +134,19 @@ class Future {
 
 class FdbEngine;
 
+// The client library hands a callback's argument from the thread that armed it to its network
+// thread through synchronisation ThreadSanitizer cannot see (the library is not instrumented);
+// these say so, and it checks the rest.
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+void handed_over(void* arg) { __tsan_release(arg); }
+void taken_over(void* arg) { __tsan_acquire(arg); }
+#else
+void handed_over(void*) {}
+void taken_over(void*) {}
+#endif
+
 // A watch: FoundationDB's watch future, whose callback runs ours once (cancel() may run it first).
 // It owns itself (self_) until FoundationDB's callback, which runs exactly once whatever becomes of
 // the future (set, failed, cancelled); the future goes with the watch.
@@ -148,6 +161,7 @@ class FdbWatch final : public Watch {
   static void arm(const std::shared_ptr<FdbWatch>& w, FDBFuture* f) {
     w->future_ = f;
     w->self_ = w;
+    handed_over(w.get());
     if (fdb_error_t e = w->api_.future_set_callback(f, &FdbWatch::on_ready, w.get()); e != 0) {
       w->fire(map_error(w->api_, e));  // not armed: nothing will call on_ready
       w->self_.reset();
@@ -171,6 +185,7 @@ class FdbWatch final : public Watch {
 
  private:
   static void on_ready(FDBFuture* f, void* param) {
+    taken_over(param);
     auto* w = static_cast<FdbWatch*>(param);
     w->fire(map_error(w->api_, w->api_.future_get_error(f)));
     // Set before the callback was armed. It may be the last reference: the watch goes as this
@@ -910,6 +925,7 @@ struct FdbTransaction::CommitOp {
 };
 
 void FdbTransaction::on_commit_ready(FDBFuture* f, void* param) {
+  taken_over(param);
   auto* op = static_cast<CommitOp*>(param);
   const FdbApi& api = op->engine->api();
   if (fdb_error_t e = api.future_get_error(f); e != 0) {
@@ -924,11 +940,13 @@ void FdbTransaction::on_commit_ready(FDBFuture* f, void* param) {
   // FoundationDB sets the versionstamp with the commit; should it come later, its own callback
   // finishes.
   if (api.future_is_ready(op->stamp)) return op->finish_with_stamp();
+  handed_over(op);
   if (fdb_error_t e = api.future_set_callback(op->stamp, &on_versionstamp_ready, op); e != 0)
     op->finish(std::move(op->result));
 }
 
 void FdbTransaction::on_versionstamp_ready(FDBFuture*, void* param) {
+  taken_over(param);
   static_cast<CommitOp*>(param)->finish_with_stamp();
 }
 
@@ -946,6 +964,7 @@ void FdbTransaction::commit_async(std::function<void(Result<CommitResult>)> done
       new CommitOp{engine_, tr_, nullptr, nullptr, {}, std::move(done), std::move(added_keys_)};
   op->stamp = api_.transaction_get_versionstamp(tr_.get());
   op->commit = api_.transaction_commit(tr_.get());
+  handed_over(op);
   if (fdb_error_t e = api_.future_set_callback(op->commit, &on_commit_ready, op); e != 0)
     op->finish(fail(e));
 }
