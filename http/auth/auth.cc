@@ -335,16 +335,18 @@ bool Authenticator::check_password(const AuthSettings&, const Creds& creds, std:
 
 std::optional<Authenticator::Creds> Authenticator::verify_login(
     const AuthSettings& s, std::string_view name, std::string_view password, std::string_view peer,
-    bool& locked, std::optional<core::CouchError>& unavailable, std::string_view digest) const {
+    std::optional<core::CouchError>& refused, std::string_view digest) const {
   const auto user_key = [&] { return "u:" + std::string(peer) + "\n" + std::string(name); };
   const auto peer_key = [&] { return "p:" + std::string(peer); };
   // No failure remembered (the common case): no keys to build, no lock to take.
-  locked = failures_remembered_.load(std::memory_order_relaxed) != 0 &&
-           (throttled(user_key()) || throttled(peer_key()));
-  if (locked) return std::nullopt;
+  if (failures_remembered_.load(std::memory_order_relaxed) != 0 &&
+      (throttled(user_key()) || throttled(peer_key()))) {
+    refused = core::err::forbidden(std::string(kLockoutReason));
+    return std::nullopt;
+  }
   auto creds = lookup(s, name);
   if (!creds.ok()) {
-    unavailable = core::storage_failure(creds.error());
+    refused = core::storage_failure(creds.error());
     return std::nullopt;
   }
   if (!*creds || !check_password(s, **creds, name, password, digest)) {
@@ -536,14 +538,11 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
     result.error = core::err::bad_request("Authorization header has invalid base64 value");
     return result;
   } else if (basic.name) {
-    bool locked = false;
-    std::optional<core::CouchError> unavailable;
-    const auto creds = verify_login(*s, *basic.name, basic.password, client.address, locked,
-                                    unavailable, basic.digest);
+    std::optional<core::CouchError> refused;
+    const auto creds =
+        verify_login(*s, *basic.name, basic.password, client.address, refused, basic.digest);
     if (!creds) {
-      result.error = unavailable ? *unavailable
-                     : locked    ? core::err::forbidden(std::string(kLockoutReason))
-                                 : core::err::unauthorized("Name or password is incorrect.");
+      result.error = refused ? *refused : core::err::unauthorized("Name or password is incorrect.");
       return result;
     }
     result.user = creds->user;
@@ -571,11 +570,10 @@ Authenticator::Login Authenticator::login(std::string_view name, std::string_vie
                                           const Client& client) const {
   const auto s = settings();
   Login out;
-  bool locked = false;
-  std::optional<core::CouchError> unavailable;
-  const auto creds = verify_login(*s, name, password, client.address, locked, unavailable);
-  if (unavailable || locked) {
-    out.error = unavailable ? *unavailable : core::err::forbidden(std::string(kLockoutReason));
+  std::optional<core::CouchError> refused;
+  const auto creds = verify_login(*s, name, password, client.address, refused);
+  if (refused) {
+    out.error = std::move(refused);
     return out;
   }
   if (!creds) {

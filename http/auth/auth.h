@@ -155,11 +155,12 @@ class Authenticator {
   bool check_password(const AuthSettings& s, const Creds& creds, std::string_view name,
                       std::string_view password, std::string_view digest) const;
   // Name and password as Basic and POST /_session check them: the lockout first, then the
-  // credentials (a failure counts towards the lockout). Sets `locked` when refused for it, and
-  // `unavailable` when the store could not tell (which counts as no failure).
+  // credentials (a failure counts towards the lockout). nullopt with `refused` unset: a wrong
+  // name or password; with it set, the answer instead: 403 for the lockout, or the store's error
+  // when it could not tell (which counts as no failure).
   std::optional<Creds> verify_login(const AuthSettings& s, std::string_view name,
-                                    std::string_view password, std::string_view peer, bool& locked,
-                                    std::optional<core::CouchError>& unavailable,
+                                    std::string_view password, std::string_view peer,
+                                    std::optional<core::CouchError>& refused,
                                     std::string_view digest = {}) const;
   std::string password_digest(std::string_view password) const;
   std::string make_cookie(const Client& client, const AuthSettings& s, std::string_view name,
