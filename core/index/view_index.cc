@@ -448,11 +448,9 @@ StorageResult<Outcome<BuildStep>> ViewIndexBuild::step(Transaction& tr, std::siz
   if (auto* e = std::get_if<CouchError>(&*r)) return Outcome<BuildStep>(*e);
   if (std::get<bool>(*r)) {
     if (*claim) tr.clear(claim_key_);  // ours, or a lapsed one: either way no build runs now
-    wrote_claim_ = false;
     return Outcome<BuildStep>(BuildStep::caught_up);
   }
   write_claim(tr, claim_key_, owner_, idem_now_ms());
-  wrote_claim_ = true;
   return Outcome<BuildStep>(BuildStep::progressed);
 }
 

@@ -105,10 +105,9 @@ class ViewIndexBuild {
   ViewIndexBuild(DbRef db, const ViewGroup& g, js::Engine& js);
   // `applied`: as update_step's. A map function that fails is the CouchError.
   StorageResult<Outcome<BuildStep>> step(Transaction& tr, std::size_t* applied);
-  // Gives the claim back when this build holds it (a build that ends in an error).
+  // Gives the claim back when this build holds it (a build that ends in an error; one that
+  // caught up holds none).
   storage::Status release(Transaction& tr);
-  // Whether a step of this build wrote the claim and none cleared it since.
-  bool may_hold_claim() const { return wrote_claim_; }
 
  private:
   DbRef db_;
@@ -118,7 +117,6 @@ class ViewIndexBuild {
   std::string claim_key_;
   ClaimWatch watch_{kViewBuildLapse};
   std::optional<Sequence> target_;
-  bool wrote_claim_ = false;
 };
 
 // Whether a build of the index holds a live claim (by the wall clocks): design info's

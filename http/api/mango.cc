@@ -167,15 +167,8 @@ boost::asio::awaitable<Response> build_unique(const Call& call, const core::DbRe
   }));
   if (!claimed) throw HttpError(err::conflict("Index " + name + " is being built"));
   // However the build ends, its claim goes (a server that dies leaves it to lapse).
-  struct ClaimDrop {
-    storage::Database& store;
-    const core::DbRef& db;
-    const std::string& id;
-    ~ClaimDrop() {
-      [[maybe_unused]] auto s =
-          store.run([&](storage::Transaction& tr) { return core::drop_unique_claim(tr, db, id); });
-    }
-  } drop{call.store(), db, def.id};
+  RunAtExit drop(call.store(),
+                 [&](storage::Transaction& tr) { return core::drop_unique_claim(tr, db, def.id); });
 
   if (write_ddoc) {
     core::DocWriteBatch batch = index_ddoc_batch(call, db, ddoc, doc, false);

@@ -68,4 +68,25 @@ boost::asio::awaitable<storage::Status> run_txn(storage::Database& store, Body&&
   co_return storage::Status(last);
 }
 
+// Runs `body(tr) -> storage::Status` in its own transaction (Database::run) when the scope ends,
+// however it ends, unless dismissed: a claim given back by a request that may end in an exception.
+// Blocking, for a quick write or two; its error is dropped (a claim not given back lapses).
+template <typename Body>
+class RunAtExit {
+ public:
+  RunAtExit(storage::Database& store, Body body) : store_(store), body_(std::move(body)) {}
+  RunAtExit(const RunAtExit&) = delete;
+  RunAtExit& operator=(const RunAtExit&) = delete;
+  ~RunAtExit() {
+    if (!dismissed_) [[maybe_unused]]
+      storage::Status s = store_.run(body_);
+  }
+  void dismiss() { dismissed_ = true; }
+
+ private:
+  storage::Database& store_;
+  Body body_;
+  bool dismissed_ = false;
+};
+
 }  // namespace chaise::http

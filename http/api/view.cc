@@ -447,16 +447,8 @@ boost::asio::awaitable<void> build_index(const Call& call, const core::DbRef& db
   core::js::Engine& engine = js_engine(call);
   core::ViewIndexBuild build(db, g, engine);
   // A build that ends in an error gives its claim back at once (a server that dies leaves it to
-  // lapse); one that caught up cleared it in its last step.
-  struct Release {
-    storage::Database& store;
-    core::ViewIndexBuild& build;
-    ~Release() {
-      if (!build.may_hold_claim()) return;
-      [[maybe_unused]] auto s =
-          store.run([&](storage::Transaction& tr) { return build.release(tr); });
-    }
-  } release{call.store(), build};
+  // lapse); one that caught up cleared it in its last step, or never held it.
+  RunAtExit release(call.store(), [&](storage::Transaction& tr) { return build.release(tr); });
   // Shown in _active_tasks from the first step that leaves work for another.
   core::ActiveTasks::Handle task;
   // While another request builds, how long to wait before looking again: short at first (most
@@ -496,6 +488,7 @@ boost::asio::awaitable<void> build_index(const Call& call, const core::DbRef& db
     }
     if (task) task->add_done(static_cast<std::int64_t>(applied));
   }
+  release.dismiss();
 }
 
 MaybeResponse handle_design_action(Call& call, const core::DbRef& db, const std::string& ddoc,
