@@ -77,7 +77,9 @@ struct CommitResult {
 
 // A registered watch. The callback runs exactly once: with success after a commit changes the key's
 // value from the one the watching transaction saw, with transaction_cancelled after cancel(), or
-// with the commit's error if the watching transaction failed. It runs on the engine's commit thread
+// with the commit's error if the watching transaction failed. Its second argument is the version
+// of the commit that fired it when that commit was this process's (else 0): a transaction given it
+// by set_read_version sees the change without asking the cluster for a read version. It runs on the engine's commit thread
 // (FoundationDB's network thread), or on the cancelling or committing caller's thread, and must not
 // block.
 class Watch {
@@ -85,7 +87,7 @@ class Watch {
   virtual ~Watch() = default;
   virtual void cancel() = 0;
 };
-using WatchCallback = std::function<void(Error)>;
+using WatchCallback = std::function<void(Error, std::int64_t version)>;
 
 // What an engine implements behind Transaction: one object per transaction, made by its
 // DatabaseBackend. Each call has the contract of the Transaction method of the same name.
@@ -104,6 +106,7 @@ class TransactionBackend {
                                                               std::string_view end) = 0;
   virtual void disable_read_cache() = 0;
   virtual void set_timeout(std::chrono::milliseconds within) = 0;
+  virtual void set_read_version(std::int64_t version) = 0;
   virtual Result<std::int64_t> get_read_version() = 0;
   virtual void set(std::string_view key, std::string_view value) = 0;
   virtual void clear(std::string_view key) = 0;
@@ -179,6 +182,13 @@ class Transaction {
   // until reset(). For a read the caller can do without when the store is slow to answer. The
   // embedded engine never waits on a network: nothing to bound.
   void set_timeout(std::chrono::milliseconds within) { b_->set_timeout(within); }
+
+  // FoundationDB's set_read_version: the reads use `version` instead of a read version asked of
+  // the cluster, a round trip fewer. `version` is one this process saw committed (a watch's, a
+  // CommitResult's) within the last second, well inside the five seconds a version stays
+  // readable; the reads see every commit up to it and perhaps none after. Called before the
+  // first read. The embedded engine reads its newest snapshot, which is at least as new.
+  void set_read_version(std::int64_t version) { b_->set_read_version(version); }
 
   // The read version, acquiring it if not yet done.
   Result<std::int64_t> get_read_version() { return b_->get_read_version(); }

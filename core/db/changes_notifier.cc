@@ -12,10 +12,10 @@ StorageResult<std::int64_t> read_update_counter(Transaction& tr, const DbRef& db
 
 struct ChangesNotifier::WaiterState final : ChangesNotifier::Waiter {
   std::int64_t seen = 0;
-  std::function<void()> wake;
+  Wake wake;
   std::atomic<bool> done{false};
-  void fire() {
-    if (!done.exchange(true)) wake();
+  void fire(std::int64_t version) {
+    if (!done.exchange(true)) wake(version);
   }
 };
 
@@ -41,19 +41,19 @@ std::size_t ChangesNotifier::armed_watches() const {
 
 std::shared_ptr<ChangesNotifier::Waiter> ChangesNotifier::wait(const DbRef& db,
                                                                std::int64_t seen_counter,
-                                                               std::function<void()> wake) {
+                                                               Wake wake) {
   return wait_on(db.id, db.space.meta_key(keyspace::kUpdateCounter), seen_counter, std::move(wake));
 }
 
-std::shared_ptr<ChangesNotifier::Waiter> ChangesNotifier::wait_db_updates(
-    std::int64_t seen_counter, std::function<void()> wake) {
+std::shared_ptr<ChangesNotifier::Waiter> ChangesNotifier::wait_db_updates(std::int64_t seen_counter,
+                                                                          Wake wake) {
   return wait_on(kDbUpdatesEntry, db_updates_counter_key(), seen_counter, std::move(wake));
 }
 
 std::shared_ptr<ChangesNotifier::Waiter> ChangesNotifier::wait_on(std::int64_t entry,
                                                                   const std::string& key,
                                                                   std::int64_t seen_counter,
-                                                                  std::function<void()> wake) {
+                                                                  Wake wake) {
   auto w = std::make_shared<WaiterState>();
   w->seen = seen_counter;
   w->wake = std::move(wake);
@@ -74,7 +74,7 @@ std::shared_ptr<ChangesNotifier::Waiter> ChangesNotifier::wait_on(std::int64_t e
       }
     }
   }
-  if (fire_now) w->fire();
+  if (fire_now) w->fire(0);
   if (arm_now) arm(entry, key, generation);
   return w;
 }
@@ -84,9 +84,10 @@ void ChangesNotifier::arm(std::int64_t db_id, const std::string& key, std::uint6
   auto v = tr.get(key, storage::Snapshot::yes);
   const std::int64_t current = v.ok() && v->has_value() ? keyspace::decode_counter(**v) : 0;
   std::weak_ptr<std::atomic<bool>> alive = alive_;
-  auto watch = tr.watch(key, [this, alive, db_id](storage::Error) {
+  auto watch = tr.watch(key, [this, alive, db_id](storage::Error e, std::int64_t version) {
     // Fired (the counter moved), cancelled, or failed: in every case wake the waiters, who re-read.
-    if (auto a = alive.lock(); a && a->load()) fired(db_id);
+    if (auto a = alive.lock(); a && a->load())
+      fired(db_id, e == storage::Error::success ? version : 0);
   });
   auto committed = tr.commit();  // read-only: registers the watch with the value read above
   std::vector<std::shared_ptr<WaiterState>> wake;
@@ -115,10 +116,10 @@ void ChangesNotifier::arm(std::int64_t db_id, const std::string& key, std::uint6
       });
     }
   }
-  for (auto& s : wake) s->fire();
+  for (auto& s : wake) s->fire(0);
 }
 
-void ChangesNotifier::fired(std::int64_t db_id) {
+void ChangesNotifier::fired(std::int64_t db_id, std::int64_t version) {
   std::vector<std::shared_ptr<WaiterState>> wake;
   {
     std::lock_guard lock(mu_);
@@ -133,7 +134,7 @@ void ChangesNotifier::fired(std::int64_t db_id) {
       if (auto s = x.lock()) wake.push_back(std::move(s));
     e.waiters.clear();
   }
-  for (auto& s : wake) s->fire();
+  for (auto& s : wake) s->fire(version);
 }
 
 }  // namespace chaise::core

@@ -10,6 +10,9 @@
 // Race-freedom: a feed reads the update counter in the same snapshot as its last changes page and
 // passes it as `seen_counter`; if the database has moved past it, wait() wakes at once.
 //
+// A wake callback gets the version of the commit that woke it when that commit was this
+// process's (else 0; see storage::WatchCallback): the woken feed may read at it.
+//
 // Threading: all methods are thread-safe. Wake callbacks run on a storage thread (the commit
 // thread, or the caller of wait()) and must not block: post to the feed's executor.
 #pragma once
@@ -43,13 +46,13 @@ class ChangesNotifier {
   ChangesNotifier(const ChangesNotifier&) = delete;
   ChangesNotifier& operator=(const ChangesNotifier&) = delete;
 
+  using Wake = std::function<void(std::int64_t version)>;
+
   // Calls `wake` once, after database `db` changes past `seen_counter` (at once if it already has).
-  [[nodiscard]] std::shared_ptr<Waiter> wait(const DbRef& db, std::int64_t seen_counter,
-                                             std::function<void()> wake);
+  [[nodiscard]] std::shared_ptr<Waiter> wait(const DbRef& db, std::int64_t seen_counter, Wake wake);
   // The same for the server's database events (core/db/db_updates.h): `seen_counter` is
   // read_db_updates_counter().
-  [[nodiscard]] std::shared_ptr<Waiter> wait_db_updates(std::int64_t seen_counter,
-                                                        std::function<void()> wake);
+  [[nodiscard]] std::shared_ptr<Waiter> wait_db_updates(std::int64_t seen_counter, Wake wake);
 
   std::size_t armed_watches() const;
 
@@ -65,9 +68,9 @@ class ChangesNotifier {
   // Entries are keyed by database id; kDbUpdatesEntry (no database has it) is the events'.
   static constexpr std::int64_t kDbUpdatesEntry = -1;
   std::shared_ptr<Waiter> wait_on(std::int64_t entry, const std::string& key,
-                                  std::int64_t seen_counter, std::function<void()> wake);
+                                  std::int64_t seen_counter, Wake wake);
   void arm(std::int64_t db_id, const std::string& key, std::uint64_t generation);
-  void fired(std::int64_t db_id);
+  void fired(std::int64_t db_id, std::int64_t version);
 
   storage::Database& store_;
   mutable std::mutex mu_;

@@ -204,7 +204,7 @@ void DbUpdatesRecorder::loop() {
     if (watch) watch->cancel();
     auto tr = store_.create_transaction();
     (void)tr.get(log_counter_key(), Snapshot::yes);
-    watch = tr.watch(log_counter_key(), [state = state_](storage::Error e) {
+    watch = tr.watch(log_counter_key(), [state = state_](storage::Error e, std::int64_t) {
       if (e == storage::Error::transaction_cancelled) return;
       {
         std::lock_guard l(state->mu);

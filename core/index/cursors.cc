@@ -329,6 +329,8 @@ StorageResult<bool> ChangesCursor::init(Transaction& tr) {
     auto u = update_seq(tr, db_);
     if (!u.ok()) return u.error();
     last_seq_ = *u;
+  } else if (q_.since.count > 0 && !q_.shard && q_.count_bound) {
+    count_bound_ = q_.count_bound;
   } else if (q_.since.count > 0 && !q_.shard) {
     // A feed that goes on from a sequence it gave shows N from there on; a made-up N counts for
     // no more than the database's own. The newest change's stored N is not that bound: Ns are

@@ -109,6 +109,9 @@ struct ChangesQuery {
   std::int64_t seq_interval = 0;
   // Rows earlier cursors of the same live feed have sent (`limit` is then what is left of it).
   std::int64_t rows_sent_before = 0;
+  // The bound on N the earlier cursor of the same live feed reached (its count_bound()): this
+  // cursor goes on from it instead of reading the database's counters (three reads per wake).
+  std::optional<std::int64_t> count_bound;
 
   // CouchDB's #changes_args{} limit when none is given.
   static constexpr std::int64_t kCouchLimitDefault = 1'000'000'000'000'000;
@@ -127,6 +130,8 @@ class ChangesCursor {
   // update_seq once an ascending feed of every shard is complete, else the last row's sequence.
   const Sequence& last_seq() const { return last_seq_; }
   std::int64_t emitted() const { return emitted_; }
+  // The N below which no later row's N may go (monotonic_count), if `since` or a row set one.
+  std::optional<std::int64_t> count_bound() const { return count_bound_; }
   // CouchDB's "pending": the changes after last_seq() in iteration order (with a filter, those
   // the filter has not looked at yet), also when limit=0 stopped the feed before its first row.
   // For filter=_doc_ids (looked up) and filter=_design CouchDB counts the changes after `since`

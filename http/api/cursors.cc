@@ -552,7 +552,7 @@ boost::asio::awaitable<WaitEnd> wait_for_change(const Call& call, const core::Db
                                                 const ChangesRequest& r, FeedWriter& out,
                                                 const std::shared_ptr<FeedWait>& wait,
                                                 std::int64_t counter) {
-  const ArmWake arm = [&call, &db, counter](std::function<void()> wake) {
+  const ArmWake arm = [&call, &db, counter](core::ChangesNotifier::Wake wake) {
     return call.ctx.notifier->wait(db, counter, std::move(wake));
   };
   co_return co_await wait_for_more(out, wait, arm, r.heartbeat_ms, r.timeout_ms);
@@ -615,12 +615,16 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
     q.since = since;
     if (r.q.limit >= 0) q.limit = r.q.limit - emitted;
     q.rows_sent_before = emitted;
+    if (last_cursor) q.count_bound = last_cursor->count_bound();
     last_cursor.emplace(db, std::move(q));
     core::ChangesCursor& cursor = *last_cursor;
     std::int64_t counter = 0;
     Pages pages(store);
+    // Woken by this process's commit: the first page reads at its version, a round trip fewer.
+    std::int64_t read_version = wait->fresh_version();
     for (bool more = true; more;) {
       auto page_tr = pages.next_transaction();
+      if (read_version > 0) page_tr.set_read_version(std::exchange(read_version, 0));
       more = Pages::read(cursor, page_tr, call.ctx.stream_page_rows, rows);
       if (live) {
         // Read with the page, in its snapshot: the notifier wakes us for anything after it.

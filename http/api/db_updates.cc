@@ -147,7 +147,7 @@ MaybeResponse handle_db_updates(Call& call) {
     }
     if (!live || r.descending || (r.limit && emitted >= *r.limit)) break;
     if (r.feed == Feed::longpoll && sent) break;
-    const ArmWake arm = [&call, counter](std::function<void()> wake) {
+    const ArmWake arm = [&call, counter](core::ChangesNotifier::Wake wake) {
       return call.ctx.notifier->wait_db_updates(counter, std::move(wake));
     };
     const WaitEnd end = co_await wait_for_more(out, wait, arm, r.heartbeat_ms, r.timeout_ms);

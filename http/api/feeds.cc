@@ -122,9 +122,12 @@ boost::asio::awaitable<WaitEnd> wait_for_more(FeedWriter& out,
   if (out.waiting()) newline_sent = co_await out.newline();
   if (!newline_sent) co_return WaitEnd::gone;
   wait->woken = false;
-  auto waiter = arm([wait, executor] {
-    boost::asio::post(executor, [wait] {
+  auto waiter = arm([wait, executor](std::int64_t version) {
+    const auto at = std::chrono::steady_clock::now();
+    boost::asio::post(executor, [wait, version, at] {
       wait->woken = true;
+      wait->woken_version = version;
+      wait->woken_at = at;
       wait->timer.cancel();
     });
   });

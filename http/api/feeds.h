@@ -72,16 +72,25 @@ struct FeedWait {
       wait->timer.cancel();
     });
   }
+  // The version of this process's commit that woke the feed (0: none known), while it is young
+  // enough for the next read to use (storage::Transaction::set_read_version).
+  std::int64_t fresh_version() const {
+    return std::chrono::steady_clock::now() - woken_at < kVersionFresh ? woken_version : 0;
+  }
+
   boost::asio::steady_timer timer;
   bool woken = false;
   bool closed = false;
+  std::int64_t woken_version = 0;
+  std::chrono::steady_clock::time_point woken_at;
+  static constexpr std::chrono::seconds kVersionFresh{1};
 };
 
 enum class WaitEnd { changed, timed_out, gone };
 
 // Asks the notifier to call `wake` once when there is more (core::ChangesNotifier::wait*).
 using ArmWake =
-    std::function<std::shared_ptr<core::ChangesNotifier::Waiter>(std::function<void()>)>;
+    std::function<std::shared_ptr<core::ChangesNotifier::Waiter>(core::ChangesNotifier::Wake)>;
 
 // A live feed with nothing (more) to send: waits until `arm`'s wake-up, sending a heartbeat
 // every `heartbeat_ms` when given. `gone` when the client left or a write to it failed;

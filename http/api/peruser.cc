@@ -122,7 +122,7 @@ bool PerUserDbs::page(const Settings& s, std::shared_ptr<core::ChangesNotifier::
   if (rows.size() >= kRowsPerPage) return true;
   if (counter.ok()) {
     std::weak_ptr<State> state = state_;
-    waiter = notifier_.wait(users, *counter, [state] {
+    waiter = notifier_.wait(users, *counter, [state](std::int64_t) {
       if (auto st = state.lock()) {
         {
           std::lock_guard lock(st->mu);

@@ -102,6 +102,7 @@ struct FdbApi {
   fdb_error_t (*transaction_set_option)(FDBTransaction* tr, int option, const std::uint8_t* value,
                                         int value_length);
   FDBFuture* (*transaction_get_read_version)(FDBTransaction* tr);
+  void (*transaction_set_read_version)(FDBTransaction* tr, std::int64_t version);
   FDBFuture* (*transaction_get)(FDBTransaction* tr, const std::uint8_t* key_name,
                                 int key_name_length, fdb_bool_t snapshot);
   FDBFuture* (*transaction_get_key)(FDBTransaction* tr, const std::uint8_t* key_name,

@@ -163,7 +163,7 @@ class FdbWatch final : public Watch {
     w->self_ = w;
     handed_over(w.get());
     if (fdb_error_t e = w->api_.future_set_callback(f, &FdbWatch::on_ready, w.get()); e != 0) {
-      w->fire(map_error(w->api_, e));  // not armed: nothing will call on_ready
+      w->fire(map_error(w->api_, e), 0);  // not armed: nothing will call on_ready
       w->self_.reset();
     }
   }
@@ -171,14 +171,14 @@ class FdbWatch final : public Watch {
   // The future is the watch's until it goes, so cancelling is safe at any time; on_ready follows
   // and finds the callback run.
   void cancel() override {
-    fire(Error::transaction_cancelled);
+    fire(Error::transaction_cancelled, 0);
     api_.future_cancel(future_);
   }
 
   // Runs the callback unless it already ran.
-  void fire(Error e) {
+  void fire(Error e, std::int64_t version) {
     if (fired_.exchange(true)) return;
-    cb_(e);
+    cb_(e, version);
   }
   void set_key(std::string_view key) { key_ = key; }
   const std::string& key() const { return key_; }  // in the cluster's keyspace
@@ -187,7 +187,7 @@ class FdbWatch final : public Watch {
   static void on_ready(FDBFuture* f, void* param) {
     taken_over(param);
     auto* w = static_cast<FdbWatch*>(param);
-    w->fire(map_error(w->api_, w->api_.future_get_error(f)));
+    w->fire(map_error(w->api_, w->api_.future_get_error(f)), 0);
     // Set before the callback was armed. It may be the last reference: the watch goes as this
     // returns.
     std::shared_ptr<FdbWatch> self = std::move(w->self_);
@@ -294,11 +294,11 @@ class FdbEngine final : public DatabaseBackend {
   // Whether any watch was made here (transactions then note the keys they add to).
   bool watching() const { return watching_.load(std::memory_order_relaxed); }
   // A transaction of this process committed an atomic op on each of `keys` (in the cluster's
-  // keyspace): the watches on them fire now, without waiting for the storage server to report
+  // keyspace) at `version`: the watches on them fire now, with it, without waiting for the storage server to report
   // the change, so a feed on the server that wrote wakes at once. FoundationDB's own report
   // follows and finds the watch fired. A watch armed after the commit's read version may wake
   // for nothing: its waiters read again and wait again.
-  void wake_watches(const std::vector<std::string>& keys) {
+  void wake_watches(const std::vector<std::string>& keys, std::int64_t version) {
     if (keys.empty()) return;
     std::vector<std::shared_ptr<FdbWatch>> due;
     {
@@ -309,7 +309,7 @@ class FdbEngine final : public DatabaseBackend {
           if (auto w = it->second.lock()) due.push_back(std::move(w));
       }
     }
-    for (auto& w : due) w->fire(Error::success);
+    for (auto& w : due) w->fire(Error::success, version);
   }
   // Reads the cluster's instance id, storing a new random one on a new cluster.
   Status load_instance_id();
@@ -370,6 +370,10 @@ class FdbTransaction final : public TransactionBackend {
                                         reinterpret_cast<const std::uint8_t*>(&ms), sizeof ms);
         e != 0)
       defer(e);
+  }
+  void set_read_version(std::int64_t version) override {
+    api_.transaction_set_read_version(tr_.get(), version);
+    read_version_known_ = true;
   }
   Result<std::int64_t> get_read_version() override;
   void set(std::string_view key, std::string_view value) override;
@@ -815,7 +819,7 @@ bool FdbTransaction::add_conflict_range(std::string_view begin, std::string_view
 std::shared_ptr<Watch> FdbTransaction::watch(std::string_view key, WatchCallback callback) {
   auto w = std::make_shared<FdbWatch>(api_, std::move(callback));
   if (committing_) {
-    w->fire(Error::used_during_commit);
+    w->fire(Error::used_during_commit, 0);
     return w;
   }
   std::string kb;
@@ -848,7 +852,7 @@ std::optional<Result<CommitResult>> FdbTransaction::begin_commit() {
   if (committing_) return Result<CommitResult>(Error::used_during_commit);
   committing_ = true;
   if (deferred_ != Error::success) {
-    for (auto& w : watches_) w->fire(deferred_);
+    for (auto& w : watches_) w->fire(deferred_, 0);
     watches_.clear();
     return Result<CommitResult>(deferred_);
   }
@@ -885,7 +889,7 @@ Result<CommitResult> FdbTransaction::commit() {
   if (fdb_error_t e = api_.transaction_get_committed_version(tr_.get(), &result.version); e != 0)
     return fail(e);
   engine_->note_commit(result.version);
-  engine_->wake_watches(added_keys_);
+  engine_->wake_watches(added_keys_, result.version);
   if (stamp.wait() == 0) {
     const std::uint8_t* key = nullptr;
     int n = 0;
@@ -936,7 +940,7 @@ void FdbTransaction::on_commit_ready(FDBFuture* f, void* param) {
       e != 0)
     return op->finish(op->engine->map(e));
   op->engine->note_commit(op->result.version);
-  op->engine->wake_watches(op->added_keys);
+  op->engine->wake_watches(op->added_keys, op->result.version);
   // FoundationDB sets the versionstamp with the commit; should it come later, its own callback
   // finishes.
   if (api.future_is_ready(op->stamp)) return op->finish_with_stamp();

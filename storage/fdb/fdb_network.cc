@@ -45,6 +45,7 @@ bool load_functions(void* lib, FdbApi& api, std::string* why) {
   load(api.transaction_destroy, "fdb_transaction_destroy");
   load(api.transaction_set_option, "fdb_transaction_set_option");
   load(api.transaction_get_read_version, "fdb_transaction_get_read_version");
+  load(api.transaction_set_read_version, "fdb_transaction_set_read_version");
   load(api.transaction_get, "fdb_transaction_get");
   load(api.transaction_get_key, "fdb_transaction_get_key");
   load(api.transaction_get_range, "fdb_transaction_get_range");

@@ -81,7 +81,7 @@ class WatchState final : public Watch {
   // Runs the callback unless it already ran. Returns whether this call ran it.
   bool fire(Error e) {
     if (fired_.exchange(true)) return false;
-    cb_(e);
+    cb_(e, 0);
     return true;
   }
   bool fired() const { return fired_.load(); }

@@ -46,6 +46,7 @@ class RocksTransaction final : public TransactionBackend {
                                                       std::string_view end) override;
   void disable_read_cache() override;
   void set_timeout(std::chrono::milliseconds) override {}
+  void set_read_version(std::int64_t) override {}
   Result<std::int64_t> get_read_version() override;
   void set(std::string_view key, std::string_view value) override;
   void clear(std::string_view key) override;

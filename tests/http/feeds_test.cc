@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -101,6 +102,34 @@ TEST_F(FeedsTest, ContinuousStreamsLinesThenEndsOnTimeout) {
   EXPECT_EQ(lines[2]["id"], "n2");
   EXPECT_EQ(lines[3]["last_seq"], lines[2]["seq"]);
   EXPECT_TRUE(lines[3].contains("pending"));
+}
+
+// A feed that goes on after a wake keeps its bound on N (the number before the dash) and reads no
+// counters for it; a made-up N in `since` still counts for no more than the database's own.
+TEST_F(FeedsTest, AContinuousFeedShowsTheDatabasesOwnNumbersAcrossWakes) {
+  write("a");
+  const std::string now = client_->get("/db").json()["update_seq"];
+  const std::string made_up = "1000000" + now.substr(now.find('-'));
+  FeedClient feed(port(), "/db/_changes?feed=continuous&since=" + made_up);
+  for (const char* id : {"b", "c", "d"}) {
+    std::this_thread::sleep_for(50ms);  // each write wakes the waiting feed on its own
+    write(id);
+    ASSERT_TRUE(feed.wait_for(std::string("\"id\":\"") + id + "\"", 5s)) << feed.body();
+  }
+  std::map<std::string, std::string> shown;
+  const std::string body = feed.body();
+  for (std::size_t p = 0, e; (e = body.find('\n', p)) != std::string::npos; p = e + 1) {
+    if (e == p) continue;
+    const Json row = Json::parse(body.substr(p, e - p));
+    shown[row["id"]] = row["seq"];
+  }
+  ASSERT_EQ(shown.size(), 3u) << body;
+  const Json all = client_->get("/db/_changes").json();
+  for (const Json& r : all["results"]) {
+    if (r["id"] == "a") continue;
+    EXPECT_EQ(shown[r["id"]], r["seq"]) << body;
+    EXPECT_LT(std::stoll(shown[r["id"]].substr(0, shown[r["id"]].find('-'))), 1000000);
+  }
 }
 
 TEST_F(FeedsTest, ContinuousLimitEndsTheFeed) {

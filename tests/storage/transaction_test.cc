@@ -1121,8 +1121,9 @@ TEST_P(TransactionTest, UsedAfterCommitIsAnError) {
 class WatchWaiter {
  public:
   WatchCallback callback() {
-    return [this](Error e) {
+    return [this](Error e, std::int64_t version) {
       std::lock_guard lock(mu_);
+      version_ = version;
       result_ = e;
       cv_.notify_all();
     };
@@ -1132,11 +1133,16 @@ class WatchWaiter {
     cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return result_.has_value(); });
     return result_;
   }
+  std::int64_t version() {
+    std::lock_guard lock(mu_);
+    return version_;
+  }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::optional<Error> result_;
+  std::int64_t version_ = 0;
 };
 
 TEST_P(TransactionTest, WatchFiresAfterACommitChangesTheKey) {
@@ -1199,6 +1205,35 @@ TEST_P(TransactionTest, WatchOnClearedRangeAndAtomicAndCancel) {
   EXPECT_EQ(untouched.wait_ms(5000), Error::transaction_cancelled);  // not fired by t4
 }
 
+// On FoundationDB a commit of this process fires the watches on what it added to itself, with its
+// version, and a transaction reading at that version sees the change. The embedded engine gives
+// no version (its reads are always of the newest snapshot).
+TEST_P(TransactionTest, AWatchFiredByThisProcessCarriesAVersionThatShowsTheChange) {
+  WatchWaiter waiter;
+  auto tr = db_->create_transaction();
+  ASSERT_TRUE(tr.get("cnt").ok());
+  auto w = tr.watch("cnt", waiter.callback());
+  ASSERT_TRUE(tr.commit().ok());
+  auto t2 = db_->create_transaction();
+  t2.add("cnt", 5);
+  auto committed = t2.commit();
+  ASSERT_TRUE(committed.ok());
+  ASSERT_EQ(waiter.wait_ms(5000), Error::success);
+  if (fdb()) {
+    EXPECT_EQ(waiter.version(), committed->version);
+  } else {
+    EXPECT_EQ(waiter.version(), 0);
+  }
+  auto t3 = db_->create_transaction();
+  if (waiter.version() > 0) t3.set_read_version(waiter.version());
+  auto v = t3.get("cnt");
+  ASSERT_TRUE(v.ok() && v->has_value());
+  EXPECT_EQ(decode_le64(**v), 5);
+  if (fdb()) {
+    EXPECT_EQ(*t3.get_read_version(), committed->version);
+  }
+}
+
 TEST_P(TransactionTest, WatchOfAFailedTransactionReportsItsError) {
   put("k", "1");
   WatchWaiter waiter;
@@ -1226,6 +1261,7 @@ TEST_P(FdbHandlesTest, WatchFiresOnACommitThroughAnotherHandle) {
   t2.set("w", "2");
   ASSERT_TRUE(t2.commit().ok());
   EXPECT_EQ(waiter.wait_ms(5000), Error::success);
+  EXPECT_EQ(waiter.version(), 0);  // another process's commit: its version is not known here
 }
 
 TEST_P(FdbHandlesTest, TransactionsOfTwoHandlesConflict) {

@@ -841,8 +841,9 @@ TEST_F(DocumentsTest, NotifierWakesWaitersOnceWithOneWatchPerDatabase) {
   std::atomic<int> woken{0};
   const std::int64_t before = seen();
   std::vector<std::shared_ptr<ChangesNotifier::Waiter>> waiters;
-  for (int i = 0; i < 100; ++i) waiters.push_back(notifier.wait(db(), before, [&] { woken++; }));
-  auto cancelled = notifier.wait(db(), before, [&] { woken += 1000; });
+  for (int i = 0; i < 100; ++i)
+    waiters.push_back(notifier.wait(db(), before, [&](std::int64_t) { woken++; }));
+  auto cancelled = notifier.wait(db(), before, [&](std::int64_t) { woken += 1000; });
   cancelled.reset();  // dropping the handle cancels it
   EXPECT_EQ(notifier.armed_watches(), 1u);
   EXPECT_EQ(woken.load(), 0);
@@ -853,7 +854,7 @@ TEST_F(DocumentsTest, NotifierWakesWaitersOnceWithOneWatchPerDatabase) {
   EXPECT_EQ(notifier.armed_watches(), 0u);
   // A waiter that saw an older counter than the database has is woken at once.
   std::atomic<bool> immediate{false};
-  auto w = notifier.wait(db(), before, [&] { immediate = true; });
+  auto w = notifier.wait(db(), before, [&](std::int64_t) { immediate = true; });
   EXPECT_TRUE(immediate.load());
   EXPECT_GT(seen(), before);
   // Writes to another database do not wake this one's waiters: once the notifier has woken a
@@ -863,8 +864,8 @@ TEST_F(DocumentsTest, NotifierWakesWaitersOnceWithOneWatchPerDatabase) {
   auto tr = store_->create_transaction();
   const std::int64_t other_counter = *read_update_counter(tr, other);
   std::atomic<bool> this_woken{false}, other_woken{false};
-  auto w2 = notifier.wait(db(), seen(), [&] { this_woken = true; });
-  auto w3 = notifier.wait(other, other_counter, [&] { other_woken = true; });
+  auto w2 = notifier.wait(db(), seen(), [&](std::int64_t) { this_woken = true; });
+  auto w3 = notifier.wait(other, other_counter, [&](std::int64_t) { other_woken = true; });
   DocWriteBatch b("other", {edit("x", std::nullopt, "{}")});
   ASSERT_TRUE(store_->run([&](Transaction& t) { return b(t); }).ok());
   for (int i = 0; i < 2500 && !other_woken.load(); ++i)
