@@ -101,6 +101,7 @@ constexpr auto kKeys = std::to_array<Key>({
     {"foundationdb", "api_version", Kind::kInt, 710, 730},
     {"foundationdb", "transaction_timeout", Kind::kInt, 0, 0x7fffffff},
     {"foundationdb", "retry_limit", Kind::kInt, -1, 0x7fffffff},
+    {"foundationdb", "max_watches", Kind::kInt, 0, 1'000'000},
     {"foundationdb", "key_prefix", Kind::kString},
     {"log", "level", Kind::kLogLevel},
     {"uuids", "max_count", Kind::kInt, 1, kMax},

@@ -18,6 +18,8 @@ std::string_view error_name(Error e) {
       return "transaction_cancelled";
     case Error::transaction_timed_out:
       return "transaction_timed_out";
+    case Error::too_many_watches:
+      return "too_many_watches";
     case Error::process_behind:
       return "process_behind";
     case Error::accessed_unreadable:
@@ -58,6 +60,8 @@ std::string_view error_description(Error e) {
       return "Operation aborted because the transaction was cancelled";
     case Error::transaction_timed_out:
       return "Operation aborted because the transaction timed out";
+    case Error::too_many_watches:
+      return "Too many watches currently set";
     case Error::process_behind:
       return "Storage process does not have recent mutations";
     case Error::accessed_unreadable:

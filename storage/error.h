@@ -26,6 +26,9 @@ enum class Error : int {
   // FoundationDB only: the transaction outlived its timeout (FdbOptions::transaction_timeout_ms),
   // such as when the cluster is unreachable. Not retryable: the caller fails the request.
   transaction_timed_out = 1031,
+  // FoundationDB only: a watch failed at once because as many as FdbOptions::max_watches are
+  // waiting already. Not retryable until one of them ends.
+  too_many_watches = 1032,
   // FoundationDB only: the cluster is behind or shedding load: a storage server lags (1037), or
   // the cluster throttles or is short of memory (FoundationDB's other retryable errors, 1042,
   // 1078, 1213, ..., are reported as this one). Retryable.

@@ -1,5 +1,7 @@
 #include "core/db/changes_notifier.h"
 
+#include <algorithm>
+
 #include "core/db/db_updates.h"
 
 namespace chaise::core {
@@ -24,6 +26,14 @@ ChangesNotifier::ChangesNotifier(storage::Database& store) : store_(store) {}
 ChangesNotifier::~ChangesNotifier() {
   alive_->store(false);
   std::unordered_map<std::int64_t, Entry> dbs;
+  std::thread poller;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    poller.swap(poller_);
+  }
+  poll_cv_.notify_all();
+  if (poller.joinable()) poller.join();
   {
     std::lock_guard lock(mu_);
     dbs.swap(dbs_);
@@ -36,6 +46,13 @@ std::size_t ChangesNotifier::armed_watches() const {
   std::lock_guard lock(mu_);
   std::size_t n = 0;
   for (const auto& [id, e] : dbs_) n += e.armed ? 1 : 0;
+  return n;
+}
+
+std::size_t ChangesNotifier::polled() const {
+  std::lock_guard lock(mu_);
+  std::size_t n = 0;
+  for (const auto& [id, e] : dbs_) n += e.polled ? 1 : 0;
   return n;
 }
 
@@ -62,13 +79,14 @@ std::shared_ptr<ChangesNotifier::Waiter> ChangesNotifier::wait_on(std::int64_t e
   {
     std::lock_guard lock(mu_);
     Entry& e = dbs_[entry];
-    if (e.armed && e.known > seen_counter) {
+    if (e.key.empty()) e.key = key;
+    if ((e.armed || e.polled) && e.known > seen_counter) {
       fire_now = true;
     } else {
       // Drop waiters that were cancelled, so an entry does not grow without bound.
       std::erase_if(e.waiters, [](const std::weak_ptr<WaiterState>& x) { return x.expired(); });
       e.waiters.push_back(w);
-      if (!e.armed) {
+      if (!e.armed && !e.polled) {
         e.armed = arm_now = true;
         generation = e.generation;
       }
@@ -85,9 +103,12 @@ void ChangesNotifier::arm(std::int64_t db_id, const std::string& key, std::uint6
   const std::int64_t current = v.ok() && v->has_value() ? keyspace::decode_counter(**v) : 0;
   std::weak_ptr<std::atomic<bool>> alive = alive_;
   auto watch = tr.watch(key, [this, alive, db_id](storage::Error e, std::int64_t version) {
-    // Fired (the counter moved), cancelled, or failed: in every case wake the waiters, who re-read.
-    if (auto a = alive.lock(); a && a->load())
-      fired(db_id, e == storage::Error::success ? version : 0);
+    auto a = alive.lock();
+    if (!a || !a->load()) return;
+    if (e == storage::Error::success) return fired(db_id, version);  // the counter moved
+    std::lock_guard lock(mu_);
+    auto it = dbs_.find(db_id);
+    if (it != dbs_.end() && it->second.armed) poll_instead(it->second);
   });
   auto committed = tr.commit();  // read-only: registers the watch with the value read above
   std::vector<std::shared_ptr<WaiterState>> wake;
@@ -95,12 +116,7 @@ void ChangesNotifier::arm(std::int64_t db_id, const std::string& key, std::uint6
     std::lock_guard lock(mu_);
     Entry& e = dbs_[db_id];
     if (!committed.ok() || !v.ok()) {
-      // Could not arm: wake everyone so they retry rather than hang.
-      e.armed = false;
-      ++e.generation;
-      for (auto& x : e.waiters)
-        if (auto s = x.lock()) wake.push_back(std::move(s));
-      e.waiters.clear();
+      if (e.armed && e.generation == generation) poll_instead(e);
     } else if (e.generation == generation) {
       e.watch = std::move(watch);
       e.known = current;
@@ -135,6 +151,72 @@ void ChangesNotifier::fired(std::int64_t db_id, std::int64_t version) {
     e.waiters.clear();
   }
   for (auto& s : wake) s->fire(version);
+}
+
+void ChangesNotifier::poll_instead(Entry& e) {
+  e.armed = false;
+  e.polled = true;
+  e.watch.reset();
+  ++e.generation;  // a late arm() of the failed watch leaves the entry alone
+  if (!poller_.joinable() && !stopping_) poller_ = std::thread([this] { poll_loop(); });
+  poll_cv_.notify_all();
+}
+
+void ChangesNotifier::poll_loop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    poll_cv_.wait(lock, [&] {
+      return stopping_ ||
+             std::any_of(dbs_.begin(), dbs_.end(), [](const auto& x) { return x.second.polled; });
+    });
+    if (stopping_) break;
+    poll_cv_.wait_for(lock, kPollInterval, [&] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    poll_once();
+    lock.lock();
+  }
+}
+
+void ChangesNotifier::poll_once() {
+  std::vector<std::pair<std::int64_t, std::string>> keys;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, e] : dbs_)
+      if (e.polled) keys.emplace_back(id, e.key);
+  }
+  auto tr = store_.create_transaction();
+  std::vector<std::pair<std::int64_t, std::int64_t>> counters;
+  for (const auto& [id, key] : keys) {
+    auto v = tr.get(key, storage::Snapshot::yes);
+    if (!v.ok()) return;  // the store is out of reach: the waiters wait for the next round
+    counters.emplace_back(id, v->has_value() ? keyspace::decode_counter(**v) : 0);
+  }
+  std::vector<std::shared_ptr<WaiterState>> wake;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, current] : counters) {
+      auto it = dbs_.find(id);
+      if (it == dbs_.end() || !it->second.polled) continue;
+      Entry& e = it->second;
+      e.known = current;
+      std::erase_if(e.waiters, [&](const std::weak_ptr<WaiterState>& x) {
+        auto s = x.lock();
+        if (!s) return true;
+        if (s->seen < current) {
+          wake.push_back(std::move(s));
+          return true;
+        }
+        return false;
+      });
+      // No one left to poll for: the next wait() sets a watch again.
+      if (e.waiters.empty()) {
+        e.polled = false;
+        e.known = -1;
+      }
+    }
+  }
+  for (auto& s : wake) s->fire(0);
 }
 
 }  // namespace chaise::core

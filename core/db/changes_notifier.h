@@ -10,6 +10,11 @@
 // Race-freedom: a feed reads the update counter in the same snapshot as its last changes page and
 // passes it as `seen_counter`; if the database has moved past it, wait() wakes at once.
 //
+// A watch the store refuses or fails (FoundationDB's too_many_watches past [foundationdb]
+// max_watches, a cluster out of reach) does not wake its waiters, who would read, wait and be
+// refused again in a loop: the database is polled instead, every kPollInterval, by one thread of
+// the notifier's, until its waiters are gone; the next wait() tries a watch again.
+//
 // A wake callback gets the version of the commit that woke it when that commit was this
 // process's (else 0; see storage::WatchCallback): the woken feed may read at it.
 //
@@ -18,10 +23,14 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -55,13 +64,20 @@ class ChangesNotifier {
   [[nodiscard]] std::shared_ptr<Waiter> wait_db_updates(std::int64_t seen_counter, Wake wake);
 
   std::size_t armed_watches() const;
+  // Databases (and the events' counter) polled for want of a watch (/_node/_local/_system shows
+  // both counts).
+  std::size_t polled() const;
+
+  static constexpr std::chrono::milliseconds kPollInterval{250};
 
  private:
   struct WaiterState;
   struct Entry {
-    bool armed = false;
-    std::uint64_t generation = 0;  // bumped when the watch fires
-    std::int64_t known = -1;       // counter value the armed watch was set against
+    bool armed = false;            // a watch is being set or is set
+    bool polled = false;           // no watch: the poller reads the counter
+    std::uint64_t generation = 0;  // bumped when the watch fires or fails
+    std::int64_t known = -1;       // counter value the watch was set against, or last polled
+    std::string key;
     std::shared_ptr<storage::Watch> watch;
     std::vector<std::weak_ptr<WaiterState>> waiters;
   };
@@ -71,11 +87,19 @@ class ChangesNotifier {
                                   std::int64_t seen_counter, Wake wake);
   void arm(std::int64_t db_id, const std::string& key, std::uint64_t generation);
   void fired(std::int64_t db_id, std::int64_t version);
+  // The entry's watch could not be set or failed: its waiters are polled for (under mu_).
+  void poll_instead(Entry& e);
+  void poll_loop();
+  // Reads the polled counters once and wakes the waiters they have moved past.
+  void poll_once();
 
   storage::Database& store_;
   mutable std::mutex mu_;
   std::unordered_map<std::int64_t, Entry> dbs_;  // guarded by mu_
   std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);
+  std::condition_variable poll_cv_;  // with mu_: an entry is polled, or the notifier stops
+  bool stopping_ = false;            // guarded by mu_
+  std::thread poller_;               // started by the first poll_instead(); guarded by mu_
 };
 
 }  // namespace chaise::core

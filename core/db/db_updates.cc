@@ -205,7 +205,7 @@ void DbUpdatesRecorder::loop() {
     auto tr = store_.create_transaction();
     (void)tr.get(log_counter_key(), Snapshot::yes);
     watch = tr.watch(log_counter_key(), [state = state_](storage::Error e, std::int64_t) {
-      if (e == storage::Error::transaction_cancelled) return;
+      if (e != storage::Error::success) return;  // a failed watch: the next pass is within 1 s
       {
         std::lock_guard l(state->mu);
         state->poked = true;

@@ -11,6 +11,7 @@
 
 #include "config/config.h"
 #include "config/settings.h"
+#include "core/db/changes_notifier.h"
 #include "core/db/db_updates.h"
 #include "core/db/txid_janitor.h"
 #include "core/js/js.h"
@@ -329,8 +330,14 @@ Response system(Call& call) {
   const auto uptime = call.ctx.metrics ? call.ctx.metrics->uptime_seconds() : 0.0;
   // Chaise's own member: the engine, and whether (and how fast) the store answers now.
   const storage::StoreHealth health = call.store().probe(std::chrono::milliseconds(2000));
+  // Live feeds wait on one storage watch per database, or are polled when the store refuses one
+  // ([foundationdb] max_watches).
   Json storage_health = {
-      {"engine", health.engine}, {"available", health.available}, {"probe_us", health.latency_us}};
+      {"engine", health.engine},
+      {"available", health.available},
+      {"probe_us", health.latency_us},
+      {"feed_watches", call.ctx.notifier ? call.ctx.notifier->armed_watches() : 0},
+      {"feed_polled_databases", call.ctx.notifier ? call.ctx.notifier->polled() : 0}};
   if (!health.available) storage_health["error"] = health.error;
   Json out = {{"uptime", static_cast<std::int64_t>(uptime)},
               {"memory", std::move(memory)},

@@ -56,6 +56,7 @@ inline constexpr int kPredicateRetryable = 50000;
 inline constexpr int kPredicateMaybeCommitted = 50001;
 
 // FDBDatabaseOption (each sets the transaction option of the same name on every transaction)
+inline constexpr int kDbOptionMaxWatches = 20;                 // int64
 inline constexpr int kDbOptionTransactionTimeout = 500;        // int64 ms
 inline constexpr int kDbOptionTransactionRetryLimit = 501;     // int64
 inline constexpr int kDbOptionTransactionMaxRetryDelay = 502;  // int64 ms

@@ -84,6 +84,8 @@ Error map_error(const FdbApi& api, fdb_error_t code) {
       return Error::transaction_cancelled;
     case fdb::kErrorTransactionTimedOut:
       return Error::transaction_timed_out;
+    case 1032:
+      return Error::too_many_watches;
     case 1036:
       return Error::accessed_unreadable;
     case 1037:
@@ -1075,7 +1077,8 @@ Result<std::unique_ptr<Database>> open_foundationdb(const FdbOptions& options, s
        {std::pair{fdb::kDbOptionTransactionTimeout, options.transaction_timeout_ms},
         {fdb::kDbOptionTransactionRetryLimit, options.transaction_retry_limit},
         {fdb::kDbOptionTransactionMaxRetryDelay, options.transaction_max_retry_delay_ms},
-        {fdb::kDbOptionTransactionSizeLimit, options.transaction_size_limit_bytes}}) {
+        {fdb::kDbOptionTransactionSizeLimit, options.transaction_size_limit_bytes},
+        {fdb::kDbOptionMaxWatches, options.max_watches}}) {
     if (auto s = set_int_option(a, db, option, value); !s) {
       if (why) *why = "a FoundationDB database option was refused";
       return s.error();

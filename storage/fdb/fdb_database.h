@@ -70,6 +70,10 @@ struct FdbOptions {
   // (as a FoundationDB directory): several independent stores on one cluster, such as one per
   // test. Keys are limited to kKeySizeMax with the prefix. Default empty: the whole keyspace.
   std::string key_prefix;
+  // Watches this handle may have waiting at once (FoundationDB's max_watches, at most
+  // 1,000,000); one more fails with too_many_watches. Default 100,000: FoundationDB's own 10,000
+  // is one live feed on each of 10,000 databases (couch_peruser with live sync).
+  std::int64_t max_watches = 100'000;
   // Attempts Database::run() makes before giving up with the last error. Default 100,000.
   int run_attempts_max = 100'000;
   // The key holding the store's instance id (Transaction::instance_id), as the cluster names it

@@ -48,22 +48,29 @@ class MultiNodeTest : public ::testing::Test {
       GTEST_SKIP() << "no FoundationDB cluster: set CHAISE_FDB_CLUSTER_FILE and CHAISE_FDB_LIBRARY "
                       "(README, \"Tests against FoundationDB\")";
     std::random_device random;
-    const std::string prefix =
-        "multinode/" + std::to_string(random()) + "-" + std::to_string(random()) + "/";
+    cluster_ = cluster;
+    library_ = library;
+    prefix_ = "multinode/" + std::to_string(random()) + "-" + std::to_string(random()) + "/";
     for (int n = 0; n < kNodes; ++n) {
-      // Each node its own ini (a node writes the admin's hash back to it), the same settings.
-      const auto ini = dir_.path() / ("node" + std::to_string(n) + ".ini");
-      std::ofstream(ini)
-          << "[chaise]\nstorage_engine = foundationdb\n[foundationdb]\ncluster_file = " << cluster
-          << "\nlibrary = " << library << "\nkey_prefix = " << prefix
-          << "\n[chttpd_auth]\niterations = 10\n[replicator]\nlease_timeout = 1500\n"
-          << "[admins]\n"
-          << kAdmin << " = " << kPassword << "\n";
-      nodes_.push_back(std::make_unique<ServerProcess>(
-          dir_.path() / ("data" + std::to_string(n)),
-          std::vector<std::string>{"--no-admin-party", "--config", ini.string()}));
+      nodes_.push_back(start_node(n));
       clients_.push_back(std::make_unique<HttpClient>(nodes_.back()->port(), 60s));
     }
+  }
+
+  // Node `n` of the test's installation, with `extra_foundationdb` added to its [foundationdb].
+  std::unique_ptr<ServerProcess> start_node(int n, const std::string& extra_foundationdb = "") {
+    // Each node its own ini (a node writes the admin's hash back to it), the same settings.
+    const auto ini = dir_.path() / ("node" + std::to_string(n) + ".ini");
+    std::ofstream(ini) << "[chaise]\nstorage_engine = foundationdb\n[foundationdb]\ncluster_file = "
+                       << cluster_ << "\nlibrary = " << library_ << "\nkey_prefix = " << prefix_
+                       << "\n"
+                       << extra_foundationdb
+                       << "\n[chttpd_auth]\niterations = 10\n[replicator]\nlease_timeout = 1500\n"
+                       << "[admins]\n"
+                       << kAdmin << " = " << kPassword << "\n";
+    return std::make_unique<ServerProcess>(
+        dir_.path() / ("data" + std::to_string(n)),
+        std::vector<std::string>{"--no-admin-party", "--config", ini.string()});
   }
 
   HttpResponse call(int node, verb method, const std::string& target, std::string body = {},
@@ -80,6 +87,7 @@ class MultiNodeTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  std::string cluster_, library_, prefix_;
   std::vector<std::unique_ptr<ServerProcess>> nodes_;
   std::vector<std::unique_ptr<HttpClient>> clients_;
 };
@@ -278,6 +286,52 @@ TEST_F(MultiNodeTest, FeedsOnOneNodeWakeOnAWriteThroughAnother) {
               static_cast<long long>(took.count()));
   EXPECT_NE(longpoll.body().find("\"woken\""), std::string::npos);
   EXPECT_LT(took, 2s);
+}
+
+// A node allowed fewer storage watches than it has databases with waiting feeds (max_watches) polls
+// those databases instead: every feed still gets its change, and the waiting costs next to no CPU
+// (a refused watch must not wake its feeds to read, wait and be refused again in a loop).
+TEST_F(MultiNodeTest, FeedsPastTheWatchLimitArePolledInsteadOfSpinning) {
+  // Two watches: the database events' recorder takes one, one database's feeds the other.
+  auto limited = start_node(kNodes, "max_watches = 2");
+  constexpr int kDbs = 4;
+  std::vector<std::unique_ptr<FeedClient>> feeds;
+  for (int i = 0; i < kDbs; ++i) {
+    const std::string db = "/w" + std::to_string(i);
+    ASSERT_EQ(call(0, verb::put, db).status, 201u);
+    feeds.push_back(std::make_unique<FeedClient>(
+        limited->port(), db + "/_changes?feed=continuous&since=now&timeout=30000", "GET", "",
+        auth_line()));
+    ASSERT_TRUE(feeds.back()->wait_head(10s)) << i;
+  }
+  std::this_thread::sleep_for(500ms);  // every feed waits
+  const double cpu_before = process_cpu_seconds(limited->pid());
+  std::this_thread::sleep_for(2s);
+  const double idle_cpu = process_cpu_seconds(limited->pid()) - cpu_before;
+  EXPECT_LT(idle_cpu, 0.3) << "feeds waiting past the watch limit cost CPU";
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < kDbs; ++i) {
+      const std::string id = "r" + std::to_string(round) + "-" + std::to_string(i);
+      ASSERT_EQ(call(0, verb::put, "/w" + std::to_string(i) + "/" + id, "{}").status, 201u);
+    }
+    for (int i = 0; i < kDbs; ++i) {
+      const std::string id = "r" + std::to_string(round) + "-" + std::to_string(i);
+      EXPECT_TRUE(feeds[i]->wait_for("\"" + id + "\"", 3s)) << i << ": " << feeds[i]->body();
+    }
+  }
+  std::printf("4 feeds past a limit of 2 watches: %.2f s of CPU over 2 s of waiting\n", idle_cpu);
+  std::this_thread::sleep_for(300ms);  // the feeds wait again
+  HttpClient c(limited->port(), 60s);
+  const Json storage =
+      c.request(verb::get, "/_node/_local/_system", "", {basic_auth(kAdmin, kPassword)})
+          .json()["storage"];
+  // (Which of them holds the two watches, the recorder among them, is a race.)
+  EXPECT_EQ(storage["feed_watches"].get<int>() + storage["feed_polled_databases"].get<int>(), kDbs)
+      << storage.dump();
+  EXPECT_GE(storage["feed_polled_databases"], kDbs - 2) << storage.dump();
+  feeds.clear();
+  const ExitStatus s = limited->stop();
+  EXPECT_TRUE(s.exited && s.exit_code == 0);
 }
 
 // RFC 004's sharded feed across nodes: consumers of one database's changes shards, each through a

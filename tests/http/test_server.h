@@ -14,6 +14,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/verb.hpp>
@@ -26,9 +27,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -47,6 +50,22 @@ inline long process_rss_kib(pid_t pid) {
   for (std::string line; std::getline(f, line);)
     if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
   return -1;
+}
+
+// CPU time a process has used, user and system, in seconds (from /proc), -1 if unknown.
+inline double process_cpu_seconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto paren = stat.rfind(')');  // the command name may hold spaces
+  if (paren == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(paren + 2));
+  std::string field;
+  long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {  // fields 14 and 15: utime, stime
+    if (i == 14) utime = std::stoll(field);
+    if (i == 15) stime = std::stoll(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 // Clears, on the FoundationDB cluster of CHAISE_FDB_CLUSTER_FILE, the store of every ini in `dir`

@@ -1355,6 +1355,41 @@ TEST_P(FdbHandlesTest, UnreachableClusterFailsWithTimedOut) {
   EXPECT_LT(waited, std::chrono::seconds(5));
 }
 
+// A handle has at most max_watches watches waiting: one more fails at once with too_many_watches,
+// and a slot is free again once a watch ends. A watch outlives the transaction timeout.
+TEST_P(FdbHandlesTest, WatchesPastMaxWatchesFailAndOutliveTheTransactionTimeout) {
+  FdbOptions o = fdb_options_;
+  o.max_watches = 2;
+  o.transaction_timeout_ms = 500;
+  std::string why;
+  auto opened = open_foundationdb(o, &why);
+  ASSERT_TRUE(opened.ok()) << why;
+  auto& db = *opened;
+  // Three watches, each in a transaction of its own: the third is refused.
+  WatchWaiter w[4];
+  std::shared_ptr<Watch> watches[4];
+  for (int i = 0; i < 3; ++i) {
+    auto tr = db->create_transaction();
+    watches[i] = tr.watch(std::string(1, static_cast<char>('a' + i)), w[i].callback());
+    ASSERT_TRUE(tr.commit().ok());
+    if (i < 2) {
+      EXPECT_EQ(w[i].wait_ms(100), std::nullopt) << i;
+    }
+  }
+  EXPECT_EQ(w[2].wait_ms(5000), Error::too_many_watches);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(w[0].wait_ms(0), std::nullopt);  // still waiting, past the 500 ms timeout
+  put("a", "1");
+  EXPECT_EQ(w[0].wait_ms(5000), Error::success);
+  // Its slot is free again.
+  auto tr = db->create_transaction();
+  watches[3] = tr.watch("d", w[3].callback());
+  ASSERT_TRUE(tr.commit().ok());
+  EXPECT_EQ(w[3].wait_ms(300), std::nullopt);
+  watches[1]->cancel();
+  watches[3]->cancel();
+}
+
 TEST_P(FdbHandlesTest, TransactionTooOldAfterFiveSeconds) {
   put("k", "v");
   auto tr = db_->create_transaction();
