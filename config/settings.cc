@@ -80,6 +80,7 @@ constexpr auto kKeys = std::to_array<Key>({
     {"jwt_auth", "roles_claim_name", Kind::kNonEmpty},
     {"jwt_auth", "roles_claim_path", Kind::kNonEmpty},
     {"chaise", "io_threads", Kind::kInt, 0, 1024},
+    {"chaise", "node_name", Kind::kNonEmpty},
     {"chaise", "fsync", Kind::kBool},
     {"chaise", "fauxton_dir", Kind::kString},
     {"chaise", "max_header_bytes", Kind::kInt, 1024, 0xffffffff},
@@ -317,6 +318,7 @@ ServerSettings server_settings(const Sections& values, std::vector<std::string>&
   s.data_dir = get_string(values, "couchdb", "database_dir", s.data_dir.string());
   if (auto uuid = get_string(values, "couchdb", "uuid"); !uuid.empty()) s.uuid = uuid;
   s.io_threads = static_cast<unsigned>(get_int(values, "chaise", "io_threads", s.io_threads));
+  s.node_name = get_string(values, "chaise", "node_name", s.node_name);
   s.fsync = get_bool(values, "chaise", "fsync", s.fsync);
   s.single_node = get_bool(values, "couchdb", "single_node", s.single_node);
   s.block_cache_bytes = static_cast<std::size_t>(get_int(

@@ -56,6 +56,7 @@ struct ServerSettings {
   std::filesystem::path data_dir = "./data";     // [couchdb] database_dir
   std::optional<std::string> uuid;               // [couchdb] uuid
   unsigned io_threads = 0;                       // [chaise] io_threads; 0 = one per core
+  std::string node_name = "nonode@nohost";       // [chaise] node_name: CouchDB's node()
   bool fsync = true;                             // [chaise] fsync
   bool single_node = false;                      // [couchdb] single_node: system databases at start
   std::size_t block_cache_bytes = 32u << 20;     // [chaise] block_cache_bytes

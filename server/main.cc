@@ -47,6 +47,7 @@
 #include "core/db/db_updates.h"
 #include "core/db/installation.h"
 #include "core/db/keyspace.h"
+#include "core/db/node_reports.h"
 #include "core/db/txid_janitor.h"
 #include "core/js/js.h"
 #include "core/replication/scheduler.h"
@@ -567,6 +568,7 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
       static_cast<int>(chaise::config::get_int(*settings, "replicator", "max_history", 20));
   // On FoundationDB other servers may share the store: _replicator jobs run under leases.
   if (shared_store) replicator_options.lease_owner = chaise::core::node_id();
+  replicator_options.node = config.node_name;
   replicator_options.lease_ms =
       chaise::config::get_int(*settings, "replicator", "lease_timeout", 30'000);
   // The defaults of a replication's own options, for POST /_replicate and _replicator alike.
@@ -592,6 +594,8 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
   context.replicator = replicator.get();
   context.own_url = [&replication_endpoints] { return replication_endpoints->own_url(); };
   context.server_uuid = server_uuid;
+  context.node_name = config.node_name;
+  context.node_reports = shared_store;
   context.workers = workers.get();
   context.js = &js_engine;
   context.store = store.get();
@@ -637,6 +641,23 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
   }
   std::fflush(stdout);
   replicator->start();
+  // On a shared store this server reports itself (its name, tasks and jobs) for the others'
+  // /_membership, /_active_tasks and /_scheduler/jobs.
+  std::unique_ptr<chaise::core::NodeReporter> reporter;
+  if (shared_store) {
+    reporter = std::make_unique<chaise::core::NodeReporter>(
+        *store, chaise::core::node_id(), [&active_tasks, &replicator, name = config.node_name] {
+          chaise::core::NodeReport r;
+          r.name = name;
+          r.written_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+          r.tasks = nlohmann::ordered_json(active_tasks.list(name));
+          for (auto& t : replicator->active_tasks()) r.tasks.push_back(std::move(t));
+          r.jobs = replicator->jobs(0, std::nullopt)["jobs"];
+          return r;
+        });
+  }
   notify_systemd("READY=1");
 
   // Until SIGINT/SIGTERM: SIGHUP reopens the log file; under a systemd watchdog, a ping every half
@@ -683,6 +704,8 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
     spdlog::info("received {}, shutting down", strsignal(signal_number));
   }
   notify_systemd("STOPPING=1");
+  // The others stop listing this server at once.
+  reporter.reset();
   // Jobs checkpoint and stop first: they read and write through the router and the store.
   replicator->stop();
   server.stop();

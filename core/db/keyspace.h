@@ -12,6 +12,7 @@
 //                                          = "": when an idempotency record expires (the janitor
 //                                            clears records in this order; core/db/idempotency.h)
 //   (kSystem, kInstallation, Name)         = a value every node shares (core/db/installation.h)
+//   (kSystem, kNodeReports, NodeId, Chunk) = a server's report of itself (core/db/node_reports.h)
 // Per database, under (kDatabases, DbId):
 //   (kRevisions, DocId, NotDeleted, RevPos, RevHash)
 //        winner: (RevFormat, Sequence, BranchCount, (ParentHash...), BodySize)
@@ -113,6 +114,7 @@ inline constexpr std::int64_t kDbEventRow = 5;
 inline constexpr std::int64_t kDbEventLogCounter = 6;
 inline constexpr std::int64_t kDbEventsCounter = 7;
 inline constexpr std::int64_t kInstallation = 8;  // core/db/installation.h
+inline constexpr std::int64_t kNodeReports = 9;   // core/db/node_reports.h
 
 // Under (kDatabases, DbId).
 inline constexpr std::int64_t kMeta = 0;

@@ -1,6 +1,6 @@
 // /_node/{node}/...: the config API as CouchDB 3.5's chttpd_node.erl answers it. Server admins
-// only (authorize_request). Chaise is one node, named as a CouchDB without a distribution name
-// calls itself: nonode@nohost; "_local" means it too.
+// only (authorize_request). Each server is one node, named by [chaise] node_name (by default as a
+// CouchDB without a distribution name calls itself: nonode@nohost); "_local" means it too.
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
@@ -8,11 +8,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 
 #include "config/config.h"
 #include "config/settings.h"
 #include "core/db/changes_notifier.h"
+#include "core/db/claims.h"
 #include "core/db/db_updates.h"
+#include "core/db/node_reports.h"
 #include "core/db/txid_janitor.h"
 #include "core/js/js.h"
 #include "core/query/collation.h"
@@ -285,11 +288,25 @@ MaybeResponse handle_cluster_setup(Call& call) {
   throw HttpError(err::bad_request("Invalid Action'"));
 }
 
+std::vector<core::NodeReport> other_node_reports(const Call& call) {
+  std::vector<core::NodeReport> out;
+  if (!call.ctx.node_reports) return out;
+  auto tr = call.ctx.store->create_transaction();
+  const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+  out = value_or_throw(core::read_node_reports(tr, now_ms));
+  std::erase_if(out, [](const core::NodeReport& r) { return r.id == core::node_id(); });
+  return out;
+}
+
 Response handle_membership(Call& call) {
   // CouchDB 3.5 crashes with 500 function_clause on a longer path; 404 says what it is.
   if (call.path.size() != 1) throw HttpError(err::not_found());
   if (!is_get(call)) throw_method_not_allowed("GET");
-  const Json nodes = Json::array({kNodeName});
+  std::set<std::string> names = {call.ctx.node_name};
+  for (const core::NodeReport& r : other_node_reports(call)) names.insert(r.name);
+  const Json nodes = Json(std::vector<std::string>(names.begin(), names.end()));
   return json_response(call.req, Status::ok, {{"all_nodes", nodes}, {"cluster_nodes", nodes}});
 }
 
@@ -377,10 +394,10 @@ Response versions(Call& call) {
 Response handle_node(Call& call) {
   const auto& path = call.path;
   if (path.size() == 1) throw HttpError(err::bad_request("Incomplete path to _node request"));
-  if (path[1] != "_local" && path[1] != kNodeName) throw HttpError(err::not_found());
+  if (path[1] != "_local" && path[1] != call.ctx.node_name) throw HttpError(err::not_found());
   if (path.size() == 2) {
     if (!is_get(call)) throw_method_not_allowed("GET");
-    return json_response(call.req, Status::ok, Json{{"name", kNodeName}});
+    return json_response(call.req, Status::ok, Json{{"name", call.ctx.node_name}});
   }
   if (path[2] == "_config") return config_request(call);
   if (path[2] == "_versions") return versions(call);

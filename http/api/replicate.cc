@@ -3,6 +3,7 @@
 // chttpd_misc:handle_replicate_req, couch_replicator_httpd.erl.
 #include <boost/asio/use_awaitable.hpp>
 
+#include "core/db/node_reports.h"
 #include "core/replication/scheduler.h"
 #include "core/security/replicator_docs.h"
 #include "http/api/request.h"
@@ -128,6 +129,50 @@ std::size_t paging(const Call& call, std::string_view key, std::size_t fallback)
   return static_cast<std::size_t>(*n);
 }
 
+// A listed job's id ("" if it has none).
+std::string job_id(const Json& job) {
+  const auto it = job.find("id");
+  return it != job.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// GET /_scheduler/docs as Scheduler::docs answers it, except that a document whose job runs on
+// another server sharing the store (its lease: pending here) shows as that server reports it:
+// running, with its node and info.
+Json docs_of(const Call& call, const std::optional<std::string>& db,
+             const std::vector<std::string>& states, std::size_t skip, std::size_t limit) {
+  const repl::Scheduler& scheduler = *call.ctx.replicator;
+  const std::vector<core::NodeReport> others = other_node_reports(call);
+  if (others.empty()) return scheduler.docs(db, states, skip, limit);
+  Json all = scheduler.docs(db, {}, 0, std::nullopt);
+  Json page = Json::array();
+  std::size_t total = 0;
+  for (Json& d : all["docs"]) {
+    if (d["state"] == "pending") {
+      for (const core::NodeReport& r : others)
+        for (const Json& t : r.tasks)
+          if (t.value("type", "") == "replication" && t["database"] == d["database"] &&
+              t["doc_id"] == d["doc_id"]) {
+            d["state"] = "running";
+            d["node"] = r.name;
+            d["id"] = t["replication_id"];
+            Json info = Json::object();
+            for (const char* k :
+                 {"revisions_checked", "missing_revisions_found", "docs_read", "docs_written",
+                  "changes_pending", "doc_write_failures", "bulk_get_docs", "bulk_get_attempts",
+                  "checkpointed_source_seq", "source_seq", "through_seq"})
+              if (t.contains(k)) info[k] = t[k];
+            d["info"] = std::move(info);
+          }
+    }
+    if (!states.empty() &&
+        std::find(states.begin(), states.end(), d["state"].get<std::string>()) == states.end())
+      continue;
+    if (++total <= skip || page.size() >= limit) continue;
+    page.push_back(std::move(d));
+  }
+  return Json{{"total_rows", total}, {"offset", skip}, {"docs", std::move(page)}};
+}
+
 Response scheduler_request(Call& call) {
   const repl::Scheduler& scheduler = *call.ctx.replicator;
   if (!is_get(call)) throw_method_not_allowed("GET,HEAD");
@@ -136,12 +181,36 @@ Response scheduler_request(Call& call) {
   const std::size_t limit = paging(call, "limit", 100);
   const auto not_found = [&] { throw HttpError(core::CouchError{404, "not_found", "missing"}); };
   if (path.size() >= 2 && path[1] == "jobs") {
-    if (path.size() == 2) return json_response(call.req, Status::ok, scheduler.jobs(skip, limit));
+    // This server's jobs, and those the others sharing the store report, ordered by id.
+    const std::vector<core::NodeReport> others = other_node_reports(call);
+    if (path.size() == 2) {
+      if (others.empty()) return json_response(call.req, Status::ok, scheduler.jobs(skip, limit));
+      std::vector<Json> all;
+      Json own = scheduler.jobs(0, std::nullopt);
+      for (Json& j : own["jobs"]) all.push_back(std::move(j));
+      for (const core::NodeReport& r : others)
+        for (const Json& j : r.jobs) all.push_back(j);
+      std::stable_sort(all.begin(), all.end(),
+                       [](const Json& a, const Json& b) { return job_id(a) < job_id(b); });
+      Json page = Json::array();
+      for (std::size_t i = skip; i < all.size() && page.size() < limit; ++i)
+        page.push_back(std::move(all[i]));
+      return json_response(call.req, Status::ok,
+                           Json{{"total_rows", all.size()}, {"offset", skip}, {"jobs", page}});
+    }
     if (path.size() > 3) not_found();
     std::string id = path[2];
     std::replace(id.begin(), id.end(), ' ', '+');
     auto r = scheduler.job(id);
-    if (auto* e = std::get_if<core::CouchError>(&r)) throw HttpError(*e);
+    if (auto* e = std::get_if<core::CouchError>(&r)) {
+      for (const core::NodeReport& node : others)
+        for (const Json& j : node.jobs) {
+          const std::string full = job_id(j);
+          if (full == id || full.substr(0, full.find('+')) == id)
+            return json_response(call.req, Status::ok, j);
+        }
+      throw HttpError(*e);
+    }
     return json_response(call.req, Status::ok, std::get<Json>(r));
   }
   if (path.size() >= 2 && path[1] == "docs") {
@@ -163,7 +232,7 @@ Response scheduler_request(Call& call) {
       }
     }
     if (path.size() == 2)
-      return json_response(call.req, Status::ok, scheduler.docs(std::nullopt, states, skip, limit));
+      return json_response(call.req, Status::ok, docs_of(call, std::nullopt, states, skip, limit));
     // The database's name may hold '/' unescaped: /_scheduler/docs/a/b/_replicator[/docid].
     std::size_t end = path.size();
     std::optional<std::string> doc_id;
@@ -180,11 +249,11 @@ Response scheduler_request(Call& call) {
       if (end + 1 != path.size()) throw HttpError(core::err::bad_request("Invalid path"));
       doc_id = path[end];
     }
-    if (!doc_id)
-      return json_response(call.req, Status::ok, scheduler.docs(db, states, skip, limit));
-    auto r = scheduler.doc(db, *doc_id);
-    if (auto* e = std::get_if<core::CouchError>(&r)) throw HttpError(*e);
-    return json_response(call.req, Status::ok, std::get<Json>(r));
+    if (!doc_id) return json_response(call.req, Status::ok, docs_of(call, db, states, skip, limit));
+    Json docs = docs_of(call, db, {}, 0, SIZE_MAX);
+    for (Json& d : docs["docs"])
+      if (d["doc_id"] == *doc_id) return json_response(call.req, Status::ok, std::move(d));
+    throw HttpError(core::CouchError{404, "not_found", "missing"});
   }
   throw HttpError(core::CouchError{404, "not found", ""});
 }

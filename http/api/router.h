@@ -25,6 +25,7 @@ namespace js {
 class Engine;
 }
 struct DbRef;
+struct NodeReport;
 class ChangesNotifier;
 class TxIdJanitor;
 class DbUpdatesRecorder;
@@ -56,6 +57,11 @@ class Metrics;
 struct RouterContext {
   // 32 lowercase hex digits, stable for the lifetime of the data directory (see server/main.cc).
   std::string server_uuid;
+  // This server's name, CouchDB's node() ([chaise] node_name): /_node/{name}, its tasks' "node".
+  std::string node_name = "nonode@nohost";
+  // Other servers share the store and report themselves there (core/db/node_reports.h):
+  // /_membership, /_active_tasks and /_scheduler/jobs list theirs with this server's.
+  bool node_reports = false;
   // The store every database lives in; outlives the router. nullptr only in router unit tests.
   storage::Database* store = nullptr;
   // Clears transaction ids of committed document writes; may be nullptr (then they stay).
@@ -107,9 +113,6 @@ struct RouterContext {
 
 using MaybeResponse = boost::asio::awaitable<std::optional<Response>>;
 
-// This node's name, as CouchDB's node() (one node, not distributed: nonode@nohost).
-inline constexpr std::string_view kNodeName = "nonode@nohost";
-
 class Router {
  public:
   explicit Router(RouterContext context);
@@ -152,8 +155,11 @@ Response handle_session(Call& call);
 Response handle_node(Call& call);
 // /_cluster_setup: the setup of a single node (http/api/node.cc).
 MaybeResponse handle_cluster_setup(Call& call);
-// /_membership: the nodes of the cluster, which is this node alone (http/api/node.cc).
+// /_membership: this server and the others that report themselves in the store (http/api/node.cc).
 Response handle_membership(Call& call);
+// The live reports of the other servers sharing the store (none unless RouterContext::node_reports;
+// http/api/node.cc).
+std::vector<core::NodeReport> other_node_reports(const Call& call);
 // /_utils: the web UI's static files (http/api/fauxton.cc).
 Response handle_utils(Call& call);
 // /favicon.ico: the UI's icon, or CouchDB's plain-text 404 (http/api/fauxton.cc).

@@ -20,6 +20,7 @@
 
 #include "core/db/active_tasks.h"
 #include "core/db/databases.h"
+#include "core/db/node_reports.h"
 #include "core/replication/scheduler.h"
 #include "core/util/ascii.h"
 #include "http/api/etag.h"
@@ -318,14 +319,17 @@ MaybeResponse handle_server(Call& call) {
   if (first == "_utils") co_return handle_utils(call);
   if (first == "_db_updates") co_return co_await handle_db_updates(call);
   if (first == "_active_tasks" && call.path.size() == 1) {
-    // Index builds and database compactions while they run (core/db/active_tasks.h).
+    // Index builds, database compactions and replications while they run
+    // (core/db/active_tasks.h), this server's and those the others sharing the store report.
     require_server_admin(call);
     if (!is_get(call)) throw_method_not_allowed("GET,HEAD");
     Json tasks = Json::array();
-    if (call.ctx.active_tasks != nullptr) tasks = call.ctx.active_tasks->list(kNodeName);
+    if (call.ctx.active_tasks != nullptr) tasks = call.ctx.active_tasks->list(call.ctx.node_name);
     if (call.ctx.replicator != nullptr) {
       for (auto& t : call.ctx.replicator->active_tasks()) tasks.push_back(std::move(t));
     }
+    for (core::NodeReport& r : other_node_reports(call))
+      for (auto& t : r.tasks) tasks.push_back(std::move(t));
     co_return json_response(call.req, Status::ok, tasks);
   }
   if (first == "_replicate" || first == "_scheduler") co_return co_await handle_replication(call);

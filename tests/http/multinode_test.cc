@@ -61,9 +61,9 @@ class MultiNodeTest : public ::testing::Test {
   std::unique_ptr<ServerProcess> start_node(int n, const std::string& extra_foundationdb = "") {
     // Each node its own ini (a node writes the admin's hash back to it), the same settings.
     const auto ini = dir_.path() / ("node" + std::to_string(n) + ".ini");
-    std::ofstream(ini) << "[chaise]\nstorage_engine = foundationdb\n[foundationdb]\ncluster_file = "
-                       << cluster_ << "\nlibrary = " << library_ << "\nkey_prefix = " << prefix_
-                       << "\n"
+    std::ofstream(ini) << "[chaise]\nstorage_engine = foundationdb\nnode_name = " << node_name(n)
+                       << "\n[foundationdb]\ncluster_file = " << cluster_
+                       << "\nlibrary = " << library_ << "\nkey_prefix = " << prefix_ << "\n"
                        << extra_foundationdb
                        << "\n[chttpd_auth]\niterations = 10\n[replicator]\nlease_timeout = 1500\n"
                        << "[admins]\n"
@@ -72,6 +72,8 @@ class MultiNodeTest : public ::testing::Test {
         dir_.path() / ("data" + std::to_string(n)),
         std::vector<std::string>{"--no-admin-party", "--config", ini.string()});
   }
+
+  static std::string node_name(int n) { return "node" + std::to_string(n) + "@127.0.0.1"; }
 
   HttpResponse call(int node, verb method, const std::string& target, std::string body = {},
                     Headers headers = {}) {
@@ -500,8 +502,9 @@ TEST_F(MultiNodeTest, AViewIsBuiltByOneNodeAtATimeAndAnotherTakesOverWhenItDies)
     std::vector<int> out;
     for (int n = 0; n < kNodes; ++n) {
       if (!alive[n]) continue;
-      for (const Json& t : get(n, "/_active_tasks"))
-        if (t.value("type", "") == "indexer" && t.value("design_document", "") == ddoc_id)
+      for (const Json& t : get(n, "/_active_tasks"))  // every node's: this node's own
+        if (t.value("type", "") == "indexer" && t.value("design_document", "") == ddoc_id &&
+            t.value("node", "") == node_name(n))
           out.push_back(n);
     }
     return out;
@@ -572,8 +575,78 @@ TEST_F(MultiNodeTest, AViewIsBuiltByOneNodeAtATimeAndAnotherTakesOverWhenItDies)
   }
 }
 
-// A _replicator document's job runs on one node, the one holding its lease; when that node dies,
-// another takes the job over (after lease_timeout, 1.5 s here) and goes on from the checkpoint.
+// Any node answers /_membership, /_active_tasks and /_scheduler/jobs for all of them, as a node of
+// a CouchDB cluster does; a node that stops drops out of them at once.
+TEST_F(MultiNodeTest, EveryNodeListsTheNodesAndTheJobsOfAll) {
+  auto eventually = [](const std::function<bool()>& ok, std::chrono::milliseconds within) {
+    const auto end = std::chrono::steady_clock::now() + within;
+    while (std::chrono::steady_clock::now() < end) {
+      if (ok()) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return ok();
+  };
+  Json all_names = Json::array();
+  for (int n = 0; n < kNodes; ++n) all_names.push_back(node_name(n));
+  for (int n = 0; n < kNodes; ++n) {
+    EXPECT_TRUE(eventually([&] { return get(n, "/_membership")["all_nodes"] == all_names; }, 5s))
+        << n << ": " << get(n, "/_membership").dump();
+    EXPECT_EQ(get(n, "/_membership")["cluster_nodes"], all_names) << n;
+    EXPECT_EQ(get(n, "/_node/_local")["name"], node_name(n)) << n;
+    EXPECT_EQ(call(n, verb::get, "/_node/" + node_name(n) + "/_config/chaise/node_name").status,
+              200u)
+        << n;
+  }
+  // A continuous replication asked of node 0 runs there.
+  ASSERT_EQ(call(0, verb::put, "/src").status, 201u);
+  ASSERT_EQ(call(0, verb::put, "/src/d", "{}").status, 201u);
+  const std::string base =
+      "http://" + kAdmin + ":" + kPassword + "@127.0.0.1:" + std::to_string(port(0)) + "/";
+  const Json spec = {{"source", base + "src"},
+                     {"target", base + "tgt"},
+                     {"create_target", true},
+                     {"continuous", true}};
+  const auto started = call(0, verb::post, "/_replicate", spec.dump());
+  ASSERT_EQ(started.status, 202u) << started.body;
+  const std::string id = started.json()["_local_id"];
+  auto job_on = [&](int n) {
+    const Json jobs = get(n, "/_scheduler/jobs");
+    for (const Json& j : jobs["jobs"])
+      if (j["id"] == id) return j;
+    return Json();
+  };
+  auto task_on = [&](int n) {
+    for (const Json& t : get(n, "/_active_tasks"))
+      if (t.value("type", "") == "replication" && t["replication_id"] == id) return t;
+    return Json();
+  };
+  for (int n = 0; n < kNodes; ++n) {
+    EXPECT_TRUE(eventually([&] { return !job_on(n).is_null() && !task_on(n).is_null(); }, 5s)) << n;
+    EXPECT_EQ(job_on(n)["node"], node_name(0)) << n;
+    EXPECT_EQ(task_on(n)["node"], node_name(0)) << n;
+    EXPECT_EQ(get(n, "/_scheduler/jobs")["total_rows"], 1) << n;
+    const auto one = call(n, verb::get, "/_scheduler/jobs/" + id);
+    EXPECT_EQ(one.status, 200u) << n << ": " << one.body;
+    EXPECT_EQ(one.json()["node"], node_name(0)) << n;
+  }
+  EXPECT_EQ(call(1, verb::get, "/_scheduler/jobs/nonesuch").status, 404u);
+  // Cancelled on node 0: gone from every node's lists within a report or two.
+  Json cancel = spec;
+  cancel["cancel"] = true;
+  ASSERT_EQ(call(0, verb::post, "/_replicate", cancel.dump()).status, 200u);
+  for (int n = 0; n < kNodes; ++n)
+    EXPECT_TRUE(eventually([&] { return job_on(n).is_null() && task_on(n).is_null(); }, 5s)) << n;
+  // A node that stops is dropped at once.
+  const ExitStatus s = nodes_[2]->stop();
+  EXPECT_TRUE(s.exited && s.exit_code == 0);
+  const Json two = Json::array({node_name(0), node_name(1)});
+  EXPECT_EQ(get(0, "/_membership")["all_nodes"], two);
+  EXPECT_EQ(get(1, "/_membership")["all_nodes"], two);
+}
+
+// A _replicator document's job runs on one node, the one holding its lease, and every node's
+// /_scheduler/docs shows it running there; when that node dies, another takes the job over (after
+// lease_timeout, 1.5 s here) and goes on from the checkpoint.
 TEST_F(MultiNodeTest, AReplicatorDocumentsJobRunsOnOneNodeAndMovesWhenThatNodeDies) {
   // The databases live on a server of their own (admin party), which no node's death touches.
   ServerProcess outside(dir_.path() / "outside");
@@ -605,8 +678,9 @@ TEST_F(MultiNodeTest, AReplicatorDocumentsJobRunsOnOneNodeAndMovesWhenThatNodeDi
     std::vector<int> out;
     for (int n = 0; n < kNodes; ++n) {
       if (!alive[n]) continue;
-      for (const Json& t : get(n, "/_active_tasks"))
-        if (t.value("type", "") == "replication" && t.value("doc_id", "") == "follow")
+      for (const Json& t : get(n, "/_active_tasks"))  // every node's: this node's own
+        if (t.value("type", "") == "replication" && t.value("doc_id", "") == "follow" &&
+            t.value("node", "") == node_name(n))
           out.push_back(n);
     }
     return out;
@@ -621,15 +695,22 @@ TEST_F(MultiNodeTest, AReplicatorDocumentsJobRunsOnOneNodeAndMovesWhenThatNodeDi
   const int runner = first[0];
   auto task_of = [&](int n) {
     for (const Json& t : get(n, "/_active_tasks"))
-      if (t.value("type", "") == "replication" && t.value("doc_id", "") == "follow") return t;
+      if (t.value("type", "") == "replication" && t.value("doc_id", "") == "follow" &&
+          t.value("node", "") == node_name(n))
+        return t;
     return Json::object();
   };
   const Json first_id = task_of(runner)["replication_id"];
   ASSERT_TRUE(first_id.is_string());
+  // Every node shows the document's job as the runner reports it.
   for (int n = 0; n < kNodes; ++n) {
-    if (n == runner) continue;
-    const Json d = get(n, "/_scheduler/docs/_replicator/follow");
-    EXPECT_EQ(d["state"], "pending") << n << " " << d.dump();
+    Json d = get(n, "/_scheduler/docs/_replicator/follow");
+    EXPECT_EQ(d["state"], "running") << n << " " << d.dump();
+    EXPECT_EQ(d["node"], node_name(runner)) << n << " " << d.dump();
+    EXPECT_EQ(d["id"], first_id) << n;
+    Json running = get(n, "/_scheduler/docs?states=running");
+    EXPECT_EQ(running["total_rows"], 1) << n << " " << running.dump();
+    EXPECT_EQ(get(n, "/_scheduler/docs?states=pending")["total_rows"], 0) << n;
   }
   // The runner dies without a word; another node takes the job over.
   nodes_[runner]->stop_with(SIGKILL);
