@@ -121,15 +121,7 @@ void ChangesNotifier::arm(std::int64_t db_id, const std::string& key, std::uint6
       e.watch = std::move(watch);
       e.known = current;
       // Waiters that saw less than the database has now need no watch to be woken.
-      std::erase_if(e.waiters, [&](const std::weak_ptr<WaiterState>& x) {
-        auto s = x.lock();
-        if (!s) return true;
-        if (s->seen < current) {
-          wake.push_back(std::move(s));
-          return true;
-        }
-        return false;
-      });
+      take_passed(e, current, wake);
     }
   }
   for (auto& s : wake) s->fire(0);
@@ -151,6 +143,19 @@ void ChangesNotifier::fired(std::int64_t db_id, std::int64_t version) {
     e.waiters.clear();
   }
   for (auto& s : wake) s->fire(version);
+}
+
+void ChangesNotifier::take_passed(Entry& e, std::int64_t current,
+                                  std::vector<std::shared_ptr<WaiterState>>& wake) {
+  std::erase_if(e.waiters, [&](const std::weak_ptr<WaiterState>& x) {
+    auto s = x.lock();
+    if (!s) return true;
+    if (s->seen < current) {
+      wake.push_back(std::move(s));
+      return true;
+    }
+    return false;
+  });
 }
 
 void ChangesNotifier::poll_instead(Entry& e) {
@@ -200,15 +205,7 @@ void ChangesNotifier::poll_once() {
       if (it == dbs_.end() || !it->second.polled) continue;
       Entry& e = it->second;
       e.known = current;
-      std::erase_if(e.waiters, [&](const std::weak_ptr<WaiterState>& x) {
-        auto s = x.lock();
-        if (!s) return true;
-        if (s->seen < current) {
-          wake.push_back(std::move(s));
-          return true;
-        }
-        return false;
-      });
+      take_passed(e, current, wake);
       // No one left to poll for: the next wait() sets a watch again.
       if (e.waiters.empty()) {
         e.polled = false;

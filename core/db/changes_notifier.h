@@ -87,6 +87,10 @@ class ChangesNotifier {
                                   std::int64_t seen_counter, Wake wake);
   void arm(std::int64_t db_id, const std::string& key, std::uint64_t generation);
   void fired(std::int64_t db_id, std::int64_t version);
+  // Moves the waiters of `e` that saw less than `current` to `wake`, and drops cancelled ones
+  // (under mu_).
+  static void take_passed(Entry& e, std::int64_t current,
+                          std::vector<std::shared_ptr<WaiterState>>& wake);
   // The entry's watch could not be set or failed: its waiters are polled for (under mu_).
   void poll_instead(Entry& e);
   void poll_loop();
