@@ -49,8 +49,10 @@
 #include "core/db/keyspace.h"
 #include "core/db/node_reports.h"
 #include "core/db/txid_janitor.h"
+#include "core/docs/documents.h"
 #include "core/js/js.h"
 #include "core/replication/scheduler.h"
+#include "core/security/replicator_docs.h"
 #include "core/security/security.h"
 #include "http/api/metrics.h"
 #include "http/api/peruser.h"
@@ -567,7 +569,15 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
   replicator_options.max_history =
       static_cast<int>(chaise::config::get_int(*settings, "replicator", "max_history", 20));
   // On FoundationDB other servers may share the store: _replicator jobs run under leases.
-  if (shared_store) replicator_options.lease_owner = chaise::core::node_id();
+  if (shared_store) {
+    replicator_options.lease_owner = chaise::core::node_id();
+    replicator_options.put_local_if = [&store](std::string_view id,
+                                               const std::optional<std::string>& rev,
+                                               const chaise::core::replication::Json& doc) {
+      return chaise::core::put_local_if(*store, chaise::core::kReplicatorDb,
+                                        "_local/" + std::string(id), rev, doc.dump());
+    };
+  }
   replicator_options.node = config.node_name;
   replicator_options.lease_ms =
       chaise::config::get_int(*settings, "replicator", "lease_timeout", 30'000);

@@ -275,6 +275,16 @@ StorageResult<Outcome<std::string>> get_local_json(Transaction& tr, const DbRef&
 StorageResult<Outcome<std::string>> put_local(Transaction& tr, const DbRef& db, std::string_view id,
                                               const std::optional<std::string>& base_rev,
                                               bool deleted, std::string_view body);
+// A compare-and-set put_local, which CouchDB's HTTP API has not (it compares no _local revisions):
+// writes `body` only if the document's revision is still `rev` (nullopt: there is none); false,
+// writing nothing, when it is not. Of two transactions that both saw `rev`, one commits and the
+// other conflicts, to find on its retry that the revision moved.
+StorageResult<Outcome<bool>> put_local_if(Transaction& tr, const DbRef& db, std::string_view id,
+                                          const std::optional<std::string>& rev,
+                                          std::string_view body);
+// The same in a transaction of its own, on database `db_name`; a storage failure is a CouchError.
+Outcome<bool> put_local_if(storage::Database& store, std::string_view db_name, std::string_view id,
+                           const std::optional<std::string>& rev, std::string_view body);
 
 // ---- validate_doc_update ----
 // Runs a database's validation functions on each edit, inside the write transaction

@@ -48,6 +48,44 @@ StorageResult<Outcome<std::string>> get_local_json(Transaction& tr, const DbRef&
   return R(splice_doc(body, id, rev, {}));
 }
 
+StorageResult<Outcome<bool>> put_local_if(Transaction& tr, const DbRef& db, std::string_view id,
+                                          const std::optional<std::string>& rev,
+                                          std::string_view body) {
+  using R = Outcome<bool>;
+  auto v = tr.get(db.space.local_key(id), Snapshot::no);
+  if (!v.ok()) return v.error();
+  std::optional<std::string> current;
+  if (v->has_value()) {
+    auto t = Tuple::unpack(**v);
+    if (!t || !t->get_int(1)) return storage::Error::io_error;
+    current = "0-" + std::to_string(*t->get_int(1));
+  }
+  if (current != rev) return R(false);
+  auto written = put_local(tr, db, id, rev, false, body);
+  if (!written.ok()) return written.error();
+  if (auto* e = std::get_if<CouchError>(&*written)) return R(*e);
+  return R(true);
+}
+
+Outcome<bool> put_local_if(storage::Database& store, std::string_view db_name, std::string_view id,
+                           const std::optional<std::string>& rev, std::string_view body) {
+  std::optional<Outcome<bool>> out;
+  storage::Status s = store.run([&](Transaction& tr) -> storage::Status {
+    auto db = open_db(tr, db_name);
+    if (!db.ok()) return db.error();
+    if (auto* e = std::get_if<CouchError>(&*db)) {
+      out = *e;
+      return {};
+    }
+    auto r = put_local_if(tr, std::get<DbRef>(*db), id, rev, body);
+    if (!r.ok()) return r.error();
+    out = std::move(*r);
+    return {};
+  });
+  if (!s.ok()) return storage_failure(s.error());
+  return *out;
+}
+
 StorageResult<Outcome<std::string>> put_local(Transaction& tr, const DbRef& db, std::string_view id,
                                               const std::optional<std::string>& base_rev,
                                               bool deleted, std::string_view body) {

@@ -216,7 +216,7 @@ struct Scheduler::State {
     }
     next["owner"] = options.lease_owner;
     next["written"] = iso_now();
-    if (std::holds_alternative<CouchError>(writer_endpoint->put_local(id, next))) return false;
+    if (!write_lease(id, current, std::move(next))) return false;
     leases_seen.erase(e.spec.doc_id);
     e.lease_renew_at = now + lease_period();
     return true;
@@ -232,7 +232,21 @@ struct Scheduler::State {
       return;
     Json next = **current;
     next["owner"] = "";
-    writer_endpoint->put_local(id, next);
+    write_lease(id, *current, std::move(next));
+  }
+
+  // Writes lease `id` as `next`, if it is still `current` as read (with put_local_if when given).
+  bool write_lease(const std::string& id, const std::optional<Json>& current, Json next) {
+    if (!options.put_local_if)
+      return !std::holds_alternative<CouchError>(writer_endpoint->put_local(id, next));
+    std::optional<std::string> rev;
+    if (current && current->contains("_rev") && (*current)["_rev"].is_string())
+      rev = (*current)["_rev"].get<std::string>();
+    next.erase("_id");
+    next.erase("_rev");
+    const Outcome<bool> put = options.put_local_if(id, rev, next);
+    const bool* written = std::get_if<bool>(&put);
+    return written != nullptr && *written;
   }
 
   // Writes again the leases of running jobs that are due; a job whose lease another server took

@@ -73,6 +73,13 @@ struct SchedulerOptions {
   // [replicator] lease_timeout: how long a lease stays held without being written again, in ms.
   // 30,000.
   std::int64_t lease_ms = 30'000;
+  // Writes the _replicator database's _local document `id` (`doc`, without _id and _rev) only if
+  // its revision is still `rev` (nullopt: none); false when another server wrote it meanwhile
+  // (core::put_local_if). Leases are written through it, so that two servers never both take one.
+  // Unset: written with put_local, which compares nothing.
+  std::function<Outcome<bool>(std::string_view id, const std::optional<std::string>& rev,
+                              const Json& doc)>
+      put_local_if;
   ReplicatorDefaults defaults;
 };
 

@@ -729,6 +729,38 @@ TEST_F(DocumentsTest, LocalDocuments) {
   EXPECT_EQ(rows[0]["value"]["rev"], "0-2");
 }
 
+// put_local_if writes only over the revision it was given; of two transactions that saw the same
+// one, the second to commit conflicts, and finds on its retry that the revision moved.
+TEST_F(DocumentsTest, PutLocalIfComparesTheRevision) {
+  EXPECT_EQ(put_local_if(*store_, "db", "_local/lease", std::nullopt, R"({"owner":"a"})"),
+            Outcome<bool>(true));
+  EXPECT_EQ(put_local_if(*store_, "db", "_local/lease", std::nullopt, R"({"owner":"b"})"),
+            Outcome<bool>(false));
+  EXPECT_EQ(put_local_if(*store_, "db", "_local/lease", std::string("0-7"), R"({"owner":"b"})"),
+            Outcome<bool>(false));
+  EXPECT_EQ(put_local_if(*store_, "db", "_local/lease", std::string("0-1"), R"({"owner":"b"})"),
+            Outcome<bool>(true));
+  // Two writers that both read 0-2.
+  auto t1 = store_->create_transaction();
+  auto t2 = store_->create_transaction();
+  EXPECT_EQ(*put_local_if(t1, db(), "_local/lease", std::string("0-2"), R"({"owner":"c"})"),
+            Outcome<bool>(true));
+  EXPECT_EQ(*put_local_if(t2, db(), "_local/lease", std::string("0-2"), R"({"owner":"d"})"),
+            Outcome<bool>(true));
+  ASSERT_TRUE(t1.commit().ok());
+  auto second = t2.commit();
+  ASSERT_FALSE(second.ok());
+  ASSERT_TRUE(t2.on_error(second.error()).ok());
+  EXPECT_EQ(*put_local_if(t2, db(), "_local/lease", std::string("0-2"), R"({"owner":"d"})"),
+            Outcome<bool>(false));
+  auto t3 = store_->create_transaction();
+  const Json lease = Json::parse(std::get<std::string>(*get_local_json(t3, db(), "_local/lease")));
+  EXPECT_EQ(lease["owner"], "c");
+  EXPECT_EQ(lease["_rev"], "0-3");
+  EXPECT_EQ(put_local_if(*store_, "nonesuch", "_local/lease", std::nullopt, "{}"),
+            Outcome<bool>(err::db_not_found()));
+}
+
 TEST_F(DocumentsTest, LargeBodiesAreChunked) {
   std::string big = "{\"s\":\"" + std::string(350'000, 'x') + "\"}";
   std::string r = put("big", std::nullopt, big);
