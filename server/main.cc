@@ -45,6 +45,7 @@
 #include "core/db/claims.h"
 #include "core/db/databases.h"
 #include "core/db/db_updates.h"
+#include "core/db/idempotency.h"
 #include "core/db/installation.h"
 #include "core/db/keyspace.h"
 #include "core/db/node_reports.h"
@@ -659,9 +660,7 @@ RunEnd run(chaise::config::Config& config_store, const chaise::config::ServerSet
         *store, chaise::core::node_id(), [&active_tasks, &replicator, name = config.node_name] {
           chaise::core::NodeReport r;
           r.name = name;
-          r.written_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
+          r.written_ms = chaise::core::idem_now_ms();
           r.tasks = nlohmann::ordered_json(active_tasks.list(name));
           for (auto& t : replicator->active_tasks()) r.tasks.push_back(std::move(t));
           r.jobs = replicator->jobs(0, std::nullopt)["jobs"];

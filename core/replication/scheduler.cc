@@ -883,7 +883,7 @@ Outcome<Json> Scheduler::job(const std::string& id) const {
   std::lock_guard lock(s.mu);
   for (const auto& [jid, e] : s.jobs) {
     if (e->removing) continue;
-    if (jid == id || jid.substr(0, jid.find('+')) == id) return s.job_json(*e);
+    if (names_job(jid, id)) return s.job_json(*e);
   }
   return CouchError{404, "not_found", "missing"};
 }

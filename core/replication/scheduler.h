@@ -111,6 +111,11 @@ class Scheduler {
   // GET /_scheduler/jobs (`skip`, `limit`), /_scheduler/jobs/{id}.
   Json jobs(std::size_t skip, std::optional<std::size_t> limit) const;
   Outcome<Json> job(const std::string& id) const;
+  // Whether job `full_id` ("base+continuous...") is the one GET /_scheduler/jobs/{id} names: by its
+  // full id or by its base.
+  static bool names_job(std::string_view full_id, std::string_view id) {
+    return full_id == id || full_id.substr(0, full_id.find('+')) == id;
+  }
   // GET /_scheduler/docs[/{db}] (states: only those; empty: all), /_scheduler/docs/{db}/{docid}.
   Json docs(const std::optional<std::string>& db, const std::vector<std::string>& states,
             std::size_t skip, std::optional<std::size_t> limit) const;

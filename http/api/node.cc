@@ -15,6 +15,7 @@
 #include "core/db/changes_notifier.h"
 #include "core/db/claims.h"
 #include "core/db/db_updates.h"
+#include "core/db/idempotency.h"
 #include "core/db/node_reports.h"
 #include "core/db/txid_janitor.h"
 #include "core/js/js.h"
@@ -292,10 +293,7 @@ std::vector<core::NodeReport> other_node_reports(const Call& call) {
   std::vector<core::NodeReport> out;
   if (!call.ctx.node_reports) return out;
   auto tr = call.ctx.store->create_transaction();
-  const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch())
-                                  .count();
-  out = value_or_throw(core::read_node_reports(tr, now_ms));
+  out = value_or_throw(core::read_node_reports(tr, core::idem_now_ms()));
   std::erase_if(out, [](const core::NodeReport& r) { return r.id == core::node_id(); });
   return out;
 }

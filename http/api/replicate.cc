@@ -135,9 +135,23 @@ std::string job_id(const Json& job) {
   return it != job.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
+// The job another server runs for _replicator document `doc` (its running task names it), as
+// that server lists the job; nullptr if none does.
+const Json* running_elsewhere(const std::vector<core::NodeReport>& others, const Json& doc) {
+  for (const core::NodeReport& r : others)
+    for (const Json& t : r.tasks) {
+      if (t.value("type", "") != "replication" || t["database"] != doc["database"] ||
+          t["doc_id"] != doc["doc_id"])
+        continue;
+      for (const Json& j : r.jobs)
+        if (job_id(j) == t["replication_id"]) return &j;
+    }
+  return nullptr;
+}
+
 // GET /_scheduler/docs as Scheduler::docs answers it, except that a document whose job runs on
 // another server sharing the store (its lease: pending here) shows as that server reports it:
-// running, with its node and info.
+// running, with its node, job id and info.
 Json docs_of(const Call& call, const std::optional<std::string>& db,
              const std::vector<std::string>& states, std::size_t skip, std::size_t limit) {
   const repl::Scheduler& scheduler = *call.ctx.replicator;
@@ -148,21 +162,12 @@ Json docs_of(const Call& call, const std::optional<std::string>& db,
   std::size_t total = 0;
   for (Json& d : all["docs"]) {
     if (d["state"] == "pending") {
-      for (const core::NodeReport& r : others)
-        for (const Json& t : r.tasks)
-          if (t.value("type", "") == "replication" && t["database"] == d["database"] &&
-              t["doc_id"] == d["doc_id"]) {
-            d["state"] = "running";
-            d["node"] = r.name;
-            d["id"] = t["replication_id"];
-            Json info = Json::object();
-            for (const char* k :
-                 {"revisions_checked", "missing_revisions_found", "docs_read", "docs_written",
-                  "changes_pending", "doc_write_failures", "bulk_get_docs", "bulk_get_attempts",
-                  "checkpointed_source_seq", "source_seq", "through_seq"})
-              if (t.contains(k)) info[k] = t[k];
-            d["info"] = std::move(info);
-          }
+      if (const Json* job = running_elsewhere(others, d)) {
+        d["state"] = "running";
+        d["node"] = (*job)["node"];
+        d["id"] = (*job)["id"];
+        d["info"] = (*job)["info"];
+      }
     }
     if (!states.empty() &&
         std::find(states.begin(), states.end(), d["state"].get<std::string>()) == states.end())
@@ -182,8 +187,8 @@ Response scheduler_request(Call& call) {
   const auto not_found = [&] { throw HttpError(core::CouchError{404, "not_found", "missing"}); };
   if (path.size() >= 2 && path[1] == "jobs") {
     // This server's jobs, and those the others sharing the store report, ordered by id.
-    const std::vector<core::NodeReport> others = other_node_reports(call);
     if (path.size() == 2) {
+      const std::vector<core::NodeReport> others = other_node_reports(call);
       if (others.empty()) return json_response(call.req, Status::ok, scheduler.jobs(skip, limit));
       std::vector<Json> all;
       Json own = scheduler.jobs(0, std::nullopt);
@@ -203,12 +208,10 @@ Response scheduler_request(Call& call) {
     std::replace(id.begin(), id.end(), ' ', '+');
     auto r = scheduler.job(id);
     if (auto* e = std::get_if<core::CouchError>(&r)) {
-      for (const core::NodeReport& node : others)
-        for (const Json& j : node.jobs) {
-          const std::string full = job_id(j);
-          if (full == id || full.substr(0, full.find('+')) == id)
+      for (const core::NodeReport& node : other_node_reports(call))
+        for (const Json& j : node.jobs)
+          if (repl::Scheduler::names_job(job_id(j), id))
             return json_response(call.req, Status::ok, j);
-        }
       throw HttpError(*e);
     }
     return json_response(call.req, Status::ok, std::get<Json>(r));

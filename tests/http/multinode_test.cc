@@ -709,6 +709,7 @@ TEST_F(MultiNodeTest, AReplicatorDocumentsJobRunsOnOneNodeAndMovesWhenThatNodeDi
     EXPECT_EQ(d["state"], "running") << n << " " << d.dump();
     EXPECT_EQ(d["node"], node_name(runner)) << n << " " << d.dump();
     EXPECT_EQ(d["id"], first_id) << n;
+    EXPECT_GE(d["info"]["docs_written"].get<int>(), 10) << n << " " << d.dump();
     Json running = get(n, "/_scheduler/docs?states=running");
     EXPECT_EQ(running["total_rows"], 1) << n << " " << running.dump();
     EXPECT_EQ(get(n, "/_scheduler/docs?states=pending")["total_rows"], 0) << n;
