@@ -74,10 +74,12 @@ void note_db_updated(Transaction& tr, const DbRef& db) {
 StorageResult<std::size_t> fold_db_events(Transaction& tr, std::size_t max, std::string& from) {
   auto [b, e] = log_space().range();
   if (!from.empty()) b = from;
-  // With conflict: two recorders never fold the same events.
-  auto logged = tr.get_range(b, e, static_cast<int>(max), Reverse::no, Snapshot::no);
+  auto logged = tr.get_range(b, e, static_cast<int>(max), Reverse::no, Snapshot::yes);
   if (!logged.ok()) return logged.error();
   if (logged->empty()) return std::size_t{0};
+  // With conflict on the events read, so two recorders never fold the same ones; not on the rest
+  // of the log, where writers append all the time.
+  tr.add_read_conflict_range(b, storage::key_after(logged->back().key));
   // Each (type, name) once, in the order of its newest event.
   std::map<std::pair<std::string, std::string>, std::size_t> newest;
   for (std::size_t i = 0; i < logged->size(); ++i) {
