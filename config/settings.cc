@@ -354,6 +354,13 @@ ServerSettings server_settings(const Sections& values, std::vector<std::string>&
                                        static_cast<std::int64_t>(s.max_connections_per_address)));
   s.worker_threads =
       static_cast<unsigned>(get_int(values, "chaise", "worker_threads", s.worker_threads));
+  // 0 is automatic. The embedded store answers a request on its thread at once: one thread per
+  // core. On FoundationDB a request waits for the cluster on its thread, so more threads serve
+  // more requests at once (bench/README.md, "Storage engines").
+  if (get_string(values, "chaise", "storage_engine", "rocksdb") == "foundationdb") {
+    if (s.io_threads == 0) s.io_threads = kFoundationDbIoThreads;
+    if (s.worker_threads == 0) s.worker_threads = kFoundationDbWorkerThreads;
+  }
   s.body_timeout_seconds = static_cast<unsigned>(
       get_int(values, "chaise", "body_timeout_seconds", s.body_timeout_seconds));
   s.max_request_bytes_in_flight =

@@ -49,13 +49,18 @@ struct TlsSettings {
   std::string ciphers;                // [ssl] ciphers, as an OpenSSL cipher list
 };
 
+// io_threads and worker_threads when 0 (automatic) with storage_engine = foundationdb; one per
+// core with the embedded store.
+inline constexpr unsigned kFoundationDbIoThreads = 64;
+inline constexpr unsigned kFoundationDbWorkerThreads = 8;
+
 // Read once at startup.
 struct ServerSettings {
   std::string bind_address = "127.0.0.1";        // [chttpd] bind_address
   std::uint16_t port = 5984;                     // [chttpd] port
   std::filesystem::path data_dir = "./data";     // [couchdb] database_dir
   std::optional<std::string> uuid;               // [couchdb] uuid
-  unsigned io_threads = 0;                       // [chaise] io_threads; 0 = one per core
+  unsigned io_threads = 0;                       // [chaise] io_threads; 0 = automatic (above)
   std::string node_name = "nonode@nohost";       // [chaise] node_name: CouchDB's node()
   bool fsync = true;                             // [chaise] fsync
   bool single_node = false;                      // [couchdb] single_node: system databases at start
@@ -72,7 +77,7 @@ struct ServerSettings {
   std::size_t max_connections = 10000;                      // [chaise] max_connections
   std::size_t max_connections_per_address = 1000;           // [chaise] max_connections_per_address
   unsigned body_timeout_seconds = 30;                       // [chaise] body_timeout_seconds
-  unsigned worker_threads = 0;                              // [chaise] worker_threads
+  unsigned worker_threads = 0;                              // [chaise] worker_threads; ditto
   std::size_t max_request_bytes_in_flight = 512ull << 20;   // [chaise] max_request_bytes_in_flight
   std::int64_t changes_timeout_ms = 60'000;                 // [chttpd] changes_timeout
   std::int64_t uuids_max_count = 1000;                      // [uuids] max_count

@@ -367,6 +367,7 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
     if (it.local && !failed(*results_[i])) local_revs_[i] = std::move(w->local_rev);
   }
   if (auto st = hooks->finish(tr, db, js_); !st.ok()) return st.error();
+  updated_reduce_trees_ = hooks->sync.updated_reduce_trees;
   // An idempotent batch's record tells whether it committed. A round that writes nothing (every
   // edit refused: 409 conflicts) commits nothing either, so it needs no id: a retry finds none
   // and evaluates the round again, with the same outcome or a newer one. Nor does a round whose

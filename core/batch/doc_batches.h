@@ -90,6 +90,9 @@ class DocWriteBatch {
   // The transaction-ID key the last attempt wrote (empty if it wrote none); once that attempt is
   // committed, hand it to a TxIdJanitor.
   const std::string& tx_key() const { return tx_key_; }
+  // Whether the last attempt updated a synchronous index's reduce tree, and so conflicts with every
+  // other such writer of the database (core/index/sync_index.h).
+  bool updated_reduce_trees() const { return updated_reduce_trees_; }
 
  private:
   std::string db_name_;
@@ -112,6 +115,7 @@ class DocWriteBatch {
   std::optional<StoredResponse> rendered_;
   bool idem_mismatch_ = false;
   bool idem_expired_ = false;  // this attempt found an expired record of the key
+  bool updated_reduce_trees_ = false;
 };
 
 // ---- DocStepBatch: server-side updates of one document, many per transaction ----

@@ -130,6 +130,7 @@ storage::Status sync_index_edits(Transaction& tr, const DbRef& db, SyncIndexes& 
     if (!g.ok()) return g.error();
     bool ok = false;
     if (*g) {
+      if (has_reduce_trees(**g)) s.updated_reduce_trees = true;
       auto r = index_in_transaction(tr, db, **g, js, s.docs);
       if (!r.ok()) return r.error();
       ok = !failed(*r);

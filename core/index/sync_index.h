@@ -21,9 +21,10 @@
 // caught up and update_step finds nothing after it. Writers of a group without reduce functions
 // never conflict with each other; a group with reduce functions (Mango indexes have "_count")
 // serializes its writers through a conflicting read of the index sequence, because its reduce
-// tree's nodes are shared. A writer that cannot run the views (a map function that fails to
-// compile, no JavaScript engine) marks the index not ready instead: it falls back to lazy
-// indexing until a build catches up again.
+// tree's nodes are shared (SyncIndexes::updated_reduce_trees tells the caller, which can then
+// let one process's writers take turns instead of racing). A writer that cannot run the views (a
+// map function that fails to compile, no JavaScript engine) marks the index not ready instead: it
+// falls back to lazy indexing until a build catches up again.
 #pragma once
 
 #include <optional>
@@ -51,6 +52,9 @@ struct SyncIndexes {
   bool any_ready() const;
   // Edited documents' new winners as the views see them (nullopt: deleted), in edit order.
   std::vector<std::pair<std::string, std::optional<std::string>>> docs;
+  // Set by sync_index_edits when an index it updated keeps reduce trees: this writer conflicts
+  // with every other such writer of the database.
+  bool updated_reduce_trees = false;
 };
 
 // The registry, read with conflict.

@@ -8,6 +8,7 @@
 #include "core/docs/validation.h"
 #include "core/util/ascii.h"
 #include "http/api/txn.h"
+#include "http/api/write_turns.h"
 
 namespace chaise::http {
 
@@ -79,9 +80,23 @@ boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call,
                                                       core::DocWriteBatch& batch) {
   if (auto v = doc_validator(call)) batch.set_validator(std::move(v));
   batch.set_js(call.ctx.js);
+  // Writers that update a reduce tree take turns (http/api/write_turns.h): a round learns whether
+  // it does from each attempt, so a first attempt that conflicts retries in turn.
+  WriteTurns* turns = call.ctx.write_turns.get();
+  const std::string& db = call.path.at(0);
   while (batch.has_more()) {
-    storage::Status s =
-        co_await run_txn(call.store(), [&](storage::Transaction& tr) { return batch(tr); });
+    WriteTurns::Turn turn;
+    auto take_turn = [&]() -> boost::asio::awaitable<void> {
+      if (!turn && turns && turns->wanted(db)) turn = co_await turns->take(db);
+    };
+    storage::Status s = co_await run_txn(
+        call.store(),
+        [&](storage::Transaction& tr) {
+          storage::Status st = batch(tr);
+          if (turns) turns->learn(db, batch.updated_reduce_trees());
+          return st;
+        },
+        take_turn);
     if (!s.ok()) co_return s;
     if (call.ctx.janitor && !batch.tx_key().empty()) call.ctx.janitor->committed(batch.tx_key());
     batch.committed();

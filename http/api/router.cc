@@ -21,6 +21,7 @@
 #include "http/api/idempotency.h"
 #include "http/api/metrics.h"
 #include "http/api/request.h"
+#include "http/api/write_turns.h"
 #include "http/auth/auth.h"
 #include "http/transport/workers.h"
 
@@ -47,6 +48,7 @@ Router::Router(RouterContext context) : context_(std::move(context)) {
     context_.idempotency_in_flight = std::make_shared<IdempotencyInFlight>();
   if (!context_.hot_docs)
     context_.hot_docs = std::make_shared<HotDocs>(context_.js, context_.workers);
+  if (!context_.write_turns) context_.write_turns = std::make_shared<WriteTurns>();
 }
 
 namespace {

@@ -45,6 +45,7 @@ class Scheduler;
 namespace chaise::http {
 
 class IdempotencyInFlight;
+class WriteTurns;
 class HotDocs;
 
 class ResponseStream;
@@ -105,6 +106,9 @@ struct RouterContext {
   std::shared_ptr<IdempotencyInFlight> idempotency_in_flight;
   // The group commit of PATCH updates (http/api/hot_docs.h); the Router makes one if unset.
   std::shared_ptr<HotDocs> hot_docs;
+  // Turns of the document writers that would conflict (http/api/write_turns.h); the Router makes
+  // one if unset.
+  std::shared_ptr<WriteTurns> write_turns;
   // Asks the server to stop and start again (POST /_node/{node}/_restart): it returns at once,
   // and the server restarts once the requests in flight, this one included, are answered.
   // Unset: the endpoint answers 501.

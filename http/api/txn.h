@@ -20,6 +20,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <memory>
 #include <type_traits>
+#include <utility>
 
 #include "storage/database.h"
 
@@ -43,13 +44,15 @@ auto async_commit(storage::Transaction& tr, CompletionToken&& token) {
 }
 
 // Runs `body(tr) -> storage::Status` and commits, retrying retryable errors up to the store's
-// run_attempts_max. `after_commit()` (optional) runs after each successful commit of an attempt.
-// Returns the first non-retryable error, or success.
-template <typename Body>
-boost::asio::awaitable<storage::Status> run_txn(storage::Database& store, Body&& body) {
+// run_attempts_max. `before_attempt() -> awaitable<void>` (optional) is awaited before each
+// attempt's body. Returns the first non-retryable error, or success.
+template <typename Body, typename BeforeAttempt>
+boost::asio::awaitable<storage::Status> run_txn(storage::Database& store, Body&& body,
+                                                BeforeAttempt&& before_attempt) {
   storage::Transaction tr = store.create_transaction();
   storage::Error last = storage::Error::success;
   for (int attempt = 0; attempt < store.options().run_attempts_max; ++attempt) {
+    co_await before_attempt();
     storage::Status s = body(tr);
     storage::Error e = s.error();
     if (e == storage::Error::success) {
@@ -66,6 +69,12 @@ boost::asio::awaitable<storage::Status> run_txn(storage::Database& store, Body&&
     }
   }
   co_return storage::Status(last);
+}
+
+template <typename Body>
+boost::asio::awaitable<storage::Status> run_txn(storage::Database& store, Body&& body) {
+  co_return co_await run_txn(store, std::forward<Body>(body),
+                             []() -> boost::asio::awaitable<void> { co_return; });
 }
 
 // Runs `body(tr) -> storage::Status` in its own transaction (Database::run) when the scope ends,

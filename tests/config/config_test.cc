@@ -160,5 +160,21 @@ TEST(Settings, ValidatesKnownKeysAndWarnsAboutUnknownOnes) {
   EXPECT_EQ(validate("admins", "anyone", "anything"), std::nullopt);
 }
 
+// Threads: 0 is automatic, one per core with the embedded store, more on FoundationDB, where a
+// request waits for the cluster on its thread; a number given stays.
+TEST(Settings, ThreadsDependOnTheStorageEngineUnlessGiven) {
+  std::vector<std::string> warnings;
+  Sections values;
+  EXPECT_EQ(server_settings(values, warnings).io_threads, 0u);
+  EXPECT_EQ(server_settings(values, warnings).worker_threads, 0u);
+  values["chaise"]["storage_engine"] = "foundationdb";
+  EXPECT_EQ(server_settings(values, warnings).io_threads, kFoundationDbIoThreads);
+  EXPECT_EQ(server_settings(values, warnings).worker_threads, kFoundationDbWorkerThreads);
+  values["chaise"]["io_threads"] = "3";
+  values["chaise"]["worker_threads"] = "0";
+  EXPECT_EQ(server_settings(values, warnings).io_threads, 3u);
+  EXPECT_EQ(server_settings(values, warnings).worker_threads, kFoundationDbWorkerThreads);
+}
+
 }  // namespace
 }  // namespace chaise::config
