@@ -88,8 +88,13 @@ void authorize_request(const Call& call) {
 }
 
 std::variant<core::DbRef, core::CouchError> open_db_or_error(const Call& call) {
-  const std::string& name = call.path.at(0);
   auto tr = call.store().create_transaction();
+  return open_db_or_error(call, tr);
+}
+
+std::variant<core::DbRef, core::CouchError> open_db_or_error(const Call& call,
+                                                             storage::Transaction& tr) {
+  const std::string& name = call.path.at(0);
   auto r = value_or_throw(core::open_db_with_security(tr, name));
   // CouchDB answers 404 for a missing database whatever its name; only PUT checks the name.
   if (core::failed(r)) return std::get<core::CouchError>(std::move(r));

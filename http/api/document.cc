@@ -304,11 +304,11 @@ Response get_winner(const Call& call, storage::Transaction& tr, const core::DbRe
 }
 
 // A large multipart answer leaves its body in `deferred` for the caller to stream.
-Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const DocQuery& q,
-                 BodyPlan* deferred) {
+// `tr`: the transaction the database was opened in.
+Response get_doc(const Call& call, storage::Transaction& tr, const core::DbRef& db, const Target& t,
+                 const DocQuery& q, BodyPlan* deferred) {
   // In _users, 403 for another's design document before anything is read.
   const ReadRule fields = read_rule(call, db, t.id);
-  auto tr = call.store().create_transaction();
   if (q.open_revs || q.open_revs_all) {
     std::optional<std::vector<core::RevId>> revs;
     if (q.open_revs) revs = open_revs_ids(q);
@@ -338,10 +338,10 @@ Response get_doc(const Call& call, const core::DbRef& db, const Target& t, const
 }
 
 // get_doc, with a large multipart body streamed.
-MaybeResponse get_doc_answer(Call& call, const core::DbRef& db, const Target& t,
-                             const DocQuery& q) {
+MaybeResponse get_doc_answer(Call& call, storage::Transaction& tr, const core::DbRef& db,
+                             const Target& t, const DocQuery& q) {
   BodyPlan deferred;
-  Response head = get_doc(call, db, t, q, &deferred);
+  Response head = get_doc(call, tr, db, t, q, &deferred);
   if (deferred.pieces.empty()) co_return head;
   head.body().clear();
   if (!co_await call.stream.begin(std::move(head))) co_return std::nullopt;
@@ -1018,7 +1018,10 @@ MaybeResponse handle_document(Call& call) {
   // 404 first, whatever the method (do_db_req). A read refused or sent to a missing database is
   // answered without throwing, as the router would answer the error (an anonymous GET of a
   // members-only database's document: 27.8 us of server CPU through the throw, bench/README.md).
-  auto opened = open_db_or_error(call);
+  // A document's GET reads in the transaction that opened the database; every other path lets it
+  // go at once (a snapshot held through a long answer pins old versions in the embedded store).
+  std::optional<storage::Transaction> tr(call.store().create_transaction());
+  auto opened = open_db_or_error(call, *tr);
   if (auto* e = std::get_if<core::CouchError>(&opened)) {
     if (call.is(verb::get) || call.is(verb::head)) co_return answer_error(call, *e);
     throw HttpError(std::move(*e));
@@ -1026,6 +1029,9 @@ MaybeResponse handle_document(Call& call) {
   const core::DbRef db = std::get<core::DbRef>(std::move(opened));
   if (auto redirect = design_redirect(call)) co_return redirect;
   const Target t = resolve_target(call);
+  if (is_design_action(t) || !t.rest.empty() || t.local ||
+      !(call.is(verb::get) || call.is(verb::head)))
+    tr.reset();
   if (is_design_action(t)) {
     // _users: opening the design document is a read (_info does not open it in CouchDB).
     if (t.rest != std::vector<std::string>{"_info"}) (void)readable_fields(call, db, t.id);
@@ -1041,7 +1047,7 @@ MaybeResponse handle_document(Call& call) {
     case verb::head: {
       const DocQuery q = parse_doc_query(call);
       if (t.local) co_return get_local(call, db, t, q);
-      co_return co_await get_doc_answer(call, db, t, q);
+      co_return co_await get_doc_answer(call, *tr, db, t, q);
     }
     case verb::put: {
       const DocQuery q = parse_doc_query(call);

@@ -83,6 +83,10 @@ core::DbRef open_db_or_throw(const Call& call);
 // The same, with the 404, 400, 401 and 403 returned instead of thrown (for answer_error); storage
 // failures are still thrown.
 std::variant<core::DbRef, core::CouchError> open_db_or_error(const Call& call);
+// The same, read in `tr`: a request whose next read follows at once reads in the same transaction,
+// and so at the same read version (on FoundationDB, one read version fetched instead of two).
+std::variant<core::DbRef, core::CouchError> open_db_or_error(const Call& call,
+                                                             storage::Transaction& tr);
 // The answer the router gives an error thrown by a handler (a 401's WWW-Authenticate or login
 // redirect included), for a handler that answers one without throwing: on a path that serves
 // many requests, unwinding costs more than the request (http/api/router.cc).
