@@ -200,13 +200,17 @@ struct InsertProof {
   }
 };
 
+// Of the first `max` items not done (those the round can take; any other is read as usual).
 StorageResult<InsertProof> prove_inserts(Transaction& tr, const DbRef& db,
                                          const std::vector<DocWriteBatch::Item>& items,
-                                         const std::vector<bool>& done) {
+                                         const std::vector<bool>& done, std::size_t max) {
   InsertProof p;
-  for (std::size_t i = 0; i < items.size(); ++i) {
+  std::size_t pending = 0;
+  for (std::size_t i = 0; i < items.size() && pending < max; ++i) {
     const DocWriteBatch::Item& it = items[i];
-    if (done[i] || it.local) continue;
+    if (done[i]) continue;
+    ++pending;
+    if (it.local) continue;
     if (it.replicated)
       p.ids.push_back(it.replicated_doc.id);
     else if (!it.update.base_rev)
@@ -327,7 +331,7 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
   auto seq_base = read_counter(tr, db, keyspace::kChangeCount);
   if (!seq_base.ok()) return seq_base.error();
   SeqSlots slots{*seq_base};
-  auto inserts = prove_inserts(tr, db, items_, done_);
+  auto inserts = prove_inserts(tr, db, items_, done_, round_docs_max_);
   if (!inserts.ok()) return inserts.error();
   Round round{tr, db, *limit, *maps, *hooks, slots, *inserts};
 
@@ -341,9 +345,9 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
     // A round is one transaction: keep it well inside FoundationDB's 10 MB and the 2-byte
     // per-transaction versionstamp order; what does not fit waits for the next round.
     const std::size_t bytes = item_bytes(items_[i]);
-    if (!round_.empty() && (round_.size() >= kDocsPerTransactionMax ||
-                            round_bytes + bytes > kBodyBytesPerTransactionMax ||
-                            (!idem_ && tr.approximate_size() > kTransactionBytesPerRoundMax)))
+    if (!round_.empty() &&
+        (round_.size() >= round_docs_max_ || round_bytes + bytes > kBodyBytesPerTransactionMax ||
+         (!idem_ && tr.approximate_size() > kTransactionBytesPerRoundMax)))
       break;
     // A second edit of one id waits for a later round, so that edits of one document apply in
     // request order, each against the tree the previous one left (couch_db_updater
@@ -773,6 +777,14 @@ storage::Status DocStepBatch::operator()(Transaction& tr) {
     tx_key_ = record_tx_id(tr, db, tx_id_);
   }
   return {};
+}
+
+void DocWriteBatch::retrying(storage::Error e) {
+  if (e != storage::Error::transaction_too_old || idem_) return;
+  // The attempt may have failed before it formed its round (round_ then empty or the last one's).
+  const std::size_t tried =
+      round_.empty() ? round_docs_max_ : std::min(round_docs_max_, round_.size());
+  round_docs_max_ = std::max<std::size_t>(1, tried / 2);
 }
 
 void DocWriteBatch::committed() {

@@ -78,6 +78,11 @@ class DocWriteBatch {
 
   // The transaction body. Fails the transaction only with storage errors.
   storage::Status operator()(Transaction& tr);
+  // Call before retrying an attempt that failed with `e`. A round that outlived its transaction
+  // (transaction_too_old: more documents than a loaded machine reads and writes in 5 seconds) is
+  // cut in half for the retry and the rounds after it, down to one document; a round with an
+  // Idempotency-Key is one transaction whole and is not cut.
+  void retrying(storage::Error e);
   // Call after a transaction committed (or definitely failed) to move to the next round.
   void committed();
   bool has_more() const {
@@ -116,6 +121,7 @@ class DocWriteBatch {
   bool idem_mismatch_ = false;
   bool idem_expired_ = false;  // this attempt found an expired record of the key
   bool updated_reduce_trees_ = false;
+  std::size_t round_docs_max_ = kDocsPerTransactionMax;
 };
 
 // ---- DocStepBatch: server-side updates of one document, many per transaction ----

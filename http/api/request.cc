@@ -81,12 +81,14 @@ boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call,
   if (auto v = doc_validator(call)) batch.set_validator(std::move(v));
   batch.set_js(call.ctx.js);
   // Writers that update a reduce tree take turns (http/api/write_turns.h): a round learns whether
-  // it does from each attempt, so a first attempt that conflicts retries in turn.
+  // it does from each attempt, so a first attempt that conflicts retries in turn. A round too
+  // large for its transaction's lifetime retries smaller (DocWriteBatch::retrying).
   WriteTurns* turns = call.ctx.write_turns.get();
   const std::string& db = call.path.at(0);
   while (batch.has_more()) {
     WriteTurns::Turn turn;
-    auto take_turn = [&]() -> boost::asio::awaitable<void> {
+    auto before_attempt = [&](storage::Error last) -> boost::asio::awaitable<void> {
+      if (last != storage::Error::success) batch.retrying(last);
       if (!turn && turns && turns->wanted(db)) turn = co_await turns->take(db);
     };
     storage::Status s = co_await run_txn(
@@ -96,7 +98,7 @@ boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call,
           if (turns) turns->learn(db, batch.updated_reduce_trees());
           return st;
         },
-        take_turn);
+        before_attempt);
     if (!s.ok()) co_return s;
     if (call.ctx.janitor && !batch.tx_key().empty()) call.ctx.janitor->committed(batch.tx_key());
     batch.committed();

@@ -44,15 +44,16 @@ auto async_commit(storage::Transaction& tr, CompletionToken&& token) {
 }
 
 // Runs `body(tr) -> storage::Status` and commits, retrying retryable errors up to the store's
-// run_attempts_max. `before_attempt() -> awaitable<void>` (optional) is awaited before each
-// attempt's body. Returns the first non-retryable error, or success.
+// run_attempts_max. `before_attempt(e) -> awaitable<void>` (optional) is awaited before each
+// attempt's body, with the error that failed the attempt before (success before the first).
+// Returns the first non-retryable error, or success.
 template <typename Body, typename BeforeAttempt>
 boost::asio::awaitable<storage::Status> run_txn(storage::Database& store, Body&& body,
                                                 BeforeAttempt&& before_attempt) {
   storage::Transaction tr = store.create_transaction();
   storage::Error last = storage::Error::success;
   for (int attempt = 0; attempt < store.options().run_attempts_max; ++attempt) {
-    co_await before_attempt();
+    co_await before_attempt(last);
     storage::Status s = body(tr);
     storage::Error e = s.error();
     if (e == storage::Error::success) {
@@ -74,7 +75,7 @@ boost::asio::awaitable<storage::Status> run_txn(storage::Database& store, Body&&
 template <typename Body>
 boost::asio::awaitable<storage::Status> run_txn(storage::Database& store, Body&& body) {
   co_return co_await run_txn(store, std::forward<Body>(body),
-                             []() -> boost::asio::awaitable<void> { co_return; });
+                             [](storage::Error) -> boost::asio::awaitable<void> { co_return; });
 }
 
 // Runs `body(tr) -> storage::Status` in its own transaction (Database::run) when the scope ends,
