@@ -706,10 +706,11 @@ MaybeResponse changes_meta(Call& call) {
   }
   auto tr = call.store().create_transaction();
   core::Sequence since;
+  bool now = false;
   if (auto v = call.query.get("since")) {
     if (*v == "now") {
-      auto u = value_or_throw(core::update_seq(tr, db));
-      since = u;
+      since = value_or_throw(core::update_seq(tr, db));
+      now = true;
     } else {
       auto parsed = core::Sequence::parse(*v);
       if (!parsed)
@@ -718,7 +719,9 @@ MaybeResponse changes_meta(Call& call) {
     }
   }
   auto maps = value_or_throw(core::read_shard_maps(tr, db, storage::Snapshot::yes));
-  const core::ShardMap& in_force = core::map_for(maps, since);
+  // "now" is the newest map: a reshard writes no document, so the update sequence can be older
+  // than the map it started, and every change from now on is in that map.
+  const core::ShardMap& in_force = now ? maps.back() : core::map_for(maps, since);
   Json topology = Json::array();
   bool started = false;
   for (const core::ShardMap& m : maps) {

@@ -334,6 +334,9 @@ TEST_F(FeedsTest, ShardedChangesFeedEndpoints) {
   EXPECT_EQ(r.json()["shards"], Json::array({1, 2, 3, 4}));
   ASSERT_TRUE(shard0.wait_end(3s));
   EXPECT_NE(shard0.body().find("\"topology_changed\":true"), std::string::npos) << shard0.body();
+  // "now" right after the reshard, before any write (the reshard writes no document): the new map.
+  EXPECT_EQ(client_->get("/db/_changes/_meta?since=now").json()["shards"],
+            Json::array({1, 2, 3, 4}));
   for (int i = 0; i < 40; ++i) write("doc" + std::to_string(i));
   // The topology as of a sequence before and after the reshard.
   Json old_meta = client_->get("/db/_changes/_meta?since=" + before).json();
