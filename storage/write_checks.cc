@@ -23,4 +23,20 @@ bool versionstamp_template_ok(std::string_view tmpl) {
   return static_cast<std::size_t>(off) + kVersionstampSize <= tmpl.size() - 4;
 }
 
+Error check_written_value(std::string_view value) {
+  return value.size() > kValueSizeMax ? Error::value_too_large : Error::success;
+}
+
+Error check_cleared_range(std::string_view begin, std::string_view end) {
+  if (begin > end) return Error::inverted_range;
+  if (begin.size() > kKeySizeMax || end.size() > kKeySizeMax) return Error::key_too_large;
+  if (begin >= kKeyspaceEnd || end > kKeyspaceEnd) return Error::key_outside_legal_range;
+  return Error::success;
+}
+
+Error check_value_template(std::string_view value_template) {
+  if (!versionstamp_template_ok(value_template)) return Error::invalid_option_value;
+  return check_written_value(value_template.substr(0, value_template.size() - 4));
+}
+
 }  // namespace chaise::storage

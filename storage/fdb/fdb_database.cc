@@ -38,7 +38,6 @@ using fdb::FDBTransaction;
 
 const std::string kMetadataVersionKey = "\xff/metadataVersion";
 const std::string kMetadataVersionValue(14, '\0');
-const std::string kKeyspaceEnd("\xff", 1);
 // The packed tuple ("chaise", "instance_id"): outside the integer-named subspaces of core's
 // keyspace.
 constexpr std::string_view kInstanceIdTuple(
@@ -704,7 +703,7 @@ Result<std::int64_t> FdbTransaction::get_read_version() {
 
 void FdbTransaction::set(std::string_view key, std::string_view value) {
   if (!check_key(key)) return;
-  if (value.size() > kValueSizeMax) return defer(Error::value_too_large);
+  if (Error e = check_written_value(value); e != Error::success) return defer(e);
   count_write(key.size(), value.size());
   writes_ = true;
   std::string kb;
@@ -723,9 +722,7 @@ void FdbTransaction::clear(std::string_view key) {
 
 void FdbTransaction::clear_range(std::string_view begin, std::string_view end) {
   if (committing_) return defer(Error::used_during_commit);
-  if (begin > end) return defer(Error::inverted_range);
-  if (begin.size() > kKeySizeMax || end.size() > kKeySizeMax) return defer(Error::key_too_large);
-  if (begin >= kKeyspaceEnd || end > kKeyspaceEnd) return defer(Error::key_outside_legal_range);
+  if (Error e = check_cleared_range(begin, end); e != Error::success) return defer(e);
   count_range(begin.size(), end.size(), 2);  // the mutation and its write conflict range
   writes_ = true;
   std::string bb, eb;
@@ -736,7 +733,7 @@ void FdbTransaction::clear_range(std::string_view begin, std::string_view end) {
 
 void FdbTransaction::atomic_op(std::string_view key, MutationType type, std::string_view operand) {
   if (!check_key(key)) return;
-  if (operand.size() > kValueSizeMax) return defer(Error::value_too_large);
+  if (Error e = check_written_value(operand); e != Error::success) return defer(e);
   int op = fdb::kMutationAdd;
   switch (type) {
     case MutationType::add:
@@ -764,7 +761,7 @@ void FdbTransaction::set_versionstamped_key(std::string_view key_template, std::
   if (committing_) return defer(Error::used_during_commit);
   if (!versionstamp_template_ok(key_template)) return defer(Error::invalid_option_value);
   if (!check_key(key_template.substr(0, key_template.size() - 4))) return;
-  if (value.size() > kValueSizeMax) return defer(Error::value_too_large);
+  if (Error e = check_written_value(value); e != Error::success) return defer(e);
   count_write(key_template.size(), value.size());
   writes_ = true;
   std::string tb;
@@ -785,8 +782,7 @@ void FdbTransaction::set_versionstamped_key(std::string_view key_template, std::
 void FdbTransaction::set_versionstamped_value(std::string_view key,
                                               std::string_view value_template) {
   if (!check_key(key)) return;
-  if (!versionstamp_template_ok(value_template)) return defer(Error::invalid_option_value);
-  if (value_template.size() - 4 > kValueSizeMax) return defer(Error::value_too_large);
+  if (Error e = check_value_template(value_template); e != Error::success) return defer(e);
   count_write(key.size(), value_template.size());
   writes_ = true;
   std::string kb;

@@ -27,8 +27,6 @@ namespace {
 std::string_view to_sv(const rocksdb::Slice& s) { return {s.data(), s.size()}; }
 rocksdb::Slice to_slice(std::string_view s) { return {s.data(), s.size()}; }
 
-const std::string kKeyspaceEnd("\xff", 1);
-
 std::string apply_ops(std::optional<std::string_view> base, const std::vector<AtomicOp>& ops) {
   std::string v;
   bool present = base.has_value();
@@ -457,7 +455,7 @@ Result<std::string> RocksTransaction::get_key(const KeySelector& sel, Snapshot s
 
 void RocksTransaction::set(std::string_view key, std::string_view value) {
   if (!check_key(key)) return;
-  if (value.size() > kValueSizeMax) return defer(Error::value_too_large);
+  if (Error e = check_written_value(value); e != Error::success) return defer(e);
   size_bytes_ += key.size() + value.size();
   writes_.set(key, value);
 }
@@ -470,9 +468,7 @@ void RocksTransaction::clear(std::string_view key) {
 
 void RocksTransaction::clear_range(std::string_view begin, std::string_view end) {
   if (committing_) return defer(Error::used_during_commit);
-  if (begin > end) return defer(Error::inverted_range);
-  if (begin.size() > kKeySizeMax || end.size() > kKeySizeMax) return defer(Error::key_too_large);
-  if (begin >= kKeyspaceEnd || end > kKeyspaceEnd) return defer(Error::key_outside_legal_range);
+  if (Error e = check_cleared_range(begin, end); e != Error::success) return defer(e);
   size_bytes_ += begin.size() + end.size();
   writes_.clear_range(begin, end);
 }
@@ -480,7 +476,7 @@ void RocksTransaction::clear_range(std::string_view begin, std::string_view end)
 void RocksTransaction::atomic_op(std::string_view key, MutationType type,
                                  std::string_view operand) {
   if (!check_key(key)) return;
-  if (operand.size() > kValueSizeMax) return defer(Error::value_too_large);
+  if (Error e = check_written_value(operand); e != Error::success) return defer(e);
   if (!writes_.atomic(key, AtomicOp{type, std::string(operand)}))
     return defer(Error::accessed_unreadable);
   size_bytes_ += key.size() + operand.size();
@@ -491,7 +487,7 @@ void RocksTransaction::set_versionstamped_key(std::string_view key_template,
   if (committing_) return defer(Error::used_during_commit);
   if (!versionstamp_template_ok(key_template)) return defer(Error::invalid_option_value);
   if (!check_key(key_template.substr(0, key_template.size() - 4))) return;
-  if (value.size() > kValueSizeMax) return defer(Error::value_too_large);
+  if (Error e = check_written_value(value); e != Error::success) return defer(e);
   size_bytes_ += key_template.size() + value.size();
   versionstamped_keys_.push_back({std::string(key_template), std::string(value)});
 }
@@ -499,8 +495,7 @@ void RocksTransaction::set_versionstamped_key(std::string_view key_template,
 void RocksTransaction::set_versionstamped_value(std::string_view key,
                                                 std::string_view value_template) {
   if (!check_key(key)) return;
-  if (!versionstamp_template_ok(value_template)) return defer(Error::invalid_option_value);
-  if (value_template.size() - 4 > kValueSizeMax) return defer(Error::value_too_large);
+  if (Error e = check_value_template(value_template); e != Error::success) return defer(e);
   size_bytes_ += key.size() + value_template.size();
   writes_.set_versionstamped_value(key, value_template);
 }
