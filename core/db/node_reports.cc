@@ -22,30 +22,32 @@ std::pair<std::string, std::string> node_range(std::string_view id) {
   return keyspace::system().range(Tuple().add(keyspace::kNodeReports).add(std::string(id)));
 }
 
-// The entries of `list` that fit in `budget` bytes of JSON text, in order; `budget` goes down.
-nlohmann::ordered_json fitting(const nlohmann::ordered_json& list, std::size_t& budget) {
-  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+// Appends `"key":[...]` to `text`: the entries of `list`, each serialised once, while `text` stays
+// within `max` bytes.
+void append_list(std::string& text, std::string_view key, const nlohmann::ordered_json& list,
+                 std::size_t max) {
+  text.append(",\"").append(key).append("\":[");
+  bool first = true;
   for (const nlohmann::ordered_json& entry : list) {
-    const std::size_t size = entry.dump().size() + 1;  // and its comma
-    if (size > budget) break;
-    budget -= size;
-    out.push_back(entry);
+    const std::string e = entry.dump();
+    if (text.size() + e.size() + 1 > max) break;
+    if (!first) text += ',';
+    text += e;
+    first = false;
   }
-  return out;
+  text += ']';
 }
 
 }  // namespace
 
-void write_node_report(Transaction& tr, NodeReport r) {
-  nlohmann::ordered_json doc = {{"name", r.name},
-                                {"written_ms", r.written_ms},
-                                {"tasks", nlohmann::ordered_json::array()},
-                                {"jobs", nlohmann::ordered_json::array()}};
-  const std::size_t base = doc.dump().size();
-  std::size_t budget = kNodeReportBytesMax > base ? kNodeReportBytesMax - base : 0;
-  doc["tasks"] = fitting(r.tasks, budget);
-  doc["jobs"] = fitting(r.jobs, budget);
-  const std::string text = doc.dump();
+void write_node_report(Transaction& tr, const NodeReport& r) {
+  // Room for what closes the lists and the object after each list's entries.
+  constexpr std::size_t kTail = sizeof(R"(],"jobs":[]})");
+  std::string text = nlohmann::ordered_json{{"name", r.name}, {"written_ms", r.written_ms}}.dump();
+  text.pop_back();  // the object goes on
+  append_list(text, "tasks", r.tasks, kNodeReportBytesMax - kTail);
+  append_list(text, "jobs", r.jobs, kNodeReportBytesMax - kTail);
+  text += '}';
   auto [begin, end] = node_range(r.id);
   tr.clear_range(begin, end);
   for (std::size_t at = 0, chunk = 0; at < text.size(); at += kChunkBytes, ++chunk) {
@@ -74,7 +76,9 @@ StorageResult<std::vector<NodeReport>> read_node_reports(Transaction& tr, std::i
   std::vector<NodeReport> out;
   for (auto& [id, text] : texts) {
     // A report cut by kReportKeysMax, or being rewritten by an older server: not listed.
-    const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text, nullptr, false);
+    // Not const: a member missing from another server's text reads as null instead of failing
+    // an assertion.
+    nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text, nullptr, false);
     if (!doc.is_object() || !doc["name"].is_string() || !doc["written_ms"].is_number_integer())
       continue;
     NodeReport r;

@@ -37,7 +37,7 @@ inline constexpr std::int64_t kNodeReportLapseMs = 10'000;
 inline constexpr std::size_t kNodeReportBytesMax = 1'000'000;
 
 // Replaces the report of `r.id`: its lists are cut from the end to fit kNodeReportBytesMax.
-void write_node_report(Transaction& tr, NodeReport r);
+void write_node_report(Transaction& tr, const NodeReport& r);
 void clear_node_report(Transaction& tr, std::string_view id);
 // Every report written less than kNodeReportLapseMs before `now_ms`, ordered by id.
 StorageResult<std::vector<NodeReport>> read_node_reports(Transaction& tr, std::int64_t now_ms);

@@ -136,22 +136,35 @@ std::string job_id(const Json& job) {
 }
 
 // The job another server runs for _replicator document `doc` (its running task names it), as
-// that server lists the job; nullptr if none does.
+// that server lists the job; nullptr if none does. (value(): another server's entries are read
+// without trusting their members.)
 const Json* running_elsewhere(const std::vector<core::NodeReport>& others, const Json& doc) {
+  const Json database = doc.value("database", Json()), doc_id = doc.value("doc_id", Json());
   for (const core::NodeReport& r : others)
     for (const Json& t : r.tasks) {
-      if (t.value("type", "") != "replication" || t["database"] != doc["database"] ||
-          t["doc_id"] != doc["doc_id"])
+      if (t.value("type", "") != "replication" || t.value("database", Json()) != database ||
+          t.value("doc_id", Json()) != doc_id)
         continue;
+      const Json replication_id = t.value("replication_id", Json());
       for (const Json& j : r.jobs)
-        if (job_id(j) == t["replication_id"]) return &j;
+        if (job_id(j) == replication_id) return &j;
     }
   return nullptr;
 }
 
-// GET /_scheduler/docs as Scheduler::docs answers it, except that a document whose job runs on
-// another server sharing the store (its lease: pending here) shows as that server reports it:
-// running, with its node, job id and info.
+// A document of Scheduler::docs pending here because its job runs on another server sharing the
+// store (that server holds its lease) shows as that server reports it: running, with its node,
+// job id and info.
+void show_where_it_runs(const std::vector<core::NodeReport>& others, Json& d) {
+  if (d.value("state", "") != "pending") return;
+  const Json* job = running_elsewhere(others, d);
+  if (job == nullptr) return;
+  d["state"] = "running";
+  for (const char* key : {"node", "id", "info"}) d[key] = job->value(key, Json());
+}
+
+// GET /_scheduler/docs as Scheduler::docs answers it, with show_where_it_runs applied before
+// `states` and the paging.
 Json docs_of(const Call& call, const std::optional<std::string>& db,
              const std::vector<std::string>& states, std::size_t skip, std::size_t limit) {
   const repl::Scheduler& scheduler = *call.ctx.replicator;
@@ -161,14 +174,7 @@ Json docs_of(const Call& call, const std::optional<std::string>& db,
   Json page = Json::array();
   std::size_t total = 0;
   for (Json& d : all["docs"]) {
-    if (d["state"] == "pending") {
-      if (const Json* job = running_elsewhere(others, d)) {
-        d["state"] = "running";
-        d["node"] = (*job)["node"];
-        d["id"] = (*job)["id"];
-        d["info"] = (*job)["info"];
-      }
-    }
+    show_where_it_runs(others, d);
     if (!states.empty() &&
         std::find(states.begin(), states.end(), d["state"].get<std::string>()) == states.end())
       continue;
@@ -253,10 +259,11 @@ Response scheduler_request(Call& call) {
       doc_id = path[end];
     }
     if (!doc_id) return json_response(call.req, Status::ok, docs_of(call, db, states, skip, limit));
-    Json docs = docs_of(call, db, {}, 0, SIZE_MAX);
-    for (Json& d : docs["docs"])
-      if (d["doc_id"] == *doc_id) return json_response(call.req, Status::ok, std::move(d));
-    throw HttpError(core::CouchError{404, "not_found", "missing"});
+    auto r = scheduler.doc(db, *doc_id);
+    if (auto* e = std::get_if<core::CouchError>(&r)) throw HttpError(*e);
+    Json d = std::get<Json>(std::move(r));
+    show_where_it_runs(other_node_reports(call), d);
+    return json_response(call.req, Status::ok, std::move(d));
   }
   throw HttpError(core::CouchError{404, "not found", ""});
 }

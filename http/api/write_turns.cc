@@ -21,12 +21,14 @@ void WriteTurns::Turn::give_back() {
 }
 
 bool WriteTurns::wanted(const std::string& db) const {
+  if (entries_count_.load(std::memory_order_relaxed) == 0) return false;
   std::lock_guard lock(mu_);
   auto it = entries_.find(db);
   return it != entries_.end() && it->second.wanted;
 }
 
 void WriteTurns::learn(const std::string& db, bool conflicts) {
+  if (!conflicts && entries_count_.load(std::memory_order_relaxed) == 0) return;
   std::lock_guard lock(mu_);
   auto it = entries_.find(db);
   if (it == entries_.end()) {
@@ -35,6 +37,7 @@ void WriteTurns::learn(const std::string& db, bool conflicts) {
   }
   it->second.wanted = conflicts;
   if (!conflicts && !it->second.held) entries_.erase(it);
+  entries_count_.store(entries_.size(), std::memory_order_relaxed);
 }
 
 std::shared_ptr<WriteTurns::Waiter> WriteTurns::enqueue(const std::string& db) {
@@ -44,6 +47,7 @@ std::shared_ptr<WriteTurns::Waiter> WriteTurns::enqueue(const std::string& db) {
     // Forgotten since the caller asked wanted(), or past the bound: a held entry is kept until
     // it is given back, so the bound is only exceeded by turns in progress.
     it = entries_.emplace(db, Entry{}).first;
+    entries_count_.store(entries_.size(), std::memory_order_relaxed);
   }
   if (!it->second.held) {
     it->second.held = true;
@@ -70,6 +74,7 @@ void WriteTurns::give_back(const std::string& db) {
     if (e.queue.empty()) {
       e.held = false;
       if (!e.wanted) entries_.erase(it);
+      entries_count_.store(entries_.size(), std::memory_order_relaxed);
     } else {
       next = std::move(e.queue.front());  // the turn passes on: still held
       e.queue.pop_front();

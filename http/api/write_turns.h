@@ -17,6 +17,7 @@
 // resumes on its own executor.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/awaitable.hpp>
 #include <cstddef>
 #include <deque>
@@ -77,6 +78,9 @@ class WriteTurns {
 
   mutable std::mutex mu_;
   std::unordered_map<std::string, Entry> entries_;
+  // entries_.size(), written under mu_: writes to a server with no such database (the usual case)
+  // learn and ask without taking mu_. A stale 0 only lets a writer go without its turn once.
+  std::atomic<std::size_t> entries_count_{0};
 };
 
 }  // namespace chaise::http
