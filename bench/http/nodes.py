@@ -4,7 +4,7 @@ workloads on each setup in one run, and one table.
 
   bench/http/nodes.py [--cluster-file F] [--nodes 1 2 3] [--embedded] [--couchdb URL]
                       [--workloads put get bulk changes all_docs feed] [--duration 10] [--docs 20000]
-                      [--feed-writes 200]
+                      [--feed-writes 200] [--fdb-nice -10]
 
 Setups, in this order: embedded Chaise (--embedded: storage_engine rocksdb, one node), Chaise on
 FoundationDB with each count of nodes given to --nodes, CouchDB (--couchdb URL, a running server;
@@ -16,7 +16,9 @@ Without --cluster-file each FoundationDB setup gets a fresh one-process cluster 
 started in a temporary directory with ../shared/fdb/cluster.sh (on FDB_PORT, default 4740, plus
 the setup's place in the run; FDB_MEMORY, default 2GiB) and stopped after it: one that had taken the setups before it gave the
 three-node _bulk_docs a third of the rate a fresh one gives (9,760 against 27,770 docs/s). With --cluster-file, the CPU of the fdbserver processes running on
-this machine with that cluster file is counted.
+this machine with that cluster file is counted. The fdbserver processes get nice --fdb-nice
+(default -10; 0 leaves them; root only, else a warning): on a machine whose cores the nodes and
+wrk share with the cluster, a starved fdbserver stalls every node (give_priority).
 
 Workloads (the connections are split evenly across the setup's nodes, one wrk per node, all run
 at once; rates are summed, the p99 is the worst of them):
@@ -32,7 +34,10 @@ at once; rates are summed, the p99 is the worst of them):
             (SO_TIMESTAMPNS, as feeds.py ack): p50/p99
 For every workload the CPU seconds (user + system, /proc/<pid>/stat) of each Chaise process (or
 CouchDB's BENCH_PID) and of the fdbserver processes, and per request (document, row, PUT):
-Chaise + FoundationDB, so that it shows where the time goes. Before the workloads, the same
+Chaise + FoundationDB, so that it shows where the time goes; and for put, get and bulk on
+FoundationDB, the median of the cluster's own latency probe taken every 2 s during the run (read
+version, read, commit of a transaction of the cluster controller's: what FoundationDB's queues add
+to every transaction then, Probe). Before the workloads, the same
 processes' CPU over 2 s at rest (per second), which every workload's figures include.
 wrk waits 10 s for an answer (30 s for _bulk_docs); answers not 2xx and socket errors are counted
 as failed beside the rate. A node that ends by itself ends its setup: its exit status and the
@@ -75,6 +80,7 @@ from feeds import StampedWriter, stamped_recv, stamped_socket  # noqa: E402
 
 CHAISE_BIN = os.environ.get("CHAISE_BIN", os.path.join(root, "build/server/chaise"))
 FDB_LIBRARY = os.environ.get("CHAISE_FDB_LIBRARY", "/tmp/chaise-fdb-bin/foundationdb/lib/libfdb_c.so")
+FDBCLI = os.path.join(os.path.dirname(os.path.dirname(FDB_LIBRARY)), "bin", "fdbcli")
 CLUSTER_SH = os.path.join(os.path.dirname(root), "shared/fdb/cluster.sh")
 AUTH = os.environ.get("BENCH_AUTH", "")
 AUTH_HEADER = "Basic " + base64.b64encode(AUTH.encode()).decode() if AUTH else ""
@@ -122,6 +128,23 @@ def start_cluster(d, port):
     if r.returncode != 0:
         raise RuntimeError(f"cluster.sh start failed: {r.stdout}{r.stderr}")
     return os.path.join(d, "fdb.cluster"), fdb_pids_of(d)
+
+
+def give_priority(pids, nice):
+    """Sets the fdbserver processes' nice value (root only): the cluster is the resource every
+    node shares, and on a machine where the nodes and wrk compete with it for the same cores a
+    starved fdbserver lets its GRV proxy's rate lease expire (GrvProxyRateLeaseExpired in its
+    trace), which stops every node's transactions for seconds. A deployment gives FoundationDB
+    cores of its own; this stands for that. What was done is printed."""
+    if nice == 0 or not pids:
+        return "default priority"
+    try:
+        for pid in pids:
+            os.setpriority(os.PRIO_PROCESS, pid, nice)
+    except PermissionError:
+        print(f"fdbserver keeps the default priority: setting nice {nice} is not permitted", flush=True)
+        return "default priority (nice not permitted)"
+    return f"nice {nice}"
 
 
 def fdb_pids_of(d):
@@ -279,6 +302,7 @@ class Setup:
     def __init__(self, name, kind):
         self.name, self.kind = name, kind  # kind: embedded, fdb or couchdb
         self.nodes, self.server_pids, self.fdb_pids, self.chaise = [], [], [], []
+        self.cluster_file = None  # FoundationDB setups: for the latency probe
 
     def cpu(self):
         return ([cpu_seconds(p) for p in self.server_pids], [cpu_seconds(p) for p in self.fdb_pids])
@@ -290,13 +314,55 @@ class Setup:
 
 # --- measurements ------------------------------------------------------------------------------
 
+class Probe:
+    """FoundationDB's own latencies during one measurement: every 2 s, `status json`'s
+    cluster.latency_probe, the cluster controller's timing of a read version, a read and a commit
+    of its own transaction, which waits in the same queues as the workload's. Nothing on a setup
+    that is not on FoundationDB or when fdbcli is missing; a sample whose status does not answer
+    within 2 s is left out (and counted)."""
+
+    def __init__(self, setup):
+        self.samples, self.missed = [], 0
+        self.stop_event, self.thread = threading.Event(), None
+        if setup.kind == "fdb" and setup.cluster_file and os.access(FDBCLI, os.X_OK):
+            self.thread = threading.Thread(target=self.run, args=(setup.cluster_file,), daemon=True)
+            self.thread.start()
+
+    def run(self, cluster_file):
+        while not self.stop_event.wait(2.0):
+            try:
+                out = subprocess.run([FDBCLI, "-C", cluster_file, "--timeout", "2", "--exec", "status json"],
+                                     capture_output=True, text=True, timeout=10).stdout
+                lp = json.loads(out)["cluster"]["latency_probe"]
+                self.samples.append((lp["transaction_start_seconds"], lp["read_seconds"], lp["commit_seconds"]))
+            except (subprocess.SubprocessError, ValueError, KeyError, TypeError):
+                self.missed += 1
+
+    def end(self):
+        if self.thread:
+            self.stop_event.set()
+            self.thread.join(timeout=15)
+
+    def cell(self):
+        """'GRV 1.2 / read 0.4 / commit 3.1 ms (median of 4)', or '' without samples."""
+        if not self.samples:
+            return f"no answer ({self.missed} tries)" if self.missed else ""
+        med = [quantile([x[i] * 1000 for x in self.samples], 0.5) for i in range(3)]
+        missed = f", {self.missed} unanswered" if self.missed else ""
+        return (f"{med[0]:.2f} / {med[1]:.2f} / {med[2]:.2f} ms "
+                f"(median of {len(self.samples)}{missed})")
+
+
 class Cpu:
-    """CPU seconds of the setup's processes over one measurement."""
+    """CPU seconds of the setup's processes over one measurement, and FoundationDB's latency probe
+    over it."""
 
     def __init__(self, setup):
         self.setup, self.t0 = setup, setup.cpu()
+        self.probe = Probe(setup)
 
     def end(self):
+        self.probe.end()
         t1 = self.setup.cpu()
         self.server = [b - a if a is not None and b is not None else None for a, b in zip(self.t0[0], t1[0])]
         self.fdb = [b - a if a is not None and b is not None else None for a, b in zip(self.t0[1], t1[1])]
@@ -401,7 +467,8 @@ def run_put(setup, a):
                                           {"BENCH_DB": "bench_put"})
     print(f"put   {setup.name}: {rate:,.0f} docs/s, p99 {p99:.2f} ms{errors_note(errors)}; "
           f"CPU {cpu.seconds()} over {n:,} PUTs", flush=True)
-    return {"put": f"{rate:,.0f}, p99 {p99:.2f} ms{errors_note(errors)}", "put_cpu": cpu.per(n)}
+    return {"put": f"{rate:,.0f}, p99 {p99:.2f} ms{errors_note(errors)}", "put_cpu": cpu.per(n),
+            "put_fdb": cpu.probe.cell()}
 
 
 def run_get(setup, a):
@@ -414,7 +481,8 @@ def run_get(setup, a):
                                           {"BENCH_DB": "bench_get", "BENCH_DOCS": "1000"})
     print(f"get   {setup.name}: {rate:,.0f} req/s, p99 {p99:.2f} ms{errors_note(errors)}; "
           f"CPU {cpu.seconds()} over {n:,} GETs", flush=True)
-    return {"get": f"{rate:,.0f}, p99 {p99:.2f} ms{errors_note(errors)}", "get_cpu": cpu.per(n)}
+    return {"get": f"{rate:,.0f}, p99 {p99:.2f} ms{errors_note(errors)}", "get_cpu": cpu.per(n),
+            "get_fdb": cpu.probe.cell()}
 
 
 def run_bulk(setup, a):
@@ -424,7 +492,7 @@ def run_bulk(setup, a):
     print(f"bulk  {setup.name}: {rate * 1000:,.0f} docs/s, p99 {p99:.1f} ms{errors_note(errors)}; "
           f"CPU {cpu.seconds()} over {n * 1000:,} docs", flush=True)
     return {"bulk": f"{rate * 1000:,.0f}, p99 {p99:.0f} ms{errors_note(errors)}",
-            "bulk_cpu": cpu.per(n * 1000)}
+            "bulk_cpu": cpu.per(n * 1000), "bulk_fdb": cpu.probe.cell()}
 
 
 def load_scan_db(setup, a):
@@ -641,13 +709,16 @@ def rows_for(a):
     for w in a.workloads:
         if w == "put":
             rows += [("put", "PUT new ~200-byte docs, 64 conns: docs/s, worst p99"),
-                     ("put_cpu", "put: CPU per PUT, Chaise + FDB (s: each chaise / fdbserver)")]
+                     ("put_cpu", "put: CPU per PUT, Chaise + FDB (s: each chaise / fdbserver)"),
+                     ("put_fdb", "put: FoundationDB probe: read version / read / commit")]
         elif w == "get":
             rows += [("get", "GET one of 1,000 docs, 64 conns: req/s, worst p99"),
-                     ("get_cpu", "get: CPU per GET")]
+                     ("get_cpu", "get: CPU per GET"),
+                     ("get_fdb", "get: FoundationDB probe: read version / read / commit")]
         elif w == "bulk":
             rows += [("bulk", "`_bulk_docs` x1,000, 4 conns: docs/s, worst p99"),
-                     ("bulk_cpu", "bulk: CPU per doc")]
+                     ("bulk_cpu", "bulk: CPU per doc"),
+                     ("bulk_fdb", "bulk: FoundationDB probe: read version / read / commit")]
         elif w in ("changes", "all_docs"):
             if not any(k == "load" for k, _ in rows):
                 rows.append(("load", f"load {a.docs:,} docs, `_bulk_docs` x1,000, 4 clients: docs/s"))
@@ -690,6 +761,7 @@ def main():
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--docs", type=int, default=20000)
     ap.add_argument("--feed-writes", type=int, default=200)
+    ap.add_argument("--fdb-nice", type=int, default=-10)
     a = ap.parse_args()
     a.nodes = list(dict.fromkeys(a.nodes))  # each count once: a column per setup
     # A SIGTERM unwinds like Ctrl-C, through the finally blocks that stop every process.
@@ -710,7 +782,8 @@ def main():
             fdb_pids = fdbservers_for(cluster_file)
             if not fdb_pids:
                 print(f"no fdbserver on this machine runs with {cluster_file}: FDB CPU is not counted")
-            print(f"FoundationDB: {cluster_file}, fdbserver pids {fdb_pids}", flush=True)
+            print(f"FoundationDB: {cluster_file}, fdbserver pids {fdb_pids}, "
+                  f"{give_priority(fdb_pids, a.fdb_nice)}", flush=True)
         print(f"workloads {' '.join(a.workloads)}; {a.duration} s per wrk run, {a.docs:,} docs for the "
               f"scans, {a.feed_writes} feed PUTs; auth {'Basic' if AUTH else 'none (admin party)'}", flush=True)
 
@@ -731,7 +804,8 @@ def main():
                         cluster = tempfile.mkdtemp(prefix="chaise-nodes-fdb-")
                         port = int(os.environ.get("FDB_PORT", "4740")) + number
                         cluster_file, fdb_pids = start_cluster(cluster, port)
-                        print(f"FoundationDB: {cluster_file}, fdbserver pids {fdb_pids}", flush=True)
+                        print(f"FoundationDB: {cluster_file}, fdbserver pids {fdb_pids}, "
+                              f"{give_priority(fdb_pids, a.fdb_nice)}", flush=True)
                     count = int(name.split()[1])
                     prefix = f"bench-nodes/{run_id}/{number}/"
                     # 64 io threads and 8 workers: a request waits for the cluster on its thread,
@@ -741,7 +815,7 @@ def main():
                            f"cluster_file = {cluster_file}\nlibrary = {FDB_LIBRARY}\nkey_prefix = {prefix}\n")
                     for _ in range(count):  # one after the other: the first sets the prefix up
                         setup.chaise.append(Chaise(ini))
-                    setup.fdb_pids = fdb_pids
+                    setup.fdb_pids, setup.cluster_file = fdb_pids, cluster_file
                 if setup.chaise:
                     setup.nodes = [c.base for c in setup.chaise]
                     setup.server_pids = [c.pid for c in setup.chaise]
