@@ -19,6 +19,8 @@ three-node _bulk_docs a third of the rate a fresh one gives (9,760 against 27,77
 this machine with that cluster file is counted. The fdbserver processes get nice --fdb-nice
 (default -10; 0 leaves them; root only, else a warning): on a machine whose cores the nodes and
 wrk share with the cluster, a starved fdbserver stalls every node (give_priority).
+Before each workload on FoundationDB the run waits (up to a minute) for the cluster to make
+durable what the one before wrote, its storage servers' queue under 16 MB (settle).
 
 Workloads (the connections are split evenly across the setup's nodes, one wrk per node, all run
 at once; rates are summed, the p99 is the worst of them):
@@ -314,6 +316,17 @@ class Setup:
 
 # --- measurements ------------------------------------------------------------------------------
 
+def fdb_status(cluster_file, section):
+    """One section of `status json`'s cluster object, or None when fdbcli does not answer within
+    2 s (a cluster busy with a write load may not)."""
+    try:
+        out = subprocess.run([FDBCLI, "-C", cluster_file, "--timeout", "2", "--exec", "status json"],
+                             capture_output=True, text=True, timeout=10).stdout
+        return json.loads(out)["cluster"].get(section)
+    except (subprocess.SubprocessError, ValueError, KeyError, TypeError):
+        return None
+
+
 class Probe:
     """FoundationDB's own latencies during one measurement: every 2 s, `status json`'s
     cluster.latency_probe, the cluster controller's timing of a read version, a read and a commit
@@ -330,12 +343,10 @@ class Probe:
 
     def run(self, cluster_file):
         while not self.stop_event.wait(2.0):
+            lp = fdb_status(cluster_file, "latency_probe")
             try:
-                out = subprocess.run([FDBCLI, "-C", cluster_file, "--timeout", "2", "--exec", "status json"],
-                                     capture_output=True, text=True, timeout=10).stdout
-                lp = json.loads(out)["cluster"]["latency_probe"]
                 self.samples.append((lp["transaction_start_seconds"], lp["read_seconds"], lp["commit_seconds"]))
-            except (subprocess.SubprocessError, ValueError, KeyError, TypeError):
+            except (KeyError, TypeError):
                 self.missed += 1
 
     def end(self):
@@ -661,6 +672,36 @@ def run_idle(setup, seconds=2):
     return {"idle": cell}
 
 
+def fdb_storage_queue(cluster_file):
+    """The largest storage server queue in bytes (None if the status does not tell): what the
+    storage servers have yet to make durable. (The log servers' queue can stay at tens of MB for
+    minutes after a write load, until the storage servers' pops reach it.)"""
+    qos = fdb_status(cluster_file, "qos")
+    try:
+        return qos["worst_queue_bytes_storage_server"]
+    except (KeyError, TypeError):
+        return None
+
+
+def settle(setup, below=16 << 20, limit_s=60):
+    """On FoundationDB, waits until the cluster has made durable what the last workload wrote (the
+    storage servers' queue under 16 MB, at most a minute): a storage server still writing out a
+    _bulk_docs run holds up the next workload's reads (a feed's p99 went from 1 to 14 ms), and
+    each workload is measured from a cluster at rest, as the embedded store is."""
+    if setup.kind != "fdb" or not setup.cluster_file or not os.access(FDBCLI, os.X_OK):
+        return
+    t0 = time.time()
+    while time.time() - t0 < limit_s:
+        queued = fdb_storage_queue(setup.cluster_file)
+        if queued is not None and queued < below:
+            if time.time() - t0 > 1.5:
+                print(f"      settled: the storage queue under {below >> 20} MB after "
+                      f"{time.time() - t0:.0f} s", flush=True)
+            return
+        time.sleep(1)
+    print(f"      the storage queue still holds {queued} bytes after {limit_s} s", flush=True)
+
+
 def run_setup(setup, a):
     cells = run_idle(setup)
     loaded = False
@@ -695,6 +736,7 @@ def run_setup(setup, a):
                 cells[rest] = "not run (a node ended)"
             break
         time.sleep(1)  # the servers finish what the load left (flushes, compactions) apart
+        settle(setup)
     for db in ("bench_put", "bench_get", "bench_bulk", "bench_scan", "bench_feed"):
         try:
             http(setup.nodes[0], "DELETE", "/" + db, timeout=60)
