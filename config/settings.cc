@@ -102,6 +102,7 @@ constexpr auto kKeys = std::to_array<Key>({
     {"foundationdb", "api_version", Kind::kInt, 710, 730},
     {"foundationdb", "transaction_timeout", Kind::kInt, 0, 0x7fffffff},
     {"foundationdb", "retry_limit", Kind::kInt, -1, 0x7fffffff},
+    {"foundationdb", "transaction_size_limit", Kind::kInt, 1'000'000, 10'000'000},
     {"foundationdb", "max_watches", Kind::kInt, 0, 1'000'000},
     {"foundationdb", "key_prefix", Kind::kString},
     {"log", "level", Kind::kLogLevel},

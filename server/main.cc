@@ -458,6 +458,8 @@ std::unique_ptr<chaise::storage::Database> open_foundationdb_store(
       settings, "foundationdb", "transaction_timeout", o.transaction_timeout_ms);
   o.transaction_retry_limit =
       chaise::config::get_int(settings, "foundationdb", "retry_limit", o.transaction_retry_limit);
+  o.transaction_size_limit_bytes = chaise::config::get_int(
+      settings, "foundationdb", "transaction_size_limit", o.transaction_size_limit_bytes);
   o.max_watches = chaise::config::get_int(settings, "foundationdb", "max_watches", o.max_watches);
   o.key_prefix = chaise::config::get_string(settings, "foundationdb", "key_prefix", "");
   const std::string cluster = o.cluster_file.empty() ? "(FoundationDB's default)" : o.cluster_file;

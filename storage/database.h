@@ -77,6 +77,10 @@ struct Options {
   std::size_t commit_batch_bytes_max = 32u << 20;
   // Transaction lifetime from its read version, and the resolver's window. Default 5 s (FDB's).
   std::int64_t transaction_lifetime_us = 5'000'000;
+  // Bytes a transaction may write (Transaction::approximate_size at commit), at most
+  // kTransactionSizeMax. Default kTransactionSizeMax; FoundationDB's size limit where configured
+  // (storage/fdb/fdb_database.h).
+  std::size_t transaction_size_limit = kTransactionSizeMax;
   // Estimated heap bytes of the write-conflict keys the resolver remembers; past this the window
   // shrinks early (transactions older than it get transaction_too_old and retry). Default 8 MiB.
   std::size_t resolver_bytes_max = 8u << 20;
@@ -217,6 +221,7 @@ class Database {
   // The embedded engine's options; on FoundationDB defaults, with run_attempts_max from its
   // options.
   const Options& options() const { return backend_->options(); }
+  std::size_t transaction_size_limit() const { return backend_->options().transaction_size_limit; }
   // Rewrites every table of every column family into the last level, blocking until done: the
   // files at their smallest and the read path of a fully compacted store. Slow on a large store.
   // With a range [begin, end): only the tables that hold its keys (what a database's compaction

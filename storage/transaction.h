@@ -46,6 +46,13 @@ inline constexpr std::size_t kTransactionSizeMax = 10'000'000;
 // >= 520).
 inline constexpr std::size_t kVersionstampSize = 10;
 
+// Work that spreads over transactions sizes each by a bound chosen for kTransactionSizeMax: under
+// a lower size limit (Options::transaction_size_limit) the bound keeps its share of the limit.
+inline std::size_t share_of_size_limit(std::size_t bytes_at_max, std::size_t size_limit) {
+  return static_cast<std::size_t>(static_cast<std::uint64_t>(bytes_at_max) * size_limit /
+                                  kTransactionSizeMax);
+}
+
 enum class Snapshot : bool { no = false, yes = true };
 enum class Reverse : bool { no = false, yes = true };
 
@@ -130,6 +137,7 @@ class TransactionBackend {
   virtual std::optional<std::uint64_t> snapshot_metadata_generation() = 0;
   virtual std::uint64_t instance_id() const = 0;
   virtual std::size_t approximate_size() const = 0;
+  virtual std::size_t size_limit() const = 0;
 };
 
 class Transaction {
@@ -283,8 +291,11 @@ class Transaction {
   }
   std::uint64_t instance_id() const { return b_->instance_id(); }
 
-  // Approximate size in bytes counted against kTransactionSizeMax.
+  // Approximate size in bytes counted against size_limit().
   std::size_t approximate_size() const { return b_->approximate_size(); }
+  // The bytes this transaction may write: approximate_size() past it fails the commit with
+  // transaction_too_large. Options::transaction_size_limit, kTransactionSizeMax unless lowered.
+  std::size_t size_limit() const { return b_->size_limit(); }
 
  private:
   std::unique_ptr<TransactionBackend> b_;

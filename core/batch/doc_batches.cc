@@ -339,15 +339,20 @@ storage::Status DocWriteBatch::operator()(Transaction& tr) {
   round_.clear();
   std::unordered_set<std::string_view> seen_ids;  // views into items_, which outlives the round
   std::size_t round_bytes = 0;
+  // A round is one transaction: keep it well inside the transaction's size limit (FoundationDB's
+  // 10 MB, unless configured lower) and the 2-byte per-transaction versionstamp order; what does
+  // not fit waits for the next round.
+  const std::size_t body_bytes_max =
+      storage::share_of_size_limit(kBodyBytesPerTransactionMax, tr.size_limit());
+  const std::size_t tr_bytes_max =
+      storage::share_of_size_limit(kTransactionBytesPerRoundMax, tr.size_limit());
   for (std::size_t i = 0; i < items_.size(); ++i) {
     if (done_[i]) continue;
     const std::string& id = item_id(items_[i]);
-    // A round is one transaction: keep it well inside FoundationDB's 10 MB and the 2-byte
-    // per-transaction versionstamp order; what does not fit waits for the next round.
     const std::size_t bytes = item_bytes(items_[i]);
     if (!round_.empty() &&
-        (round_.size() >= round_docs_max_ || round_bytes + bytes > kBodyBytesPerTransactionMax ||
-         (!idem_ && tr.approximate_size() > kTransactionBytesPerRoundMax)))
+        (round_.size() >= round_docs_max_ || round_bytes + bytes > body_bytes_max ||
+         (!idem_ && tr.approximate_size() > tr_bytes_max)))
       break;
     // A second edit of one id waits for a later round, so that edits of one document apply in
     // request order, each against the tree the previous one left (couch_db_updater
@@ -837,7 +842,9 @@ storage::Status PurgeBatch::operator()(Transaction& tr) {
   for (std::size_t i = next_; i < requests_.size(); ++i) {
     const PurgeRequest& r = requests_[i];
     if (seen.count(r.id) || static_cast<std::size_t>(n) >= kDocsPerTransactionMax) break;
-    if (n > 0 && tr.approximate_size() > kBytesPerTransactionMax) break;
+    if (n > 0 && tr.approximate_size() >
+                     storage::share_of_size_limit(kBytesPerTransactionMax, tr.size_limit()))
+      break;
     seen.insert(r.id);
     // The log entry sorts before the document's new changes entry: an index takes the purge in
     // before the change (core/docs/purge.h).

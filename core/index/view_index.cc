@@ -221,7 +221,9 @@ StorageResult<Outcome<std::size_t>> index_docs(Transaction& tr, const DbRef& db,
   // always applied, so a step always progresses.
   std::size_t applied = 0;
   for (const ChangedDoc& c : changed) {
-    if (limit_writes && applied > 0 && tr.approximate_size() > kWriteBytesPerStep) break;
+    if (limit_writes && applied > 0 &&
+        tr.approximate_size() > storage::share_of_size_limit(kWriteBytesPerStep, tr.size_limit()))
+      break;
     ++applied;
     const std::string partition = g.partitioned ? partition_of(c.id) : std::string();
     // Old rows out, through the id index.

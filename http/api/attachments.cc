@@ -39,7 +39,8 @@ constexpr std::string_view kAttachmentMethods = "DELETE,GET,HEAD,PUT";
 // chunk by chunk (memory stays flat whatever the size).
 constexpr std::int64_t kWholeResponseBytesMax = 1 << 20;
 // Attachment bytes above this size are written before the document, in transactions of their
-// own, so that a document transaction stays far below FoundationDB's 10 MB.
+// own, so that a document transaction stays far below FoundationDB's 10 MB. This and the other
+// transaction bounds here keep their share of a lower size limit (storage::share_of_size_limit).
 constexpr std::size_t kPreuploadBytesMin = 1 << 20;
 constexpr std::size_t kPreuploadBytesPerTransaction = 44 * core::kAttChunkBytes;  // ~4 MB
 // Attachment PUTs with a larger (or a chunked) body are streamed (streams_request_body): read in
@@ -47,6 +48,14 @@ constexpr std::size_t kPreuploadBytesPerTransaction = 44 * core::kAttChunkBytes;
 constexpr std::uint64_t kStreamBodyBytesMin = 1 << 20;
 constexpr std::size_t kStreamedReadBytes = 256 * 1024;
 constexpr std::size_t kStreamedBytesPerTransaction = 11 * core::kAttChunkBytes;  // ~1 MB
+
+// Attachment bytes per transaction of their own: `bytes_at_max` (chosen for FoundationDB's 10 MB)
+// under the store's size limit, in whole chunks, at least one.
+std::size_t att_bytes_per_transaction(const storage::Database& store, std::size_t bytes_at_max) {
+  const std::size_t share =
+      storage::share_of_size_limit(bytes_at_max, store.transaction_size_limit());
+  return std::max<std::size_t>(1, share / core::kAttChunkBytes) * core::kAttChunkBytes;
+}
 
 core::CouchError missing_att() { return err::not_found("Document is missing attachment"); }
 
@@ -337,13 +346,17 @@ MaybeResponse write_attachment(Call& call, const core::DbRef& db, const std::str
 boost::asio::awaitable<storage::Status> preupload_attachments(const Call& call,
                                                               const core::DbRef& db,
                                                               std::vector<core::AttUpload>& atts) {
+  const std::size_t inline_max =
+      storage::share_of_size_limit(kPreuploadBytesMin, call.store().transaction_size_limit());
+  const std::size_t per_transaction =
+      att_bytes_per_transaction(call.store(), kPreuploadBytesPerTransaction);
   for (core::AttUpload& u : atts) {
-    if (u.stub || u.follows || u.stored.size() <= kPreuploadBytesMin) continue;
+    if (u.stub || u.follows || u.stored.size() <= inline_max) continue;
     const std::string_view bytes = u.stored;
-    for (std::size_t off = 0; off < bytes.size(); off += kPreuploadBytesPerTransaction) {
-      // Chunk boundaries must match write_att_chunks': kPreuploadBytesPerTransaction is a
-      // multiple of kAttChunkBytes.
-      const std::string_view piece = bytes.substr(off, kPreuploadBytesPerTransaction);
+    for (std::size_t off = 0; off < bytes.size(); off += per_transaction) {
+      // Chunk boundaries must match write_att_chunks': per_transaction is a multiple of
+      // kAttChunkBytes.
+      const std::string_view piece = bytes.substr(off, per_transaction);
       const auto first = static_cast<std::int64_t>(off / core::kAttChunkBytes);
       storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) {
         std::int64_t chunk = first;
@@ -444,9 +457,11 @@ boost::asio::awaitable<core::AttUpload> stream_attachment(const Call& call, cons
   std::optional<HttpError> failure;
   bool wrote = false;
   // Writes whole transactions' worth of pending bytes (all of them when `last`).
+  const std::size_t per_transaction =
+      att_bytes_per_transaction(call.store(), kStreamedBytesPerTransaction);
   auto write_pending = [&](bool last) -> boost::asio::awaitable<storage::Status> {
-    while (pending.size() >= kStreamedBytesPerTransaction || (last && !pending.empty())) {
-      const std::size_t n = std::min(pending.size(), kStreamedBytesPerTransaction);
+    while (pending.size() >= per_transaction || (last && !pending.empty())) {
+      const std::size_t n = std::min(pending.size(), per_transaction);
       storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) {
         std::int64_t c = chunk;
         for (std::size_t p = 0; p < n; p += core::kAttChunkBytes)

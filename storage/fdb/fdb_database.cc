@@ -207,6 +207,8 @@ class FdbEngine final : public DatabaseBackend {
   FdbEngine(const FdbApi& api, FDBDatabase* db, const FdbOptions& options)
       : api_(api), db_(db), fdb_options_(options) {
     options_.run_attempts_max = options.run_attempts_max;
+    options_.transaction_size_limit =
+        static_cast<std::size_t>(options.transaction_size_limit_bytes);
   }
   // Waits for the asynchronous commits in flight (bounded by the transaction timeout), and
   // cancels the watches still waiting (their callbacks run with transaction_cancelled).
@@ -415,6 +417,7 @@ class FdbTransaction final : public TransactionBackend {
   std::optional<std::uint64_t> snapshot_metadata_generation() override;
   std::uint64_t instance_id() const override { return engine_->instance_id(); }
   std::size_t approximate_size() const override { return size_bytes_; }
+  std::size_t size_limit() const override { return engine_->options().transaction_size_limit; }
 
   // What a transaction's size counts toward FoundationDB's 10,000,000-byte limit, as the client
   // counts it: each mutation's key and value, and each read and write conflict range's two keys,

@@ -11,6 +11,7 @@
 
 #include <rocksdb/iterator.h>
 
+#include <algorithm>
 #include <cassert>
 #include <future>
 #include <random>
@@ -83,6 +84,10 @@ Status RocksTransaction::ensure_read_view() {
   if (engine_->now_us() - view_->acquired_us > engine_->options().transaction_lifetime_us)
     return Error::transaction_too_old;
   return {};
+}
+
+std::size_t RocksTransaction::size_limit() const {
+  return std::min(engine_->options().transaction_size_limit, kTransactionSizeMax);
 }
 
 Result<std::int64_t> RocksTransaction::get_read_version() {
@@ -544,7 +549,7 @@ void RocksTransaction::commit_async(std::function<void(Result<CommitResult>)> do
   if (e == Error::success && view_ && !read_conflicts_.empty() &&
       engine_->now_us() - view_->acquired_us > engine_->options().transaction_lifetime_us)
     e = Error::transaction_too_old;
-  if (e == Error::success && size_bytes_ > kTransactionSizeMax) e = Error::transaction_too_large;
+  if (e == Error::success && size_bytes_ > size_limit()) e = Error::transaction_too_large;
 
   // Baselines for watches: this transaction's view of each key (its own writes included).
   for (auto& w : watches_) {

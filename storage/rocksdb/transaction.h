@@ -72,6 +72,7 @@ class RocksTransaction final : public TransactionBackend {
   std::optional<std::uint64_t> snapshot_metadata_generation() override;
   std::uint64_t instance_id() const override;
   std::size_t approximate_size() const override { return size_bytes_; }
+  std::size_t size_limit() const override;
 
  private:
   Status ensure_read_view();

@@ -299,6 +299,65 @@ TEST_F(MultiNodeTest, FeedsOnOneNodeWakeOnAWriteThroughAnother) {
   EXPECT_LT(took, 2s);
 }
 
+// A node whose transactions may write at most 1 MB ([foundationdb] transaction_size_limit) splits
+// what spans transactions to fit: a 3 MB _bulk_docs, the view over it, attachments written beside
+// their document or streamed. A document too large for one transaction gets 413, and nothing is
+// written. What it wrote, the other nodes read.
+TEST_F(MultiNodeTest, ANodeWithALowerTransactionSizeLimitSplitsItsWritesToFit) {
+  auto limited = start_node(kNodes, "transaction_size_limit = 1000000");
+  HttpClient c(limited->port(), 60s);
+  auto lim = [&](verb method, const std::string& target, std::string body = {},
+                 const std::string& type = "application/json") {
+    Headers h{basic_auth(kAdmin, kPassword)};
+    if (!body.empty()) h.emplace_back("Content-Type", type);
+    return c.request(method, target, std::move(body), h);
+  };
+  ASSERT_EQ(lim(verb::put, "/big").status, 201u);
+  constexpr int kDocs = 600;
+  const std::string filler(5'000, 'x');
+  Json docs = Json::array();
+  for (int i = 0; i < kDocs; ++i) docs.push_back({{"_id", "d" + std::to_string(i)}, {"f", filler}});
+  const HttpResponse bulk = lim(verb::post, "/big/_bulk_docs", Json{{"docs", docs}}.dump());
+  ASSERT_EQ(bulk.status, 201u) << bulk.body.substr(0, 300);
+  for (const auto& r : bulk.json()) ASSERT_TRUE(r.contains("ok")) << r.dump();
+  EXPECT_EQ(get(0, "/big")["doc_count"], kDocs);
+  // Each row carries its document: 3 MB of rows, written in steps that fit.
+  ASSERT_EQ(lim(verb::put, "/big/_design/v",
+                R"({"views":{"all":{"map":"function(doc) { emit(doc._id, doc.f); }"}}})")
+                .status,
+            201u);
+  const HttpResponse view = lim(verb::get, "/big/_design/v/_view/all?limit=1");
+  ASSERT_EQ(view.status, 200u) << view.body.substr(0, 300);
+  EXPECT_EQ(view.json()["total_rows"], kDocs);
+  // An attachment inline in its document's JSON (600 KB) and one streamed (2.5 MB).
+  std::string inline_bytes(600'000, '\0'), streamed(2'500'000, '\0');
+  std::mt19937 random(7);
+  for (char& b : inline_bytes) b = static_cast<char>(random());
+  for (char& b : streamed) b = static_cast<char>(random());
+  const Json with_att = {
+      {"_attachments",
+       {{"a.bin",
+         {{"content_type", "application/octet-stream"}, {"data", base64(inline_bytes)}}}}}};
+  const HttpResponse put_inline = lim(verb::put, "/big/inline", with_att.dump());
+  ASSERT_EQ(put_inline.status, 201u) << put_inline.body;
+  const HttpResponse put_streamed =
+      lim(verb::put, "/big/streamed/s.bin", streamed, "application/octet-stream");
+  ASSERT_EQ(put_streamed.status, 201u) << put_streamed.body;
+  EXPECT_EQ(call(0, verb::get, "/big/inline/a.bin").body, inline_bytes);
+  EXPECT_EQ(call(0, verb::get, "/big/streamed/s.bin").body, streamed);
+  // One document's body over the limit.
+  const HttpResponse too_large =
+      lim(verb::put, "/big/huge", Json{{"f", std::string(1'200'000, 'x')}}.dump());
+  EXPECT_EQ(too_large.status, 413u) << too_large.body;
+  EXPECT_EQ(call(0, verb::get, "/big/huge").status, 404u);
+  // The same 3 MB through a node with FoundationDB's own limit is one round: both work.
+  for (auto& d : docs) d["_id"] = "e" + d["_id"].get<std::string>().substr(1);
+  EXPECT_EQ(call(1, verb::post, "/big/_bulk_docs", Json{{"docs", docs}}.dump()).status, 201u);
+  EXPECT_EQ(get(2, "/big")["doc_count"], 2 * kDocs + 3);  // and the design document
+  const ExitStatus s = limited->stop();
+  EXPECT_TRUE(s.exited && s.exit_code == 0);
+}
+
 // A node allowed fewer storage watches than it has databases with waiting feeds (max_watches) polls
 // those databases instead: every feed still gets its change, and the waiting costs next to no CPU
 // (a refused watch must not wake its feeds to read, wait and be refused again in a loop).

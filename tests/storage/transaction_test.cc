@@ -971,6 +971,49 @@ TEST_P(TransactionTest, VersionstampedValueIsUnreadableBeforeCommit) {
   EXPECT_EQ(bad.commit().error(), Error::invalid_option_value);
 }
 
+// A store whose size limit is lowered (Options::transaction_size_limit; FoundationDB's size limit)
+// says so to its transactions, whose work spread over several transactions sizes itself by it,
+// and refuses a commit past it with transaction_too_large, writing nothing.
+TEST_P(TransactionTest, ALowerSizeLimitIsToldAndEnforced) {
+  constexpr std::size_t kLimit = 20'000;
+  std::unique_ptr<Database> db;
+  if (fdb()) {
+    FdbOptions o = fdb_options_;
+    o.transaction_size_limit_bytes = kLimit;
+    std::string why;
+    auto r = open_foundationdb(o, &why);
+    ASSERT_TRUE(r.ok()) << why;
+    db = std::move(*r);
+  } else {
+    db_.reset();
+    Options o;
+    o.fsync = false;
+    o.clock = clock_;
+    o.transaction_size_limit = kLimit;
+    auto r = Database::open(dir_.path(), o);
+    ASSERT_TRUE(r.ok()) << error_name(r.error());
+    db = std::move(*r);
+  }
+  EXPECT_EQ(db->transaction_size_limit(), kLimit);
+  {
+    auto tr = db->create_transaction();
+    EXPECT_EQ(tr.size_limit(), kLimit);
+    tr.set("small", std::string(kLimit / 2, 'v'));
+    EXPECT_TRUE(tr.commit().ok());
+  }
+  {
+    auto tr = db->create_transaction();
+    tr.set("large/0", std::string(kLimit / 2, 'v'));
+    tr.set("large/1", std::string(kLimit / 2, 'v'));
+    EXPECT_EQ(tr.commit().error(), Error::transaction_too_large);
+  }
+  auto tr = db->create_transaction();
+  EXPECT_EQ(*tr.get("large/0"), std::nullopt);
+  EXPECT_EQ(tr.get("small")->value_or("").size(), kLimit / 2);
+  EXPECT_EQ(share_of_size_limit(4'000'000, kLimit), 8'000u);
+  EXPECT_EQ(share_of_size_limit(4'000'000, kTransactionSizeMax), 4'000'000u);
+}
+
 TEST_P(TransactionTest, LimitsReturnFoundationDbErrorCodes) {
   {
     auto tr = db_->create_transaction();
