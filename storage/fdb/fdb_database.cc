@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <random>
 #include <unordered_map>
@@ -438,6 +439,7 @@ class FdbTransaction final : public TransactionBackend {
   void clear_state() {
     watches_.clear();
     added_keys_.clear();
+    pending_adds_.clear();
     size_bytes_ = 0;
     deferred_ = Error::success;
     committing_ = false;
@@ -446,6 +448,37 @@ class FdbTransaction final : public TransactionBackend {
     read_version_known_ = false;
     generation_.reset();
   }
+  // Adds of 8-byte operands are summed per key and handed to FoundationDB as one add when the
+  // transaction next reads or writes that key, or commits: its client passes every mutation
+  // through its one network thread, and a _bulk_docs round adds to the same few counters once
+  // per document (3 of 7 mutations each). 8-byte adds wrap at 2^64 whatever their order, so the
+  // sum is the same value, the same write conflict and, read back, the same read-your-writes.
+  // Keys as the cluster names them (with the prefix).
+  void flush_add(std::string_view key) {
+    if (pending_adds_.empty()) return;
+    if (auto it = pending_adds_.find(key); it != pending_adds_.end()) {
+      issue_add(it->first, it->second);
+      pending_adds_.erase(it);
+    }
+  }
+  void flush_adds(std::string_view begin, std::string_view end) {
+    if (pending_adds_.empty()) return;
+    auto it = pending_adds_.lower_bound(begin);
+    while (it != pending_adds_.end() && it->first < end) {
+      issue_add(it->first, it->second);
+      it = pending_adds_.erase(it);
+    }
+  }
+  void flush_adds() {
+    for (const auto& [key, sum] : pending_adds_) issue_add(key, sum);
+    pending_adds_.clear();
+  }
+  void issue_add(std::string_view key, std::uint64_t sum) {
+    std::uint8_t le[8];
+    for (int i = 0; i < 8; ++i) le[i] = static_cast<std::uint8_t>(sum >> (8 * i));
+    api_.transaction_atomic_op(tr_.get(), bytes(key), length(key), le, 8, fdb::kMutationAdd);
+  }
+
   // The mapped error, remembering FoundationDB's code for on_error.
   Error fail(fdb_error_t code) {
     last_code_ = code;
@@ -514,6 +547,8 @@ class FdbTransaction final : public TransactionBackend {
   // engine has watches): the feeds' counters, whose watches the commit fires (wake_watches).
   static constexpr std::size_t kAddedKeysMax = 64;
   std::vector<std::string> added_keys_;
+  // Summed adds not yet handed to FoundationDB (flush_add): at most one per key written.
+  std::map<std::string, std::uint64_t, std::less<>> pending_adds_;
   std::size_t size_bytes_ = 0;
   Error deferred_ = Error::success;
   fdb_error_t last_code_ = 0;
@@ -569,6 +604,7 @@ Result<std::optional<std::string>> FdbTransaction::get(std::string_view key, Sna
 Result<std::optional<std::string>> FdbTransaction::read_value(std::string_view key,
                                                               Snapshot snapshot) {
   read_version_known_ = true;
+  flush_add(key);
   if (snapshot == Snapshot::no) size_bytes_ += 2 * key.size() + 1;  // its read conflict range
   Future f(api_,
            api_.transaction_get(tr_.get(), bytes(key), length(key), snapshot == Snapshot::yes));
@@ -588,6 +624,10 @@ Status FdbTransaction::read_range(std::string_view begin, std::string_view end, 
   // key (first_greater_than); reverse, hi moves down to it (first_greater_or_equal).
   std::string lo(begin), hi(end);
   if (snapshot == Snapshot::no) count_range(begin.size(), end.size(), 1);  // its conflict range
+  if (!pending_adds_.empty()) {
+    std::string bb, eb;
+    flush_adds(in(begin, bb), in(end, eb));
+  }
   bool lo_or_equal = false;  // first_greater_or_equal(lo), then first_greater_than(last)
   const std::size_t n_max = limit > 0 ? static_cast<std::size_t>(limit) : SIZE_MAX;
   for (int round = 0; round < kRangeRoundTripsMax; ++round) {
@@ -639,6 +679,12 @@ Result<std::vector<std::vector<KeyValue>>> FdbTransaction::get_ranges(
     if (i > 0 && ranges[i].begin < ranges[i - 1].end) return Error::invalid_option_value;
   }
   // Every range's first batch is asked for at once: one round trip for them all.
+  if (!pending_adds_.empty()) {
+    for (const KeyRange& r : ranges) {
+      std::string bb, eb;
+      flush_adds(in(r.begin, bb), in(r.end, eb));
+    }
+  }
   std::vector<FDBFuture*> firsts(ranges.size(), nullptr);
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     if (ranges[i].begin == ranges[i].end) continue;
@@ -664,6 +710,7 @@ Result<std::vector<std::vector<KeyValue>>> FdbTransaction::get_ranges(
 Result<std::string> FdbTransaction::get_key(const KeySelector& sel, Snapshot snapshot) {
   if (auto s = check_usable(); !s) return s.error();
   read_version_known_ = true;
+  flush_adds();  // a selector may resolve to any key
   std::string kb;
   const std::string_view k = in(sel.key, kb);
   Future f(api_, api_.transaction_get_key(tr_.get(), bytes(k), length(k), sel.or_equal, sel.offset,
@@ -711,6 +758,7 @@ void FdbTransaction::set(std::string_view key, std::string_view value) {
   writes_ = true;
   std::string kb;
   key = in(key, kb);
+  flush_add(key);
   api_.transaction_set(tr_.get(), bytes(key), length(key), bytes(value), length(value));
 }
 
@@ -720,6 +768,7 @@ void FdbTransaction::clear(std::string_view key) {
   writes_ = true;
   std::string kb;
   key = in(key, kb);
+  flush_add(key);
   api_.transaction_clear(tr_.get(), bytes(key), length(key));
 }
 
@@ -731,6 +780,7 @@ void FdbTransaction::clear_range(std::string_view begin, std::string_view end) {
   std::string bb, eb;
   begin = in(begin, bb);
   end = in(end, eb);
+  flush_adds(begin, end);
   api_.transaction_clear_range(tr_.get(), bytes(begin), length(begin), bytes(end), length(end));
 }
 
@@ -756,6 +806,15 @@ void FdbTransaction::atomic_op(std::string_view key, MutationType type, std::str
   if (engine_->watching() && added_keys_.size() < kAddedKeysMax &&
       std::find(added_keys_.begin(), added_keys_.end(), key) == added_keys_.end())
     added_keys_.emplace_back(key);
+  if (type == MutationType::add && operand.size() == 8) {
+    std::uint64_t delta = 0;
+    for (int i = 7; i >= 0; --i) delta = (delta << 8) | static_cast<std::uint8_t>(operand[i]);
+    auto it = pending_adds_.find(key);
+    if (it == pending_adds_.end()) it = pending_adds_.emplace(std::string(key), 0).first;
+    it->second += delta;
+    return;
+  }
+  flush_add(key);
   api_.transaction_atomic_op(tr_.get(), bytes(key), length(key), bytes(operand), length(operand),
                              op);
 }
@@ -790,6 +849,7 @@ void FdbTransaction::set_versionstamped_value(std::string_view key,
   writes_ = true;
   std::string kb;
   key = in(key, kb);
+  flush_add(key);
   api_.transaction_atomic_op(tr_.get(), bytes(key), length(key), bytes(value_template),
                              length(value_template), fdb::kMutationSetVersionstampedValue);
 }
@@ -825,6 +885,7 @@ std::shared_ptr<Watch> FdbTransaction::watch(std::string_view key, WatchCallback
   }
   std::string kb;
   key = in(key, kb);
+  flush_add(key);
   w->set_key(key);
   FdbWatch::arm(w, api_.transaction_watch(tr_.get(), bytes(key), length(key)));
   engine_->track(w);
@@ -851,6 +912,7 @@ std::optional<std::uint64_t> FdbTransaction::snapshot_metadata_generation() {
 
 std::optional<Result<CommitResult>> FdbTransaction::begin_commit() {
   if (committing_) return Result<CommitResult>(Error::used_during_commit);
+  flush_adds();
   committing_ = true;
   if (deferred_ != Error::success) {
     for (auto& w : watches_) w->fire(deferred_, 0);
