@@ -317,12 +317,13 @@ class Setup:
 # --- measurements ------------------------------------------------------------------------------
 
 def fdb_status(cluster_file, section):
-    """One section of `status json`'s cluster object, or None when fdbcli does not answer within
-    2 s (a cluster busy with a write load may not)."""
+    """One section of `status json`'s cluster object (None: the whole of it), or None when fdbcli
+    does not answer within 2 s (a cluster busy with a write load may not)."""
     try:
         out = subprocess.run([FDBCLI, "-C", cluster_file, "--timeout", "2", "--exec", "status json"],
                              capture_output=True, text=True, timeout=10).stdout
-        return json.loads(out)["cluster"].get(section)
+        cluster = json.loads(out)["cluster"]
+        return cluster if section is None else cluster.get(section)
     except (subprocess.SubprocessError, ValueError, KeyError, TypeError):
         return None
 
@@ -330,12 +331,13 @@ def fdb_status(cluster_file, section):
 class Probe:
     """FoundationDB's own latencies during one measurement: every 2 s, `status json`'s
     cluster.latency_probe, the cluster controller's timing of a read version, a read and a commit
-    of its own transaction, which waits in the same queues as the workload's. Nothing on a setup
-    that is not on FoundationDB or when fdbcli is missing; a sample whose status does not answer
-    within 2 s is left out (and counted)."""
+    of its own transaction, which waits in the same queues as the workload's; and what its
+    ratekeeper named as the limit then (qos.performance_limited_by), when not the workload itself.
+    Nothing on a setup that is not on FoundationDB or when fdbcli is missing; a sample whose
+    status does not answer within 2 s is left out (and counted)."""
 
     def __init__(self, setup):
-        self.samples, self.missed = [], 0
+        self.samples, self.missed, self.limits = [], 0, {}
         self.stop_event, self.thread = threading.Event(), None
         if setup.kind == "fdb" and setup.cluster_file and os.access(FDBCLI, os.X_OK):
             self.thread = threading.Thread(target=self.run, args=(setup.cluster_file,), daemon=True)
@@ -343,9 +345,13 @@ class Probe:
 
     def run(self, cluster_file):
         while not self.stop_event.wait(2.0):
-            lp = fdb_status(cluster_file, "latency_probe")
+            cluster = fdb_status(cluster_file, None)
             try:
+                lp = cluster["latency_probe"]
                 self.samples.append((lp["transaction_start_seconds"], lp["read_seconds"], lp["commit_seconds"]))
+                limit = cluster.get("qos", {}).get("performance_limited_by", {}).get("name", "")
+                if limit and limit != "workload":
+                    self.limits[limit] = self.limits.get(limit, 0) + 1
             except (KeyError, TypeError):
                 self.missed += 1
 
@@ -360,8 +366,9 @@ class Probe:
             return f"no answer ({self.missed} tries)" if self.missed else ""
         med = [quantile([x[i] * 1000 for x in self.samples], 0.5) for i in range(3)]
         missed = f", {self.missed} unanswered" if self.missed else ""
+        limits = "".join(f"; limited by {name} x{n}" for name, n in sorted(self.limits.items()))
         return (f"{med[0]:.2f} / {med[1]:.2f} / {med[2]:.2f} ms "
-                f"(median of {len(self.samples)}{missed})")
+                f"(median of {len(self.samples)}{missed}{limits})")
 
 
 class Cpu:
@@ -501,7 +508,7 @@ def run_bulk(setup, a):
     n, rate, p99, errors, cpu = wrk_split(setup, "bulk_docs.lua", 4, a.duration,
                                           {"BENCH_DB": "bench_bulk"}, timeout_s="30s")
     print(f"bulk  {setup.name}: {rate * 1000:,.0f} docs/s, p99 {p99:.1f} ms{errors_note(errors)}; "
-          f"CPU {cpu.seconds()} over {n * 1000:,} docs", flush=True)
+          f"CPU {cpu.seconds()} over {n * 1000:,} docs; FDB probe {cpu.probe.cell() or '-'}", flush=True)
     return {"bulk": f"{rate * 1000:,.0f}, p99 {p99:.0f} ms{errors_note(errors)}",
             "bulk_cpu": cpu.per(n * 1000), "bulk_fdb": cpu.probe.cell()}
 
