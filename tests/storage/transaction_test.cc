@@ -932,8 +932,9 @@ TEST_P(TransactionTest, EightByteAddsMixedWithOtherOpsReadAndCommitAsAppliedInOr
       const auto current =
           stored == model.end() ? std::nullopt : std::optional<std::string_view>(stored->second);
       if (pick < 6) {  // mostly 8-byte adds, some past 2^63 and negative
-        const auto delta = static_cast<std::int64_t>(rng()) * (pick % 2 ? -1 : 1) *
-                           (pick == 5 ? (std::int64_t{1} << 32) : 1);
+        std::uint64_t magnitude = rng();
+        if (pick == 5) magnitude <<= 32;
+        const auto delta = static_cast<std::int64_t>(pick % 2 ? ~magnitude + 1 : magnitude);
         model[k] = apply_atomic(current, AtomicOp{MutationType::add, le64(delta)});
         tr.add(k, delta);
       } else if (pick == 6) {
