@@ -350,8 +350,13 @@ boost::asio::awaitable<storage::Status> preupload_attachments(const Call& call,
       storage::share_of_size_limit(kPreuploadBytesMin, call.store().transaction_size_limit());
   const std::size_t per_transaction =
       att_bytes_per_transaction(call.store(), kPreuploadBytesPerTransaction);
+  // Written apart: new bytes in hand (not a stub; a "follows" attachment carries its part's bytes
+  // by now, one without a part was refused) too large to ride in the document's transaction.
+  auto written_apart = [&](const core::AttUpload& u) {
+    return !u.stub && !u.follows && u.stored.size() > inline_max;
+  };
   for (core::AttUpload& u : atts) {
-    if (u.stub || u.follows || u.stored.size() <= inline_max) continue;
+    if (!written_apart(u)) continue;
     const std::string_view bytes = u.stored;
     for (std::size_t off = 0; off < bytes.size(); off += per_transaction) {
       // Chunk boundaries must match write_att_chunks': per_transaction is a multiple of

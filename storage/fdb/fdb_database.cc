@@ -448,12 +448,12 @@ class FdbTransaction final : public TransactionBackend {
     read_version_known_ = false;
     generation_.reset();
   }
-  // Adds of 8-byte operands are summed per key and handed to FoundationDB as one add when the
-  // transaction next reads or writes that key, or commits: its client passes every mutation
-  // through its one network thread, and a _bulk_docs round adds to the same few counters once
-  // per document (3 of 7 mutations each). 8-byte adds wrap at 2^64 whatever their order, so the
-  // sum is the same value, the same write conflict and, read back, the same read-your-writes.
-  // Keys as the cluster names them (with the prefix).
+  // Adds of one width to one key fold into one add of their sum (apply_atomic, as the embedded
+  // engine's WriteMap folds them), handed to FoundationDB when the transaction next reads or
+  // writes that key, or commits: its client passes every call through its one network thread,
+  // and a _bulk_docs round adds to the same few counters once per document (3 of a document's 7
+  // client calls). (x + a) + b == x + (a + b) modulo 2^(8 * width): the same value, the same write
+  // conflict and, read back, the same read-your-writes. Keys as the cluster names them.
   void flush_add(std::string_view key) {
     if (pending_adds_.empty()) return;
     if (auto it = pending_adds_.find(key); it != pending_adds_.end()) {
@@ -473,10 +473,9 @@ class FdbTransaction final : public TransactionBackend {
     for (const auto& [key, sum] : pending_adds_) issue_add(key, sum);
     pending_adds_.clear();
   }
-  void issue_add(std::string_view key, std::uint64_t sum) {
-    std::uint8_t le[8];
-    for (int i = 0; i < 8; ++i) le[i] = static_cast<std::uint8_t>(sum >> (8 * i));
-    api_.transaction_atomic_op(tr_.get(), bytes(key), length(key), le, 8, fdb::kMutationAdd);
+  void issue_add(std::string_view key, std::string_view operand) {
+    api_.transaction_atomic_op(tr_.get(), bytes(key), length(key), bytes(operand), length(operand),
+                               fdb::kMutationAdd);
   }
 
   // The mapped error, remembering FoundationDB's code for on_error.
@@ -547,8 +546,9 @@ class FdbTransaction final : public TransactionBackend {
   // engine has watches): the feeds' counters, whose watches the commit fires (wake_watches).
   static constexpr std::size_t kAddedKeysMax = 64;
   std::vector<std::string> added_keys_;
-  // Summed adds not yet handed to FoundationDB (flush_add): at most one per key written.
-  std::map<std::string, std::uint64_t, std::less<>> pending_adds_;
+  // Folded adds not yet handed to FoundationDB (flush_add): key -> the sum, an operand of the
+  // adds' width.
+  std::map<std::string, std::string, std::less<>> pending_adds_;
   std::size_t size_bytes_ = 0;
   Error deferred_ = Error::success;
   fdb_error_t last_code_ = 0;
@@ -806,12 +806,14 @@ void FdbTransaction::atomic_op(std::string_view key, MutationType type, std::str
   if (engine_->watching() && added_keys_.size() < kAddedKeysMax &&
       std::find(added_keys_.begin(), added_keys_.end(), key) == added_keys_.end())
     added_keys_.emplace_back(key);
-  if (type == MutationType::add && operand.size() == 8) {
-    std::uint64_t delta = 0;
-    for (int i = 7; i >= 0; --i) delta = (delta << 8) | static_cast<std::uint8_t>(operand[i]);
+  if (type == MutationType::add) {
     auto it = pending_adds_.find(key);
-    if (it == pending_adds_.end()) it = pending_adds_.emplace(std::string(key), 0).first;
-    it->second += delta;
+    if (it != pending_adds_.end() && it->second.size() == operand.size()) {
+      it->second = apply_atomic(it->second, AtomicOp{MutationType::add, std::string(operand)});
+      return;
+    }
+    flush_add(key);  // another width: its sum goes first
+    pending_adds_.emplace(std::string(key), std::string(operand));
     return;
   }
   flush_add(key);

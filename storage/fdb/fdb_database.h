@@ -34,7 +34,7 @@
 //   set_commit_fault_hook() is ignored: fault injection is the embedded engine's.
 // - Database::options() answers the embedded engine's defaults, with run_attempts_max and
 //   transaction_size_limit from FdbOptions.
-// - A transaction's 8-byte adds to one key reach the cluster as one add of their sum, handed over
+// - A transaction's adds of one width to one key reach the cluster as one add of their sum, handed over
 //   when the transaction next reads or writes that key, or commits (fewer mutations through the
 //   client's one network thread; the same values, conflicts and read-your-writes).
 #pragma once

@@ -178,6 +178,8 @@ void Engine::clear_iterator_shelf() {
 Result<std::unique_ptr<Engine>> Engine::open(const std::string& path, Options options) {
   if (options.commit_batch_txns_max == 0 || options.commit_batch_txns_max > 65535)
     return Error::invalid_option_value;
+  if (options.transaction_size_limit == 0 || options.transaction_size_limit > kTransactionSizeMax)
+    return Error::invalid_option_value;
   if (!options.clock) options.clock = std::make_shared<SteadyClock>();
   std::unique_ptr<Engine> e(new Engine());
   e->options_ = options;

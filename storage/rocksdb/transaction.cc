@@ -87,7 +87,7 @@ Status RocksTransaction::ensure_read_view() {
 }
 
 std::size_t RocksTransaction::size_limit() const {
-  return std::min(engine_->options().transaction_size_limit, kTransactionSizeMax);
+  return engine_->options().transaction_size_limit;
 }
 
 Result<std::int64_t> RocksTransaction::get_read_version() {

@@ -301,7 +301,7 @@ TEST_F(MultiNodeTest, FeedsOnOneNodeWakeOnAWriteThroughAnother) {
 
 // A node whose transactions may write at most 1 MB ([foundationdb] transaction_size_limit) splits
 // what spans transactions to fit: a 3 MB _bulk_docs, the view over it, attachments written beside
-// their document or streamed. A document too large for one transaction gets 413, and nothing is
+// their document (inline in its JSON, or a multipart/related part) or streamed. A document too large for one transaction gets 413, and nothing is
 // written. What it wrote, the other nodes read.
 TEST_F(MultiNodeTest, ANodeWithALowerTransactionSizeLimitSplitsItsWritesToFit) {
   auto limited = start_node(kNodes, "transaction_size_limit = 1000000");
@@ -343,6 +343,19 @@ TEST_F(MultiNodeTest, ANodeWithALowerTransactionSizeLimitSplitsItsWritesToFit) {
   const HttpResponse put_streamed =
       lim(verb::put, "/big/streamed/s.bin", streamed, "application/octet-stream");
   ASSERT_EQ(put_streamed.status, 201u) << put_streamed.body;
+  const std::string boundary = "sizelimitboundary";
+  const Json follows = {{"_attachments",
+                         {{"p.bin",
+                           {{"content_type", "application/octet-stream"},
+                            {"follows", true},
+                            {"length", inline_bytes.size()}}}}}};
+  const HttpResponse put_multipart =
+      lim(verb::put, "/big/multipart",
+          "--" + boundary + "\r\nContent-Type: application/json\r\n\r\n" + follows.dump() +
+              "\r\n--" + boundary + "\r\n\r\n" + inline_bytes + "\r\n--" + boundary + "--",
+          "multipart/related; boundary=\"" + boundary + "\"");
+  ASSERT_EQ(put_multipart.status, 201u) << put_multipart.body;
+  EXPECT_EQ(call(0, verb::get, "/big/multipart/p.bin").body, inline_bytes);
   EXPECT_EQ(call(0, verb::get, "/big/inline/a.bin").body, inline_bytes);
   EXPECT_EQ(call(0, verb::get, "/big/streamed/s.bin").body, streamed);
   // One document's body over the limit.
@@ -353,7 +366,7 @@ TEST_F(MultiNodeTest, ANodeWithALowerTransactionSizeLimitSplitsItsWritesToFit) {
   // The same 3 MB through a node with FoundationDB's own limit is one round: both work.
   for (auto& d : docs) d["_id"] = "e" + d["_id"].get<std::string>().substr(1);
   EXPECT_EQ(call(1, verb::post, "/big/_bulk_docs", Json{{"docs", docs}}.dump()).status, 201u);
-  EXPECT_EQ(get(2, "/big")["doc_count"], 2 * kDocs + 3);  // and the design document
+  EXPECT_EQ(get(2, "/big")["doc_count"], 2 * kDocs + 4);  // and the design document
   const ExitStatus s = limited->stop();
   EXPECT_TRUE(s.exited && s.exit_code == 0);
 }
