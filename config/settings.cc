@@ -104,6 +104,7 @@ constexpr auto kKeys = std::to_array<Key>({
     {"foundationdb", "retry_limit", Kind::kInt, -1, 0x7fffffff},
     {"foundationdb", "transaction_size_limit", Kind::kInt, 1'000'000, 10'000'000},
     {"foundationdb", "max_watches", Kind::kInt, 0, 1'000'000},
+    {"foundationdb", "future_version_retry_delay", Kind::kInt, 1, 1'000'000},
     {"foundationdb", "key_prefix", Kind::kString},
     {"log", "level", Kind::kLogLevel},
     {"uuids", "max_count", Kind::kInt, 1, kMax},

@@ -461,6 +461,8 @@ std::unique_ptr<chaise::storage::Database> open_foundationdb_store(
   o.transaction_size_limit_bytes = chaise::config::get_int(
       settings, "foundationdb", "transaction_size_limit", o.transaction_size_limit_bytes);
   o.max_watches = chaise::config::get_int(settings, "foundationdb", "max_watches", o.max_watches);
+  o.future_version_retry_delay_us = chaise::config::get_int(
+      settings, "foundationdb", "future_version_retry_delay", o.future_version_retry_delay_us);
   o.key_prefix = chaise::config::get_string(settings, "foundationdb", "key_prefix", "");
   const std::string cluster = o.cluster_file.empty() ? "(FoundationDB's default)" : o.cluster_file;
   std::string why;

@@ -55,6 +55,9 @@ inline constexpr int kConflictRangeWrite = 1;
 inline constexpr int kPredicateRetryable = 50000;
 inline constexpr int kPredicateMaybeCommitted = 50001;
 
+// FDBNetworkOption
+inline constexpr int kNetOptionKnob = 40;  // "name=value": a client knob
+
 // FDBDatabaseOption (each sets the transaction option of the same name on every transaction)
 inline constexpr int kDbOptionMaxWatches = 20;                 // int64
 inline constexpr int kDbOptionTransactionTimeout = 500;        // int64 ms
@@ -76,6 +79,7 @@ struct FdbApi {
   const char* (*get_error)(fdb_error_t code);
   fdb_bool_t (*error_predicate)(int predicate_test, fdb_error_t code);
   fdb_error_t (*select_api_version_impl)(int runtime_version, int header_version);
+  fdb_error_t (*network_set_option)(int option, const std::uint8_t* value, int value_length);
   fdb_error_t (*setup_network)();
   fdb_error_t (*run_network)();
   fdb_error_t (*stop_network)();

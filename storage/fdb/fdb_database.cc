@@ -1120,13 +1120,19 @@ Result<std::unique_ptr<Database>> open_foundationdb(const FdbOptions& options, s
       options.transaction_size_limit_bytes > static_cast<std::int64_t>(kTransactionSizeMax))
     return bad("transaction_size_limit_bytes must be in [32, 10000000]");
   if (options.run_attempts_max < 1) return bad("run_attempts_max must be >= 1");
+  if (options.future_version_retry_delay_us < 1 ||
+      options.future_version_retry_delay_us > 1'000'000)
+    return bad("future_version_retry_delay_us must be in [1, 1000000]");
   if (!options.instance_id_key.empty() &&
       static_cast<std::uint8_t>(options.instance_id_key[0]) == 0xff)
     return bad("instance_id_key must be a key of the user keyspace");
   if (!options.key_prefix.empty() && static_cast<std::uint8_t>(options.key_prefix[0]) == 0xff)
     return bad("key_prefix must be in the user keyspace");
 
-  auto api = fdb::start_network(options.library, options.api_version, why);
+  char delay[64];
+  std::snprintf(delay, sizeof delay, "future_version_retry_delay=%.6f",
+                static_cast<double>(options.future_version_retry_delay_us) / 1e6);
+  auto api = fdb::start_network(options.library, options.api_version, {delay}, why);
   if (!api.ok()) return api.error();
   const FdbApi& a = **api;
   FDBDatabase* db = nullptr;

@@ -73,6 +73,14 @@ struct FdbOptions {
   // (as a FoundationDB directory): several independent stores on one cluster, such as one per
   // test. Keys are limited to kKeySizeMax with the prefix. Default empty: the whole keyspace.
   std::string key_prefix;
+  // FoundationDB's client knob future_version_retry_delay, in microseconds: how long the client
+  // waits before asking again whether a version is committed. A watch fires only once the
+  // changing commit's version is known committed, and the storage server often sees the change
+  // first, so this is how late a write made by another process can wake a feed (FoundationDB's
+  // default, 10,000, put 10 ms into 1-2% of the wakes measured by bench/http/nodes.py). The same
+  // delay is the backoff before retrying transaction_too_old and future_version. In [1, 1,000,000];
+  // default 300. The first open of a process decides it for the process.
+  std::int64_t future_version_retry_delay_us = 300;
   // Watches this handle may have waiting at once (FoundationDB's max_watches, at most
   // 1,000,000); one more fails with too_many_watches. Default 100,000: FoundationDB's own 10,000
   // is one live feed on each of 10,000 databases (couch_peruser with live sync).

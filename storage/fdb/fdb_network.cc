@@ -25,6 +25,7 @@ bool load_functions(void* lib, FdbApi& api, std::string* why) {
   load(api.get_error, "fdb_get_error");
   load(api.error_predicate, "fdb_error_predicate");
   load(api.select_api_version_impl, "fdb_select_api_version_impl");
+  load(api.network_set_option, "fdb_network_set_option");
   load(api.setup_network, "fdb_setup_network");
   load(api.run_network, "fdb_run_network");
   load(api.stop_network, "fdb_stop_network");
@@ -94,13 +95,14 @@ class Network {
     thread_.join();
   }
 
-  Result<const FdbApi*> start(const std::string& library, int api_version, std::string* why) {
+  Result<const FdbApi*> start(const std::string& library, int api_version,
+                              const std::vector<std::string>& knobs, std::string* why) {
     std::lock_guard lock(mu_);
     if (thread_.joinable()) {
-      if (library != library_ || api_version != api_version_) {
+      if (library != library_ || api_version != api_version_ || knobs != knobs_) {
         if (why)
           *why = "the FoundationDB network was started with " + library_ + ", API version " +
-                 std::to_string(api_version_);
+                 std::to_string(api_version_) + " and other knobs";
         return Error::invalid_option_value;
       }
       return &api_;
@@ -133,6 +135,15 @@ class Network {
       if (why) *why = std::string("fdb_select_api_version: ") + api_.get_error(e);
       return Error::io_error;
     }
+    for (const std::string& knob : knobs) {
+      if (fdb_error_t e = api_.network_set_option(
+              kNetOptionKnob, reinterpret_cast<const std::uint8_t*>(knob.data()),
+              static_cast<int>(knob.size()));
+          e != 0) {
+        if (why) *why = "FoundationDB refused the knob " + knob + ": " + api_.get_error(e);
+        return Error::invalid_option_value;
+      }
+    }
     if (fdb_error_t e = api_.setup_network(); e != 0) {
       if (why) *why = std::string("fdb_setup_network: ") + api_.get_error(e);
       return Error::io_error;
@@ -143,6 +154,7 @@ class Network {
     });
     setup_failed_ = false;
     api_version_ = api_version;
+    knobs_ = knobs;
     return &api_;
   }
 
@@ -151,6 +163,7 @@ class Network {
   void* lib_ = nullptr;
   std::string library_;
   int api_version_ = 0;
+  std::vector<std::string> knobs_;
   bool setup_failed_ = false;
   bool stop_registered_ = false;
   FdbApi api_{};
@@ -164,8 +177,9 @@ Network& network() {
 
 }  // namespace
 
-Result<const FdbApi*> start_network(const std::string& library, int api_version, std::string* why) {
-  return network().start(library, api_version, why);
+Result<const FdbApi*> start_network(const std::string& library, int api_version,
+                                    const std::vector<std::string>& knobs, std::string* why) {
+  return network().start(library, api_version, knobs, why);
 }
 
 void stop_network_at_exit() { network().stop_at_exit(); }

@@ -1504,6 +1504,26 @@ TEST_P(FdbHandlesTest, UnreachableClusterFailsWithTimedOut) {
   EXPECT_LT(waited, std::chrono::seconds(5));
 }
 
+// The client knob future_version_retry_delay is the process's network's: an open asking for
+// another value than the first open's is refused, as is a value out of range; the same value
+// opens.
+TEST_P(FdbHandlesTest, TheRetryDelayKnobIsTheFirstOpensAndInRange) {
+  std::string why;
+  FdbOptions o = fdb_options_;
+  o.future_version_retry_delay_us = 0;
+  auto zero = open_foundationdb(o, &why);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.error(), Error::invalid_option_value);
+  EXPECT_NE(why.find("future_version_retry_delay_us"), std::string::npos) << why;
+  o.future_version_retry_delay_us = fdb_options_.future_version_retry_delay_us + 1;
+  auto other = open_foundationdb(o, &why);
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.error(), Error::invalid_option_value);
+  EXPECT_NE(why.find("knobs"), std::string::npos) << why;
+  auto same = open_foundationdb(fdb_options_, &why);
+  ASSERT_TRUE(same.ok()) << why;
+}
+
 // A handle has at most max_watches watches waiting: one more fails at once with too_many_watches,
 // and a slot is free again once a watch ends. A watch outlives the transaction timeout.
 TEST_P(FdbHandlesTest, WatchesPastMaxWatchesFailAndOutliveTheTransactionTimeout) {
