@@ -102,6 +102,7 @@ class TransactionBackend {
  public:
   virtual ~TransactionBackend() = default;
   virtual Result<std::optional<std::string>> get(std::string_view key, Snapshot snapshot) = 0;
+  virtual void prefetch(std::string_view key, Snapshot snapshot) = 0;
   virtual Result<std::vector<KeyValue>> get_range(std::string_view begin, std::string_view end,
                                                   int limit, Reverse reverse,
                                                   Snapshot snapshot) = 0;
@@ -153,6 +154,15 @@ class Transaction {
   // descending), at most `limit` (0 = no limit). get_key: the key a selector resolves to.
   Result<std::optional<std::string>> get(std::string_view key, Snapshot snapshot = Snapshot::no) {
     return b_->get(key, snapshot);
+  }
+  // Starts get(key, snapshot) now, so that the get() of it made later (with the same snapshot
+  // mode) waits only for what is left of this read: on FoundationDB the reads made in between
+  // share its round trip. The later get() answers as it would have without it (a write to `key`
+  // in between, or a reset, drops the early read). Snapshot::no takes the key's read conflict
+  // here, even if no get() follows. The embedded engine, whose reads are local, takes that
+  // conflict and nothing else.
+  void prefetch(std::string_view key, Snapshot snapshot = Snapshot::no) {
+    b_->prefetch(key, snapshot);
   }
   Result<std::vector<KeyValue>> get_range(std::string_view begin, std::string_view end,
                                           int limit = 0, Reverse reverse = Reverse::no,

@@ -12,6 +12,10 @@ StorageResult<std::int64_t> read_update_counter(Transaction& tr, const DbRef& db
   return v->has_value() ? keyspace::decode_counter(**v) : 0;
 }
 
+void prefetch_update_counter(Transaction& tr, const DbRef& db) {
+  tr.prefetch(db.space.meta_key(keyspace::kUpdateCounter), storage::Snapshot::yes);
+}
+
 struct ChangesNotifier::WaiterState final : ChangesNotifier::Waiter {
   std::int64_t seen = 0;
   Wake wake;

@@ -41,6 +41,9 @@ namespace chaise::core {
 
 // The update counter of a database as of `tr`'s snapshot (0 if never written).
 StorageResult<std::int64_t> read_update_counter(Transaction& tr, const DbRef& db);
+// Starts read_update_counter's read (Transaction::prefetch): a feed reading a page before it
+// waits for the two reads at once.
+void prefetch_update_counter(Transaction& tr, const DbRef& db);
 
 class ChangesNotifier {
  public:

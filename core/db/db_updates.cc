@@ -164,6 +164,10 @@ StorageResult<std::int64_t> read_db_updates_counter(Transaction& tr) {
   return *v ? keyspace::decode_counter(**v) : 0;
 }
 
+void prefetch_db_updates_counter(Transaction& tr) {
+  tr.prefetch(db_updates_counter_key(), Snapshot::yes);
+}
+
 // ---- DbUpdatesRecorder ------------------------------------------------------------------------
 
 DbUpdatesRecorder::DbUpdatesRecorder(storage::Database& store)

@@ -67,6 +67,9 @@ StorageResult<std::vector<DbUpdateRow>> read_db_updates(Transaction& tr, const S
 StorageResult<Sequence> newest_db_update(Transaction& tr);
 // The index's counter (rows ever written), and its key: the changes notifier watches it.
 StorageResult<std::int64_t> read_db_updates_counter(Transaction& tr);
+// Starts read_db_updates_counter's read (Transaction::prefetch), for a feed about to read a page
+// before it.
+void prefetch_db_updates_counter(Transaction& tr);
 std::string db_updates_counter_key();
 
 // Folds the log in the background: a pass when the log's counter moves (a storage watch), at

@@ -625,6 +625,7 @@ MaybeResponse changes(Call& call, std::optional<std::int64_t> shard) {
     for (bool more = true; more;) {
       auto page_tr = pages.next_transaction();
       if (read_version > 0) page_tr.set_read_version(std::exchange(read_version, 0));
+      if (live) core::prefetch_update_counter(page_tr, db);
       more = Pages::read(cursor, page_tr, call.ctx.stream_page_rows, rows);
       if (live) {
         // Read with the page, in its snapshot: the notifier wakes us for anything after it.

@@ -136,6 +136,7 @@ MaybeResponse handle_db_updates(Call& call) {
             std::min<std::int64_t>(static_cast<std::int64_t>(want), *r.limit - emitted));
       if (want == 0) break;
       auto tr = store.create_transaction();
+      if (live) core::prefetch_db_updates_counter(tr);
       auto page = value_or_throw(core::read_db_updates(tr, at, want, r.descending));
       if (live) counter = value_or_throw(core::read_db_updates_counter(tr));
       for (const core::DbUpdateRow& row : page) rows.push_back(row_json(row));

@@ -121,6 +121,8 @@ class Future {
   }
   Future(const Future&) = delete;
   Future& operator=(const Future&) = delete;
+  Future(Future&& o) noexcept : api_(o.api_), f_(std::exchange(o.f_, nullptr)) {}
+  Future& operator=(Future&&) = delete;
   FDBFuture* get() const { return f_; }
   FDBFuture* release() { return std::exchange(f_, nullptr); }
   // Waits until it is ready: FoundationDB's error code, 0 on success.
@@ -354,6 +356,7 @@ class FdbTransaction final : public TransactionBackend {
             [api = &engine->api()](FDBTransaction* t) { api->transaction_destroy(t); }) {}
 
   Result<std::optional<std::string>> get(std::string_view key, Snapshot snapshot) override;
+  void prefetch(std::string_view key, Snapshot snapshot) override;
   Result<std::vector<KeyValue>> get_range(std::string_view begin, std::string_view end, int limit,
                                           Reverse reverse, Snapshot snapshot) override;
   Result<std::string> get_key(const KeySelector& selector, Snapshot snapshot) override;
@@ -437,6 +440,7 @@ class FdbTransaction final : public TransactionBackend {
   static void on_versionstamp_ready(FDBFuture* f, void* param);
 
   void clear_state() {
+    prefetched_.clear();
     watches_.clear();
     added_keys_.clear();
     pending_adds_.clear();
@@ -472,6 +476,16 @@ class FdbTransaction final : public TransactionBackend {
   void flush_adds() {
     for (const auto& [key, sum] : pending_adds_) issue_add(key, sum);
     pending_adds_.clear();
+  }
+  // A write to `key` (as the cluster names it) or to [begin, end): a read of it started before
+  // (prefetch) no longer answers for the transaction.
+  void drop_prefetched(std::string_view key) {
+    if (prefetched_.empty()) return;
+    if (auto it = prefetched_.find(key); it != prefetched_.end()) prefetched_.erase(it);
+  }
+  void drop_prefetched(std::string_view begin, std::string_view end) {
+    if (prefetched_.empty()) return;
+    prefetched_.erase(prefetched_.lower_bound(begin), prefetched_.lower_bound(end));
   }
   void issue_add(std::string_view key, std::string_view operand) {
     api_.transaction_atomic_op(tr_.get(), bytes(key), length(key), bytes(operand), length(operand),
@@ -513,6 +527,7 @@ class FdbTransaction final : public TransactionBackend {
   }
   bool add_conflict_range(std::string_view begin, std::string_view end, int type);
   Result<std::optional<std::string>> read_value(std::string_view key, Snapshot snapshot);
+  Future start_read(std::string_view key, Snapshot snapshot);
   // Reads [begin, end) to the end or `limit` keys (0: all), batch after batch, into `out`; `first`
   // is the first batch's future when already asked for.
   Status read_range(std::string_view begin, std::string_view end, int limit, Reverse reverse,
@@ -549,6 +564,9 @@ class FdbTransaction final : public TransactionBackend {
   // Folded adds not yet handed to FoundationDB (flush_add): key -> the sum, an operand of the
   // adds' width.
   std::map<std::string, std::string, std::less<>> pending_adds_;
+  // Reads started by prefetch() and not yet taken by get(): key as the cluster names it -> the
+  // read and its snapshot mode.
+  std::map<std::string, std::pair<Future, Snapshot>, std::less<>> prefetched_;
   std::size_t size_bytes_ = 0;
   Error deferred_ = Error::success;
   fdb_error_t last_code_ = 0;
@@ -600,14 +618,34 @@ Result<std::optional<std::string>> FdbTransaction::get(std::string_view key, Sna
   return read_value(in(key, kb), snapshot);
 }
 
-// A read of `key` as the cluster names it.
-Result<std::optional<std::string>> FdbTransaction::read_value(std::string_view key,
-                                                              Snapshot snapshot) {
+void FdbTransaction::prefetch(std::string_view key, Snapshot snapshot) {
+  if (committing_ || key.size() > kKeySizeMax) return;  // the get() that follows says why
+  std::string kb;
+  key = in(key, kb);
+  if (prefetched_.contains(key)) return;
+  prefetched_.emplace(std::string(key), std::pair{start_read(key, snapshot), snapshot});
+}
+
+// A read of `key` as the cluster names it, asked for.
+Future FdbTransaction::start_read(std::string_view key, Snapshot snapshot) {
   read_version_known_ = true;
   flush_add(key);
   if (snapshot == Snapshot::no) size_bytes_ += 2 * key.size() + 1;  // its read conflict range
-  Future f(api_,
-           api_.transaction_get(tr_.get(), bytes(key), length(key), snapshot == Snapshot::yes));
+  return Future(
+      api_, api_.transaction_get(tr_.get(), bytes(key), length(key), snapshot == Snapshot::yes));
+}
+
+// A read of `key` as the cluster names it: the one prefetch() started, or a new one.
+Result<std::optional<std::string>> FdbTransaction::read_value(std::string_view key,
+                                                              Snapshot snapshot) {
+  std::optional<Future> early;
+  if (!prefetched_.empty()) {
+    if (auto it = prefetched_.find(key); it != prefetched_.end()) {
+      if (it->second.second == snapshot) early.emplace(std::move(it->second.first));
+      prefetched_.erase(it);
+    }
+  }
+  Future f = early ? std::move(*early) : start_read(key, snapshot);
   if (fdb_error_t e = f.wait(); e != 0) return fail(e);
   fdb::fdb_bool_t present = 0;
   const std::uint8_t* value = nullptr;
@@ -759,6 +797,7 @@ void FdbTransaction::set(std::string_view key, std::string_view value) {
   std::string kb;
   key = in(key, kb);
   flush_add(key);
+  drop_prefetched(key);
   api_.transaction_set(tr_.get(), bytes(key), length(key), bytes(value), length(value));
 }
 
@@ -769,6 +808,7 @@ void FdbTransaction::clear(std::string_view key) {
   std::string kb;
   key = in(key, kb);
   flush_add(key);
+  drop_prefetched(key);
   api_.transaction_clear(tr_.get(), bytes(key), length(key));
 }
 
@@ -781,6 +821,7 @@ void FdbTransaction::clear_range(std::string_view begin, std::string_view end) {
   begin = in(begin, bb);
   end = in(end, eb);
   flush_adds(begin, end);
+  drop_prefetched(begin, end);
   api_.transaction_clear_range(tr_.get(), bytes(begin), length(begin), bytes(end), length(end));
 }
 
@@ -803,6 +844,7 @@ void FdbTransaction::atomic_op(std::string_view key, MutationType type, std::str
   writes_ = true;
   std::string kb;
   key = in(key, kb);
+  drop_prefetched(key);
   if (engine_->watching() && added_keys_.size() < kAddedKeysMax &&
       std::find(added_keys_.begin(), added_keys_.end(), key) == added_keys_.end())
     added_keys_.emplace_back(key);
@@ -828,6 +870,7 @@ void FdbTransaction::set_versionstamped_key(std::string_view key_template, std::
   if (Error e = check_written_value(value); e != Error::success) return defer(e);
   count_write(key_template.size(), value.size());
   writes_ = true;
+  prefetched_.clear();  // the key it writes is known at commit only
   std::string tb;
   if (!prefix_.empty()) {
     // The placeholder moves by the prefix: the offset suffix is rewritten.
@@ -852,6 +895,7 @@ void FdbTransaction::set_versionstamped_value(std::string_view key,
   std::string kb;
   key = in(key, kb);
   flush_add(key);
+  drop_prefetched(key);
   api_.transaction_atomic_op(tr_.get(), bytes(key), length(key), bytes(value_template),
                              length(value_template), fdb::kMutationSetVersionstampedValue);
 }
@@ -915,6 +959,7 @@ std::optional<std::uint64_t> FdbTransaction::snapshot_metadata_generation() {
 std::optional<Result<CommitResult>> FdbTransaction::begin_commit() {
   if (committing_) return Result<CommitResult>(Error::used_during_commit);
   flush_adds();
+  prefetched_.clear();  // no get() can take them now
   committing_ = true;
   if (deferred_ != Error::success) {
     for (auto& w : watches_) w->fire(deferred_, 0);

@@ -37,6 +37,10 @@ class RocksTransaction final : public TransactionBackend {
   RocksTransaction& operator=(const RocksTransaction&) = delete;
 
   Result<std::optional<std::string>> get(std::string_view key, Snapshot snapshot) override;
+  // Reads are local: nothing to overlap. The read conflict is taken as a read would.
+  void prefetch(std::string_view key, Snapshot snapshot) override {
+    if (snapshot == Snapshot::no) add_read_conflict_range(key, key_after(key));
+  }
   Result<std::vector<KeyValue>> get_range(std::string_view begin, std::string_view end, int limit,
                                           Reverse reverse, Snapshot snapshot) override;
   Result<std::string> get_key(const KeySelector& selector, Snapshot snapshot) override;

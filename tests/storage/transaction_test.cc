@@ -904,6 +904,73 @@ TEST_P(TransactionTest, ManyAtomicOpsOnOneKeyLeaveWhatAppliedInOrderLeaves) {
   }
 }
 
+// A prefetched key's get() answers as a get() without the prefetch would: the transaction's own
+// writes made in between (set, clear, range clear, add, a versionstamped key) are seen, as is
+// the absence of writes; a reset drops it; a get() in the other snapshot mode reads anew.
+TEST_P(TransactionTest, APrefetchedGetAnswersAsAPlainGetAfterWritesInBetween) {
+  put("p/set", "old");
+  put("p/clear", "old");
+  put("p/range", "old");
+  put("p/add", le64(5));
+  put("p/plain", "old");
+  auto tr = db_->create_transaction();
+  tr.add("p/add-first", le64(4));  // an add folded before the prefetch reaches it
+  for (const char* k :
+       {"p/set", "p/clear", "p/range", "p/add", "p/plain", "p/absent", "p/add-first"})
+    tr.prefetch(k, Snapshot::yes);
+  tr.prefetch("p/other-mode", Snapshot::yes);
+  tr.set("p/set", "new");
+  tr.clear("p/clear");
+  tr.clear_range("p/r", "p/s");
+  tr.add("p/add", le64(2));
+  tr.add("p/add", le64(3));
+  tr.set_versionstamped_key(vs_template("p/vs/"), "v");
+  EXPECT_EQ(*tr.get("p/set", Snapshot::yes), "new");
+  EXPECT_EQ(*tr.get("p/clear", Snapshot::yes), std::nullopt);
+  EXPECT_EQ(*tr.get("p/range", Snapshot::yes), std::nullopt);
+  EXPECT_EQ(decode_le64(**tr.get("p/add", Snapshot::yes)), 10);
+  EXPECT_EQ(*tr.get("p/plain", Snapshot::yes), "old");
+  EXPECT_EQ(*tr.get("p/absent", Snapshot::yes), std::nullopt);
+  EXPECT_EQ(decode_le64(**tr.get("p/add-first", Snapshot::yes)), 4);
+  EXPECT_EQ(*tr.get("p/other-mode", Snapshot::no), std::nullopt);
+  // Taken once: the next get() reads again, and sees what the transaction wrote since.
+  tr.set("p/plain", "newer");
+  EXPECT_EQ(*tr.get("p/plain", Snapshot::yes), "newer");
+  ASSERT_TRUE(tr.commit().ok());
+
+  auto after_reset = db_->create_transaction();
+  after_reset.prefetch("p/set");
+  after_reset.reset();
+  after_reset.set("p/set", "reset");
+  EXPECT_EQ(*after_reset.get("p/set"), "reset");
+}
+
+// A prefetch with Snapshot::no takes the key's read conflict, whether or not a get() follows; with
+// Snapshot::yes it takes none, and a later get() with Snapshot::no takes it.
+TEST_P(TransactionTest, APrefetchTakesTheReadConflictOfItsSnapshotMode) {
+  put("pc/k", "0");
+  auto plain = db_->create_transaction();
+  plain.prefetch("pc/k", Snapshot::no);
+  put("pc/k", "1");
+  plain.set("pc/other", "x");
+  EXPECT_EQ(plain.commit().error(), Error::not_committed);
+
+  auto snap = db_->create_transaction();
+  snap.prefetch("pc/k", Snapshot::yes);
+  EXPECT_EQ(*snap.get("pc/k", Snapshot::yes), "1");
+  put("pc/k", "2");
+  snap.set("pc/other", "y");
+  EXPECT_TRUE(snap.commit().ok());
+
+  auto upgraded = db_->create_transaction();
+  upgraded.prefetch("pc/k", Snapshot::yes);
+  EXPECT_EQ(*upgraded.get("pc/k", Snapshot::no), "2");
+  put("pc/k", "3");
+  upgraded.set("pc/other", "z");
+  EXPECT_EQ(upgraded.commit().error(), Error::not_committed);
+  EXPECT_EQ(read("pc/other"), "y");
+}
+
 // Adds of one width to one key are folded until the transaction reads or writes the key, or
 // commits (both engines; on FoundationDB, fewer calls through its client). 8-byte and 2-byte adds
 // mixed with sets, clears, range clears, point, snapshot and range reads on a few keys: every read
