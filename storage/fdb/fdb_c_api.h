@@ -92,7 +92,6 @@ struct FdbApi {
 
   void (*future_cancel)(FDBFuture* f);
   void (*future_destroy)(FDBFuture* f);
-  fdb_error_t (*future_block_until_ready)(FDBFuture* f);
   fdb_bool_t (*future_is_ready)(FDBFuture* f);
   fdb_error_t (*future_set_callback)(FDBFuture* f, FDBCallback callback, void* callback_parameter);
   fdb_error_t (*future_get_error)(FDBFuture* f);

@@ -35,7 +35,6 @@ bool load_functions(void* lib, FdbApi& api, std::string* why) {
   load(api.database_create_transaction, "fdb_database_create_transaction");
   load(api.future_cancel, "fdb_future_cancel");
   load(api.future_destroy, "fdb_future_destroy");
-  load(api.future_block_until_ready, "fdb_future_block_until_ready");
   load(api.future_is_ready, "fdb_future_is_ready");
   load(api.future_set_callback, "fdb_future_set_callback");
   load(api.future_get_error, "fdb_future_get_error");
