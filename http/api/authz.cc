@@ -96,6 +96,14 @@ std::variant<core::DbRef, core::CouchError> open_db_or_error(const Call& call,
                                                              storage::Transaction& tr) {
   const std::string& name = call.path.at(0);
   auto r = value_or_throw(core::open_db_with_security(tr, name));
+  // Remembered for a write to follow (GET and HEAD write nothing; asking costs a call into the
+  // client).
+  if (!call.is(beast_http::verb::get) && !call.is(beast_http::verb::head)) {
+    if (auto v = tr.get_read_version(); v.ok()) {
+      call.read_version = *v;
+      call.read_version_at = std::chrono::steady_clock::now();
+    }
+  }
   // CouchDB answers 404 for a missing database whatever its name; only PUT checks the name.
   if (core::failed(r)) return std::get<core::CouchError>(std::move(r));
   core::OpenedDb opened = std::get<core::OpenedDb>(std::move(r));

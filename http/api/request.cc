@@ -85,6 +85,7 @@ boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call,
   // large for its transaction's lifetime retries smaller (DocWriteBatch::retrying).
   WriteTurns* turns = call.ctx.write_turns.get();
   const std::string& db = call.path.at(0);
+  std::int64_t read_version = call.take_read_version();  // the first attempt's
   while (batch.has_more()) {
     WriteTurns::Turn turn;
     auto before_attempt = [&](storage::Error last) -> boost::asio::awaitable<void> {
@@ -94,6 +95,9 @@ boost::asio::awaitable<storage::Status> run_doc_batch(const Call& call,
     storage::Status s = co_await run_txn(
         call.store(),
         [&](storage::Transaction& tr) {
+          // Not after waiting for a turn: the writers before it moved the data on.
+          if (const std::int64_t v = std::exchange(read_version, 0); v > 0 && !turn)
+            tr.set_read_version(v);
           storage::Status st = batch(tr);
           if (turns) turns->learn(db, batch.updated_reduce_trees());
           return st;

@@ -5,6 +5,7 @@
 // Router::handle with CouchDB's {"error","reason"} body and status; endpoints stay linear.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -52,8 +53,23 @@ struct Call {
   std::shared_ptr<IdempotentCall> idem;
   // How many _rewrite steps made this request (bounded by [chttpd] rewrite_limit).
   int rewrites = 0;
+  // The read version the database's opening read at (open_db_or_error), and when: the request's
+  // first write transaction reads at it (take_read_version) instead of asking the cluster for
+  // another, a round trip fewer on FoundationDB. A version the request itself read is as new as
+  // any commit that preceded the request, and a write that landed since makes the commit
+  // conflict and retry at a new one. A request that commits something of its own first
+  // (attachment bytes written apart) drops it: that version does not show them.
+  mutable std::int64_t read_version = 0;
+  mutable std::chrono::steady_clock::time_point read_version_at;
 
   storage::Database& store() const { return *ctx.store; }
+  // read_version once, while it is young enough for a write to start at without likely
+  // conflicting (the write follows the opening at once, unless the request waited); 0 otherwise.
+  std::int64_t take_read_version() const {
+    const std::int64_t v = std::exchange(read_version, 0);
+    return std::chrono::steady_clock::now() - read_version_at < kReadVersionFresh ? v : 0;
+  }
+  static constexpr std::chrono::milliseconds kReadVersionFresh{50};
   static const std::shared_ptr<const core::SecurityObject>& no_security() {
     static const auto empty = std::make_shared<const core::SecurityObject>();
     return empty;

@@ -329,7 +329,9 @@ MaybeResponse Router::handle_request(const Request& request, ResponseStream& raw
                 Call::no_security(),
                 std::nullopt,
                 nullptr,
-                rewrites};
+                rewrites,
+                0,
+                {}};
       authorize_request(call);
       if (auto early =
               co_await begin_idempotent(call, [&](std::function<void(std::string_view, bool)> tap) {
