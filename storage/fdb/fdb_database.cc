@@ -2,8 +2,8 @@
 // FdbTransaction behind Transaction, each call one call of FoundationDB's C API.
 //
 // Blocking calls wait on their future (Future::wait: its callback wakes the caller); commit_async
-// and watches set a callback on theirs, which FoundationDB runs on its network thread. A future is destroyed by
-// whoever waited on it, or by its callback.
+// and watches set a callback on theirs, which FoundationDB runs on its network thread. A future
+// is destroyed by whoever waited on it, or by its callback.
 //
 // Metadata version: \xff/metadataVersion holds the versionstamp (10 bytes: 8-byte big-endian
 // commit version, 2-byte order) of the last commit that set it; the generation is twice that

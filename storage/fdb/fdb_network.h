@@ -4,8 +4,9 @@
 //
 // start() loads libfdb_c (dlopen), selects the API version, sets the client knobs, sets the network
 // up and starts its thread, on the first call; later calls return the same API and must name the
-// same library, version and knobs. The network stops, and its thread is joined, when the process exits (an atexit handler,
-// stop_network_at_exit), never before: FoundationDB cannot start it again.
+// same library, version and knobs. The network stops, and its thread is joined, when the process
+// exits (an atexit handler, stop_network_at_exit), never before: FoundationDB cannot start it
+// again.
 //
 // Threading: start() is thread-safe; the FdbApi it returns is immutable and lives to the end of the
 // process.
