@@ -9,7 +9,8 @@ workloads on each setup in one run, and one table.
 Setups, in this order: embedded Chaise (--embedded: storage_engine rocksdb, one node), Chaise on
 FoundationDB with each count of nodes given to --nodes, CouchDB (--couchdb URL, a running server;
 BENCH_PID=<its beam.smp pid> for its CPU). Each Chaise setup starts fresh: new data directories
-and, on FoundationDB, a key_prefix of its own (and 64 io threads, 8 workers), so nothing carries
+and, on FoundationDB, a key_prefix of its own (and 64 io threads, 8 workers, and
+[foundationdb] future_version_retry_delay = 300: see default.ini), so nothing carries
 over; it stops every process it started, by pid, and deletes its databases at the end.
 
 Without --cluster-file each FoundationDB setup gets a fresh one-process cluster ("single memory"),
@@ -861,7 +862,8 @@ def main():
                     # so they are the requests in flight (bench/README.md, "Storage engines").
                     ini = (f"[chaise]\nstorage_engine = foundationdb\nio_threads = 64\n"
                            f"worker_threads = 8\n[foundationdb]\n"
-                           f"cluster_file = {cluster_file}\nlibrary = {FDB_LIBRARY}\nkey_prefix = {prefix}\n")
+                           f"cluster_file = {cluster_file}\nlibrary = {FDB_LIBRARY}\nkey_prefix = {prefix}\n"
+                           f"future_version_retry_delay = 300\n")
                     for _ in range(count):  # one after the other: the first sets the prefix up
                         setup.chaise.append(Chaise(ini))
                     setup.fdb_pids, setup.cluster_file = fdb_pids, cluster_file

@@ -76,11 +76,12 @@ struct FdbOptions {
   // FoundationDB's client knob future_version_retry_delay, in microseconds: how long the client
   // waits before asking again whether a version is committed. A watch fires only once the
   // changing commit's version is known committed, and the storage server often sees the change
-  // first, so this is how late a write made by another process can wake a feed (FoundationDB's
-  // default, 10,000, put 10 ms into 1-2% of the wakes measured by bench/http/nodes.py). The same
-  // delay is the backoff before retrying transaction_too_old and future_version. In [1, 1,000,000];
-  // default 300. The first open of a process decides it for the process.
-  std::int64_t future_version_retry_delay_us = 300;
+  // first, so this is how late a write made by another process can wake a feed (the default,
+  // FoundationDB's 10,000, put 10 ms into 1-2% of the wakes measured by bench/http/nodes.py; 300
+  // none). The same delay, not growing, is the backoff before retrying transaction_too_old and
+  // future_version, which a low value makes faster against a recovering cluster. In
+  // [1, 1,000,000]; default 10,000. The first open of a process decides it for the process.
+  std::int64_t future_version_retry_delay_us = 10'000;
   // Watches this handle may have waiting at once (FoundationDB's max_watches, at most
   // 1,000,000); one more fails with too_many_watches. Default 100,000: FoundationDB's own 10,000
   // is one live feed on each of 10,000 databases (couch_peruser with live sync).
