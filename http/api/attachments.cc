@@ -350,10 +350,13 @@ boost::asio::awaitable<storage::Status> preupload_attachments(const Call& call,
       storage::share_of_size_limit(kPreuploadBytesMin, call.store().transaction_size_limit());
   const std::size_t per_transaction =
       att_bytes_per_transaction(call.store(), kPreuploadBytesPerTransaction);
-  // Written apart: new bytes in hand (not a stub; a "follows" attachment carries its part's bytes
-  // by now, one without a part was refused) too large to ride in the document's transaction.
+  // Written apart: bytes this request brought, too large to ride in the document's transaction.
+  // An attachment the client sent as {"stub": true} (CouchDB's name for one that names bytes
+  // already stored) brings none; a "follows" one is left to its multipart part's path (one
+  // without a part was refused with 400).
   auto written_apart = [&](const core::AttUpload& u) {
-    return !u.stub && !u.follows && u.stored.size() > inline_max;
+    const bool names_stored_bytes = u.stub;
+    return !names_stored_bytes && !u.follows && u.stored.size() > inline_max;
   };
   for (core::AttUpload& u : atts) {
     if (!written_apart(u)) continue;
