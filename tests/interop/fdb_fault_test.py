@@ -9,7 +9,8 @@ documents (read-modify-write, retried on 409), through the nodes in turn. Every 
 201/202 is acknowledged and must survive; a write that got no answer or a 5xx may or may not have
 landed (allowed). Each increment carries a token that it appends to the hot document's "ops" list,
 so that the final state tells exactly which increments landed. Checked:
-  - while a fault lasts, the surviving nodes keep acknowledging writes;
+  - while a fault lasts, the surviving nodes keep acknowledging writes (with an fdbserver down:
+    once FoundationDB has recovered without it, which the test waits for up to 40 s);
   - a restarted node (on a new port, which the writers learn) acknowledges writes again;
   - at the end, through every node: every acknowledged document reads back with its revision and
     body; each hot document's counter equals its acknowledged increments (plus any unanswered one
@@ -36,7 +37,8 @@ Needs FoundationDB's cluster.sh (CHAISE_FDB_DIR, default ../shared/fdb beside th
 without it the test says SKIPPED loudly and exits 77. Chaise comes from $CHAISE_BINARY.
 Knobs (environment): CHAISE_FDB_FAULT_PORT (first fdbserver port, default 4720; the next free
 triple up to +9 is used when it is taken), CHAISE_FDB_FAULT_CYCLES (3), CHAISE_FDB_FAULT_WRITERS
-(4), CHAISE_FDB_FAULT_FDB_DOWN_S (8), CHAISE_FDB_FAULT_NODE_DOWN_S (3), CHAISE_FDB_FAULT_KEEP=1
+(4), CHAISE_FDB_FAULT_FDB_DOWN_S (8), CHAISE_FDB_FAULT_NODE_DOWN_S (3),
+CHAISE_FDB_FAULT_RETRY_DELAY_US (the nodes' future_version_retry_delay), CHAISE_FDB_FAULT_KEEP=1
 keeps the temporary directory (logs, data) for a post-mortem.
 Bounded: every HTTP call and every wait has a timeout, the whole run has a deadline (SIGALRM);
 every process the test starts is stopped by pid in a finally block, the cluster with
@@ -71,10 +73,15 @@ BASE_PORT = int(os.environ.get("CHAISE_FDB_FAULT_PORT", "4720"))
 CYCLES = int(os.environ.get("CHAISE_FDB_FAULT_CYCLES", "3"))
 WRITERS = int(os.environ.get("CHAISE_FDB_FAULT_WRITERS", "4"))
 # FoundationDB needs about 4 s here to notice the loss and recover (its transaction subsystem
-# stalls meanwhile); 8 s leaves a few seconds of service with the process still missing.
+# stalls meanwhile); 8 s leaves a few seconds of service with the process still missing. On a
+# slower or busier machine its recovery takes longer: the process then stays down until every
+# node has served a write, up to FDB_DOWN_MAX_S.
 FDB_DOWN_S = float(os.environ.get("CHAISE_FDB_FAULT_FDB_DOWN_S", "8"))
+FDB_DOWN_MAX_S = 40
 NODE_DOWN_S = float(os.environ.get("CHAISE_FDB_FAULT_NODE_DOWN_S", "3"))
 KEEP = os.environ.get("CHAISE_FDB_FAULT_KEEP") == "1"
+# The nodes' [foundationdb] future_version_retry_delay in µs; unset, the server's default.
+RETRY_DELAY_US = os.environ.get("CHAISE_FDB_FAULT_RETRY_DELAY_US")
 DEADLINE_S = int(os.environ.get("CHAISE_FDB_FAULT_DEADLINE_S", "450"))
 
 N_NODES = 3
@@ -83,7 +90,7 @@ N_HOT = 3
 HOT_FRACTION = 0.2      # share of the writers' operations that increment a hot document
 WARMUP_S = 3            # load before the first fault
 SETTLE_S = 2            # load between one fault's recovery and the next fault
-HEALTHY_WAIT_S = 60     # longest wait for FoundationDB to report itself healthy after a restart
+HEALTHY_WAIT_S = 90     # longest wait for FoundationDB to report itself healthy after a restart
 FIRST_ACK_WAIT_S = 20   # longest wait for a restarted node's first acknowledged write
 HTTP_TIMEOUT_S = 20     # above the nodes' transaction_timeout (10 s)
 OUTAGE_HTTP_TIMEOUT_S = 30  # with the cluster stopped: a request still unanswered by then hangs
@@ -174,10 +181,11 @@ class Node:
         self.data = os.path.join(self.dir, "data")
         self.ini = os.path.join(self.dir, "chaise.ini")
         self.log = os.path.join(self.dir, "chaise.log")  # stderr: spdlog, with the access log
+        retry = f"future_version_retry_delay = {RETRY_DELAY_US}\n" if RETRY_DELAY_US else ""
         with open(self.ini, "w") as f:
             f.write("[chaise]\nstorage_engine = foundationdb\n"
                     f"[foundationdb]\ncluster_file = {cluster_file}\nlibrary = {library}\n"
-                    f"key_prefix = {prefix}\ntransaction_timeout = 10000\n"
+                    f"key_prefix = {prefix}\ntransaction_timeout = 10000\n{retry}"
                     "[chttpd_auth]\niterations = 10\n"
                     f"[admins]\n{USER} = {PASSWORD}\n")
         self.proc = None
@@ -283,12 +291,91 @@ def fdb_healthy(status):
     return bool(db.get("available") and db.get("healthy")) and len(processes) >= N_FDB
 
 
-def wait_fdb_healthy(cluster_file, timeout):
+def fdb_digest(status):
+    """One line of what FoundationDB says of itself: availability, recovery, what limits its
+    transaction rate, data distribution, processes and its messages."""
+    if not status:
+        return "no status (fdbcli gave none in 5 s)"
+    cluster = status.get("cluster", {})
+    db = status.get("client", {}).get("database_status", {})
+    parts = [f"available={db.get('available')}", f"healthy={db.get('healthy')}",
+             f"recovery={cluster.get('recovery_state', {}).get('name')}",
+             f"limited_by={cluster.get('qos', {}).get('performance_limited_by', {}).get('name')}",
+             f"data={cluster.get('data', {}).get('state', {}).get('name')}",
+             f"processes={len(cluster.get('processes', {}))}"]
+    messages = [m.get("name", "?") for m in cluster.get("messages", [])]
+    messages += [m.get("name", "?") for m in status.get("client", {}).get("messages", [])]
+    if messages:
+        parts.append("messages=" + ",".join(messages))
+    return " ".join(parts)
+
+
+def fdb_disk(path):
+    """The disk under path as FoundationDB sees it (flow's getDiskBytes): bytes free to an
+    unprivileged writer, and the total without the blocks reserved for root. Its ratekeeper
+    throttles writes when the free part falls under 5% of that total or 100 MB."""
+    s = os.statvfs(path)
+    return s.f_bavail * s.f_frsize, (s.f_blocks - (s.f_bfree - s.f_bavail)) * s.f_frsize
+
+
+def fdb_trace_warnings(cluster_dir, since_wall, limit=12):
+    """The kinds of warning and error events (Severity 20 and up) FoundationDB's processes wrote
+    to their trace logs since since_wall (time.time()), most frequent first: "count Severity
+    Type" lines."""
+    counts = collections.Counter()
+    event = re.compile(r'<Event Severity="(\d+)" Time="([\d.]+)"[^>]* Type="([^"]+)"')
+    logs = os.path.join(cluster_dir, "logs")
+    for name in sorted(os.listdir(logs)) if os.path.isdir(logs) else []:
+        if not name.startswith("trace.") or not name.endswith(".xml"):
+            continue
+        with open(os.path.join(logs, name), errors="replace") as f:
+            for line in f:
+                m = event.match(line)
+                if m and int(m.group(1)) >= 20 and float(m.group(2)) >= since_wall:
+                    counts[(m.group(1), m.group(3))] += 1
+    return [f"{n} x Severity {sev} {kind}" for (sev, kind), n in counts.most_common(limit)]
+
+
+class FdbTimeline(threading.Thread):
+    """FoundationDB's status, asked every second by this thread and whenever the test asks it,
+    kept each time it changes, so that a failed check shows what FoundationDB said of itself
+    meanwhile. (An answer can come seconds late: while a process is missing, status waits for
+    it.)"""
+
+    def __init__(self, cluster_file, stop):
+        super().__init__(name="fdb-status", daemon=True)
+        self.cluster_file = cluster_file
+        self.stop = stop
+        self.lock = threading.Lock()
+        self.entries = []  # (time asked, digest)
+
+    def poll(self):
+        asked = now()
+        status = fdb_status(self.cluster_file)
+        digest = fdb_digest(status)
+        with self.lock:
+            if not self.entries or self.entries[-1][1] != digest:
+                self.entries.append((asked, digest))
+        return status
+
+    def run(self):
+        while not self.stop.wait(1.0):
+            self.poll()
+
+    def lines(self, t0, t1):
+        """The digests in force during [t0, t1], timed from t0 by when they were asked for."""
+        with self.lock:
+            before = [e for e in self.entries if e[0] < t0][-1:]
+            during = [e for e in self.entries if t0 <= e[0] <= t1]
+        return [f"{max(t - t0, 0.0):+7.1f}s {d}" for t, d in before + during]
+
+
+def wait_fdb_healthy(timeline, timeout):
     """Seconds until FoundationDB reports itself available, healthy and with every process; None
     when it does not within timeout."""
     t0 = now()
     while now() - t0 < timeout:
-        if fdb_healthy(fdb_status(cluster_file)):
+        if fdb_healthy(timeline.poll()):
             return now() - t0
         time.sleep(0.5)
     return None
@@ -500,25 +587,33 @@ def setup_database(nodes):
     client.close()
 
 
-def fault_cycle(c, fdbs, nodes, ledger, cluster_file, pids_file, problems, reports):
+def fault_cycle(c, fdbs, nodes, ledger, cluster_file, timeline, pids_file, problems,
+                reports):
     """One fdbserver kill and one Chaise node kill, each followed by recovery; what is measured
     goes to reports, for the summary."""
     rep = {"start": now()}
     reports.append(rep)
 
-    # kill -9 one fdbserver; the cluster must go on serving (after its recovery) while it is down.
+    # kill -9 one fdbserver; once FoundationDB has recovered without it, every node must serve
+    # again while it is still down. The process stays down FDB_DOWN_S, longer (up to
+    # FDB_DOWN_MAX_S) while FoundationDB's own recovery or a node's first write lags.
     fdb = fdbs[c % len(fdbs)]
-    t_kill = now()
+    t_kill, wall_kill = now(), time.time()
     fdb.kill9()
-    time.sleep(FDB_DOWN_S)
+    while now() - t_kill < FDB_DOWN_MAX_S:
+        served = ledger.acks_between(t_kill, now())
+        if now() - t_kill >= FDB_DOWN_S and all(served[n.idx] for n in nodes):
+            break
+        time.sleep(0.1)
     t_restart = now()
     fdb.restart(pids_file)
-    healthy = wait_fdb_healthy(cluster_file, HEALTHY_WAIT_S)
+    healthy = wait_fdb_healthy(timeline, HEALTHY_WAIT_S)
     t_end = now()
     down = ledger.acks_between(t_kill, t_restart)
     gap, gap_start = ledger.longest_gap(t_kill, t_end)
     rep["fdb"] = dict(port=fdb.port, down=down, gap=gap, gap_at=gap_start - t_kill,
                       healthy=healthy, down_s=t_restart - t_kill)
+    failed = len(problems)
     for node in nodes:
         if down[node.idx] == 0:
             problems.append(f"cycle {c + 1}: node{node.idx} acknowledged no write while "
@@ -526,6 +621,14 @@ def fault_cycle(c, fdbs, nodes, ledger, cluster_file, pids_file, problems, repor
     if healthy is None:
         problems.append(f"cycle {c + 1}: FoundationDB not healthy {HEALTHY_WAIT_S}s after "
                         f"fdbserver :{fdb.port} restarted")
+    if len(problems) > failed:
+        print(f"cycle {c + 1}: FoundationDB's status from the kill of :{fdb.port} (restarted at "
+              f"+{t_restart - t_kill:.1f}s):", flush=True)
+        print("\n".join(f"   {ln}" for ln in timeline.lines(t_kill, t_end)), flush=True)
+        print("  its warnings and errors since the kill:", flush=True)
+        print("\n".join(f"   {ln}" for ln in fdb_trace_warnings(os.path.dirname(cluster_file),
+                                                                wall_kill)), flush=True)
+    if healthy is None:
         rep["end"] = now()
         raise RuntimeError(problems[-1])  # the next kill could take the cluster down: stop here
     time.sleep(SETTLE_S)
@@ -562,7 +665,7 @@ def fault_cycle(c, fdbs, nodes, ledger, cluster_file, pids_file, problems, repor
     rep["end"] = now()
 
 
-def outage_phase(fdbs, nodes, ledger, cluster_file, problems, stopped, rep):
+def outage_phase(fdbs, nodes, ledger, cluster_file, timeline, problems, stopped, rep):
     """The whole cluster stops answering (SIGSTOP on every fdbserver; `stopped` holds their pids
     until they run again, so that the clean-up can resume them): the nodes must answer at once
     that they are out of service, and requests with 503 within the transaction timeout. Then
@@ -649,12 +752,14 @@ def outage_phase(fdbs, nodes, ledger, cluster_file, problems, stopped, rep):
         os.kill(pid, signal.SIGCONT)
     stopped.clear()
     rep["stopped_s"] = t_cont - t_stop
-    healthy = wait_fdb_healthy(cluster_file, RECOVERY_WAIT_S)
+    healthy = wait_fdb_healthy(timeline, RECOVERY_WAIT_S)
     rep["healthy"] = healthy
     print(f"outage: SIGCONT after {t_cont - t_stop:.1f}s; FoundationDB healthy "
           f"{'never' if healthy is None else f'{healthy:.1f}s later'}", flush=True)
     if healthy is None:
         problems.append(f"outage: FoundationDB not healthy {RECOVERY_WAIT_S}s after SIGCONT")
+        print("outage: FoundationDB's status from SIGCONT:", flush=True)
+        print("\n".join(f"   {ln}" for ln in timeline.lines(t_cont, now())), flush=True)
         client.close()
         raise RuntimeError(problems[-1])
 
@@ -940,9 +1045,11 @@ def main():
     pids_file = os.path.join(cluster_dir, "pids")
     cluster_started = False
     nodes, fdbs, writers = [], [], []
-    stop = threading.Event()
+    stop = threading.Event()          # the writers'
+    status_stop = threading.Event()   # the status thread's
     ledger = Ledger()
     problems, reports, figures, outage = [], [], {}, {}
+    timeline = None
     stopped_fdbs = []  # fdbserver pids under SIGSTOP, resumed before anything else is stopped
     t_faults = t_stop = None
     t_begin = now()
@@ -957,9 +1064,14 @@ def main():
             raise RuntimeError(f"cluster.sh start failed ({r.returncode}): {r.stdout}{r.stderr}")
         with open(pids_file) as f:
             fdbs = [FdbServer(int(p), cluster_dir) for p in f.read().split()]
+        timeline = FdbTimeline(cluster_file, status_stop)
+        timeline.start()
         library = os.path.join(FDB_HOME, "lib", "libfdb_c.so")
+        free, total = fdb_disk(cluster_dir)
         print(f"FoundationDB up on ports {port}-{port + N_FDB - 1} in "
-              f"{now() - t_begin:.1f}s (pids {[f.pid for f in fdbs]})", flush=True)
+              f"{now() - t_begin:.1f}s (pids {[f.pid for f in fdbs]}); its disk: "
+              f"{free / 1e9:.1f} GB free of {total / 1e9:.1f} GB ({100 * free / total:.1f}%; "
+              f"its ratekeeper throttles under 5%)", flush=True)
 
         prefix = f"fault-test/{os.getpid()}-{int(time.time())}/"
         for i in range(N_NODES):
@@ -976,7 +1088,8 @@ def main():
         time.sleep(WARMUP_S)
         t_faults = now()
         for c in range(CYCLES):
-            fault_cycle(c, fdbs, nodes, ledger, cluster_file, pids_file, problems, reports)
+            fault_cycle(c, fdbs, nodes, ledger, cluster_file, timeline, pids_file, problems,
+                        reports)
             print(f"cycle {c + 1} done, {now() - t_begin:.1f}s in", flush=True)
         t_stop = now()
         stop.set()
@@ -987,7 +1100,8 @@ def main():
                 problems.append(f"{w.name} did not stop within {HTTP_TIMEOUT_S + 5}s")
             if w.error:
                 problems.append(f"{w.name} failed: {w.error}")
-        outage_phase(fdbs, nodes, ledger, cluster_file, problems, stopped_fdbs, outage)
+        outage_phase(fdbs, nodes, ledger, cluster_file, timeline, problems, stopped_fdbs,
+                     outage)
         time.sleep(1)
         figures = verify(nodes, ledger, problems)
     except Exception as e:  # Deadline included: the summary and the clean-up still run
@@ -1002,8 +1116,11 @@ def main():
             except ProcessLookupError:
                 pass
         stop.set()
+        status_stop.set()
         for w in writers:
             w.join(HTTP_TIMEOUT_S + 5)
+        if timeline is not None:
+            timeline.join(20)  # its fdbcli call ends within 15 s
         if t_faults is not None:
             print_summary(reports, ledger, figures, t_faults, t_stop or now(), len(writers),
                           outage)
