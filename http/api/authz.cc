@@ -95,10 +95,12 @@ std::variant<core::DbRef, core::CouchError> open_db_or_error(const Call& call) {
 std::variant<core::DbRef, core::CouchError> open_db_or_error(const Call& call,
                                                              storage::Transaction& tr) {
   const std::string& name = call.path.at(0);
+  const std::int64_t shared = call.fresh_read_version();
+  if (shared > 0) tr.set_read_version(shared);
   auto r = value_or_throw(core::open_db_with_security(tr, name));
   // Remembered for a write to follow (GET and HEAD write nothing; asking costs a call into the
   // client).
-  if (!call.is(beast_http::verb::get) && !call.is(beast_http::verb::head)) {
+  if (shared == 0 && !call.is(beast_http::verb::get) && !call.is(beast_http::verb::head)) {
     if (auto v = tr.get_read_version(); v.ok()) {
       call.read_version = *v;
       call.read_version_at = std::chrono::steady_clock::now();

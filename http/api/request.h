@@ -53,21 +53,28 @@ struct Call {
   std::shared_ptr<IdempotentCall> idem;
   // How many _rewrite steps made this request (bounded by [chttpd] rewrite_limit).
   int rewrites = 0;
-  // The read version the database's opening read at (open_db_or_error), and when: the request's
-  // first write transaction reads at it (take_read_version) instead of asking the cluster for
-  // another, a round trip fewer on FoundationDB. A version the request itself read is as new as
-  // any commit that preceded the request, and a write that landed since makes the commit
+  // A read version this request read at itself, and when: its credentials' lookup's (from the
+  // router), else the database's opening's (open_db_or_error). The opening reads at it, and the
+  // request's first write transaction (take_read_version), instead of asking the cluster for
+  // another, a round trip fewer each on FoundationDB. A version the request itself read is as
+  // new as any commit that preceded the request, and a write that landed since makes the commit
   // conflict and retry at a new one. A request that commits something of its own first
   // (attachment bytes written apart) drops it: that version does not show them.
   mutable std::int64_t read_version = 0;
   mutable std::chrono::steady_clock::time_point read_version_at;
 
   storage::Database& store() const { return *ctx.store; }
-  // read_version once, while it is young enough for a write to start at without likely
-  // conflicting (the write follows the opening at once, unless the request waited); 0 otherwise.
+  // read_version while it is young enough to start at without likely conflicting (what follows
+  // it does so at once, unless the request waited); 0 otherwise.
+  std::int64_t fresh_read_version() const {
+    return std::chrono::steady_clock::now() - read_version_at < kReadVersionFresh ? read_version
+                                                                                  : 0;
+  }
+  // fresh_read_version, once.
   std::int64_t take_read_version() const {
-    const std::int64_t v = std::exchange(read_version, 0);
-    return std::chrono::steady_clock::now() - read_version_at < kReadVersionFresh ? v : 0;
+    const std::int64_t v = fresh_read_version();
+    read_version = 0;
+    return v;
   }
   static constexpr std::chrono::milliseconds kReadVersionFresh{50};
   static const std::shared_ptr<const core::SecurityObject>& no_security() {
@@ -101,6 +108,7 @@ core::DbRef open_db_or_throw(const Call& call);
 std::variant<core::DbRef, core::CouchError> open_db_or_error(const Call& call);
 // The same, read in `tr`: a request whose next read follows at once reads in the same transaction,
 // and so at the same read version (on FoundationDB, one read version fetched instead of two).
+// Both read at the request's fresh_read_version when it has one; `tr` has read nothing yet.
 std::variant<core::DbRef, core::CouchError> open_db_or_error(const Call& call,
                                                              storage::Transaction& tr);
 // The answer the router gives an error thrown by a handler (a 401's WWW-Authenticate or login

@@ -275,11 +275,21 @@ storage::Result<std::optional<Authenticator::Creds>> Authenticator::lookup(
       tr, core::memo_key("user_doc", name),
       [&](storage::Transaction& t) { return read_user_creds(t, name); });
   if (!doc.ok() && !creds) return doc.error();
-  if (!doc.ok() || !**doc) return creds;
-  const Creds& user = ***doc;
-  if (!creds) return std::optional<Creds>(user);
-  for (const auto& role : user.user.roles) {  // an admin with a user doc: the doc's roles are added
-    if (!creds->user.has_role(role)) creds->user.roles.push_back(role);
+  if (doc.ok() && **doc) {
+    const Creds& user = ***doc;
+    if (!creds) {
+      creds = user;
+    } else {
+      for (const auto& role : user.user.roles) {  // an admin with a user doc: its roles are added
+        if (!creds->user.has_role(role)) creds->user.roles.push_back(role);
+      }
+    }
+  }
+  if (creds && doc.ok()) {
+    if (auto v = tr.get_read_version(); v.ok()) {
+      creds->read_version = *v;
+      creds->read_version_at = std::chrono::steady_clock::now();
+    }
   }
   return creds;
 }
@@ -521,6 +531,8 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
         if (valid) {
           result.user = creds->user;
           result.handler = "cookie";
+          result.read_version = creds->read_version;
+          result.read_version_at = creds->read_version_at;
           const std::int64_t left = stamp + s->timeout_s - now;
           if (static_cast<double>(left) < static_cast<double>(s->timeout_s) * 0.9) {
             result.set_cookie = make_cookie(client, *s, name, creds->salt, now);
@@ -547,6 +559,8 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
     }
     result.user = creds->user;
     result.handler = "default";
+    result.read_version = creds->read_version;
+    result.read_version_at = creds->read_version_at;
     result.upgrade = claim_upgrade(*s, *creds, *basic.name, basic.password);
     return result;
   }

@@ -91,6 +91,13 @@ class MultiNodeTest : public ::testing::Test {
     return clients_[node]->request(method, target, std::move(body), headers);
   }
   Json get(int node, const std::string& target) { return call(node, verb::get, target).json(); }
+  // A _users member made through `node` (creating _users if it is not there yet).
+  bool add_user(int node, const std::string& name, const std::string& password) {
+    call(node, verb::put, "/_users");
+    const Json doc = {
+        {"name", name}, {"password", password}, {"roles", Json::array()}, {"type", "user"}};
+    return call(node, verb::put, "/_users/org.couchdb.user:" + name, doc.dump()).status == 201u;
+  }
   std::uint16_t port(int node) const { return nodes_[node]->port(); }
   static std::string auth_line() {
     const auto h = basic_auth(kAdmin, kPassword);
@@ -124,6 +131,32 @@ TEST_F(MultiNodeTest, WritesThroughAnyNodeAreReadThroughEveryOtherInTheSameSeque
   // A database deleted through one node is gone on every other.
   ASSERT_EQ(call(2, verb::delete_, "/db").status, 200u);
   for (int n = 0; n < kNodes; ++n) EXPECT_EQ(call(n, verb::get, "/db/d7").status, 404u) << n;
+}
+
+// A request reads at a version it asked for itself (its credentials' lookup's, then its database
+// opening's), never at one an earlier request left behind: a write acknowledged through one node
+// is what the very next request through another reads and updates, for a config admin and for a
+// _users member alike.
+TEST_F(MultiNodeTest, TheRequestAfterAnAcknowledgedWriteThroughAnotherNodeSeesIt) {
+  ASSERT_EQ(call(0, verb::put, "/db").status, 201u);
+  ASSERT_TRUE(add_user(0, "ann", "a"));
+  ASSERT_EQ(call(0, verb::put, "/db/_security", R"({"members":{"names":["ann"]}})").status, 200u);
+  const Headers ann = {basic_auth("ann", "a"), {"Content-Type", "application/json"}};
+  std::string rev = call(0, verb::put, "/db/doc", R"({"n":0})").json()["rev"];
+  for (int i = 1; i <= 60; ++i) {
+    const int writer = i % kNodes, reader = (i + 1) % kNodes;
+    const bool member = i % 2 == 0;
+    const std::string body = Json{{"_rev", rev}, {"n", i}}.dump();
+    const auto put = member ? clients_[writer]->request(verb::put, "/db/doc", body, ann)
+                            : call(writer, verb::put, "/db/doc", body);
+    ASSERT_EQ(put.status, 201u) << i << " " << put.body;
+    rev = put.json()["rev"];
+    const auto got = member ? clients_[reader]->request(verb::get, "/db/doc", "", ann)
+                            : call(reader, verb::get, "/db/doc");
+    ASSERT_EQ(got.status, 200u) << i << " " << got.body;
+    EXPECT_EQ(got.json()["_rev"], rev) << i << " through node " << reader;
+    EXPECT_EQ(got.json()["n"], i) << i;
+  }
 }
 
 TEST_F(MultiNodeTest, ConcurrentWritersThroughAllNodesLoseNoUpdateAndMakeOneWinner) {
@@ -232,10 +265,7 @@ TEST_F(MultiNodeTest, AViewBuiltThroughOneNodeIsQueriedThroughTheOthers) {
 TEST_F(MultiNodeTest, SecurityAndDesignDocumentsChangedThroughOneNodeApplyOnEveryOtherAtOnce) {
   ASSERT_EQ(call(0, verb::put, "/db").status, 201u);
   ASSERT_EQ(call(2, verb::put, "/_users").status, 201u);
-  ASSERT_EQ(call(0, verb::put, "/_users/org.couchdb.user:bob",
-                 R"({"name":"bob","password":"b","roles":[],"type":"user"})")
-                .status,
-            201u);
+  ASSERT_TRUE(add_user(0, "bob", "b"));
   const Headers bob = {basic_auth("bob", "b"), {"Content-Type", "application/json"}};
   // Every node reads the database's security (admin_only by default: bob is refused).
   for (int n = 0; n < kNodes; ++n)
