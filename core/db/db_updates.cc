@@ -4,6 +4,7 @@
 #include <map>
 #include <utility>
 
+#include "core/db/idempotency.h"
 #include "storage/tuple.h"
 
 namespace chaise::core {
@@ -22,6 +23,9 @@ std::string row_of_key(std::string_view type, std::string_view name) {
 }
 std::string log_counter_key() {
   return keyspace::system().pack(Tuple().add(keyspace::kDbEventLogCounter));
+}
+std::string folder_claim_key() {
+  return keyspace::system().pack(Tuple().add(keyspace::kDbEventFolder));
 }
 
 StorageResult<DbUpdateRow> decode_row(const KeyValue& kv) {
@@ -171,7 +175,7 @@ void prefetch_db_updates_counter(Transaction& tr) {
 // ---- DbUpdatesRecorder ------------------------------------------------------------------------
 
 DbUpdatesRecorder::DbUpdatesRecorder(storage::Database& store)
-    : store_(store), thread_([this] { loop(); }) {}
+    : store_(store), owner_(work_owner()), thread_([this] { loop(); }) {}
 
 DbUpdatesRecorder::~DbUpdatesRecorder() {
   {
@@ -206,40 +210,58 @@ void DbUpdatesRecorder::loop() {
     last_pass = std::chrono::steady_clock::now();
     st.poked = false;
     lock.unlock();
-    // The watch first: an event logged while the pass runs fires it.
     if (watch) watch->cancel();
-    auto tr = store_.create_transaction();
-    (void)tr.get(log_counter_key(), Snapshot::yes);
-    watch = tr.watch(log_counter_key(), [state = state_](storage::Error e, std::int64_t) {
-      if (e != storage::Error::success) return;  // a failed watch: the next pass is within 1 s
-      {
-        std::lock_guard l(state->mu);
-        state->poked = true;
-      }
-      state->cv.notify_all();
-    });
-    (void)tr.commit();
-    fold_all();
+    watch.reset();
+    if (!another_folds()) {
+      // The watch first: an event logged while the pass runs fires it.
+      auto tr = store_.create_transaction();
+      (void)tr.get(log_counter_key(), Snapshot::yes);
+      watch = tr.watch(log_counter_key(), [state = state_](storage::Error e, std::int64_t) {
+        if (e != storage::Error::success) return;  // a failed watch: the next pass is within 1 s
+        {
+          std::lock_guard l(state->mu);
+          state->poked = true;
+        }
+        state->cv.notify_all();
+      });
+      (void)tr.commit();
+      fold_all();
+    }
     lock.lock();
     ++st.passes;
   }
   lock.unlock();
   if (watch) watch->cancel();
+  // Handed on at once: another recorder need not wait for the claim to lapse.
+  if (claimed_at_ != std::chrono::steady_clock::time_point{}) {
+    (void)store_.run([&](Transaction& tr) { return drop_claim(tr, folder_claim_key(), owner_); });
+  }
+}
+
+bool DbUpdatesRecorder::another_folds() {
+  auto tr = store_.create_transaction();
+  auto claim = read_claim(tr, folder_claim_key(), Snapshot::yes);
+  if (!claim.ok() || !*claim || (*claim)->owner == owner_) return false;
+  return !claim_watch_.lapsed(**claim, ClaimWatch::Clock::now());
 }
 
 void DbUpdatesRecorder::fold_all() {
   for (;;) {
     std::size_t folded = 0;
     std::string from;
+    const auto now = std::chrono::steady_clock::now();
+    const bool renew = now - claimed_at_ >= kClaimRenew;
     storage::Status s = store_.run([&](Transaction& tr) -> storage::Status {
       from = from_;
       auto n = fold_db_events(tr, kEventsPerTransaction, from);
       if (!n.ok()) return n.error();
       folded = *n;
+      if (folded > 0 && renew) write_claim(tr, folder_claim_key(), owner_, idem_now_ms());
       return {};
     });
     if (s.ok()) from_ = std::move(from);
     if (s.ok() && folded > 0) folds_.fetch_add(1, std::memory_order_relaxed);
+    if (s.ok() && folded > 0 && renew) claimed_at_ = now;
     if (!s.ok() || folded < kEventsPerTransaction) return;
   }
 }

@@ -4,8 +4,8 @@
 // Writers never touch the index itself, so that no two writers ever conflict over it: each
 // transaction that creates or deletes a database, or changes its documents, appends a blind
 // entry to an event log (keyspace kDbEventLog, keyed by its own versionstamp) and bumps a
-// counter with an atomic add. A recorder (DbUpdatesRecorder, one per process; several on one
-// store take turns through conflicts) watches that counter and folds the log into the index:
+// counter with an atomic add. A recorder (DbUpdatesRecorder, one per process) watches that
+// counter and folds the log into the index:
 // each (type, database) pair has one row, at the sequence of its newest event, so a burst of
 // updates to one database is one row, as CouchDB's _global_changes keeps one document per pair.
 // Folding bumps the index's own counter, which the changes notifier watches for waiting feeds.
@@ -17,6 +17,8 @@
 //   (kDbEventLogCounter)                      = little-endian int64 (atomic add): log appends
 //   (kDbEventsCounter)                        = little-endian int64: rows ever written (the N of
 //                                               their sequences)
+//   (kDbEventFolder)                          = (Owner, WrittenMs): the recorder that folds
+//                                               (core/db/claims.h)
 #pragma once
 
 #include <atomic>
@@ -32,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/db/claims.h"
 #include "core/db/databases.h"
 #include "core/db/sequence.h"
 
@@ -75,10 +78,20 @@ std::string db_updates_counter_key();
 // Folds the log in the background: a pass when the log's counter moves (a storage watch), at
 // most one per kBatchDelay, each pass transactions of at most kEventsPerTransaction events until
 // the log is empty.
+//
+// Of the recorders of the servers sharing a store (on FoundationDB), one folds at a time, under
+// the claim at kDbEventFolder, which its fold transactions write (at most once per
+// kClaimRenew). The others neither watch nor fold: every event would wake each of them, and
+// their passes would only conflict with the holder's. They look at the claim once a second and
+// take over when it has not changed for kClaimLapse (its holder stopped, or folded nothing for
+// that long). A claim saves work, not correctness: two recorders folding at once still conflict
+// and fold each event once.
 class DbUpdatesRecorder {
  public:
   static constexpr std::size_t kEventsPerTransaction = 1000;
   static constexpr std::chrono::milliseconds kBatchDelay{20};
+  static constexpr std::chrono::seconds kClaimRenew{1};
+  static constexpr std::chrono::seconds kClaimLapse{5};
 
   explicit DbUpdatesRecorder(storage::Database& store);
   ~DbUpdatesRecorder();  // stops after the pass under way
@@ -102,10 +115,17 @@ class DbUpdatesRecorder {
   };
   void loop();
   void fold_all();
+  // Whether another recorder's claim is live by this one's clock (a store error: no).
+  bool another_folds();
 
   storage::Database& store_;
   std::shared_ptr<State> state_ = std::make_shared<State>();
   std::string from_;  // fold_db_events' `from`, on the recorder's thread
+  // On the recorder's thread: its claim's owner name, when it last wrote the claim, and how long
+  // another's claim has stood unchanged.
+  const std::string owner_;
+  std::chrono::steady_clock::time_point claimed_at_{};
+  ClaimWatch claim_watch_{kClaimLapse};
   std::atomic<std::size_t> folds_{0};
   std::thread thread_;
 };

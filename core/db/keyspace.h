@@ -113,8 +113,9 @@ inline constexpr std::int64_t kDbEvents = 4;
 inline constexpr std::int64_t kDbEventRow = 5;
 inline constexpr std::int64_t kDbEventLogCounter = 6;
 inline constexpr std::int64_t kDbEventsCounter = 7;
-inline constexpr std::int64_t kInstallation = 8;  // core/db/installation.h
-inline constexpr std::int64_t kNodeReports = 9;   // core/db/node_reports.h
+inline constexpr std::int64_t kInstallation = 8;    // core/db/installation.h
+inline constexpr std::int64_t kNodeReports = 9;     // core/db/node_reports.h
+inline constexpr std::int64_t kDbEventFolder = 10;  // core/db/db_updates.h
 
 // Under (kDatabases, DbId).
 inline constexpr std::int64_t kMeta = 0;

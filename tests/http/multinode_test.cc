@@ -159,6 +159,51 @@ TEST_F(MultiNodeTest, TheRequestAfterAnAcknowledgedWriteThroughAnotherNodeSeesIt
   }
 }
 
+// One node at a time folds the database events every node logs into _db_updates (the others
+// neither watch nor fold, so a write wakes one recorder, not all); every node lists them; when the
+// folding node dies, another takes over once its claim lapses.
+TEST_F(MultiNodeTest, OneNodeFoldsDatabaseEventsAndAnotherTakesOverWhenItDies) {
+  const auto folds = [&](int n) {
+    return get(n, "/_node/_local/_stats")["chaise"]["db_updates_folds"]["value"].get<long long>();
+  };
+  const auto lists = [&](int n, const std::string& db, const std::string& type) {
+    const Json rows = get(n, "/_db_updates")["results"];
+    return std::any_of(rows.begin(), rows.end(),
+                       [&](const Json& r) { return r["db_name"] == db && r["type"] == type; });
+  };
+  ASSERT_EQ(call(0, verb::put, "/db").status, 201u);
+  // The first events may be folded by any node; within a pass or two one holds the claim.
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_EQ(call(i % kNodes, verb::put, "/db/warm" + std::to_string(i), "{}").status, 201u);
+    std::this_thread::sleep_for(100ms);
+  }
+  std::this_thread::sleep_for(1500ms);  // every node has looked at the claim since
+  std::vector<long long> before;
+  for (int n = 0; n < kNodes; ++n) before.push_back(folds(n));
+  for (int i = 0; i < 15; ++i) {
+    ASSERT_EQ(call(i % kNodes, verb::put, "/db/d" + std::to_string(i), "{}").status, 201u);
+    std::this_thread::sleep_for(60ms);  // apart: each write a pass of its own
+  }
+  ASSERT_TRUE(eventually([&] { return lists(0, "db", "updated"); }, 5s));
+  std::vector<int> folding;
+  for (int n = 0; n < kNodes; ++n) {
+    const long long grew = folds(n) - before[n];
+    if (grew > 0) folding.push_back(n);
+    EXPECT_TRUE(lists(n, "db", "updated")) << n;
+  }
+  ASSERT_EQ(folding.size(), 1u) << "nodes that folded: " << Json(folding).dump();
+  // The folder killed: a survivor lists a database created after, once the claim has lapsed.
+  const int dead = folding[0], alive = (dead + 1) % kNodes;
+  nodes_[dead]->stop_with(SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_EQ(call(alive, verb::put, "/db2").status, 201u);
+  EXPECT_TRUE(eventually([&] { return lists(alive, "db2", "created"); }, 15s));
+  std::printf("the killed folder's work was taken over in %lld ms\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::steady_clock::now() - killed)
+                                         .count()));
+}
+
 TEST_F(MultiNodeTest, ConcurrentWritersThroughAllNodesLoseNoUpdateAndMakeOneWinner) {
   ASSERT_EQ(call(0, verb::put, "/db").status, 201u);
   ASSERT_EQ(call(0, verb::put, "/db/hot", R"({"n":0})").status, 201u);
