@@ -15,7 +15,8 @@ over; it stops every process it started, by pid, and deletes its databases at th
 
 Without --cluster-file each FoundationDB setup gets a fresh one-process cluster ("single memory"),
 started in a temporary directory with ../shared/fdb/cluster.sh (on FDB_PORT, default 4740, plus
-the setup's place in the run; FDB_MEMORY, default 2GiB) and stopped after it: one that had taken the setups before it gave the
+the setup's place in the run; FDB_MEMORY, default 8GiB, of which FDB_STORAGE_MEMORY, default 4GiB,
+for the memory engine's data) and stopped after it: one that had taken the setups before it gave the
 three-node _bulk_docs a third of the rate a fresh one gives (9,760 against 27,770 docs/s). With --cluster-file, the CPU of the fdbserver processes running on
 this machine with that cluster file is counted. The fdbserver processes get nice --fdb-nice
 (default -10; 0 leaves them; root only, else a warning): on a machine whose cores the nodes and
@@ -52,7 +53,7 @@ FoundationDB's own ceiling for a document-write-shaped transaction on the same c
 Environment: BENCH_AUTH=user:password (Basic auth on every request; the admin of the Chaise
 servers started here, which run in admin party without it), BENCH_PID, CHAISE_BIN (default
 build/server/chaise), CHAISE_FDB_LIBRARY (default /tmp/chaise-fdb-bin/foundationdb/lib/libfdb_c.so),
-FDB_PORT, FDB_MEMORY.
+FDB_PORT, FDB_MEMORY, FDB_STORAGE_MEMORY.
 """
 import argparse
 import base64
@@ -90,6 +91,10 @@ AUTH_HEADER = "Basic " + base64.b64encode(AUTH.encode()).decode() if AUTH else "
 TICK = os.sysconf("SC_CLK_TCK")
 HTTP_TIMEOUT = 120  # s, every HTTP call of the set-up and the reads
 WORKLOADS = ["put", "get", "bulk", "changes", "all_docs", "feed"]
+# The memory engine's share of a cluster's memory (fdbserver --storage-memory; FoundationDB's
+# default, 1 GiB, filled by one setup's workloads: its ratekeeper then throttled _bulk_docs for
+# storage_server_min_free_space, with stalls of seconds).
+STORAGE_MEMORY = os.environ.get("FDB_STORAGE_MEMORY", "4GiB")
 
 
 def http(base, method, path, body=None, timeout=HTTP_TIMEOUT):
@@ -123,10 +128,27 @@ def split(total, parts):
 
 # --- processes ---------------------------------------------------------------------------------
 
+def fdb_home_with(d, args):
+    """A FoundationDB home in d whose fdbserver runs the real one (beside FDB_LIBRARY) with args
+    added: cluster.sh, shared and read-only, has no switch for them."""
+    real = os.path.dirname(os.path.dirname(FDB_LIBRARY))
+    home = os.path.join(d, "home")
+    os.makedirs(os.path.join(home, "bin"), exist_ok=True)
+    for part in ("bin/fdbcli", "lib"):
+        if not os.path.lexists(os.path.join(home, part)):
+            os.symlink(os.path.join(real, part), os.path.join(home, part))
+    server = os.path.join(home, "bin", "fdbserver")
+    with open(server, "w") as f:
+        f.write(f'#!/bin/sh\nexec {real}/bin/fdbserver {" ".join(args)} "$@"\n')
+    os.chmod(server, 0o755)
+    return home
+
+
 def start_cluster(d, port):
     """A one-process FoundationDB cluster in the directory d: (cluster file, pids). The caller
     stops it with stop_cluster(d), whether this returns or not."""
-    env = dict(os.environ, FDB_PORT=str(port), FDB_MEMORY=os.environ.get("FDB_MEMORY", "2GiB"))
+    env = dict(os.environ, FDB_PORT=str(port), FDB_MEMORY=os.environ.get("FDB_MEMORY", "8GiB"),
+               FDB_HOME=fdb_home_with(d, ["--storage-memory", STORAGE_MEMORY]))
     r = subprocess.run([CLUSTER_SH, "start", d], env=env, capture_output=True, text=True, timeout=180)
     if r.returncode != 0:
         raise RuntimeError(f"cluster.sh start failed: {r.stdout}{r.stderr}")
