@@ -82,6 +82,9 @@ sys.path.insert(0, here)
 from client import quantile  # noqa: E402
 from feeds import StampedWriter, stamped_recv, stamped_socket  # noqa: E402
 
+sys.path.insert(0, os.path.join(root, "tests", "interop"))
+from fdb_home import fdb_home_with  # noqa: E402
+
 CHAISE_BIN = os.environ.get("CHAISE_BIN", os.path.join(root, "build/server/chaise"))
 FDB_LIBRARY = os.environ.get("CHAISE_FDB_LIBRARY", "/tmp/chaise-fdb-bin/foundationdb/lib/libfdb_c.so")
 FDBCLI = os.path.join(os.path.dirname(os.path.dirname(FDB_LIBRARY)), "bin", "fdbcli")
@@ -128,27 +131,12 @@ def split(total, parts):
 
 # --- processes ---------------------------------------------------------------------------------
 
-def fdb_home_with(d, args):
-    """A FoundationDB home in d whose fdbserver runs the real one (beside FDB_LIBRARY) with args
-    added: cluster.sh, shared and read-only, has no switch for them."""
-    real = os.path.dirname(os.path.dirname(FDB_LIBRARY))
-    home = os.path.join(d, "home")
-    os.makedirs(os.path.join(home, "bin"), exist_ok=True)
-    for part in ("bin/fdbcli", "lib"):
-        if not os.path.lexists(os.path.join(home, part)):
-            os.symlink(os.path.join(real, part), os.path.join(home, part))
-    server = os.path.join(home, "bin", "fdbserver")
-    with open(server, "w") as f:
-        f.write(f'#!/bin/sh\nexec {real}/bin/fdbserver {" ".join(args)} "$@"\n')
-    os.chmod(server, 0o755)
-    return home
-
-
 def start_cluster(d, port):
     """A one-process FoundationDB cluster in the directory d: (cluster file, pids). The caller
     stops it with stop_cluster(d), whether this returns or not."""
     env = dict(os.environ, FDB_PORT=str(port), FDB_MEMORY=os.environ.get("FDB_MEMORY", "8GiB"),
-               FDB_HOME=fdb_home_with(d, ["--storage-memory", STORAGE_MEMORY]))
+               FDB_HOME=fdb_home_with(d, os.path.dirname(os.path.dirname(FDB_LIBRARY)),
+                                      ["--storage-memory", STORAGE_MEMORY]))
     r = subprocess.run([CLUSTER_SH, "start", d], env=env, capture_output=True, text=True, timeout=180)
     if r.returncode != 0:
         raise RuntimeError(f"cluster.sh start failed: {r.stdout}{r.stderr}")

@@ -62,6 +62,8 @@ import threading
 import time
 import traceback
 
+from fdb_home import fdb_home_with
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FDB_DIR = os.environ.get("CHAISE_FDB_DIR") or os.path.join(os.path.dirname(REPO), "shared", "fdb")
 CLUSTER_SH = os.path.join(FDB_DIR, "cluster.sh")
@@ -280,22 +282,12 @@ class FdbServer:
             f.write(f"{self.pid}\n")
 
 
-def fdb_home_with(root, args):
-    """A FoundationDB home in root whose fdbserver runs FDB_HOME's with args added (its fdbcli
-    and lib are FDB_HOME's)."""
+def unpack_fdb(root):
+    """Makes sure FDB_HOME holds FoundationDB's binaries: cluster.sh unpacks its tarball there
+    before anything else, whatever it is asked (here the status of no cluster, in root)."""
     if not os.path.exists(os.path.join(FDB_HOME, "bin", "fdbserver")):
-        # cluster.sh unpacks its tarball into FDB_HOME before anything else, whatever it is asked.
         subprocess.run(["bash", CLUSTER_SH, "status", os.path.join(root, "unpack")],
                        stdin=subprocess.DEVNULL, capture_output=True, timeout=300)
-    home = os.path.join(root, "fdb-home")
-    os.makedirs(os.path.join(home, "bin"))
-    for part in ("bin/fdbcli", "lib"):
-        os.symlink(os.path.join(FDB_HOME, part), os.path.join(home, part))
-    server = os.path.join(home, "bin", "fdbserver")
-    with open(server, "w") as f:
-        f.write(f'#!/bin/sh\nexec {FDB_HOME}/bin/fdbserver {" ".join(args)} "$@"\n')
-    os.chmod(server, 0o755)
-    return home
 
 
 def fdb_status(cluster_file):
@@ -1081,8 +1073,9 @@ def main():
     t_begin = now()
     try:
         port = free_port_triple(BASE_PORT)
+        unpack_fdb(root)
         env = dict(os.environ, FDB_PROCS=str(N_FDB), FDB_MODE="double ssd", FDB_PORT=str(port),
-                   FDB_MEMORY="1GiB", FDB_HOME=fdb_home_with(root, FDB_SERVER_ARGS))
+                   FDB_MEMORY="1GiB", FDB_HOME=fdb_home_with(root, FDB_HOME, FDB_SERVER_ARGS))
         cluster_started = True  # from here on, cluster.sh stop runs in the finally block
         r = subprocess.run(["bash", CLUSTER_SH, "start", cluster_dir], env=env,
                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=150)
