@@ -1,7 +1,7 @@
 """A FoundationDB home whose fdbserver is another home's with arguments added: the way to start
 a cluster through ../shared/fdb/cluster.sh (shared, read-only, with no switch for fdbserver's
-options) with knobs or memory settings of the caller's. Used by fdb_fault_test.py,
-bench/http/nodes.py and .ci/run."""
+options) with knobs or memory settings of the caller's. Used by fdb_fault_test.py and
+bench/http/nodes.py."""
 import os
 
 
@@ -18,9 +18,3 @@ def fdb_home_with(parent, real, args):
         f.write(f'#!/bin/sh\nexec {real}/bin/fdbserver {" ".join(args)} "$@"\n')
     os.chmod(server, 0o755)
     return home
-
-
-if __name__ == "__main__":
-    # fdb_home.py PARENT REAL ARG...: makes the home and prints its path (for .ci/run).
-    import sys
-    print(fdb_home_with(sys.argv[1], sys.argv[2], sys.argv[3:]))
