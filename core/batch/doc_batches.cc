@@ -100,7 +100,7 @@ std::vector<AttInfo> edit_atts(const std::vector<AttUpload>& uploads,
                                const std::vector<AttInfo>& replaced) {
   std::vector<AttInfo> out;
   for (const AttUpload& u : uploads) {
-    if (u.stub) {
+    if (u.carried_over) {
       auto it = std::find_if(replaced.begin(), replaced.end(),
                              [&](const AttInfo& a) { return a.name == u.name; });
       if (it != replaced.end()) out.push_back(*it);

@@ -327,7 +327,7 @@ std::variant<std::vector<AttUpload>, CouchError> parse_attachments_json(
       return it != props.end() && it->is_boolean() && it->get<bool>();
     };
     if (flag("stub")) {
-      u.stub = true;
+      u.carried_over = true;
     } else if (flag("follows")) {
       u.follows = true;
       auto len = props.find("length");

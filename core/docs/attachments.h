@@ -132,7 +132,8 @@ std::string att_member_json(const AttInfo& a, AttOutput out, bool encoding_info,
 // An attachment of an edit as the client sent it.
 struct AttUpload {
   std::string name;
-  bool stub = false;  // carried over by name from the revision the edit is based on
+  // Sent as {"stub": true}: carried over by name from the revision the edit is based on.
+  bool carried_over = false;
   // New data: everything but revpos is set by the caller (revpos 0 on an interactive edit means
   // "the new revision's pos", as CouchDB's set_new_att_revpos). Ignored for stubs.
   AttInfo info;

@@ -93,7 +93,7 @@ storage::Status apply_edit(Transaction& tr, const DbRef& db, std::string_view id
   write_rev(tr, db, id, p.added.leaf, p.body, p.added.deleted, p.atts);
   if (p.uploads) {
     for (const AttUpload& u : *p.uploads)
-      if (!u.stub && !u.preuploaded) write_att_chunks(tr, db, u.info.address, u.stored);
+      if (!u.carried_over && !u.preuploaded) write_att_chunks(tr, db, u.info.address, u.stored);
   }
   for (const AttInfo& a : p.atts) tr.add(att_ref_key(db, a.address), 1);
   const std::string& new_winner_key = added_wins ? added_key : p.best_other->key;
@@ -156,7 +156,7 @@ StorageResult<Outcome<std::vector<AttInfo>>> resolve_atts(Transaction& tr, const
   std::optional<RevRecord> base;
   bool base_read = false;
   for (const AttUpload& u : ups) {
-    if (!u.stub) {
+    if (!u.carried_over) {
       AttInfo a = u.info;
       a.name = u.name;
       if (interactive || a.revpos <= 0) a.revpos = new_pos;

@@ -312,10 +312,10 @@ MaybeResponse write_attachment(Call& call, const core::DbRef& db, const std::str
         found = true;
         continue;
       }
-      core::AttUpload stub;
-      stub.name = a.name;
-      stub.stub = true;
-      u.atts.push_back(std::move(stub));
+      core::AttUpload kept;
+      kept.name = a.name;
+      kept.carried_over = true;
+      u.atts.push_back(std::move(kept));
     }
   }
   if (!upload && !found) throw HttpError(missing_att());
@@ -351,12 +351,10 @@ boost::asio::awaitable<storage::Status> preupload_attachments(const Call& call,
   const std::size_t per_transaction =
       att_bytes_per_transaction(call.store(), kPreuploadBytesPerTransaction);
   // Written apart: bytes this request brought, too large to ride in the document's transaction.
-  // An attachment the client sent as {"stub": true} (CouchDB's name for one that names bytes
-  // already stored) brings none; a "follows" one is left to its multipart part's path (one
-  // without a part was refused with 400).
+  // One carried over from the base revision brings none; a "follows" one is left to its
+  // multipart part's path (one without a part was refused with 400).
   auto written_apart = [&](const core::AttUpload& u) {
-    const bool names_stored_bytes = u.stub;
-    return !names_stored_bytes && !u.follows && u.stored.size() > inline_max;
+    return !u.carried_over && !u.follows && u.stored.size() > inline_max;
   };
   for (core::AttUpload& u : atts) {
     if (!written_apart(u)) continue;
@@ -538,7 +536,7 @@ boost::asio::awaitable<core::AttUpload> stream_attachment(const Call& call, cons
   up.info.encoded_length = stored_length;
   up.info.address = address;
   up.stored.clear();
-  up.stub = up.follows = false;
+  up.carried_over = up.follows = false;
   up.preuploaded = true;
   call.read_version = 0;  // the opening's version does not show these bytes
   // Content addressing: when these bytes are already stored under their SHA-256, share that copy.
