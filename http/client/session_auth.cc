@@ -99,21 +99,21 @@ std::string SessionSender::basic_header() const {
   return "Basic " + core::base64_encode(user_ + ":" + password_);
 }
 
-bool SessionSender::take_cookie_locked(const bhttp::fields& headers) {
+bool SessionSender::take_cookie_locked(const bhttp::fields& headers, std::int64_t sent_s) {
   bool found = false;
   for (const auto& field : headers) {
     if (field.name() != bhttp::field::set_cookie) continue;
     auto cookie = auth_session_cookie(field.value());
     if (!cookie) continue;
     found = true;
-    if (cookie->value == cookie_) continue;
-    const std::int64_t now = now_s();
+    // The session's cookie came from a request sent later: it lives at least as long.
+    if (cookie->value == cookie_ || sent_s < cookie_time_s_) continue;
     cookie_ = std::move(cookie->value);
     ++epoch_;
-    cookie_time_s_ = now;
-    // 90% of the cookie's life leaves room for the time it took to arrive.
-    renew_at_s_ = cookie->max_age_s ? now + *cookie->max_age_s * 9 / 10
-                                    : now + options_.refresh_interval.count();
+    cookie_time_s_ = sent_s;
+    // 90% of the cookie's life leaves room for a request sent near its end to reach the server.
+    renew_at_s_ = cookie->max_age_s ? sent_s + *cookie->max_age_s * 9 / 10
+                                    : sent_s + options_.refresh_interval.count();
   }
   return found;
 }
@@ -125,13 +125,14 @@ std::optional<ClientResult<ClientResponse>> SessionSender::start_session_locked(
                        {"Accept", "application/json"}};
     if (session_needs_basic_) headers.emplace_back("Authorization", basic_header());
     const std::string body = "name=" + url_encode(user_) + "&password=" + url_encode(password_);
+    const std::int64_t sent_s = now_s();
     auto r = inner_->send(bhttp::verb::post, "/_session", headers, body);
     if (!r.ok()) return r;
     const ClientResponse& res = r.value();
     if (res.status == 200) {
       // A server that answers without a cookie (no cookie sessions behind its /_session) gets
       // Basic credentials, as one without /_session does.
-      if (take_cookie_locked(res.headers)) {
+      if (take_cookie_locked(res.headers, sent_s)) {
         mode_ = Mode::cookie;
       } else {
         mode_ = Mode::basic;
@@ -157,8 +158,11 @@ SessionSender::Started SessionSender::credentials() {
   if (mode_ == Mode::unstarted || (mode_ == Mode::cookie && now_s() >= renew_at_s_)) {
     if (auto answer = start_session_locked()) return std::move(*answer);
   }
-  if (mode_ == Mode::cookie) return Credentials{{"Cookie", "AuthSession=" + cookie_}, epoch_};
-  return Credentials{{"Authorization", basic_header()}, epoch_};
+  const std::int64_t now = now_s();
+  if (mode_ == Mode::cookie) {
+    return Credentials{{"Cookie", "AuthSession=" + cookie_}, epoch_, now};
+  }
+  return Credentials{{"Authorization", basic_header()}, epoch_, now};
 }
 
 bool SessionSender::renew_after_refusal(std::uint64_t epoch) {
@@ -167,19 +171,20 @@ bool SessionSender::renew_after_refusal(std::uint64_t epoch) {
   // Another request renewed the session since this one was sent: send it again with that.
   if (epoch_ > epoch) return true;
   const std::int64_t now = now_s();
-  if (now - cookie_time_s_ < options_.min_update_interval.count()) {
-    // The server refused a fresh cookie: the user, not the cookie. Renew it once the interval
-    // has passed, and let this answer stand.
+  if (now - cookie_time_s_ < options_.min_update_interval.count() && now < renew_at_s_) {
+    // The server refused a fresh cookie that has not run out: the user, not the cookie. Renew
+    // it once the interval has passed, and let this answer stand.
     renew_at_s_ = std::min(renew_at_s_, cookie_time_s_ + options_.min_update_interval.count());
     return false;
   }
   return !start_session_locked().has_value() && mode_ == Mode::cookie && epoch_ > epoch;
 }
 
-void SessionSender::note_answer(unsigned status, const bhttp::fields& headers) {
+void SessionSender::note_answer(unsigned status, const bhttp::fields& headers,
+                                std::int64_t sent_s) {
   if (status < 200 || status >= 300) return;
   std::lock_guard lock(mu_);
-  if (mode_ == Mode::cookie) take_cookie_locked(headers);
+  if (mode_ == Mode::cookie) take_cookie_locked(headers, sent_s);
 }
 
 ClientResult<ClientResponse> SessionSender::send(bhttp::verb method, std::string_view target,
@@ -195,7 +200,7 @@ ClientResult<ClientResponse> SessionSender::send(bhttp::verb method, std::string
     if (!r.ok()) return r;
     const unsigned status = r.value().status;
     if (!last && refused(status) && renew_after_refusal(c.epoch)) continue;
-    note_answer(status, r.value().headers);
+    note_answer(status, r.value().headers, c.sent_s);
     return r;
   }
 }
@@ -222,7 +227,7 @@ ClientResult<std::unique_ptr<ResponseReader>> SessionSender::open(bhttp::verb me
         continue;
       }
     }
-    note_answer(status, r.value()->headers());
+    note_answer(status, r.value()->headers(), c.sent_s);
     return r;
   }
 }
@@ -233,10 +238,11 @@ ClientResult<ClientResponse> SessionSender::send_streamed(bhttp::verb method,
                                                           const BodyPull& pull) {
   Started started = credentials();
   if (auto* answer = std::get_if<ClientResult<ClientResponse>>(&started)) return *answer;
+  const Credentials& c = std::get<Credentials>(started);
   Headers with = headers;
-  with.push_back(std::get<Credentials>(started).header);
+  with.push_back(c.header);
   auto r = inner_->send_streamed(method, target, with, pull);
-  if (r.ok()) note_answer(r.value().status, r.value().headers);
+  if (r.ok()) note_answer(r.value().status, r.value().headers, c.sent_s);
   return r;
 }
 

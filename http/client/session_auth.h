@@ -10,10 +10,15 @@
 //   /_session): the session request is sent again with Basic credentials, and so is every later
 //   one. Any other answer is the answer of the request that needed the session (a 401 or 403
 //   fails the job as refused credentials); a failed exchange is that request's error.
+// - A cookie's age counts from when the request that brought it was sent (the server made it
+//   while answering, so no earlier): a long poll's answer brings a cookie already as old as the
+//   poll. A 2xx answer's cookie replaces the session's unless the session's came from a request
+//   sent later.
 // - The cookie is renewed when 90% of its Max-Age has passed (550 s without one), when a 2xx
 //   answer sets a new one, and when a request is refused (401, 403) with a cookie older than
-//   `min_update_interval`: that request is then sent again once with the new cookie. A request
-//   refused with a cookie newer than that is answered as it is, and the cookie renewed next time.
+//   `min_update_interval` or past its renewal time: that request is then sent again once with
+//   the new cookie. A request refused with a cookie newer than that is answered as it is, and
+//   the cookie renewed next time.
 // - A request whose body is pulled piece by piece (send_streamed) is not sent again: its answer
 //   stands, and the job's retry sends the document again.
 // - Threading: thread-safe; sessions are started and renewed under one lock, requests are sent
@@ -67,17 +72,19 @@ class SessionSender : public Sender {
   struct Credentials {
     std::pair<std::string, std::string> header;
     std::uint64_t epoch = 0;
+    std::int64_t sent_s = 0;  // now_s() as the request goes out
   };
   using Started = std::variant<Credentials, ClientResult<ClientResponse>>;
   Started credentials();
   // POST /_session under mu_: the new cookie, the mode, or the answer that refused it.
   std::optional<ClientResult<ClientResponse>> start_session_locked();
-  // Takes the AuthSession cookie a response sets, if any; true when it set one.
-  bool take_cookie_locked(const boost::beast::http::fields& headers);
+  // Takes the AuthSession cookie set by the answer to a request sent at `sent_s`, if any; true
+  // when the answer set one.
+  bool take_cookie_locked(const boost::beast::http::fields& headers, std::int64_t sent_s);
   // After a 401/403 answered to a request that carried `epoch`'s credentials: whether to send
   // it again (a newer session exists, or one was started now).
   bool renew_after_refusal(std::uint64_t epoch);
-  void note_answer(unsigned status, const boost::beast::http::fields& headers);
+  void note_answer(unsigned status, const boost::beast::http::fields& headers, std::int64_t sent_s);
   std::string basic_header() const;
   std::int64_t now_s() const;
 
@@ -91,7 +98,7 @@ class SessionSender : public Sender {
   bool session_needs_basic_ = false;  // /_session itself wants Basic credentials
   std::string cookie_;
   std::uint64_t epoch_ = 0;         // counts the cookies taken
-  std::int64_t cookie_time_s_ = 0;  // when the cookie was taken
+  std::int64_t cookie_time_s_ = 0;  // when the request that brought the cookie was sent
   std::int64_t renew_at_s_ = 0;     // when to renew it before the next request
 };
 

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <functional>
+#include <utility>
 
 namespace chaise::http::client {
 namespace {
@@ -27,6 +29,9 @@ class ScriptedSender : public Sender {
  public:
   std::deque<ClientResponse> answers;
   std::vector<Sent> sent;
+  // Runs once, while the next request is being answered (after its answer is taken from the
+  // queue): the time an answer takes, and requests sent meanwhile.
+  std::function<void()> while_answering;
 
   ClientResult<ClientResponse> send(bhttp::verb method, std::string_view target,
                                     const Headers& headers, std::string body) override {
@@ -34,6 +39,7 @@ class ScriptedSender : public Sender {
     if (answers.empty()) return ClientError{"no answer scripted"};
     ClientResponse r = std::move(answers.front());
     answers.pop_front();
+    if (auto during = std::exchange(while_answering, nullptr)) during();
     return r;
   }
   ClientResult<std::unique_ptr<ResponseReader>> open(bhttp::verb, std::string_view,
@@ -170,6 +176,58 @@ TEST(SessionAuth, TheCookieIsRenewedBeforeItsMaxAgeRunsOutAndTakenFromAnswers) {
   ASSERT_EQ(f.inner->sent.size(), 6u);
   EXPECT_EQ(f.inner->sent[4].target, "/_session");
   EXPECT_EQ(f.inner->sent[5].header("Cookie"), "AuthSession=c3");
+}
+
+TEST(SessionAuth, AnAnswersCookieIsAsOldAsTheRequestThatBroughtIt) {
+  Fixture f;
+  f.inner->answers = {answer(200, "AuthSession=c1; Max-Age=10"), answer(200)};
+  ASSERT_TRUE(f.get().ok());
+  // A long poll sent now is answered 20 s later with the cookie the server made as it started:
+  // that cookie has run out by then, so the next request starts a new session first.
+  f.inner->answers = {answer(200, "AuthSession=c2; Max-Age=10")};
+  f.inner->while_answering = [&] { f.now += 20; };
+  ASSERT_TRUE(f.get().ok());
+  f.inner->answers = {answer(200, "AuthSession=c3; Max-Age=10"), answer(200)};
+  ASSERT_TRUE(f.get().ok());
+  ASSERT_EQ(f.inner->sent.size(), 5u);
+  EXPECT_EQ(f.inner->sent[3].target, "/_session");
+  EXPECT_EQ(f.inner->sent[4].header("Cookie"), "AuthSession=c3");
+}
+
+TEST(SessionAuth, AnOlderRequestsCookieDoesNotReplaceANewerSessions) {
+  Fixture f;
+  f.inner->answers = {answer(200, "AuthSession=c1; Max-Age=10"), answer(200)};
+  ASSERT_TRUE(f.get().ok());
+  // While a long poll sent at 1000 waits, a request at 1009 renews the session (c3). The poll's
+  // answer then brings c2, made at 1000: the session keeps c3.
+  f.inner->answers = {answer(200, "AuthSession=c2; Max-Age=10"),
+                      answer(200, "AuthSession=c3; Max-Age=10"), answer(200)};
+  f.inner->while_answering = [&] {
+    f.now += 9;
+    EXPECT_TRUE(f.get().ok());
+  };
+  ASSERT_TRUE(f.get().ok());
+  f.inner->answers = {answer(200)};
+  ASSERT_TRUE(f.get().ok());
+  ASSERT_EQ(f.inner->sent.size(), 6u);
+  EXPECT_EQ(f.inner->sent[3].target, "/_session");
+  EXPECT_EQ(f.inner->sent[5].header("Cookie"), "AuthSession=c3");
+}
+
+TEST(SessionAuth, ACookiePastItsRenewalTimeRefusedIsRenewedAtOnce) {
+  Fixture f;
+  f.inner->answers = {answer(200, "AuthSession=c1; Max-Age=3"), answer(200)};
+  ASSERT_TRUE(f.get().ok());
+  // Refused 3 s after it came, under the 5 s minimum interval, but at the end of its life:
+  // the cookie, not the user, so the request goes again with a new one.
+  f.inner->answers = {answer(401), answer(200, "AuthSession=c2; Max-Age=3"), answer(200)};
+  f.inner->while_answering = [&] { f.now += 3; };
+  auto r = f.get();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value().status, 200u);
+  ASSERT_EQ(f.inner->sent.size(), 5u);
+  EXPECT_EQ(f.inner->sent[3].target, "/_session");
+  EXPECT_EQ(f.inner->sent[4].header("Cookie"), "AuthSession=c2");
 }
 
 TEST(SessionAuth, ANetworkFailureOfTheSessionIsTheRequestsError) {
