@@ -311,4 +311,22 @@ class Transaction {
   std::unique_ptr<TransactionBackend> b_;
 };
 
+// A read version a transaction read at, and when (steady clock): what a later transaction of the
+// same piece of work (one request) may start at (Transaction::set_read_version) instead of asking
+// the store for another. Zero: none.
+struct SeenReadVersion {
+  std::int64_t version = 0;
+  std::chrono::steady_clock::time_point at;
+
+  // `tr`'s read version, as of now; none when it cannot tell.
+  static SeenReadVersion of(Transaction& tr) {
+    auto v = tr.get_read_version();
+    return v.ok() ? SeenReadVersion{*v, std::chrono::steady_clock::now()} : SeenReadVersion{};
+  }
+  // The version while it is younger than `within`, else 0.
+  std::int64_t if_younger_than(std::chrono::steady_clock::duration within) const {
+    return std::chrono::steady_clock::now() - at < within ? version : 0;
+  }
+};
+
 }  // namespace chaise::storage

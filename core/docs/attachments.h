@@ -132,10 +132,11 @@ std::string att_member_json(const AttInfo& a, AttOutput out, bool encoding_info,
 // An attachment of an edit as the client sent it.
 struct AttUpload {
   std::string name;
-  // Sent as {"stub": true}: carried over by name from the revision the edit is based on.
+  // Named without data ({"stub": true} in CouchDB's JSON): kept as the revision the edit is
+  // based on has it, bytes and all.
   bool carried_over = false;
   // New data: everything but revpos is set by the caller (revpos 0 on an interactive edit means
-  // "the new revision's pos", as CouchDB's set_new_att_revpos). Ignored for stubs.
+  // "the new revision's pos", as CouchDB's set_new_att_revpos). Ignored when carried_over.
   AttInfo info;
   std::string stored;        // the bytes to write in the document's transaction
   bool preuploaded = false;  // the bytes were written under info.address by earlier transactions

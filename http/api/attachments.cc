@@ -375,7 +375,7 @@ boost::asio::awaitable<storage::Status> preupload_attachments(const Call& call,
     }
     u.preuploaded = true;
     u.stored = std::string();
-    call.read_version = 0;  // the opening's version does not show these bytes
+    call.read_version = {};  // the opening's version does not show these bytes
   }
   co_return storage::Status{};
 }
@@ -538,7 +538,7 @@ boost::asio::awaitable<core::AttUpload> stream_attachment(const Call& call, cons
   up.stored.clear();
   up.carried_over = up.follows = false;
   up.preuploaded = true;
-  call.read_version = 0;  // the opening's version does not show these bytes
+  call.read_version = {};  // the opening's version does not show these bytes
   // Content addressing: when these bytes are already stored under their SHA-256, share that copy.
   bool shared = false;
   storage::Status s = co_await run_txn(call.store(), [&](storage::Transaction& tr) {

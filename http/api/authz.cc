@@ -101,10 +101,7 @@ std::variant<core::DbRef, core::CouchError> open_db_or_error(const Call& call,
   // Remembered for a write to follow (GET and HEAD write nothing; asking costs a call into the
   // client).
   if (shared == 0 && !call.is(beast_http::verb::get) && !call.is(beast_http::verb::head)) {
-    if (auto v = tr.get_read_version(); v.ok()) {
-      call.read_version = *v;
-      call.read_version_at = std::chrono::steady_clock::now();
-    }
+    call.read_version = storage::SeenReadVersion::of(tr);
   }
   // CouchDB answers 404 for a missing database whatever its name; only PUT checks the name.
   if (core::failed(r)) return std::get<core::CouchError>(std::move(r));

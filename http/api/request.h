@@ -60,20 +60,18 @@ struct Call {
   // new as any commit that preceded the request, and a write that landed since makes the commit
   // conflict and retry at a new one. A request that commits something of its own first
   // (attachment bytes written apart) drops it: that version does not show them.
-  mutable std::int64_t read_version = 0;
-  mutable std::chrono::steady_clock::time_point read_version_at;
+  mutable storage::SeenReadVersion read_version;
 
   storage::Database& store() const { return *ctx.store; }
   // read_version while it is young enough to start at without likely conflicting (what follows
   // it does so at once, unless the request waited); 0 otherwise.
   std::int64_t fresh_read_version() const {
-    return std::chrono::steady_clock::now() - read_version_at < kReadVersionFresh ? read_version
-                                                                                  : 0;
+    return read_version.if_younger_than(kReadVersionFresh);
   }
   // fresh_read_version, once.
   std::int64_t take_read_version() const {
     const std::int64_t v = fresh_read_version();
-    read_version = 0;
+    read_version = {};
     return v;
   }
   static constexpr std::chrono::milliseconds kReadVersionFresh{50};

@@ -330,8 +330,7 @@ MaybeResponse Router::handle_request(const Request& request, ResponseStream& raw
                 std::nullopt,
                 nullptr,
                 rewrites,
-                auth.read_version,
-                auth.read_version_at};
+                auth.read_version};
       authorize_request(call);
       if (auto early =
               co_await begin_idempotent(call, [&](std::function<void(std::string_view, bool)> tap) {

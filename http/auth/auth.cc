@@ -285,12 +285,7 @@ storage::Result<std::optional<Authenticator::Creds>> Authenticator::lookup(
       }
     }
   }
-  if (creds && doc.ok()) {
-    if (auto v = tr.get_read_version(); v.ok()) {
-      creds->read_version = *v;
-      creds->read_version_at = std::chrono::steady_clock::now();
-    }
-  }
+  if (creds && doc.ok()) creds->read_version = storage::SeenReadVersion::of(tr);
   return creds;
 }
 
@@ -532,7 +527,6 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
           result.user = creds->user;
           result.handler = "cookie";
           result.read_version = creds->read_version;
-          result.read_version_at = creds->read_version_at;
           const std::int64_t left = stamp + s->timeout_s - now;
           if (static_cast<double>(left) < static_cast<double>(s->timeout_s) * 0.9) {
             result.set_cookie = make_cookie(client, *s, name, creds->salt, now);
@@ -560,7 +554,6 @@ AuthResult Authenticator::authenticate(const Request& req, const Client& client,
     result.user = creds->user;
     result.handler = "default";
     result.read_version = creds->read_version;
-    result.read_version_at = creds->read_version_at;
     result.upgrade = claim_upgrade(*s, *creds, *basic.name, basic.password);
     return result;
   }

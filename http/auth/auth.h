@@ -81,10 +81,9 @@ struct AuthResult {
   // header or cookie, require_valid_user).
   std::optional<core::CouchError> error;
   std::optional<HashUpgrade> upgrade;  // Basic only: give it to schedule_hash_upgrade
-  // The store's read version the credentials were read at (0: none), and when it was read: the
-  // request's own reads may start at it (Call::read_version) instead of asking for another.
-  std::int64_t read_version = 0;
-  std::chrono::steady_clock::time_point read_version_at;
+  // The store's read version the credentials were read at (none: nothing read): the request's
+  // own reads may start at it (Call::read_version) instead of asking for another.
+  storage::SeenReadVersion read_version;
 };
 
 // Who is on the other end of the connection: its address (for the failed-login throttle) and
@@ -146,10 +145,9 @@ class Authenticator {
     std::optional<core::PasswordHash> hash;
     std::string salt;
     std::string rev;  // the user doc's rev; "" for a config admin without a user doc
-    // The read version lookup read at (0: it read nothing) and when; never remembered with the
+    // The read version lookup read at (none: it read nothing); never remembered with the
     // credentials.
-    std::int64_t read_version = 0;
-    std::chrono::steady_clock::time_point read_version_at;
+    storage::SeenReadVersion read_version;
   };
   // name's credentials: an [admins] entry (with its user document's roles added, when the store
   // answers within kAdminRolesTime: an admin needs the store for nothing else), else its user
